@@ -1,0 +1,65 @@
+// The TOML config: parse, apply --set overrides, validate every key against its schema
+// (built-in sections here, plugin tables against the plugin's declared parameters), and build
+// the task, hooks and trainer. Errors are ConfigError "FILE:LINE:COL: message". Torch-free.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wick/loader.hpp"
+#include "wick/schedule.hpp"
+#include "wick/trainer.hpp"
+
+namespace wick {
+
+class Task;
+
+class Config {
+ public:
+  // Reads and validates the built-in sections. `sets` are "section.key=value" overrides;
+  // hook parameters are addressed by instance name: "hooks.grad_clip.max_norm=2".
+  static Config load(const std::string& path, const std::vector<std::string>& sets = {});
+  // Same, from text (for tests and host programs); `path` is used in messages and for
+  // resolving relative [plugins] paths.
+  static Config parse(const std::string& text, const std::string& path,
+                      const std::vector<std::string>& sets = {});
+
+  Config(Config&&) noexcept;
+  Config& operator=(Config&&) noexcept;
+  ~Config();
+
+  const std::string& path() const;  // absolute
+  const TrainerOptions& trainer() const;
+  const OptimizerOptions& optimizer() const;
+  bool has_optimizer() const;      // [optimizer] present
+  bool has_task() const;           // [task] present
+  const std::string& task_plugin() const;
+  // [plugins] path entries, made absolute relative to the config file's folder.
+  const std::vector<std::string>& plugin_dirs() const;
+  // The full search path: plugin_dirs(), WICK_PLUGIN_PATH, the install's plugin folder.
+  std::vector<std::string> search_path(const std::vector<std::string>& extra = {}) const;
+
+  // Loads the hook plugins, validates their tables and constructs them (config order;
+  // instances with enabled = false are left out).
+  std::vector<HookEntry> make_hooks(const PluginFinder& finder) const;
+  // Loads the task plugin, validates [task] and constructs it.
+  std::shared_ptr<Task> make_task(const PluginFinder& finder) const;
+  // Validates [task] against the task plugin without constructing it (`wick check`).
+  void check_task(const PluginFinder& finder) const;
+
+  struct Impl;
+
+ private:
+  Config();
+  std::unique_ptr<Impl> impl_;
+};
+
+// Everything `wick fit` builds from a config: task, optimizer, hooks, trainer.
+std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder,
+                                      RunInfo run = {});
+
+// Suggests the closest candidate to a mistyped key ("" when none is close).
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates);
+
+}  // namespace wick

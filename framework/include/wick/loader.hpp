@@ -1,0 +1,93 @@
+// Finding, checking and loading plugin libraries (Boost.DLL). Torch-free.
+//
+// Lifetime rule: a library, once loaded, stays loaded until the process exits. Objects,
+// std::functions, exceptions and deleters that came from a plugin may then never outlive
+// its code, whatever order things are destroyed in (Boost.DLL's misuse list).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "wick/params.hpp"
+#include "wick/plugin.hpp"
+
+namespace wick {
+
+class Task;
+
+struct ParamInfo {
+  std::string key;
+  ParamType type;
+  std::optional<std::string> default_toml;  // nullopt: required
+  std::string help;
+};
+
+struct PluginInfo {
+  std::string name, version, description;
+  PluginKind kind = PluginKind::hook;
+  int default_order = 0;
+  bool main_process_only = false;
+  int api_major = 0, api_minor = 0;
+  std::vector<ParamInfo> params;
+  std::string path;  // absolute path of the library
+};
+
+class WICK_EXPORT PluginError : public std::runtime_error {
+ public:
+  enum class Kind { not_found, load_failed, not_a_plugin, api_mismatch, missing_factory,
+                    duplicate, unsafe_path, wrong_kind, name_mismatch };
+  PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
+  Kind kind;
+};
+
+class PluginLibrary {
+ public:
+  const PluginInfo& info() const { return info_; }
+  // Run the factory. Exceptions from the plugin's constructor pass through.
+  std::shared_ptr<Hook> create_hook(const Params& p) const;
+  std::shared_ptr<Task> create_task(const Params& p) const;
+
+  struct Handle;
+  PluginLibrary(PluginInfo info, std::shared_ptr<Handle> h)
+      : info_(std::move(info)), handle_(std::move(h)) {}
+
+ private:
+  PluginInfo info_;
+  std::shared_ptr<Handle> handle_;
+};
+
+// Loads one library and checks it is a wick plugin of a compatible SDK version; the factory
+// is not run. The same file loaded twice gives the same object. Throws PluginError.
+std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path);
+
+// Refuses a world-writable file or folder (anyone could plant code there).
+void check_not_world_writable(const std::string& path, const char* what);
+
+// The plugin search path, in order: config [plugins] path entries (already made absolute),
+// then WICK_PLUGIN_PATH (absolute entries only), then the install's own plugin folder.
+// Never the current directory unless a config names it.
+std::vector<std::string> plugin_search_path(const std::vector<std::string>& from_config);
+
+class PluginFinder {
+ public:
+  explicit PluginFinder(std::vector<std::string> dirs);
+  const std::vector<std::string>& dirs() const { return dirs_; }
+  // The plugin named `name`: file wick_<name>.so in the search path. Errors when it is
+  // missing (listing the folders searched), found twice, or declares another name.
+  std::shared_ptr<const PluginLibrary> find(const std::string& name) const;
+
+  struct Scan {
+    std::vector<std::shared_ptr<const PluginLibrary>> plugins;
+    std::vector<std::string> problems;  // one message per file that could not be used
+  };
+  // Every *.so in the search path (for `wick plugins`).
+  Scan scan() const;
+
+ private:
+  std::vector<std::string> dirs_;
+};
+
+}  // namespace wick

@@ -1,0 +1,127 @@
+// The Trainer: runs fit / validate and fires the lifecycle points; backward, optimizer step
+// and zero_grad are stage chains that hooks take over. Usable from a host program: build a
+// Task, make a Trainer, add hooks (or load them from TOML with wick/config.hpp), call fit().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wick/context.hpp"
+#include "wick/hook.hpp"
+#include "wick/schedule.hpp"
+#include "wick/state.hpp"
+
+namespace wick {
+
+class Task;
+class StateDict;
+
+struct TrainerOptions {
+  std::int64_t epochs = 1;
+  std::int64_t seed = 0;
+  std::int64_t batch_size = 32;
+  std::int64_t valid_batch_size = 0;  // 0: same as batch_size
+  bool shuffle = true;
+  bool drop_last = false;             // drop the last, short training batch of an epoch
+  std::int64_t max_steps = 0;         // stop after this many optimizer steps (0: no limit)
+  std::int64_t log_every = 50;        // write a step record every N training batches (0: never)
+  std::int64_t threads = 0;           // intra-op threads (0: LibTorch's default)
+  std::string device = "cpu";         // "cpu", "cuda", "cuda:N", "auto"
+  std::string nan_policy = "error";   // non-finite loss: "error" stops, "skip" skips the step
+  std::string output_dir = "runs/default";
+  bool write_outputs = true;          // metrics.jsonl and summary.json in output_dir
+};
+
+struct OptimizerOptions {
+  std::string name = "adam";  // adam, adamw, sgd
+  double lr = 1e-3;
+  double weight_decay = 0.0;  // 0.01 is the default for adamw when not set
+  bool weight_decay_set = false;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  bool amsgrad = false;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
+struct FitResult {
+  enum class Status { completed, cancelled, failed };
+  Status status = Status::completed;
+  std::string error;         // "plugin 'x' at after_step: message" when failed
+  std::string stop_reason;   // why a graceful stop was requested, or why the fit was cancelled
+  bool interrupted = false;  // SIGINT
+  int exit_code() const;     // 0, 1 (failed) or 130 (interrupted)
+};
+const char* to_string(FitResult::Status s);
+
+struct ValidResult {
+  std::int64_t samples = 0;
+  std::vector<std::pair<std::string, double>> values;  // "valid/loss", "valid/accuracy", ...
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOptions optimizer = {},
+          RunInfo run = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Hooks in config order; ties in order keep this order. Must come before fit()/describe().
+  void add_hook(HookEntry entry);
+  const std::vector<HookEntry>& hooks() const;
+
+  // Sorts hooks once, connects their points and stage handlers, checks stage requirements.
+  // Called by fit() when not done yet. Throws ConfigError on an impossible order.
+  void connect();
+
+  FitResult fit();
+  ValidResult validate();
+
+  // The Markdown schedule: every point with its hooks, then the three stage chains.
+  std::string describe();
+
+  // For hooks that save or restore the run (checkpoints, data-parallel set-up).
+  StepState& state();
+  const TrainerOptions& options() const;
+  const RunInfo& run() const;
+  Task& task();
+  torch::nn::Module& model();
+  torch::optim::Optimizer& optimizer();
+  Context& context();
+  // Hooks with checkpoint state, by instance name.
+  std::vector<std::pair<std::string, Hook*>> stateful_hooks();
+  // The seed of the sample order of an epoch; the order is a function of (seed, epoch) alone
+  // so that a resumed run sees the same batches.
+  std::uint64_t epoch_seed(std::int64_t epoch) const;
+  // Where fit() starts: set by a hook in before_fit (resume). batch is within the epoch.
+  void set_start(std::int64_t epoch, std::int64_t batch);
+
+  // Data-parallel support, installed by a hook (the ddp plugin): a sum all-reduce over a
+  // float64 CPU tensor, used to reduce validation metrics and agree on stop requests.
+  void set_all_reduce(std::function<void(at::Tensor&)> sum);
+
+  // sha256 over the bytes of all parameters and buffers, in order (hex).
+  std::string model_fingerprint();
+
+  // Who runs at each point and in each stage chain, after connect().
+  const ScheduleTable& schedule() const;
+
+  struct Impl;
+
+ private:
+  friend class Context;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The first SIGINT asks the running fit to stop at the next step boundary; the second ends
+// the process at once with status 130. Installed by fit() for its duration.
+bool interrupt_requested();
+void request_interrupt();  // what the first SIGINT does (tests call it directly)
+void clear_interrupt();
+
+}  // namespace wick

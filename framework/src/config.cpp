@@ -1,0 +1,600 @@
+#include "wick/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "params_impl.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates) {
+  auto lower = [](std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string a = lower(key);
+  std::string best;
+  std::size_t best_d = std::string::npos;
+  for (const auto& cand : candidates) {
+    const std::string b = lower(cand);
+    // Levenshtein distance, with adjacent transpositions counted as one edit.
+    std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+    for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i)
+      for (std::size_t j = 1; j <= b.size(); ++j) {
+        std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    std::size_t dist = d[a.size()][b.size()];
+    if (dist < best_d) {
+      best_d = dist;
+      best = cand;
+    }
+  }
+  const std::size_t limit = std::max<std::size_t>(1, std::min<std::size_t>(3, key.size() / 3));
+  return best_d <= limit ? best : std::string();
+}
+
+namespace {
+
+const char* node_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date or time";
+  }
+}
+
+const char* type_phrase(ParamType t) {
+  switch (t) {
+    case ParamType::boolean: return "a boolean (true or false)";
+    case ParamType::integer: return "an integer";
+    case ParamType::floating: return "a number";
+    case ParamType::string: return "a string";
+    case ParamType::int_list: return "an array of integers";
+    case ParamType::float_list: return "an array of numbers";
+    case ParamType::string_list: return "an array of strings";
+  }
+  return "?";
+}
+
+std::string toml_text(const toml::node& n) {
+  std::ostringstream o;
+  n.visit([&](auto&& v) { o << v; });
+  std::string s = o.str();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// Built-in schemas, in the same form as a plugin's declared parameters.
+std::vector<ParamInfo> trainer_schema() {
+  return {
+      {"epochs", ParamType::integer, "1", "epochs to train"},
+      {"seed", ParamType::integer, "0", "seed for initialisation and the sample order"},
+      {"batch_size", ParamType::integer, "32", "training batch size per process"},
+      {"valid_batch_size", ParamType::integer, "0", "validation batch size (0: batch_size)"},
+      {"shuffle", ParamType::boolean, "true", "shuffle the training set each epoch"},
+      {"drop_last", ParamType::boolean, "false", "drop the last, short training batch"},
+      {"max_steps", ParamType::integer, "0", "stop after this many optimizer steps (0: off)"},
+      {"log_every", ParamType::integer, "50", "write a step record every N batches (0: off)"},
+      {"threads", ParamType::integer, "0", "intra-op threads (0: LibTorch default)"},
+      {"device", ParamType::string, "\"cpu\"", "cpu, cuda, cuda:N or auto"},
+      {"nan_policy", ParamType::string, "\"error\"", "non-finite loss: error, skip or ignore"},
+      {"output_dir", ParamType::string, "\"runs/default\"", "run directory"},
+  };
+}
+
+std::vector<ParamInfo> optimizer_schema() {
+  return {
+      {"name", ParamType::string, "\"adam\"", "adam, adamw or sgd"},
+      {"lr", ParamType::floating, "0.001", "learning rate"},
+      {"weight_decay", ParamType::floating, "0.0", "weight decay (adamw default 0.01)"},
+      {"betas", ParamType::float_list, "[0.9, 0.999]", "adam/adamw: coefficients"},
+      {"eps", ParamType::floating, "1e-08", "adam/adamw: denominator term"},
+      {"amsgrad", ParamType::boolean, "false", "adam/adamw: AMSGrad variant"},
+      {"momentum", ParamType::floating, "0.0", "sgd: momentum"},
+      {"dampening", ParamType::floating, "0.0", "sgd: dampening"},
+      {"nesterov", ParamType::boolean, "false", "sgd: Nesterov momentum"},
+  };
+}
+
+const std::vector<std::string> kTopLevel = {"trainer", "task", "optimizer", "hooks", "plugins"};
+const std::vector<std::string> kHookReserved = {"plugin", "name", "order", "enabled"};
+const std::vector<std::string> kTaskReserved = {"plugin"};
+
+}  // namespace
+
+struct Config::Impl {
+  std::string path;  // absolute
+  toml::table root;
+  // --set values: node -> ("--set k=v", raw value text), for messages and string coercion.
+  std::map<const toml::node*, std::pair<std::string, std::string>> overrides;
+  TrainerOptions trainer;
+  OptimizerOptions optimizer;
+  bool has_optimizer = false;
+  std::string task_plugin;
+  std::vector<std::string> plugin_dirs;
+
+  std::string where(const toml::source_region& r) const {
+    if (r.begin.line == 0) return path;
+    return path + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+  }
+  std::string where(const toml::node& n) const {
+    if (auto it = overrides.find(&n); it != overrides.end()) return it->second.first;
+    return where(n.source());
+  }
+  ConfigError error(const std::string& w, const std::string& msg) const {
+    return ConfigError(w + ": " + msg);
+  }
+
+  // Converts one value to its declared type; throws with its place when it does not fit.
+  ParamValue convert(const toml::node& n, ParamType t, const std::string& key,
+                     const std::string& section) const {
+    auto bad = [&]() {
+      return error(where(n), "'" + key + "' in " + section + " must be " + type_phrase(t) +
+                                 ", not " + node_type_name(n) + " (" + toml_text(n) + ")");
+    };
+    // A --set value is typed by the schema: "--set task.model=mlp" is a string.
+    if (t == ParamType::string && !n.is_string())
+      if (auto it = overrides.find(&n); it != overrides.end()) return it->second.second;
+    switch (t) {
+      case ParamType::boolean:
+        if (auto v = n.value<bool>(); v && n.is_boolean()) return *v;
+        throw bad();
+      case ParamType::integer:
+        if (n.is_integer()) return *n.value<std::int64_t>();
+        throw bad();
+      case ParamType::floating:
+        if (n.is_integer() || n.is_floating_point()) return *n.value<double>();
+        throw bad();
+      case ParamType::string:
+        if (n.is_string()) return *n.value<std::string>();
+        throw bad();
+      case ParamType::int_list: {
+        auto* a = n.as_array();
+        if (!a) throw bad();
+        std::vector<std::int64_t> out;
+        for (auto& e : *a) {
+          if (!e.is_integer())
+            throw error(where(e), "'" + key + "' in " + section +
+                                      " must be an array of integers; this element is " +
+                                      node_type_name(e));
+          out.push_back(*e.value<std::int64_t>());
+        }
+        return out;
+      }
+      case ParamType::float_list: {
+        auto* a = n.as_array();
+        if (!a) throw bad();
+        std::vector<double> out;
+        for (auto& e : *a) {
+          if (!e.is_integer() && !e.is_floating_point())
+            throw error(where(e), "'" + key + "' in " + section +
+                                      " must be an array of numbers; this element is " +
+                                      node_type_name(e));
+          out.push_back(*e.value<double>());
+        }
+        return out;
+      }
+      case ParamType::string_list: {
+        auto* a = n.as_array();
+        if (!a) throw bad();
+        std::vector<std::string> out;
+        for (auto& e : *a) {
+          if (!e.is_string())
+            throw error(where(e), "'" + key + "' in " + section +
+                                      " must be an array of strings; this element is " +
+                                      node_type_name(e));
+          out.push_back(*e.value<std::string>());
+        }
+        return out;
+      }
+    }
+    throw bad();
+  }
+
+  // Validates a table against a schema: unknown keys (with a suggestion), types, required
+  // keys. Keys in `reserved` are allowed and skipped.
+  Params validate(const toml::table& tbl, const std::vector<ParamInfo>& schema,
+                  const std::string& section, const std::vector<std::string>& reserved,
+                  const std::string& plugin, const std::string& instance) const {
+    Params params;
+    auto& P = params.impl();
+    P.plugin = plugin;
+    P.instance = instance;
+    P.table_where = where(tbl.source());
+    P.section = section;
+    std::vector<std::string> known = reserved;
+    for (const auto& s : schema) known.push_back(s.key);
+    for (auto&& [k, v] : tbl) {
+      const std::string key(k.str());
+      if (std::find(reserved.begin(), reserved.end(), key) != reserved.end()) continue;
+      auto it = std::find_if(schema.begin(), schema.end(),
+                             [&](const ParamInfo& s) { return s.key == key; });
+      if (it == schema.end()) {
+        std::string w = overrides.count(&v) ? where(v) : where(k.source());
+        std::string msg = "unknown key '" + key + "' in " + section;
+        if (auto s = did_you_mean(key, known); !s.empty())
+          msg += "; did you mean '" + s + "'?";
+        else {
+          msg += "; known keys:";
+          for (const auto& kk : known) msg += " " + kk;
+        }
+        throw error(w, msg);
+      }
+      Params::Impl::Entry e;
+      e.type = it->type;
+      e.value = convert(v, it->type, key, section);
+      e.where = where(v);
+      e.set = true;
+      P.entries[key] = std::move(e);
+    }
+    for (const auto& s : schema) {
+      if (P.entries.count(s.key)) continue;
+      Params::Impl::Entry e;
+      e.type = s.type;
+      if (!s.default_toml) {
+        throw error(where(tbl.source()),
+                    "missing required key '" + s.key + "' in " + section + " (" +
+                        type_phrase(s.type) + ": " + s.help + ")");
+      }
+      auto doc = toml::parse("v = " + *s.default_toml);
+      e.value = convert(*doc.get("v"), s.type, s.key, section);
+      e.set = true;
+      P.entries[s.key] = std::move(e);
+    }
+    return params;
+  }
+
+  void apply_set(const std::string& set);
+  void validate_builtin();
+  const toml::table* hook_table(std::size_t i) const;
+  Params plugin_params(const toml::table& tbl, const PluginInfo& info, const std::string& section,
+                       const std::vector<std::string>& reserved,
+                       const std::string& instance) const {
+    return validate(tbl, info.params, section, reserved, info.name, instance);
+  }
+};
+
+Config::Config() : impl_(std::make_unique<Impl>()) {}
+Config::Config(Config&&) noexcept = default;
+Config& Config::operator=(Config&&) noexcept = default;
+Config::~Config() = default;
+
+void Config::Impl::apply_set(const std::string& set) {
+  const std::string label = "--set " + set;
+  auto eq = set.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(label + ": expected SECTION.KEY=VALUE, e.g. --set trainer.epochs=1");
+  const std::string lhs = set.substr(0, eq), value = set.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (std::size_t s = 0;;) {
+    auto dot = lhs.find('.', s);
+    parts.push_back(lhs.substr(s, dot == std::string::npos ? std::string::npos : dot - s));
+    if (dot == std::string::npos) break;
+    s = dot + 1;
+  }
+  toml::table* target = nullptr;
+  std::string key;
+  if (parts.size() == 2 && parts[0] != "hooks") {
+    if (std::find(kTopLevel.begin(), kTopLevel.end(), parts[0]) == kTopLevel.end()) {
+      std::string msg = label + ": unknown section '" + parts[0] + "'";
+      if (auto s = did_you_mean(parts[0], kTopLevel); !s.empty())
+        msg += "; did you mean '" + s + "'?";
+      throw ConfigError(msg);
+    }
+    if (!root.contains(parts[0])) root.insert(parts[0], toml::table{});
+    target = root.get(parts[0])->as_table();
+    if (!target) throw ConfigError(label + ": '" + parts[0] + "' is not a table in " + path);
+    key = parts[1];
+  } else if (parts.size() == 3 && parts[0] == "hooks") {
+    auto* arr = root.get("hooks") ? root.get("hooks")->as_array() : nullptr;
+    std::string names;
+    if (arr)
+      for (auto& n : *arr) {
+        auto* t = n.as_table();
+        if (!t) continue;
+        std::string inst = (*t)["name"].value_or((*t)["plugin"].value_or(std::string()));
+        names += " " + inst;
+        if (inst == parts[1]) target = t;
+      }
+    if (!target)
+      throw ConfigError(label + ": no [[hooks]] instance named '" + parts[1] +
+                        "' in " + path + (names.empty() ? "" : " (instances:" + names + ")"));
+    key = parts[2];
+  } else {
+    throw ConfigError(label + ": expected SECTION.KEY=VALUE or hooks.INSTANCE.KEY=VALUE");
+  }
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed.insert("v", value);  // not a TOML literal: take it as a string
+  }
+  target->insert_or_assign(key, std::move(*parsed.get("v")));
+  overrides[target->get(key)] = {label, value};
+}
+
+void Config::Impl::validate_builtin() {
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    if (std::find(kTopLevel.begin(), kTopLevel.end(), key) != kTopLevel.end()) continue;
+    std::string msg = "unknown top-level key '" + key + "'";
+    if (auto s = did_you_mean(key, kTopLevel); !s.empty())
+      msg += "; did you mean '" + s + "'?";
+    else
+      msg += "; a config has [trainer], [task], [optimizer], [[hooks]] and [plugins]";
+    throw error(where(k.source()), msg);
+  }
+  auto section_table = [&](const std::string& name) -> const toml::table* {
+    auto* n = root.get(name);
+    if (!n) return nullptr;
+    auto* t = n->as_table();
+    if (!t) throw error(where(*n), "'" + name + "' must be a table: [" + name + "]");
+    return t;
+  };
+
+  static const toml::table empty;
+  const toml::table* tt = section_table("trainer");
+  Params tp = validate(tt ? *tt : empty, trainer_schema(), "[trainer]", {}, "trainer", "trainer");
+  trainer.epochs = tp.get_int("epochs");
+  trainer.seed = tp.get_int("seed");
+  trainer.batch_size = tp.get_int("batch_size");
+  trainer.valid_batch_size = tp.get_int("valid_batch_size");
+  trainer.shuffle = tp.get_bool("shuffle");
+  trainer.drop_last = tp.get_bool("drop_last");
+  trainer.max_steps = tp.get_int("max_steps");
+  trainer.log_every = tp.get_int("log_every");
+  trainer.threads = tp.get_int("threads");
+  trainer.device = tp.get_string("device");
+  trainer.nan_policy = tp.get_string("nan_policy");
+  trainer.output_dir = tp.get_string("output_dir");
+  auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg,
+                   const char* section) {
+    if (ok) return;
+    const auto& e = p.impl().entries.at(key);
+    throw error(e.where.empty() ? where(tt ? tt->source() : toml::source_region{}) : e.where,
+                std::string("'") + key + "' in " + section + " " + msg);
+  };
+  check(tp, "epochs", trainer.epochs >= 0, "must be >= 0", "[trainer]");
+  check(tp, "batch_size", trainer.batch_size >= 1, "must be >= 1", "[trainer]");
+  check(tp, "valid_batch_size", trainer.valid_batch_size >= 0, "must be >= 0", "[trainer]");
+  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0", "[trainer]");
+  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0", "[trainer]");
+  check(tp, "threads", trainer.threads >= 0, "must be >= 0", "[trainer]");
+  check(tp, "nan_policy",
+        trainer.nan_policy == "error" || trainer.nan_policy == "skip" ||
+            trainer.nan_policy == "ignore",
+        "must be \"error\", \"skip\" or \"ignore\"", "[trainer]");
+  const auto& dev = trainer.device;
+  check(tp, "device", dev == "cpu" || dev == "auto" || dev.rfind("cuda", 0) == 0,
+        "must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"", "[trainer]");
+
+  const toml::table* ot = section_table("optimizer");
+  has_optimizer = ot != nullptr;
+  Params op = validate(ot ? *ot : empty, optimizer_schema(), "[optimizer]", {}, "optimizer",
+                       "optimizer");
+  optimizer.name = op.get_string("name");
+  optimizer.lr = op.get_float("lr");
+  optimizer.weight_decay = op.get_float("weight_decay");
+  optimizer.weight_decay_set = ot && ot->contains("weight_decay");
+  optimizer.betas = op.get_float_list("betas");
+  optimizer.eps = op.get_float("eps");
+  optimizer.amsgrad = op.get_bool("amsgrad");
+  optimizer.momentum = op.get_float("momentum");
+  optimizer.dampening = op.get_float("dampening");
+  optimizer.nesterov = op.get_bool("nesterov");
+  const auto& name = optimizer.name;
+  check(op, "name", name == "adam" || name == "adamw" || name == "sgd",
+        "must be \"adam\", \"adamw\" or \"sgd\"", "[optimizer]");
+  check(op, "lr", optimizer.lr > 0, "must be > 0", "[optimizer]");
+  check(op, "betas", optimizer.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]",
+        "[optimizer]");
+  if (ot) {
+    const std::vector<std::string> adam_only = {"betas", "eps", "amsgrad"};
+    const std::vector<std::string> sgd_only = {"momentum", "dampening", "nesterov"};
+    const auto& wrong = name == "sgd" ? adam_only : sgd_only;
+    for (const auto& k : wrong)
+      if (auto* n = ot->get(k))
+        throw error(where(*n), "'" + k + "' in [optimizer] does not apply to " + name +
+                                   " (it is for " + (name == "sgd" ? "adam and adamw" : "sgd") +
+                                   "); remove it or change name");
+  }
+
+  if (const toml::table* pt = section_table("plugins")) {
+    for (auto&& [k, v] : *pt) {
+      if (k.str() != "path") {
+        std::string msg = "unknown key '" + std::string(k.str()) + "' in [plugins]";
+        if (did_you_mean(std::string(k.str()), {"path"}) == "path")
+          msg += "; did you mean 'path'?";
+        throw error(where(k.source()), msg);
+      }
+      std::vector<std::string> dirs;
+      if (v.is_string())
+        dirs.push_back(*v.value<std::string>());
+      else if (auto* a = v.as_array()) {
+        for (auto& e : *a) {
+          if (!e.is_string())
+            throw error(where(e), "'path' in [plugins] must be a string or an array of strings");
+          dirs.push_back(*e.value<std::string>());
+        }
+      } else {
+        throw error(where(v), "'path' in [plugins] must be a string or an array of strings");
+      }
+      for (auto& d : dirs) {
+        fs::path p(d);
+        if (p.is_relative()) p = fs::path(path).parent_path() / p;
+        plugin_dirs.push_back(p.lexically_normal().string());
+      }
+    }
+  }
+
+  if (const toml::table* t = section_table("task")) {
+    auto* pn = t->get("plugin");
+    if (!pn) throw error(where(t->source()), "missing required key 'plugin' in [task] (the task "
+                                             "plugin's name, e.g. plugin = \"synthetic\")");
+    if (!pn->is_string())
+      throw error(where(*pn), "'plugin' in [task] must be a string, not " +
+                                  std::string(node_type_name(*pn)));
+    task_plugin = *pn->value<std::string>();
+  }
+
+  if (auto* hn = root.get("hooks")) {
+    auto* arr = hn->as_array();
+    if (!arr || !arr->is_array_of_tables())
+      throw error(where(*hn), "'hooks' must be an array of tables: write each as [[hooks]]");
+    std::map<std::string, std::string> seen;
+    for (auto& n : *arr) {
+      const auto& t = *n.as_table();
+      auto* pn = t.get("plugin");
+      if (!pn) throw error(where(t.source()), "missing required key 'plugin' in [[hooks]]");
+      if (!pn->is_string())
+        throw error(where(*pn), "'plugin' in [[hooks]] must be a string, not " +
+                                    std::string(node_type_name(*pn)));
+      std::string inst = *pn->value<std::string>();
+      if (auto* nn = t.get("name")) {
+        if (!nn->is_string()) throw error(where(*nn), "'name' in [[hooks]] must be a string");
+        inst = *nn->value<std::string>();
+      }
+      if (auto* on = t.get("order"); on && !on->is_integer())
+        throw error(where(*on), "'order' in [hooks." + inst + "] must be an integer, not " +
+                                    node_type_name(*on));
+      if (auto* en = t.get("enabled"); en && !en->is_boolean())
+        throw error(where(*en), "'enabled' in [hooks." + inst + "] must be true or false");
+      if (auto it = seen.find(inst); it != seen.end())
+        throw error(where(t.source()), "a second [[hooks]] instance named '" + inst +
+                                           "' (the first is at " + it->second +
+                                           "); give one of them name = \"...\"");
+      seen[inst] = where(t.source());
+    }
+  }
+}
+
+Config Config::parse(const std::string& text, const std::string& path,
+                     const std::vector<std::string>& sets) {
+  Config c;
+  auto& I = *c.impl_;
+  I.path = fs::absolute(path).lexically_normal().string();
+  try {
+    I.root = toml::parse(text, I.path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(I.where(e.source()) + ": TOML syntax error: " + std::string(e.description()));
+  }
+  for (const auto& s : sets) I.apply_set(s);
+  I.validate_builtin();
+  return c;
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& sets) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot read the config file (does it exist?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path, sets);
+}
+
+const std::string& Config::path() const { return impl_->path; }
+const TrainerOptions& Config::trainer() const { return impl_->trainer; }
+const OptimizerOptions& Config::optimizer() const { return impl_->optimizer; }
+bool Config::has_optimizer() const { return impl_->has_optimizer; }
+bool Config::has_task() const { return !impl_->task_plugin.empty(); }
+const std::string& Config::task_plugin() const { return impl_->task_plugin; }
+const std::vector<std::string>& Config::plugin_dirs() const { return impl_->plugin_dirs; }
+
+std::vector<std::string> Config::search_path(const std::vector<std::string>& extra) const {
+  std::vector<std::string> dirs = extra;
+  dirs.insert(dirs.end(), impl_->plugin_dirs.begin(), impl_->plugin_dirs.end());
+  return plugin_search_path(dirs);
+}
+
+std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
+  std::vector<HookEntry> out;
+  auto* hn = impl_->root.get("hooks");
+  if (!hn) return out;
+  for (auto& n : *hn->as_array()) {
+    const auto& t = *n.as_table();
+    if (!t["enabled"].value_or(true)) continue;
+    const std::string plugin = *t["plugin"].value<std::string>();
+    const std::string inst = t["name"].value_or(plugin);
+    std::shared_ptr<const PluginLibrary> lib;
+    try {
+      lib = finder.find(plugin);
+    } catch (const PluginError& e) {
+      throw ConfigError(impl_->where(*t.get("plugin")) + ": " + e.what());
+    }
+    if (lib->info().kind != PluginKind::hook)
+      throw ConfigError(impl_->where(*t.get("plugin")) + ": plugin '" + plugin +
+                        "' is a task plugin; use it as [task] plugin = \"" + plugin + "\"");
+    Params p = impl_->plugin_params(t, lib->info(), "[hooks." + inst + "]", kHookReserved, inst);
+    HookEntry e;
+    e.plugin = plugin;
+    e.instance = inst;
+    e.order = static_cast<int>(t["order"].value_or<std::int64_t>(lib->info().default_order));
+    e.main_process_only = lib->info().main_process_only;
+    e.library = lib->info().path;
+    try {
+      e.hook = lib->create_hook(p);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& ex) {
+      throw ConfigError(impl_->where(t.source()) + ": plugin '" + plugin + "' (instance '" +
+                        inst + "') could not start: " + ex.what());
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+namespace {
+const toml::table& task_table(const Config::Impl& I) {
+  if (I.task_plugin.empty())
+    throw ConfigError(I.path + ": no [task] table; add one naming the task plugin, e.g.\n"
+                               "[task]\nplugin = \"synthetic\"");
+  return *I.root.get("task")->as_table();
+}
+}  // namespace
+
+void Config::check_task(const PluginFinder& finder) const {
+  const auto& t = task_table(*impl_);
+  std::shared_ptr<const PluginLibrary> lib;
+  try {
+    lib = finder.find(impl_->task_plugin);
+  } catch (const PluginError& e) {
+    throw ConfigError(impl_->where(*t.get("plugin")) + ": " + e.what());
+  }
+  if (lib->info().kind != PluginKind::task)
+    throw ConfigError(impl_->where(*t.get("plugin")) + ": plugin '" + impl_->task_plugin +
+                      "' is a hook plugin; enable it under [[hooks]] and name a task plugin "
+                      "in [task]");
+  impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
+}
+
+std::shared_ptr<Task> Config::make_task(const PluginFinder& finder) const {
+  check_task(finder);
+  const auto& t = task_table(*impl_);
+  auto lib = finder.find(impl_->task_plugin);
+  Params p = impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
+  try {
+    return lib->create_task(p);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& ex) {
+    throw std::runtime_error("task plugin '" + impl_->task_plugin + "' could not start: " +
+                             ex.what());
+  }
+}
+
+}  // namespace wick

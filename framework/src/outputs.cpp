@@ -1,0 +1,83 @@
+#include "wick/outputs.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <cstring>
+#include <stdexcept>
+
+namespace wick {
+
+namespace {
+// JSON has no NaN or infinity: write null so that readers do not choke.
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+}  // namespace
+
+std::string record_to_json(const Record& r) {
+  nlohmann::ordered_json j;
+  j["kind"] = r.kind == Record::Kind::step ? "step" : "epoch";
+  j["epoch"] = r.epoch;
+  j["step"] = r.step;
+  j["samples_seen"] = r.samples_seen;
+  j["time_s"] = r.time_s;
+  for (const auto& [k, v] : r.values) j[k] = number(v);
+  return j.dump();
+}
+
+void write_file_atomic(const std::filesystem::path& file, const std::string& bytes) {
+  const auto tmp = file.string() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(err));
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot flush '" + tmp + "': " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), file.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + file.string() +
+                             "': " + std::strerror(err));
+  }
+  int dfd = ::open(file.parent_path().empty() ? "." : file.parent_path().c_str(),
+                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_summary(const std::filesystem::path& file, const Summary& s) {
+  nlohmann::ordered_json j;
+  j["status"] = s.status;
+  if (!s.error.empty()) j["error"] = s.error;
+  if (!s.stop_reason.empty()) j["stop_reason"] = s.stop_reason;
+  j["epochs"] = s.epochs;
+  j["optimizer_steps"] = s.optimizer_steps;
+  j["micro_steps"] = s.micro_steps;
+  j["samples_seen"] = s.samples_seen;
+  j["skipped_steps"] = s.skipped_steps;
+  j["cancelled_steps"] = s.cancelled_steps;
+  j["cancelled_epochs"] = s.cancelled_epochs;
+  j["num_processes"] = s.num_processes;
+  j["train_samples_per_s"] = number(s.train_samples_per_s);
+  j["wall_s"] = number(s.wall_s);
+  for (const auto& [k, v] : s.valid) j[k] = number(v);
+  j["model_fingerprint"] = s.model_fingerprint;
+  write_file_atomic(file, j.dump(2) + "\n");
+}
+
+}  // namespace wick

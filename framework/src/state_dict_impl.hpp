@@ -1,0 +1,18 @@
+// Private: storage behind wick::StateDict (needs LibTorch).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <variant>
+
+#include "wick/state_dict.hpp"
+
+namespace wick {
+
+struct StateDict::Impl {
+  std::map<std::string, std::variant<std::int64_t, double, std::string, at::Tensor>> values;
+};
+
+}  // namespace wick

@@ -1,0 +1,79 @@
+// The hook contract: a hook subscribes to lifecycle points and stage chains in connect(),
+// may carry state into checkpoints, and may cancel work by throwing a Cancel.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "wick/metrics.hpp"
+#include "wick/points.hpp"
+#include "wick/version.hpp"
+
+namespace wick {
+
+class Context;
+class StateDict;
+
+// Thrown by a hook to abandon the rest of a step, an epoch or the whole fit. The trainer
+// fires after_cancel, then carries on after that scope (step, epoch) or ends the fit.
+// Exported so that a catch in the host matches a throw in a plugin built with hidden visibility.
+struct WICK_EXPORT Cancel : std::exception {};
+struct WICK_EXPORT CancelStep : Cancel {
+  const char* what() const noexcept override { return "step cancelled"; }
+};
+struct WICK_EXPORT CancelEpoch : Cancel {
+  const char* what() const noexcept override { return "epoch cancelled"; }
+};
+struct WICK_EXPORT CancelFit : Cancel {
+  const char* what() const noexcept override { return "fit cancelled"; }
+};
+
+// The rest of a stage chain. Call it to pass on; do not call it to stop the stage (for
+// optimizer_step that means "the optimizer did not step"). Returns what the rest returned.
+class Next {
+ public:
+  struct Chain;
+  Next(const Chain* chain, std::size_t index, Context* ctx)
+      : chain_(chain), index_(index), ctx_(ctx) {}
+  bool operator()() const;
+
+ private:
+  const Chain* chain_;
+  std::size_t index_;
+  Context* ctx_;
+};
+
+using PointFn = std::function<void(Context&)>;
+using StageFn = std::function<bool(Context&, Next)>;
+
+// What a hook subscribes to; filled in Hook::connect().
+class Registrar {
+ public:
+  virtual ~Registrar() = default;
+  // Call fn at point p, at this hook instance's order.
+  virtual void on(Point p, PointFn fn) = 0;
+  // Add a handler to stage s, at this hook instance's order (lower runs first, nearer the
+  // caller; the default runs last).
+  virtual void stage(Stage s, StageFn fn) = 0;
+  // This instance's handler in stage s must come after the named plugin's handler when both
+  // are enabled (e.g. clipping after unscaling); checked once at start, with the fix named.
+  virtual void require_after(Stage s, const std::string& plugin, const std::string& why) = 0;
+  // Receive every metrics record (per logged step and per epoch) after it is written to
+  // metrics.jsonl: the one extension point for metrics sinks (CSV, progress displays).
+  virtual void on_record(std::function<void(const Record&)> fn) = 0;
+};
+
+class Hook {
+ public:
+  virtual ~Hook() = default;
+  virtual void connect(Registrar& r) = 0;
+  // Checkpoint state, keyed by instance name by the host. Only called when has_state().
+  virtual bool has_state() const { return false; }
+  virtual void save_state(StateDict& /*out*/) const {}
+  virtual void load_state(const StateDict& /*in*/) {}
+};
+
+}  // namespace wick

@@ -1,0 +1,67 @@
+// Declared plugin parameters and the validated values a plugin's factory receives.
+// The host checks the TOML table against the declaration before the factory runs, so a
+// plugin only reads keys it declared, with the types it declared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wick/version.hpp"
+
+namespace wick {
+
+enum class ParamType : std::uint8_t {
+  boolean,
+  integer,
+  floating,  // accepts integers too
+  string,
+  int_list,
+  float_list,
+  string_list,
+};
+std::string_view to_string(ParamType t);
+
+// A configuration error with its place: "FILE:LINE:COL: message" (or "--set KEY: message").
+class WICK_EXPORT ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Values of one plugin instance's table. Getters throw ConfigError for an undeclared key
+// (a plugin bug, not a user error), so typos cannot slip through silently.
+class WICK_EXPORT Params {
+ public:
+  Params();
+  ~Params();
+  Params(Params&&) noexcept;
+  Params& operator=(Params&&) noexcept;
+
+  const std::string& plugin() const;    // plugin name
+  const std::string& instance() const;  // instance name (defaults to the plugin name)
+
+  bool has(std::string_view key) const;  // set in the config, or declared with a default
+  bool get_bool(std::string_view key) const;
+  std::int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;
+  std::string get_string(std::string_view key) const;
+  std::vector<std::int64_t> get_int_list(std::string_view key) const;
+  std::vector<double> get_float_list(std::string_view key) const;
+  std::vector<std::string> get_string_list(std::string_view key) const;
+
+  // An error about a value, placed at the key's position: throw p.error("max_norm", "must
+  // be > 0"). Use it for checks the declared type cannot express.
+  ConfigError error(std::string_view key, std::string_view message) const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wick

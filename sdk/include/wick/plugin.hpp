@@ -1,0 +1,203 @@
+// Declaring and exporting a plugin. One macro, WICK_PLUGIN(Class, definition), exports
+// through Boost.DLL a plain C info record (read and version-checked by the host before any
+// C++ object crosses the boundary) and a factory that builds Class from validated Params.
+//
+//   WICK_PLUGIN(MyHook, wick::PluginDef("my_hook", "1.0.0", "What it does in one line")
+//                           .order(5)
+//                           .param_float("scale", 1.0, "what scale means"))
+#pragma once
+
+#include <boost/dll/alias.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "wick/hook.hpp"
+#include "wick/params.hpp"
+#include "wick/version.hpp"
+
+extern "C" {
+// Plain data only: the host reads these fields before trusting anything else in the library.
+struct wick_param_info {
+  const char* key;
+  std::uint32_t type;        // wick::ParamType
+  const char* default_toml;  // TOML literal of the default, or nullptr when required
+  const char* help;
+};
+struct wick_plugin_info {
+  std::uint32_t magic;  // WICK_INFO_MAGIC
+  std::uint16_t api_major;
+  std::uint16_t api_minor;
+  const char* name;
+  const char* version;
+  std::uint32_t kind;  // 0 hook, 1 task
+  const char* description;
+  std::int32_t default_order;
+  std::uint32_t flags;  // bit 0: main process only
+  const wick_param_info* params;
+  std::uint32_t num_params;
+};
+}
+
+namespace wick {
+
+class Task;
+enum class PluginKind : std::uint32_t { hook = 0, task = 1 };
+inline constexpr std::uint32_t kMainProcessOnly = 1u;
+
+// Builder for a plugin's info record; lives in the plugin's static storage.
+class PluginDef {
+ public:
+  PluginDef(std::string name, std::string version, std::string description)
+      : name_(std::move(name)), version_(std::move(version)), description_(std::move(description)) {}
+
+  // Default position among hooks (lower first); a config may override it per instance.
+  PluginDef& order(int o) { order_ = o; return *this; }
+  // Run on the main process (rank 0) only, in data-parallel runs.
+  PluginDef& main_process_only() { flags_ |= kMainProcessOnly; return *this; }
+
+  PluginDef& param_bool(std::string key, bool def, std::string help) {
+    return add(std::move(key), ParamType::boolean, def ? "true" : "false", std::move(help));
+  }
+  PluginDef& param_int(std::string key, std::int64_t def, std::string help) {
+    return add(std::move(key), ParamType::integer, std::to_string(def), std::move(help));
+  }
+  PluginDef& param_float(std::string key, double def, std::string help) {
+    return add(std::move(key), ParamType::floating, float_literal(def), std::move(help));
+  }
+  PluginDef& param_string(std::string key, std::string def, std::string help) {
+    return add(std::move(key), ParamType::string, quote(def), std::move(help));
+  }
+  PluginDef& param_int_list(std::string key, const std::vector<std::int64_t>& def,
+                            std::string help) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < def.size(); ++i) s += (i ? ", " : "") + std::to_string(def[i]);
+    return add(std::move(key), ParamType::int_list, s + "]", std::move(help));
+  }
+  PluginDef& param_float_list(std::string key, const std::vector<double>& def, std::string help) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < def.size(); ++i) s += (i ? ", " : "") + float_literal(def[i]);
+    return add(std::move(key), ParamType::float_list, s + "]", std::move(help));
+  }
+  PluginDef& param_string_list(std::string key, const std::vector<std::string>& def,
+                               std::string help) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < def.size(); ++i) s += (i ? ", " : "") + quote(def[i]);
+    return add(std::move(key), ParamType::string_list, s + "]", std::move(help));
+  }
+  // A key the config must set; it has no default.
+  PluginDef& param_required(std::string key, ParamType type, std::string help) {
+    params_.push_back({std::move(key), type, std::string(), false, std::move(help)});
+    return *this;
+  }
+
+  const wick_plugin_info* info(PluginKind kind) {
+    c_params_.clear();
+    for (const auto& p : params_)
+      c_params_.push_back({p.key.c_str(), static_cast<std::uint32_t>(p.type),
+                           p.has_default ? p.def.c_str() : nullptr, p.help.c_str()});
+    info_ = {WICK_INFO_MAGIC,
+             WICK_API_MAJOR,
+             WICK_API_MINOR,
+             name_.c_str(),
+             version_.c_str(),
+             static_cast<std::uint32_t>(kind),
+             description_.c_str(),
+             order_,
+             flags_,
+             c_params_.data(),
+             static_cast<std::uint32_t>(c_params_.size())};
+    return &info_;
+  }
+
+ private:
+  struct Param {
+    std::string key;
+    ParamType type;
+    std::string def;
+    bool has_default;
+    std::string help;
+  };
+  PluginDef& add(std::string key, ParamType type, std::string def, std::string help) {
+    params_.push_back({std::move(key), type, std::move(def), true, std::move(help)});
+    return *this;
+  }
+  static std::string quote(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+  static std::string float_literal(double v);
+
+  std::string name_, version_, description_;
+  int order_ = 0;
+  std::uint32_t flags_ = 0;
+  std::vector<Param> params_;
+  std::vector<wick_param_info> c_params_;
+  wick_plugin_info info_{};
+};
+
+namespace detail {
+template <class T>
+constexpr PluginKind kind_of() {
+  static_assert(std::is_base_of_v<Hook, T> || std::is_base_of_v<Task, T>,
+                "WICK_PLUGIN: the class must derive from wick::Hook or wick::Task");
+  if constexpr (std::is_base_of_v<Hook, T>)
+    return PluginKind::hook;
+  else
+    return PluginKind::task;
+}
+template <class T>
+void* create(const Params& p) {
+  static_assert(std::is_constructible_v<T, const Params&>,
+                "WICK_PLUGIN: the class needs a constructor taking const wick::Params&");
+  if constexpr (std::is_base_of_v<Hook, T>)
+    return static_cast<Hook*>(new T(p));
+  else
+    return static_cast<Task*>(new T(p));
+}
+// Objects are deleted by the code that made them (same allocator, same library).
+template <class T>
+void destroy(void* p) {
+  if constexpr (std::is_base_of_v<Hook, T>)
+    delete static_cast<Hook*>(p);
+  else
+    delete static_cast<Task*>(p);
+}
+}  // namespace detail
+
+using InfoFn = const wick_plugin_info*();
+using CreateFn = void*(const Params&);
+using DestroyFn = void(void*);
+
+}  // namespace wick
+
+// The three exported names the host looks up (Boost.DLL aliases, see boost/dll/alias.hpp).
+#define WICK_PLUGIN(Class, definition)                                          \
+  namespace {                                                                   \
+  const wick_plugin_info* wick_info_impl_() {                                   \
+    static ::wick::PluginDef def = (definition);                                \
+    static const wick_plugin_info* info = def.info(::wick::detail::kind_of<Class>()); \
+    return info;                                                                \
+  }                                                                             \
+  void* wick_create_impl_(const ::wick::Params& p) { return ::wick::detail::create<Class>(p); } \
+  void wick_destroy_impl_(void* p) { ::wick::detail::destroy<Class>(p); }       \
+  }                                                                             \
+  BOOST_DLL_ALIAS(wick_info_impl_, wick_plugin_info)                            \
+  BOOST_DLL_ALIAS(wick_create_impl_, wick_plugin_create)                        \
+  BOOST_DLL_ALIAS(wick_destroy_impl_, wick_plugin_destroy)
+
+// Inline so that describing a plugin needs nothing from libwick. %.15g round-trips the
+// decimal literals people write (0.001, 1e-8); TOML wants a '.' or exponent in a float.
+inline std::string wick::PluginDef::float_literal(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}

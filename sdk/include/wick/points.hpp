@@ -1,0 +1,37 @@
+// The eleven lifecycle points the trainer fires and the three stages it delegates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace wick {
+
+// In the order a fit first reaches them.
+enum class Point : std::uint8_t {
+  before_fit,
+  before_epoch,
+  before_step,
+  after_pred,
+  after_loss,
+  after_backward,
+  after_step,
+  before_valid,
+  after_epoch,
+  after_fit,
+  after_cancel,
+};
+inline constexpr std::size_t kNumPoints = 11;
+
+// Work the trainer never does itself: each stage is a chain of handlers ending in a default
+// (loss.backward(), optimizer.step(), optimizer.zero_grad()).
+enum class Stage : std::uint8_t { backward, optimizer_step, zero_grad };
+inline constexpr std::size_t kNumStages = 3;
+
+std::string_view to_string(Point p);
+std::string_view to_string(Stage s);
+std::optional<Point> point_from_string(std::string_view name);
+std::optional<Stage> stage_from_string(std::string_view name);
+
+}  // namespace wick

@@ -1,0 +1,15 @@
+// SDK API version and symbol-export macros. A plugin records the version it was built
+// against; the host loads it when the majors are equal and the plugin's minor is not newer.
+#pragma once
+
+#define WICK_API_MAJOR 1
+#define WICK_API_MINOR 0
+
+// "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
+#define WICK_INFO_MAGIC 0x5749434Bu
+
+#if defined(_WIN32)
+#define WICK_EXPORT __declspec(dllexport)
+#else
+#define WICK_EXPORT __attribute__((visibility("default")))
+#endif

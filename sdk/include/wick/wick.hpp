@@ -1,0 +1,12 @@
+// Everything a hook plugin needs (torch-free). Task plugins also include wick/task.hpp.
+#pragma once
+
+#include "wick/context.hpp"
+#include "wick/hook.hpp"
+#include "wick/metrics.hpp"
+#include "wick/params.hpp"
+#include "wick/plugin.hpp"
+#include "wick/points.hpp"
+#include "wick/state.hpp"
+#include "wick/state_dict.hpp"
+#include "wick/version.hpp"
