@@ -1,0 +1,34 @@
+// Subcommands of `wick`: each file under framework/cli/ adds its own with one add_*
+// function called from main.cpp. Exit codes: 0 done, 1 failed, 2 usage or config error,
+// 130 interrupted.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace wick::cli {
+
+constexpr int kOk = 0, kFailed = 1, kUsage = 2;
+
+struct Subcommand {
+  CLI::App* app;
+  std::function<int()> run;
+};
+using Registry = std::vector<Subcommand>;
+
+// Arguments shared by the subcommands that read a config.
+struct ConfigArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::vector<std::string> plugin_paths;
+};
+void add_config_args(CLI::App* cmd, ConfigArgs& a);
+std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
+// Runs body; configuration and plugin errors become exit code 2, others 1, with the message.
+int guarded(const std::function<int()>& body);
+
+void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, plugins
+
+}  // namespace wick::cli

@@ -1,0 +1,161 @@
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.hpp"
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
+#include "wick/schedule.hpp"
+#include "wick/trainer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wick::cli {
+
+void add_config_args(CLI::App* cmd, ConfigArgs& a) {
+  cmd->add_option("CONFIG", a.config, "TOML config file")->required();
+  cmd->add_option("--set", a.sets, "override a key: SECTION.KEY=VALUE or hooks.NAME.KEY=VALUE")
+      ->type_name("K=V");
+  cmd->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
+      ->type_name("DIR");
+}
+
+std::vector<std::string> absolute_all(const std::vector<std::string>& dirs) {
+  std::vector<std::string> out;
+  for (const auto& d : dirs) out.push_back(fs::absolute(d).lexically_normal().string());
+  return out;
+}
+
+int guarded(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "wick: %s\n", e.what());
+    return kUsage;
+  } catch (const PluginError& e) {
+    std::fprintf(stderr, "wick: %s\n", e.what());
+    return kUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick: error: %s\n", e.what());
+    return kFailed;
+  }
+}
+
+namespace {
+
+void print_libraries(const std::vector<wick::HookEntry>& hooks, const std::string& task_lib) {
+  std::printf("\nLibraries:\n");
+  if (!task_lib.empty()) std::printf("  task: %s\n", task_lib.c_str());
+  for (const auto& h : hooks)
+    std::printf("  %s: %s\n", h.instance.c_str(), h.library.c_str());
+}
+
+int cmd_describe(const ConfigArgs& a) {
+  return guarded([&] {
+    auto cfg = wick::Config::load(a.config, a.sets);
+    wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+    std::string task_lib;
+    if (cfg.has_task()) {
+      cfg.check_task(finder);
+      task_lib = finder.find(cfg.task_plugin())->info().path;
+    }
+    auto hooks = cfg.make_hooks(finder);
+    wick::ScheduleTable table;
+    wick::connect_hooks(hooks, 0, nullptr, table);
+    std::fputs(wick::describe_markdown(table).c_str(), stdout);
+    print_libraries(hooks, task_lib);
+    return kOk;
+  });
+}
+
+int cmd_check(const ConfigArgs& a) {
+  return guarded([&] {
+    auto cfg = wick::Config::load(a.config, a.sets);
+    wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+    if (cfg.has_task()) cfg.check_task(finder);
+    auto hooks = cfg.make_hooks(finder);
+    wick::ScheduleTable table;
+    wick::connect_hooks(hooks, 0, nullptr, table);
+    std::printf("%s: ok (task %s, %zu hook%s)\n", cfg.path().c_str(),
+                cfg.has_task() ? cfg.task_plugin().c_str() : "(none)", hooks.size(),
+                hooks.size() == 1 ? "" : "s");
+    return kOk;
+  });
+}
+
+int cmd_plugins(const std::vector<std::string>& plugin_paths) {
+  return guarded([&] {
+    wick::PluginFinder finder(wick::plugin_search_path(absolute_all(plugin_paths)));
+    auto scan = finder.scan();
+    std::printf("Plugin folders searched:\n");
+    for (const auto& d : finder.dirs()) std::printf("  %s\n", d.c_str());
+    for (const auto& lib : scan.plugins) {
+      const auto& i = lib->info();
+      std::printf("\n%s %s (%s%s, order %d, SDK %d.%d)\n  %s\n  %s\n", i.name.c_str(),
+                  i.version.c_str(), i.kind == wick::PluginKind::task ? "task" : "hook",
+                  i.main_process_only ? ", main process only" : "", i.default_order,
+                  i.api_major, i.api_minor, i.description.c_str(), i.path.c_str());
+      for (const auto& p : i.params)
+        std::printf("    %-18s %-12s %-16s %s\n", p.key.c_str(),
+                    std::string(wick::to_string(p.type)).c_str(),
+                    p.default_toml ? p.default_toml->c_str() : "(required)", p.help.c_str());
+    }
+    for (const auto& msg : scan.problems) std::fprintf(stderr, "wick: skipped: %s\n", msg.c_str());
+    if (scan.plugins.empty()) std::printf("\n(no plugins found)\n");
+    return kOk;
+  });
+}
+
+int cmd_fit(const ConfigArgs& a, const std::string& resume) {
+  std::unique_ptr<wick::Trainer> trainer;
+  int rc = guarded([&] {
+    auto cfg = wick::Config::load(a.config, a.sets);
+    wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+    wick::RunInfo run;
+    run.resume = resume;
+    trainer = wick::make_trainer(cfg, finder, run);
+    trainer->connect();
+    return kOk;
+  });
+  if (rc != kOk) return rc;
+  auto res = trainer->fit();
+  const auto& st = trainer->state();
+  const auto& rec = trainer->context().last_record();
+  std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",
+              wick::to_string(res.status), static_cast<long long>(st.epoch + 1),
+              static_cast<long long>(st.optimizer_step), static_cast<long long>(st.samples_seen));
+  for (const auto& [k, v] : rec.values)
+    if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);
+  std::printf("\nwick: run directory %s\n", trainer->run().output_dir.c_str());
+  if (!res.stop_reason.empty()) std::printf("wick: stopped: %s\n", res.stop_reason.c_str());
+  if (res.status == wick::FitResult::Status::failed)
+    std::fprintf(stderr, "wick: training failed: %s\n", res.error.c_str());
+  return res.exit_code();
+}
+
+}  // namespace
+
+void add_core_commands(CLI::App& app, Registry& r) {
+  static ConfigArgs fit_args, describe_args, check_args;
+  static std::string resume;
+  static std::vector<std::string> plugin_paths;
+
+  auto* fit = app.add_subcommand("fit", "train the task of CONFIG with its hooks");
+  add_config_args(fit, fit_args);
+  fit->add_option("--resume", resume, "continue from a checkpoint: latest or a PATH");
+  r.push_back({fit, [] { return cmd_fit(fit_args, resume); }});
+
+  auto* describe = app.add_subcommand(
+      "describe", "print which hook runs at which point and the stage chains (trains nothing)");
+  add_config_args(describe, describe_args);
+  r.push_back({describe, [] { return cmd_describe(describe_args); }});
+
+  auto* check = app.add_subcommand("check", "validate CONFIG and its plugins' parameters");
+  add_config_args(check, check_args);
+  r.push_back({check, [] { return cmd_check(check_args); }});
+
+  auto* plugins = app.add_subcommand("plugins", "list the plugins found, with their parameters");
+  plugins->add_option("--plugin-path", plugin_paths, "search this folder first")->type_name("DIR");
+  r.push_back({plugins, [] { return cmd_plugins(plugin_paths); }});
+}
+
+}  // namespace wick::cli

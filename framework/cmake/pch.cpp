@@ -1,0 +1,1 @@
+// Builds the precompiled <torch/torch.h> that plugins, tests and benchmarks reuse.

@@ -1,0 +1,1 @@
+wick_add_test(test_smoke SOURCES test_smoke.cpp)

@@ -1,0 +1,114 @@
+#include "support.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace wick::test {
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "wick-test-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  // Make read-only folders made by fault tests removable again.
+  for (auto it = fs::recursive_directory_iterator(path_, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(path_, ec);
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + p.string());
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(p));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+namespace {
+std::string slurp(int fd) {
+  std::string s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return s;
+}
+}  // namespace
+
+RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
+  posix_spawn_file_actions_addclose(&fa, err_pipe[0]);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // Extra variables first: getenv() returns the first match.
+  std::vector<char*> envp;
+  for (auto it = env.rbegin(); it != env.rend(); ++it) envp.push_back(const_cast<char*>(it->c_str()));
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) throw std::runtime_error("cannot run " + argv[0]);
+  RunResult r;
+  std::thread t([&] { r.err = slurp(err_pipe[0]); });
+  r.out = slurp(out_pipe[0]);
+  t.join();
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
+  return r;
+}
+
+RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  std::vector<std::string> argv = {WICK_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, env);
+}
+
+std::string test_plugins_toml() {
+  return std::string("[plugins]\npath = \"") + WICK_TEST_PLUGIN_DIR + "\"\n";
+}
+
+}  // namespace wick::test

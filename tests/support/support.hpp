@@ -1,0 +1,46 @@
+// Helpers shared by the tests: temporary folders, files, running the wick command.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace wick::test {
+
+namespace fs = std::filesystem;
+
+// A fresh folder under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& s) const { return path_ / s; }
+
+ private:
+  fs::path path_;
+};
+
+void write_file(const fs::path& p, const std::string& text);
+std::string read_file(const fs::path& p);
+nlohmann::json read_json(const fs::path& p);
+std::vector<nlohmann::json> read_jsonl(const fs::path& p);
+
+struct RunResult {
+  int exit_code = -1;  // exit status, or 128 + signal when killed by one
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+// Runs a program with arguments (no shell), waits, captures both streams.
+RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+// Runs build/bin/wick with the arguments.
+RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+
+// The [plugins] line that makes a config find the test-only plugins.
+std::string test_plugins_toml();
+
+}  // namespace wick::test
