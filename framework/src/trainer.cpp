@@ -137,6 +137,12 @@ struct Trainer::Impl {
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
   std::int64_t start_epoch = 0, start_batch = 0;
   std::function<void(at::Tensor&)> all_reduce;
+  std::function<bool(bool, bool)> stop_agreement;
+  std::function<void()> barrier;
+
+  bool agreed_stop(bool epoch_end) {
+    return stop_agreement ? stop_agreement(stop, epoch_end) : stop;
+  }
 
   void emit(Point p) {
     if (!has_slots[static_cast<std::size_t>(p)]) return;
@@ -337,6 +343,13 @@ Context& Trainer::context() { return impl_->ctx; }
 void Trainer::set_all_reduce(std::function<void(at::Tensor&)> sum) {
   impl_->all_reduce = std::move(sum);
 }
+void Trainer::set_stop_agreement(std::function<bool(bool, bool)> agree) {
+  impl_->stop_agreement = std::move(agree);
+}
+void Trainer::set_barrier(std::function<void()> fn) { impl_->barrier = std::move(fn); }
+void Trainer::barrier() {
+  if (impl_->barrier) impl_->barrier();
+}
 void Trainer::set_start(std::int64_t epoch, std::int64_t batch) {
   impl_->start_epoch = epoch;
   impl_->start_batch = batch;
@@ -502,11 +515,14 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
         logged_upto = epoch_losses.size();
         write_record(std::move(r));
       }
-      if (opt.max_steps > 0 && state.optimizer_step >= opt.max_steps && !stop) {
+      // max_steps is reached at the same step on every rank; other stop requests may come
+      // from one rank alone, so data-parallel runs agree on them first.
+      const bool max_reached = opt.max_steps > 0 && state.optimizer_step >= opt.max_steps;
+      if (max_reached && !stop) {
         stop = true;
         stop_reason = "max_steps (" + std::to_string(opt.max_steps) + ") reached";
       }
-      if (stop) break;
+      if (max_reached || agreed_stop(false)) break;
     }
   } catch (const CancelEpoch&) {
     ++cancelled_epochs;
@@ -613,6 +629,10 @@ FitResult Trainer::fit() {
     I.open_outputs();
     I.current_where = "before_fit";
     I.emit(Point::before_fit);
+    if (I.state.num_processes > 1 && !I.all_reduce)
+      throw ConfigError("WORLD_SIZE is " + std::to_string(I.state.num_processes) +
+                        " but no hook set up data-parallel training, so the ranks would train "
+                        "apart; add [[hooks]] plugin = \"ddp\" to the config");
     for (std::int64_t e = I.start_epoch; e < I.opt.epochs; ++e) {
       I.state.epoch = e;
       const auto t_epoch = Clock::now();
@@ -634,7 +654,7 @@ FitResult Trainer::fit() {
       I.write_record(std::move(r));
       I.emit(Point::after_epoch);
       I.state.batch_idx = 0;
-      if (I.stop) break;
+      if (I.agreed_stop(true)) break;
     }
     I.emit(Point::after_fit);
     res.stop_reason = I.stop_reason;

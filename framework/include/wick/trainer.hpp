@@ -104,6 +104,14 @@ class Trainer {
   // Data-parallel support, installed by a hook (the ddp plugin): a sum all-reduce over a
   // float64 CPU tensor, used to reduce validation metrics and agree on stop requests.
   void set_all_reduce(std::function<void(at::Tensor&)> sum);
+  // Whether all ranks stop now, given this rank's stop flag; called after every training step
+  // (epoch_end false) and after every epoch (true) on every rank. Without it the local flag
+  // decides. Installed by the ddp plugin, which makes all ranks stop at the same step.
+  void set_stop_agreement(std::function<bool(bool local, bool epoch_end)> agree);
+  // Waits until every rank has called it (no-op when none is installed, e.g. one process).
+  // Hooks that write shared files (checkpoints) call it on every rank around the write.
+  void set_barrier(std::function<void()> fn);
+  void barrier();
 
   // sha256 over the bytes of all parameters and buffers, in order (hex).
   std::string model_fingerprint();

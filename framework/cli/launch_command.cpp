@@ -1,0 +1,89 @@
+// `wick launch` (start data-parallel ranks with torchrun's environment) and the
+// `wick fit CONFIG --nproc N` shorthand, which re-runs this executable through launch.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "commands.hpp"
+#include "wick/launch.hpp"
+
+namespace wick::cli {
+
+namespace {
+
+int run_launch(const LaunchOptions& o) {
+  try {
+    check_launch_options(o);
+    return launch(o).exit_code;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "wick launch: %s\n", e.what());
+    return kUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick launch: error: %s\n", e.what());
+    return kFailed;
+  }
+}
+
+// This process's own command line without "--nproc N" / "--nproc=N", run under launch.
+int relaunch_fit(int nproc) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (std::size_t i = 0; i < all.size();) {
+    std::size_t end = all.find('\0', i);
+    if (end == std::string::npos) end = all.size();
+    args.push_back(all.substr(i, end - i));
+    i = end + 1;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0 || args.empty()) {
+    std::fprintf(stderr, "wick: cannot find this executable to re-run it; use "
+                         "wick launch --nproc N -- wick fit ...\n");
+    return kFailed;
+  }
+  LaunchOptions o;
+  o.nproc = nproc;
+  o.command.emplace_back(exe, static_cast<std::size_t>(n));
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    o.command.push_back(args[i]);
+  }
+  return run_launch(o);
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app, Registry& r) {
+  static LaunchOptions o;
+  auto* c = app.add_subcommand(
+      "launch", "run COMMAND once per data-parallel rank with torchrun's environment variables");
+  c->add_option("--nproc", o.nproc, "ranks to start on this node")->check(CLI::PositiveNumber);
+  c->add_option("--nnodes", o.nnodes, "nodes in the job (each runs its own wick launch)");
+  c->add_option("--node-rank", o.node_rank, "this node's index, 0 .. nnodes-1");
+  c->add_option("--master-addr", o.master_addr, "address of the node with rank 0");
+  c->add_option("--master-port", o.master_port,
+                "rendezvous port on the master (default: a free one; required with --nnodes > 1)");
+  c->add_option("--grace", o.grace_s, "seconds between SIGTERM and SIGKILL when ending ranks");
+  c->add_option("COMMAND", o.command, "the program and its arguments, after --")->required();
+  r.push_back({c, [] { return run_launch(o); }});
+
+  // `wick fit CONFIG --nproc N`: the same run, N ranks on this machine.
+  static int nproc = 1;
+  CLI::App* fit = app.get_subcommand("fit");
+  fit->add_option("--nproc", nproc, "train data-parallel on N local ranks (via wick launch)")
+      ->check(CLI::PositiveNumber);
+  for (auto& s : r)
+    if (s.app == fit) {
+      s.run = [single = s.run] { return nproc > 1 ? relaunch_fit(nproc) : single(); };
+    }
+}
+
+}  // namespace wick::cli

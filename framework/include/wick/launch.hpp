@@ -1,0 +1,44 @@
+// Starting data-parallel ranks: what `wick launch` does, torch-free so that it can be tested
+// with ordinary programs. Each local rank gets torchrun's environment (RANK, LOCAL_RANK,
+// WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT); its output lines are
+// prefixed with "[rank R] "; when one rank fails the others get SIGTERM, then SIGKILL after a
+// grace period, and the result names the first rank that failed and why.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace wick {
+
+struct LaunchOptions {
+  int nproc = 1;       // ranks on this node
+  int nnodes = 1;      // nodes in the job
+  int node_rank = 0;   // this node's index (GROUP_RANK)
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;         // 0: pick a free port (single node only)
+  double grace_s = 5.0;        // SIGTERM -> SIGKILL delay when ending the other ranks
+  std::vector<std::string> command;  // program and arguments, run once per local rank
+};
+
+struct LaunchResult {
+  int exit_code = 0;      // 0 when every rank exited 0; else 1, or 130 when interrupted
+  int failed_rank = -1;   // global rank that failed first (-1: none)
+  std::string reason;     // "exit code 3", "killed by signal 9 (SIGKILL)"
+  int master_port = 0;    // the port used
+};
+
+// Throws std::invalid_argument on bad options (message names the option and the fix).
+void check_launch_options(const LaunchOptions& o);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
+int pick_free_port();
+
+// Runs the ranks and waits for all of them. Prefixed output goes to out / err; the launcher's
+// own messages ("wick launch: ...") go to err.
+LaunchResult launch(const LaunchOptions& o, std::FILE* out = stdout, std::FILE* err = stderr);
+
+// "exit code 3" or "killed by signal 9 (SIGKILL)" for a waitpid status.
+std::string describe_wait_status(int status);
+
+}  // namespace wick

@@ -1,0 +1,264 @@
+#include "wick/launch.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace wick {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void on_signal(int s) { g_signal.store(s); }
+
+using Clock = std::chrono::steady_clock;
+
+struct Rank {
+  int rank = 0, local = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  int fds[2] = {-1, -1};  // stdout, stderr read ends
+  std::string partial[2];
+};
+
+// Writes complete lines of buf, each prefixed; keeps the unfinished tail in partial.
+void emit_lines(std::string& partial, const char* buf, std::size_t n, const std::string& prefix,
+                std::FILE* f) {
+  partial.append(buf, n);
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::fputs(prefix.c_str(), f);
+    std::fwrite(partial.data() + start, 1, nl + 1 - start, f);
+  }
+  partial.erase(0, start);
+  std::fflush(f);
+}
+
+[[noreturn]] void exec_rank(const LaunchOptions& o, const Rank& r, int out_w, int err_w,
+                            pid_t launcher) {
+  // Own process group: a terminal's Ctrl-C reaches the launcher alone, which forwards it once
+  // (the trainer treats a second SIGINT as "exit now"). Die with the launcher.
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) _exit(128 + SIGTERM);
+  dup2(out_w, STDOUT_FILENO);
+  dup2(err_w, STDERR_FILENO);
+  const int world = o.nnodes * o.nproc;
+  setenv("RANK", std::to_string(r.rank).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(r.local).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+  setenv("GROUP_RANK", std::to_string(o.node_rank).c_str(), 1);
+  setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
+  // As torchrun does: several ranks on one node should not each start a thread per core.
+  if (o.nproc > 1) setenv("OMP_NUM_THREADS", "1", 0);
+  std::vector<char*> argv;
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "wick launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+  _exit(127);
+}
+
+}  // namespace
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int s = WTERMSIG(status);
+    const char* name = sigabbrev_np(s);
+    return "killed by signal " + std::to_string(s) + (name ? " (SIG" + std::string(name) + ")" : "");
+  }
+  return "status " + std::to_string(status);
+}
+
+void check_launch_options(const LaunchOptions& o) {
+  if (o.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
+  if (o.nnodes < 1) throw std::invalid_argument("--nnodes must be >= 1");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw std::invalid_argument("--node-rank must be in [0, " + std::to_string(o.nnodes) +
+                                ") for --nnodes " + std::to_string(o.nnodes));
+  if (o.master_port < 0 || o.master_port > 65535)
+    throw std::invalid_argument("--master-port must be in [1, 65535] (0: pick a free one)");
+  if (o.nnodes > 1 && o.master_port == 0)
+    throw std::invalid_argument(
+        "--master-port is required with --nnodes > 1: every node must use the same port");
+  if (o.command.empty())
+    throw std::invalid_argument("no command to run; give it after '--', e.g. "
+                                "wick launch --nproc 2 -- wick fit cfg.toml");
+}
+
+int pick_free_port() {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    int e = errno;
+    close(s);
+    throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(e));
+  }
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
+  check_launch_options(opts);
+  LaunchOptions o = opts;
+  if (o.master_port == 0) o.master_port = pick_free_port();
+  LaunchResult res;
+  res.master_port = o.master_port;
+
+  struct sigaction sa {}, old_int{}, old_term{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  g_signal.store(0);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  std::fflush(out);
+  std::fflush(err);
+
+  std::vector<Rank> ranks(static_cast<std::size_t>(o.nproc));
+  const pid_t self = getpid();
+  for (int i = 0; i < o.nproc; ++i) {
+    Rank& r = ranks[static_cast<std::size_t>(i)];
+    r.local = i;
+    r.rank = o.node_rank * o.nproc + i;
+    int po[2], pe[2];
+    if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) exec_rank(o, r, po[1], pe[1], self);
+    setpgid(pid, pid);  // also here, so that a signal sent right away reaches the group
+    close(po[1]);
+    close(pe[1]);
+    r.pid = pid;
+    r.running = true;
+    r.fds[0] = po[0];
+    r.fds[1] = pe[0];
+  }
+
+  bool ending = false, killed = false, interrupted = false;
+  Clock::time_point kill_at{};
+  // Each rank leads its own process group: signalling the group reaches what it started too
+  // (a shell's children would otherwise keep its output pipe open).
+  auto end_others = [&](int sig) {
+    for (auto& r : ranks) kill(-r.pid, sig);
+  };
+
+  for (;;) {
+    // Output first, so that a failing rank's last words come before the launcher's verdict.
+    std::vector<pollfd> pfds;
+    std::vector<std::pair<Rank*, int>> who;
+    for (auto& r : ranks)
+      for (int k = 0; k < 2; ++k)
+        if (r.fds[k] >= 0) {
+          pfds.push_back({r.fds[k], POLLIN, 0});
+          who.emplace_back(&r, k);
+        }
+    bool any_running = false;
+    for (auto& r : ranks) any_running |= r.running;
+    if (pfds.empty() && !any_running) break;
+    if (!pfds.empty()) {
+      int n = poll(pfds.data(), pfds.size(), 100);
+      if (n > 0) {
+        for (std::size_t i = 0; i < pfds.size(); ++i) {
+          if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          auto [r, k] = who[i];
+          char buf[65536];
+          ssize_t got = read(r->fds[k], buf, sizeof buf);
+          const std::string prefix = "[rank " + std::to_string(r->rank) + "] ";
+          std::FILE* f = k == 0 ? out : err;
+          if (got > 0) {
+            emit_lines(r->partial[k], buf, static_cast<std::size_t>(got), prefix, f);
+          } else if (got == 0 || errno != EINTR) {
+            if (!r->partial[k].empty()) emit_lines(r->partial[k], "\n", 1, prefix, f);
+            close(r->fds[k]);
+            r->fds[k] = -1;
+          }
+        }
+      }
+    } else {
+      usleep(20000);
+    }
+
+    if (int s = g_signal.exchange(0)) {
+      // Forward the launcher's SIGINT / SIGTERM to every rank; they stop as they would alone.
+      interrupted = true;
+      end_others(s);
+      if (!ending) {
+        ending = true;
+        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(o.grace_s + 25.0));
+      }
+    }
+
+    Rank* first = nullptr;
+    for (auto& r : ranks) {
+      if (!r.running) continue;
+      int st = 0;
+      if (waitpid(r.pid, &st, WNOHANG) != r.pid) continue;
+      r.running = false;
+      r.status = st;
+      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      // After a forwarded interrupt, ranks ending with 130 or by signal are expected, not the
+      // cause; after a first failure, the others' endings are our doing.
+      if (ok || interrupted || res.failed_rank >= 0) continue;
+      // Of ranks found dead together, one killed by a signal is likelier the cause: its peers
+      // exit with an error code once their collectives notice it is gone.
+      if (!first || (WIFSIGNALED(st) && !WIFSIGNALED(first->status))) first = &r;
+    }
+    if (first) {
+      res.failed_rank = first->rank;
+      res.reason = describe_wait_status(first->status);
+      std::fprintf(err,
+                   "wick launch: rank %d (local rank %d, pid %d) failed: %s; ending the other "
+                   "ranks\n",
+                   first->rank, first->local, static_cast<int>(first->pid), res.reason.c_str());
+      std::fflush(err);
+      ending = true;
+      end_others(SIGTERM);
+      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(o.grace_s));
+    }
+    if (ending && !killed && Clock::now() >= kill_at) {
+      killed = true;
+      end_others(SIGKILL);
+    }
+  }
+
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (res.failed_rank >= 0) {
+    const auto& st = ranks[static_cast<std::size_t>(res.failed_rank - o.node_rank * o.nproc)].status;
+    res.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    std::fprintf(err, "wick launch: failed: rank %d %s\n", res.failed_rank, res.reason.c_str());
+  } else if (interrupted) {
+    res.exit_code = 130;
+    std::fprintf(err, "wick launch: interrupted\n");
+  }
+  std::fflush(err);
+  return res;
+}
+
+}  // namespace wick

@@ -1,0 +1,86 @@
+// Test-only hook for the data-parallel tests: dumps each rank's final parameters and step
+// count, evaluates the whole validation set in one process (the reference for reduced
+// metrics), and injects faults (a rank kills itself, a rank alone asks to stop).
+#include <wick/context.hpp>
+#include <wick/plugin.hpp>
+#include <wick/task.hpp>
+#include <wick/trainer.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+namespace {
+
+class DdpProbe : public wick::Hook {
+ public:
+  explicit DdpProbe(const wick::Params& p)
+      : kill_rank_(p.get_int("kill_rank")),
+        kill_at_step_(p.get_int("kill_at_step")),
+        stop_rank_(p.get_int("stop_rank")),
+        stop_at_step_(p.get_int("stop_at_step")) {}
+
+  void connect(wick::Registrar& r) override {
+    r.on(wick::Point::before_step, [this](wick::Context& c) {
+      const auto& s = c.state();
+      if (s.training() && s.rank == kill_rank_ && s.optimizer_step == kill_at_step_)
+        std::raise(SIGKILL);
+    });
+    r.on(wick::Point::after_step, [this](wick::Context& c) {
+      const auto& s = c.state();
+      if (s.training() && s.rank == stop_rank_ && s.optimizer_step == stop_at_step_)
+        c.request_stop("ddp_probe: rank " + std::to_string(s.rank) + " asked to stop");
+    });
+    r.on(wick::Point::after_fit, [](wick::Context& c) { dump(c); });
+  }
+
+ private:
+  static void dump(wick::Context& c) {
+    const auto& s = c.state();
+    const std::filesystem::path dir = c.run().output_dir;
+    const auto rank = std::to_string(s.rank);
+    // Parameters as text with 9 significant digits (float32 round trip).
+    if (auto* f = std::fopen((dir / ("params_rank" + rank + ".txt")).c_str(), "w")) {
+      for (const auto& p : c.model().parameters()) {
+        auto t = p.detach().to(torch::kFloat).contiguous().reshape({-1});
+        const float* v = t.data_ptr<float>();
+        for (std::int64_t i = 0; i < t.numel(); ++i) std::fprintf(f, "%.9g\n", v[i]);
+      }
+      std::fclose(f);
+    }
+    if (auto* f = std::fopen((dir / ("steps_rank" + rank + ".txt")).c_str(), "w")) {
+      std::fprintf(f, "%lld %lld\n", static_cast<long long>(s.optimizer_step),
+                   static_cast<long long>(s.micro_step));
+      std::fclose(f);
+    }
+    // The whole validation set in one batch on this process alone: what a single-process run
+    // with these weights reports.
+    auto valid = c.trainer().task().valid_data();
+    if (!valid || !s.is_main_process()) return;
+    torch::NoGradGuard ng;
+    c.model().eval();
+    auto batch = valid->get(torch::arange(valid->size(), torch::kLong));
+    auto out = c.trainer().task().eval_step(batch);
+    c.model().train();
+    if (auto* f = std::fopen((dir / "full_eval.json").c_str(), "w")) {
+      std::fprintf(f, "{\"valid/loss\": %.17g", out.loss.item<double>());
+      for (const auto& [k, v] : out.metrics)
+        std::fprintf(f, ", \"valid/%s\": %.17g", k.c_str(), v.item<double>());
+      std::fprintf(f, ", \"samples\": %lld}\n", static_cast<long long>(valid->size()));
+      std::fclose(f);
+    }
+  }
+
+  std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_;
+};
+
+}  // namespace
+
+WICK_PLUGIN(DdpProbe, wick::PluginDef("ddp_probe", "1.0.0",
+                                      "test probe: dumps parameters, evaluates in one process, "
+                                      "injects rank faults")
+                          .order(50)
+                          .param_int("kill_rank", -1, "rank that SIGKILLs itself (-1: none)")
+                          .param_int("kill_at_step", 0, "optimizer step at which it does")
+                          .param_int("stop_rank", -1, "rank that alone requests a stop")
+                          .param_int("stop_at_step", 0, "optimizer step after which it does"))

@@ -1,0 +1,145 @@
+// wick launch's process logic with ordinary programs: torchrun's environment, rank-prefixed
+// output, and ending the other ranks when one fails.
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "support.hpp"
+#include "wick/launch.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+struct Captured {
+  wick::LaunchResult res;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string slurp(std::FILE* f) {
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+Captured run_launch(wick::LaunchOptions o) {
+  Captured c;
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  const auto t0 = std::chrono::steady_clock::now();
+  c.res = wick::launch(o, out, err);
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.out = slurp(out);
+  c.err = slurp(err);
+  return c;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("launch sets torchrun's variables per rank and prefixes every output line") {
+  wick::LaunchOptions o;
+  o.nproc = 3;
+  o.command = {"sh", "-c",
+               "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE g=$GROUP_RANK "
+               "a=$MASTER_ADDR p=$MASTER_PORT; echo oops >&2; printf tail"};
+  auto c = run_launch(o);
+  INFO(c.out << c.err);
+  REQUIRE(c.res.exit_code == 0);
+  CHECK(c.res.failed_rank == -1);
+  REQUIRE(c.res.master_port > 0);
+  const std::string p = std::to_string(c.res.master_port);
+  std::vector<std::string> want;
+  for (int r = 0; r < 3; ++r) {
+    const std::string rs = std::to_string(r);
+    want.push_back("[rank " + rs + "] r=" + rs + " l=" + rs + " w=3 lw=3 g=0 a=127.0.0.1 p=" + p);
+    want.push_back("[rank " + rs + "] tail");  // an unfinished last line is still prefixed
+  }
+  std::sort(want.begin(), want.end());
+  CHECK(lines_of(c.out) == want);
+  CHECK(lines_of(c.err) ==
+        std::vector<std::string>{"[rank 0] oops", "[rank 1] oops", "[rank 2] oops"});
+}
+
+TEST_CASE("launch numbers ranks across nodes from the node rank") {
+  wick::LaunchOptions o;
+  o.nproc = 2;
+  o.nnodes = 3;
+  o.node_rank = 1;
+  o.master_addr = "10.1.2.3";
+  o.master_port = 29555;
+  o.command = {"sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT"};
+  auto c = run_launch(o);
+  REQUIRE(c.res.exit_code == 0);
+  CHECK(lines_of(c.out) == std::vector<std::string>{"[rank 2] 2 0 6 1 10.1.2.3:29555",
+                                                    "[rank 3] 3 1 6 1 10.1.2.3:29555"});
+}
+
+TEST_CASE("when one rank fails, launch ends the others and names the rank and exit code") {
+  wick::LaunchOptions o;
+  o.nproc = 3;
+  o.grace_s = 1;
+  o.command = {"sh", "-c", "if [ $RANK = 1 ]; then echo giving up; exit 3; fi; exec sleep 60"};
+  auto c = run_launch(o);
+  INFO(c.out << c.err);
+  CHECK(c.res.exit_code == 3);
+  CHECK(c.res.failed_rank == 1);
+  CHECK(c.res.reason == "exit code 3");
+  CHECK(c.out == "[rank 1] giving up\n");
+  CHECK(c.err.find("wick launch: failed: rank 1 exit code 3") != std::string::npos);
+  CHECK(c.seconds < 30);  // a liveness bound (the others sleep 60 s), not a timing
+}
+
+TEST_CASE("a rank that ignores SIGTERM is killed after the grace period; signals are named") {
+  wick::LaunchOptions o;
+  o.nproc = 2;
+  o.grace_s = 1;
+  // Rank 0 dies by SIGKILL; rank 1 ignores SIGTERM (inherited by sleep) and must be killed.
+  o.command = {"sh", "-c",
+               "if [ $RANK = 0 ]; then sleep 0.3; kill -9 $$; fi; trap '' TERM; sleep 60"};
+  auto c = run_launch(o);
+  INFO(c.out << c.err);
+  CHECK(c.res.exit_code == 1);
+  CHECK(c.res.failed_rank == 0);
+  CHECK(c.res.reason == "killed by signal 9 (SIGKILL)");
+  CHECK(c.seconds < 30);
+}
+
+TEST_CASE("launch rejects bad options with the option named") {
+  wick::LaunchOptions o;
+  o.command = {"true"};
+  o.nproc = 0;
+  CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--nproc"));
+  o.nproc = 1;
+  o.nnodes = 2;
+  CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--master-port"));
+  o.master_port = 1234;
+  o.node_rank = 2;
+  CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--node-rank"));
+  o = {};
+  CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("after '--'"));
+}
+
+TEST_CASE("wick launch runs a command per rank and reports a failing rank") {
+  auto ok = run_wick({"launch", "--nproc", "2", "--", "sh", "-c", "echo hi $RANK"});
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(lines_of(ok.out) == std::vector<std::string>{"[rank 0] hi 0", "[rank 1] hi 1"});
+  auto bad = run_wick({"launch", "--nproc", "2", "--grace", "1", "--", "sh", "-c",
+                       "[ $RANK = 0 ] && exec sleep 60; exit 5"});
+  INFO(bad.out << bad.err);
+  CHECK(bad.exit_code == 5);
+  CHECK(bad.err.find("rank 1") != std::string::npos);
+  CHECK(bad.err.find("exit code 5") != std::string::npos);
+}
