@@ -606,6 +606,8 @@ void Trainer::Impl::open_outputs() {
   if (ec)
     throw std::runtime_error("cannot create output_dir '" + dir.string() + "': " + ec.message() +
                              "; set trainer.output_dir to a writable folder");
+  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
+  if (state.rank != 0) return;
   const fs::path file = dir / "metrics.jsonl";
   // A resumed run appends to the history it continues; a new run starts it afresh.
   metrics_out.open(file, run.resume.empty() ? std::ios::trunc : std::ios::app);
