@@ -15,12 +15,15 @@ namespace {
 // 101 validation samples in batches of 16: uneven shards (51 + 50) and short batches.
 std::string config(const fs::path& run, const std::string& extra_hooks = "") {
   return "[trainer]\nepochs = 2\nseed = 3\nbatch_size = 32\nvalid_batch_size = 16\n"
-         "log_every = 4\nthreads = 1\noutput_dir = \"" + run.string() + "\"\n"
+         "log_every = 4\nthreads = 1\noutput_dir = \"" +
+         run.string() +
+         "\"\n"
          "[task]\nplugin = \"synthetic\"\nsamples = 512\nvalid_samples = 101\nfeatures = 12\n"
          "hidden = [24, 16]\nclasses = 5\nseed = 7\n"
          "[optimizer]\nname = \"sgd\"\nlr = 0.2\nmomentum = 0.5\n"
          "[[hooks]]\nplugin = \"ddp\"\ntimeout_s = 20.0\n"
-         "[[hooks]]\nplugin = \"ddp_probe\"\n" + extra_hooks + test_plugins_toml();
+         "[[hooks]]\nplugin = \"ddp_probe\"\n" +
+         extra_hooks + test_plugins_toml();
 }
 
 std::vector<double> read_numbers(const fs::path& p) {
@@ -101,6 +104,18 @@ TEST_CASE("a stop requested by one rank stops every rank at the same step") {
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");
   CHECK(s["stop_reason"] == "stop requested by another rank");
+}
+
+TEST_CASE("a stop requested by one rank at an epoch's end stops every rank after that epoch") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run", "stop_rank = 0\nstop_after_epoch = 0\n"));
+  auto r =
+      run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=4"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_numbers(dir / "run" / "steps_rank0.txt") == std::vector<double>{8, 8});
+  CHECK(read_numbers(dir / "run" / "steps_rank1.txt") == std::vector<double>{8, 8});
+  CHECK(read_json(dir / "run" / "summary.json")["epochs"] == 1);
 }
 
 TEST_CASE("killing one rank mid-epoch makes wick launch fail promptly, naming the rank") {

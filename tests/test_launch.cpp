@@ -79,7 +79,8 @@ TEST_CASE("launch numbers ranks across nodes from the node rank") {
   o.node_rank = 1;
   o.master_addr = "10.1.2.3";
   o.master_port = 29555;
-  o.command = {"sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT"};
+  o.command = {"sh", "-c",
+               "echo $RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT"};
   auto c = run_launch(o);
   REQUIRE(c.res.exit_code == 0);
   CHECK(lines_of(c.out) == std::vector<std::string>{"[rank 2] 2 0 6 1 10.1.2.3:29555",

@@ -41,8 +41,9 @@ int relaunch_fit(int nproc) {
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0 || args.empty()) {
-    std::fprintf(stderr, "wick: cannot find this executable to re-run it; use "
-                         "wick launch --nproc N -- wick fit ...\n");
+    std::fprintf(stderr,
+                 "wick: cannot find this executable to re-run it; use "
+                 "wick launch --nproc N -- wick fit ...\n");
     return kFailed;
   }
   LaunchOptions o;

@@ -22,7 +22,9 @@ namespace wick {
 namespace {
 
 std::atomic<int> g_signal{0};
-void on_signal(int s) { g_signal.store(s); }
+void on_signal(int s) {
+  g_signal.store(s);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -82,7 +84,8 @@ std::string describe_wait_status(int status) {
   if (WIFSIGNALED(status)) {
     int s = WTERMSIG(status);
     const char* name = sigabbrev_np(s);
-    return "killed by signal " + std::to_string(s) + (name ? " (SIG" + std::string(name) + ")" : "");
+    return "killed by signal " + std::to_string(s) +
+           (name ? " (SIG" + std::string(name) + ")" : "");
   }
   return "status " + std::to_string(status);
 }
@@ -99,8 +102,9 @@ void check_launch_options(const LaunchOptions& o) {
     throw std::invalid_argument(
         "--master-port is required with --nnodes > 1: every node must use the same port");
   if (o.command.empty())
-    throw std::invalid_argument("no command to run; give it after '--', e.g. "
-                                "wick launch --nproc 2 -- wick fit cfg.toml");
+    throw std::invalid_argument(
+        "no command to run; give it after '--', e.g. "
+        "wick launch --nproc 2 -- wick fit cfg.toml");
 }
 
 int pick_free_port() {
@@ -128,7 +132,8 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
   LaunchResult res;
   res.master_port = o.master_port;
 
-  struct sigaction sa {}, old_int{}, old_term{};
+  struct sigaction sa {
+  }, old_int{}, old_term{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   g_signal.store(0);
@@ -250,7 +255,8 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   if (res.failed_rank >= 0) {
-    const auto& st = ranks[static_cast<std::size_t>(res.failed_rank - o.node_rank * o.nproc)].status;
+    const auto& st =
+        ranks[static_cast<std::size_t>(res.failed_rank - o.node_rank * o.nproc)].status;
     res.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
     std::fprintf(err, "wick launch: failed: rank %d %s\n", res.failed_rank, res.reason.c_str());
   } else if (interrupted) {

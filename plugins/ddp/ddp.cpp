@@ -64,10 +64,10 @@ std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, std::int64_t
   std::vector<Bucket> out;
   for (const auto& t : ts) {
     const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
-    bool fits = !out.empty() && out.back().tensors.front().scalar_type() == t.scalar_type() &&
-                out.back().tensors.front().device() == t.device() &&
-                (out.back().numel * static_cast<std::int64_t>(t.element_size()) + bytes <=
-                 max_bytes);
+    bool fits =
+        !out.empty() && out.back().tensors.front().scalar_type() == t.scalar_type() &&
+        out.back().tensors.front().device() == t.device() &&
+        (out.back().numel * static_cast<std::int64_t>(t.element_size()) + bytes <= max_bytes);
     if (!fits) out.emplace_back();
     auto& b = out.back();
     b.tensors.push_back(t);

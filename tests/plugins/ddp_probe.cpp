@@ -18,7 +18,8 @@ class DdpProbe : public wick::Hook {
       : kill_rank_(p.get_int("kill_rank")),
         kill_at_step_(p.get_int("kill_at_step")),
         stop_rank_(p.get_int("stop_rank")),
-        stop_at_step_(p.get_int("stop_at_step")) {}
+        stop_at_step_(p.get_int("stop_at_step")),
+        stop_after_epoch_(p.get_int("stop_after_epoch")) {}
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_step, [this](wick::Context& c) {
@@ -29,6 +30,11 @@ class DdpProbe : public wick::Hook {
     r.on(wick::Point::after_step, [this](wick::Context& c) {
       const auto& s = c.state();
       if (s.training() && s.rank == stop_rank_ && s.optimizer_step == stop_at_step_)
+        c.request_stop("ddp_probe: rank " + std::to_string(s.rank) + " asked to stop");
+    });
+    r.on(wick::Point::after_epoch, [this](wick::Context& c) {
+      const auto& s = c.state();
+      if (s.rank == stop_rank_ && s.epoch == stop_after_epoch_)
         c.request_stop("ddp_probe: rank " + std::to_string(s.rank) + " asked to stop");
     });
     r.on(wick::Point::after_fit, [](wick::Context& c) { dump(c); });
@@ -71,7 +77,7 @@ class DdpProbe : public wick::Hook {
     }
   }
 
-  std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_;
+  std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_, stop_after_epoch_;
 };
 
 }  // namespace
@@ -83,4 +89,5 @@ WICK_PLUGIN(DdpProbe, wick::PluginDef("ddp_probe", "1.0.0",
                           .param_int("kill_rank", -1, "rank that SIGKILLs itself (-1: none)")
                           .param_int("kill_at_step", 0, "optimizer step at which it does")
                           .param_int("stop_rank", -1, "rank that alone requests a stop")
-                          .param_int("stop_at_step", 0, "optimizer step after which it does"))
+                          .param_int("stop_at_step", -1, "optimizer step after which it does")
+                          .param_int("stop_after_epoch", -1, "or epoch after which it does"))

@@ -12,20 +12,20 @@
 namespace wick {
 
 struct LaunchOptions {
-  int nproc = 1;       // ranks on this node
-  int nnodes = 1;      // nodes in the job
-  int node_rank = 0;   // this node's index (GROUP_RANK)
+  int nproc = 1;      // ranks on this node
+  int nnodes = 1;     // nodes in the job
+  int node_rank = 0;  // this node's index (GROUP_RANK)
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;         // 0: pick a free port (single node only)
-  double grace_s = 5.0;        // SIGTERM -> SIGKILL delay when ending the other ranks
+  int master_port = 0;               // 0: pick a free port (single node only)
+  double grace_s = 5.0;              // SIGTERM -> SIGKILL delay when ending the other ranks
   std::vector<std::string> command;  // program and arguments, run once per local rank
 };
 
 struct LaunchResult {
-  int exit_code = 0;      // 0 when every rank exited 0; else 1, or 130 when interrupted
-  int failed_rank = -1;   // global rank that failed first (-1: none)
-  std::string reason;     // "exit code 3", "killed by signal 9 (SIGKILL)"
-  int master_port = 0;    // the port used
+  int exit_code = 0;     // 0 when every rank exited 0; else 1, or 130 when interrupted
+  int failed_rank = -1;  // global rank that failed first (-1: none)
+  std::string reason;    // "exit code 3", "killed by signal 9 (SIGKILL)"
+  int master_port = 0;   // the port used
 };
 
 // Throws std::invalid_argument on bad options (message names the option and the fix).
