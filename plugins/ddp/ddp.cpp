@@ -208,22 +208,31 @@ class Ddp : public wick::Hook {
     }
 
     auto& trainer = c.trainer();
-    trainer.set_all_reduce([this](at::Tensor& t) {
-      std::vector<at::Tensor> v{t};
-      pg_->allreduce(v)->wait(timeout_);
-    });
+    device_ = dev;
+    trainer.set_all_reduce([this](at::Tensor& t) { sum_host_tensor(t); });
     trainer.set_barrier([this] { pg_->barrier()->wait(timeout_); });
     wick::Context* ctx = &c;
     trainer.set_stop_agreement([this, ctx](bool local, bool epoch_end) {
       if (epoch_end) {
         auto flag = torch::full({1}, local ? 1.0 : 0.0, torch::kDouble);
-        std::vector<at::Tensor> v{flag};
-        pg_->allreduce(v)->wait(timeout_);
+        sum_host_tensor(flag);
         agreed_stop_ = agreed_stop_ || flag.item<double>() > 0;
       }
       if (agreed_stop_ && !local) ctx->request_stop("stop requested by another rank");
       return agreed_stop_;
     });
+  }
+
+  // Sums a small CPU tensor over ranks (through the device when the backend needs it there).
+  void sum_host_tensor(at::Tensor& t) {
+    if (device_.is_cpu()) {
+      std::vector<at::Tensor> v{t};
+      pg_->allreduce(v)->wait(timeout_);
+      return;
+    }
+    std::vector<at::Tensor> v{t.to(device_)};
+    pg_->allreduce(v)->wait(timeout_);
+    t.copy_(v[0].cpu());
   }
 
   void broadcast(std::vector<Bucket>& buckets) {
@@ -292,7 +301,7 @@ class Ddp : public wick::Hook {
           p.mutable_grad() = src.clone();
       }
     }
-    auto tr = trailer.to(torch::kDouble).contiguous();
+    auto tr = trailer.to(torch::kCPU, torch::kDouble).contiguous();
     const double* v = tr.data_ptr<double>();
     if (v[0] > 0) agreed_stop_ = true;
     double slowest = 0;
@@ -313,6 +322,7 @@ class Ddp : public wick::Hook {
   bool broadcast_;
   int world_ = 1, rank_ = 0;
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  torch::Device device_{torch::kCPU};
   std::vector<Bucket> grad_buckets_, buffer_buckets_;
   std::int64_t max_bucket_numel_ = 0, trailer_ = 0;
   bool agreed_stop_ = false;
