@@ -2,7 +2,7 @@
 # Data-parallel scaling: train samples/s of 2 ranks x 1 thread against 1 rank x 1 thread, same
 # per-rank batch, alternating runs, with the load average and the ddp plugin's per-step
 # breakdown (compute / comm / wait). Not a test: timings depend on the machine and its load.
-#   bench/ddp_scaling.sh CONFIG [ROUNDS] [--set k=v ...]
+#   bench/ddp_scaling.sh bench/ddp_cnn.toml [ROUNDS] [--set k=v ...]   (or ddp_mlp.toml)
 # CONFIG must enable [[hooks]] plugin = "ddp" (it does nothing in a single process).
 set -eu
 cfg=$1; shift
