@@ -210,7 +210,7 @@ class Ddp : public wick::Hook {
     auto& trainer = c.trainer();
     device_ = dev;
     trainer.set_all_reduce([this](at::Tensor& t) { sum_host_tensor(t); });
-    trainer.set_barrier([this] { pg_->barrier()->wait(timeout_); });
+    trainer.set_barrier([this] { wait(pg_->barrier(), "barrier"); });
     wick::Context* ctx = &c;
     trainer.set_stop_agreement([this, ctx](bool local, bool epoch_end) {
       if (epoch_end) {
@@ -223,15 +223,29 @@ class Ddp : public wick::Hook {
     });
   }
 
+  // Waits for a collective; c10d's error (with its C++ backtrace) becomes one line that says
+  // what was being waited for and what to do.
+  void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
+    try {
+      w->wait(timeout_);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(
+          std::string("ddp: ") + what + " on rank " + std::to_string(rank_) +
+          " failed: " + e.what_without_backtrace() +
+          " (another rank died or stalled; timeout_s = " + std::to_string(timeout_.count() / 1000) +
+          " s bounds how long ranks wait for each other)");
+    }
+  }
+
   // Sums a small CPU tensor over ranks (through the device when the backend needs it there).
   void sum_host_tensor(at::Tensor& t) {
     if (device_.is_cpu()) {
       std::vector<at::Tensor> v{t};
-      pg_->allreduce(v)->wait(timeout_);
+      wait(pg_->allreduce(v), "all-reduce");
       return;
     }
     std::vector<at::Tensor> v{t.to(device_)};
-    pg_->allreduce(v)->wait(timeout_);
+    wait(pg_->allreduce(v), "all-reduce");
     t.copy_(v[0].cpu());
   }
 
@@ -239,7 +253,7 @@ class Ddp : public wick::Hook {
     for (auto& b : buckets) {
       pack(b, false);
       std::vector<at::Tensor> v{b.flat};
-      pg_->broadcast(v)->wait(timeout_);
+      wait(pg_->broadcast(v), "broadcast from rank 0");
       torch::NoGradGuard ng;
       for (std::size_t i = 0; i < b.tensors.size(); ++i)
         b.tensors[i].copy_(
@@ -286,7 +300,7 @@ class Ddp : public wick::Hook {
       std::vector<at::Tensor> v{b.flat};
       works.push_back(pg_->allreduce(v));
     }
-    for (auto& w : works) w->wait(timeout_);
+    for (auto& w : works) wait(w, "gradient all-reduce");
 
     const double inv = 1.0 / world_;
     for (auto& b : grad_buckets_) {
