@@ -352,6 +352,18 @@ TEST_CASE("ema: shadow follows the recurrence, validates with it, swaps back",
   }
 }
 
+TEST_CASE("ema: a validate() before fit does not undo training", "[techniques][ema]") {
+  auto run = [](bool validate_first) {
+    Trainer t(options(8), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+    for (auto& h : load_hooks("[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n"))
+      t.add_hook(std::move(h));
+    if (validate_first) t.validate();
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    return params_of(t);
+  };
+  CHECK(max_diff(run(true), run(false)) < 1e-7);
+}
+
 // ---- early_stopping -----------------------------------------------------------------------
 
 namespace {

@@ -23,6 +23,7 @@ class Ema : public wick::Hook {
   void connect(wick::Registrar& r) override {
     // A shadow loaded from a checkpoint (before or after this) wins over the fresh copy.
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      swap_out(c);  // after a Trainer::validate() outside fit (no after_epoch ends it)
       if (shadow_.empty()) init(c);
     });
     r.on(wick::Point::after_step, [this](wick::Context& c) {
