@@ -309,12 +309,14 @@ TEST_CASE("lr_schedule: each kind matches its formula", "[techniques][lr_schedul
 
 TEST_CASE("ema: shadow follows the recurrence, validates with it, swaps back",
           "[techniques][ema]") {
-  for (std::int64_t every : {1, 2}) {
-    DYNAMIC_SECTION("every = " << every) {
-      const double d = 0.6;
+  using Case = std::pair<std::int64_t, bool>;
+  for (auto [every, warmup] : std::vector<Case>{{1, false}, {2, false}, {1, true}}) {
+    DYNAMIC_SECTION("every = " << every << ", warmup = " << warmup) {
+      const double decay = 0.6;
       Trainer t(options(8), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
-      auto hooks = load_hooks(
-          "[[hooks]]\nplugin = \"ema\"\ndecay = 0.6\nevery = " + std::to_string(every) + "\n");
+      auto hooks =
+          load_hooks("[[hooks]]\nplugin = \"ema\"\ndecay = 0.6\nevery = " + std::to_string(every) +
+                     "\nwarmup = " + (warmup ? "true" : "false") + "\n");
       auto ema = hooks[0];
       t.add_hook(std::move(hooks[0]));
       std::vector<std::vector<at::Tensor>> after;  // parameters after each optimizer step
@@ -336,6 +338,9 @@ TEST_CASE("ema: shadow follows the recurrence, validates with it, swaps back",
       std::int64_t updates = 0;
       for (std::size_t k = 0; k < after.size(); ++k)
         if ((k + 1) % static_cast<std::size_t>(every) == 0) {
+          // With warm-up: d = 1/10, 2/11, 3/12, ... (below 0.6 for the first 13 updates).
+          const double n = static_cast<double>(updates);
+          const double d = warmup ? std::min(decay, (1 + n) / (10 + n)) : decay;
           for (std::size_t i = 0; i < s.size(); ++i) s[i] = d * s[i] + (1 - d) * after[k][i];
           ++updates;
         }

@@ -1,8 +1,10 @@
 // Exponential moving average of the parameters: after every `every`-th real optimizer step,
-// shadow = decay * shadow + (1 - decay) * param (shadow starts as the initial parameters).
+// shadow = d * shadow + (1 - d) * param, shadow starting as the initial parameters, with
+// d = decay, or d = min(decay, (1 + n) / (10 + n)) for the n-th update (from 0) with warmup.
 // Validation runs on the shadow weights: they are swapped in at before_valid and swapped back
 // at after_epoch. The default order (-20) puts the swap-back ahead of other after_epoch hooks,
 // so a checkpoint saved there holds the training weights (the shadow goes in EMA's own state).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -15,7 +17,8 @@ namespace {
 
 class Ema : public wick::Hook {
  public:
-  explicit Ema(const wick::Params& p) : decay_(p.get_float("decay")), every_(p.get_int("every")) {
+  explicit Ema(const wick::Params& p)
+      : decay_(p.get_float("decay")), every_(p.get_int("every")), warmup_(p.get_bool("warmup")) {
     if (!(decay_ >= 0 && decay_ < 1)) throw p.error("decay", "must be in [0, 1), e.g. 0.999");
     if (every_ < 1) throw p.error("every", "must be >= 1 (optimizer steps between updates)");
   }
@@ -77,8 +80,11 @@ class Ema : public wick::Hook {
     if (shadow_.empty()) init(c);
     torch::NoGradGuard no_grad;
     auto ps = params(c);
-    for (std::size_t i = 0; i < ps.size(); ++i)
-      shadow_[i].mul_(decay_).add_(ps[i].detach(), 1.0 - decay_);
+    // With warm-up the early updates follow the weights closely, so that a short run does
+    // not validate what are still mostly the initial weights.
+    const double n = static_cast<double>(updates_);
+    const double d = warmup_ ? std::min(decay_, (1 + n) / (10 + n)) : decay_;
+    for (std::size_t i = 0; i < ps.size(); ++i) shadow_[i].mul_(d).add_(ps[i].detach(), 1.0 - d);
     ++updates_;
   }
 
@@ -106,6 +112,7 @@ class Ema : public wick::Hook {
 
   double decay_;
   std::int64_t every_;
+  bool warmup_;
   std::int64_t updates_ = 0;
   std::vector<at::Tensor> shadow_, backup_, loaded_;
   bool swapped_ = false;
@@ -117,4 +124,6 @@ WICK_PLUGIN(Ema, wick::PluginDef("ema", "1.0.0",
                                  "Exponential moving average of the weights, used for validation")
                      .order(-20)
                      .param_float("decay", 0.999, "shadow = decay * shadow + (1 - decay) * param")
-                     .param_int("every", 1, "update the shadow every N optimizer steps"))
+                     .param_int("every", 1, "update the shadow every N optimizer steps")
+                     .param_bool("warmup", false,
+                                 "use decay min(decay, (1 + n) / (10 + n)) for the n-th update"))
