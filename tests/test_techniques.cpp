@@ -540,6 +540,81 @@ TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 af
         at::kFloat);
 }
 
+// ---- checkpoint state ---------------------------------------------------------------------
+
+TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume",
+          "[techniques][state]") {
+  const std::string toml =
+      "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n"
+      "[[hooks]]\nplugin = \"ema\"\ndecay = 0.8\n"
+      "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = 256.0\n"
+      "growth_interval = 3\n"
+      "[[hooks]]\nplugin = \"early_stopping\"\npatience = 5\n";
+  OptimizerOptions sgd;  // no momentum: the optimizer itself has no state to carry
+  sgd.name = "sgd";
+  sgd.lr = 0.1;
+  auto states = [](const std::vector<HookEntry>& hooks) {
+    std::map<std::string, StateDict> out;
+    for (const auto& h : hooks)
+      if (h.hook->has_state()) out[h.instance] = state_of(h);
+    return out;
+  };
+
+  // The whole run: 2 epochs of 5 steps.
+  Trainer full(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
+  auto full_hooks = load_hooks(toml);
+  for (auto& h : full_hooks) full.add_hook(h);
+  REQUIRE(full.fit().status == FitResult::Status::completed);
+
+  // The same run stopped after its first epoch...
+  Trainer first(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
+  auto first_hooks = load_hooks(toml);
+  for (auto& h : first_hooks) first.add_hook(h);
+  auto stopper = std::make_shared<Probe>();
+  stopper->stages = false;
+  stopper->points[Point::after_epoch] = [](Context& c) { c.request_stop("test"); };
+  first.add_hook(entry(stopper, "stopper", 100));
+  REQUIRE(first.fit().status == FitResult::Status::completed);
+  REQUIRE(first.state().optimizer_step == 5);
+  auto saved = states(first_hooks);
+  CHECK(saved.size() == 4);
+
+  // ...and resumed in a fresh trainer with fresh hooks that load the saved state.
+  Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
+  auto second_hooks = load_hooks(toml);
+  for (auto& h : second_hooks) {
+    if (h.hook->has_state()) h.hook->load_state(saved.at(h.instance));
+    second.add_hook(h);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    auto src = first.model().parameters(), dst = second.model().parameters();
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  second.state().optimizer_step = 5;
+  second.set_start(1, 0);
+  REQUIRE(second.fit().status == FitResult::Status::completed);
+
+  CHECK(max_diff(params_of(second), params_of(full)) < 1e-6);
+  auto a = states(full_hooks), b = states(second_hooks);
+  CHECK(b.at("lr_schedule").get_int("steps") == 10);
+  CHECK(b.at("lr_schedule").get_int("steps") == a.at("lr_schedule").get_int("steps"));
+  CHECK(second.optimizer().param_groups()[0].options().get_lr() ==
+        Approx(full.optimizer().param_groups()[0].options().get_lr()));
+  CHECK(b.at("ema").get_int("updates") == 10);
+  CHECK((b.at("ema").get_tensor("shadow.0") - a.at("ema").get_tensor("shadow.0"))
+            .abs()
+            .max()
+            .item<double>() < 1e-6);
+  // 10 finite steps with growth every 3: 256 -> 2048, 1 step into the next interval.
+  CHECK(b.at("mixed_precision").get_float("scale") == 2048);
+  CHECK(b.at("mixed_precision").get_int("growth_tracker") == 1);
+  CHECK(b.at("mixed_precision").get_float("scale") == a.at("mixed_precision").get_float("scale"));
+  CHECK(b.at("early_stopping").get_float("best") == a.at("early_stopping").get_float("best"));
+  CHECK(b.at("early_stopping").get_int("best_epoch") ==
+        a.at("early_stopping").get_int("best_epoch"));
+}
+
 // ---- composition --------------------------------------------------------------------------
 
 namespace {
