@@ -426,6 +426,15 @@ TEST_CASE("early_stopping: stops after patience epochs without improvement; stat
     CHECK(b.state().epoch == 0);
     CHECK_THAT(res.stop_reason, Catch::Contains("best 0.5 at epoch 0"));
   }
+  SECTION("mode = max") {
+    // best 0.5 at epoch 1; 0.505 is not better by min_delta, 0.3 is worse: stop after epoch 3.
+    Trainer t(options(8, 10),
+              std::make_shared<ScriptedValid>(std::vector<double>{0.1, 0.5, 0.505, 0.3, 0.9, 0.9}));
+    for (auto& h : load_hooks(toml + "mode = \"max\"\n")) t.add_hook(std::move(h));
+    auto res = t.fit();
+    CHECK(t.state().epoch == 3);
+    CHECK_THAT(res.stop_reason, Catch::Contains("best 0.5 at epoch 1"));
+  }
   SECTION("a missing metric names the keys there are") {
     Trainer t(options(8, 2), std::make_shared<LinearTask>(8));  // no validation data
     for (auto& h : load_hooks(toml)) t.add_hook(std::move(h));
@@ -509,6 +518,38 @@ TEST_CASE("mixed_precision fp16: scales the loss, unscales, skips an inf step",
   REQUIRE(unscaled.size() == 5);
   CHECK((unscaled[0] * 1024 - raw[0]).abs().max().item<double>() < 1e-3);
   CHECK(raw[0].abs().max().item<double>() > 10);
+}
+
+TEST_CASE("mixed_precision fp16 with accumulation: an inf in a window skips the whole window",
+          "[techniques][amp]") {
+  auto task = std::make_shared<LinearTask>(64);
+  OptimizerOptions sgd;
+  sgd.name = "sgd";
+  sgd.lr = 0.5;
+  Trainer t(options(8), task, sgd);
+  auto hooks = load_hooks(
+      "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n"
+      "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = 4096.0\n");
+  auto mp = hooks[1];
+  for (auto& h : hooks) t.add_hook(std::move(h));
+  auto inject = std::make_shared<Probe>();
+  inject->stages = false;
+  inject->points[Point::after_backward] = [](Context& c) {
+    if (c.state().batch_idx == 1) c.model().parameters()[1].mutable_grad()[0] = NAN;
+  };
+  t.add_hook(entry(inject, "inject", 50));
+  auto p0 = params_of(t);
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  CHECK(t.state().optimizer_step == 1);
+  CHECK(t.state().skipped_steps == 1);
+  CHECK(state_of(mp).get_float("scale") == 2048);
+  // The second window alone moved the parameters: its gradients started from zero and were
+  // unscaled exactly once.
+  auto x = task->x_.slice(0, 32, 64), y = task->y_.slice(0, 32, 64);
+  auto [gw, gb] = mse_grad(p0[0], p0[1], x, y);
+  auto p1 = params_of(t);
+  CHECK((p1[0] - (p0[0] - 0.5 * gw)).abs().max().item<double>() < 1e-6);
+  CHECK((p1[1] - (p0[1] - 0.5 * gb)).abs().max().item<double>() < 1e-6);
 }
 
 TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 after",
