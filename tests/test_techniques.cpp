@@ -456,6 +456,14 @@ TEST_CASE("LossScaler: skip and back off on inf, grow after the interval", "[tec
   CHECK(s.unscale_({g1, bad}).item<bool>());
   auto nan = torch::tensor({std::nan("")});
   CHECK(s.unscale_({nan}).item<bool>());
+  auto pos = torch::tensor({INFINITY}), neg = torch::tensor({-INFINITY});
+  CHECK(s.unscale_({pos, neg}).item<bool>());  // opposite infs in different gradients
+  // Large but finite float32 values are not mistaken for an overflow.
+  // (a float32 sum of these would overflow to inf).
+  amp::LossScaler unit(1.0, 2.0, 0.5, 3);
+  auto big = torch::full({4}, 3e38);
+  CHECK(big.sum().item<float>() == INFINITY);
+  CHECK_FALSE(unit.unscale_({big}).item<bool>());
   s.update(false);
   CHECK(s.growth_tracker() == 1);
   s.update(true);
