@@ -84,7 +84,8 @@ class Ema : public wick::Hook {
     // not validate what are still mostly the initial weights.
     const double n = static_cast<double>(updates_);
     const double d = warmup_ ? std::min(decay_, (1 + n) / (10 + n)) : decay_;
-    for (std::size_t i = 0; i < ps.size(); ++i) shadow_[i].mul_(d).add_(ps[i].detach(), 1.0 - d);
+    // lerp: shadow + (1 - d) (param - shadow), one pass instead of two.
+    for (std::size_t i = 0; i < ps.size(); ++i) shadow_[i].lerp_(ps[i].detach(), 1.0 - d);
     ++updates_;
   }
 
