@@ -4,6 +4,7 @@
 #include <wick/version.hpp>
 
 #include <algorithm>
+#include <tuple>
 
 #include "support.hpp"
 
@@ -78,15 +79,20 @@ TEST_CASE("version rule: same major and an older or equal minor load, others are
              Catch::Contains("v_older_minor 1.0.0 (hook, order 0, SDK " + version(M, m - 1)));
   CHECK_THAT(r.out, Catch::Contains("v_same_minor 1.0.0 (hook, order 0, SDK " + version(M, m)));
   const std::string supports = ", this wick supports " + version(M, 0) + " to " + version(M, m) +
-                               " (same major, minor not newer); rebuild the plugin against "
-                               "this wick's SDK";
-  for (auto [name, got] :
-       {std::pair{"v_newer_minor", version(M, m + 1)}, std::pair{"v_next_major", version(M + 1, m)},
-        std::pair{"v_prev_major", version(M - 1, m)}}) {
+                               " (same major, minor not newer); ";
+  const std::string rebuild =
+      "rebuild the plugin against this wick's SDK (find_package(wick) "
+      "and wick_add_plugin)";
+  const std::string upgrade =
+      "the plugin needs a newer wick: upgrade wick, or rebuild the "
+      "plugin against this wick's SDK";
+  for (auto [name, got, fix] : {std::tuple{"v_newer_minor", version(M, m + 1), upgrade},
+                                std::tuple{"v_next_major", version(M + 1, m), rebuild},
+                                std::tuple{"v_prev_major", version(M - 1, m), rebuild}}) {
     CHECK_THAT(r.out, !Catch::Contains(std::string(name) + " 1.0.0"));
     CHECK_THAT(r.err, Catch::Contains(std::string("wrong SDK API version on plugin '") + name +
                                       "' (" + WICK_SDK_TEST_PLUGIN_DIR + "/wick_" + name +
-                                      ".so): got version " + got + supports));
+                                      ".so): got version " + got + supports + fix));
   }
 
   // The older-minor plugin is built, connected and run; a different major stops a run.
