@@ -21,9 +21,10 @@ void require_ok(const RunResult& r, const std::string& what) {
 
 // configure + build a plugin project against the prefix, as its README says.
 void build_project(const fs::path& src, const fs::path& build, const fs::path& prefix) {
-  std::vector<std::string> configure = {
-      WICK_CMAKE,     "-S", src.string(), "-B",
-      build.string(), "-G", "Ninja",      "-DCMAKE_PREFIX_PATH=" + prefix.string()};
+  std::vector<std::string> configure = {WICK_CMAKE,     "-S", src.string(), "-B",
+                                        build.string(), "-G", "Ninja"};
+  configure.push_back("-DCMAKE_PREFIX_PATH=" + prefix.string());
+  configure.push_back("-DCMAKE_EXPORT_COMPILE_COMMANDS=ON");
   if (std::string(WICK_CCACHE_PROGRAM) != "")
     configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(WICK_CCACHE_PROGRAM));
   require_ok(run(configure), "configure " + src.string());
@@ -74,6 +75,17 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
   // The sample project, and a project fresh from `wick new-plugin`, unedited.
   const auto ext_build = kScratch / "external_plugin";
   build_project(fs::path(WICK_SOURCE_DIR) / "samples" / "external_plugin", ext_build, prefix);
+  // wick_add_plugin out of tree: C++17, hidden visibility, LibTorch's flags via wick::wick.
+  {
+    auto cc = read_json(ext_build / "compile_commands.json");
+    REQUIRE(cc.size() == 1);
+    const auto cmd = cc[0]["command"].get<std::string>();
+    INFO(cmd);
+    CHECK_THAT(cmd, Catch::Contains("-std=c++17"));
+    CHECK_THAT(cmd, Catch::Contains("-fvisibility=hidden"));
+    CHECK_THAT(cmd, Catch::Contains("-D_GLIBCXX_USE_CXX11_ABI=1"));
+    CHECK_THAT(cmd, Catch::Contains((prefix / "include").string()));
+  }
   const auto fresh = kScratch / "my_first";
   auto r = run({wick, "new-plugin", "my_first", "--dir", fresh.string()});
   require_ok(r, "wick new-plugin");
