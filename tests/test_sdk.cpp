@@ -132,3 +132,36 @@ TEST_CASE("Params::get_path takes a relative value relative to the config file's
   REQUIRE(r.exit_code == 0);
   CHECK(read_file(abs) == abs);
 }
+
+TEST_CASE("wick new-plugin checks the name and the folder, and writes the renamed example") {
+  TempDir dir;
+  auto r = run_wick({"new-plugin", "2fast", "--dir", (dir / "a").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("invalid plugin name '2fast': use letters, digits and '_'"));
+  r = run_wick({"new-plugin", "my-hook", "--dir", (dir / "a").string()});
+  CHECK(r.exit_code == 2);
+  r = run_wick({"new-plugin", "synthetic", "--dir", (dir / "a").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("a plugin named 'synthetic' already exists"));
+  CHECK_FALSE(fs::exists(dir / "a"));
+
+  r = run_wick({"new-plugin", "stop_early", "--dir", (dir / "a").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto expected = read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "examples" / "minimal_hook.cpp");
+  for (auto [from, to] : {std::pair{std::string("minimal_hook"), std::string("stop_early")},
+                          std::pair{std::string("MinimalHook"), std::string("StopEarly")}})
+    for (auto pos = expected.find(from); pos != std::string::npos; pos = expected.find(from, pos))
+      expected.replace(pos, from.size(), to);
+  CHECK(read_file(dir / "a" / "stop_early.cpp") == expected);
+  CHECK_THAT(read_file(dir / "a" / "CMakeLists.txt"),
+             Catch::Contains("wick_add_plugin(stop_early SOURCES stop_early.cpp)"));
+  CHECK_THAT(read_file(dir / "a" / "stop_early.toml"), Catch::Contains("plugin = \"stop_early\""));
+  CHECK(fs::exists(dir / "a" / "README.md"));
+
+  write_file(dir / "b" / "keep.txt", "mine");  // an existing folder is never written into
+  r = run_wick({"new-plugin", "other", "--dir", (dir / "b").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("refusing to overwrite"));
+  CHECK_FALSE(fs::exists(dir / "b" / "other.cpp"));
+}
