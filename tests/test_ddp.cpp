@@ -72,6 +72,26 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   CHECK(s1["valid/loss"].get<double>() < std::log(5.0) - 0.1);  // chance level is log(5)
 }
 
+TEST_CASE("2 ranks x batch 16 x accumulation 2 train like 1 process x batch 64") {
+  TempDir dir;
+  // grad_accum (-10) lets only window boundaries through to ddp (-7): one all-reduce per step.
+  write_file(dir / "cfg.toml",
+             config(dir / "run", "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"));
+  auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
+                       "--set", "hooks.grad_accum.steps=1", "--set",
+                       "trainer.output_dir=\"" + (dir / "one").string() + "\""});
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  auto two = run_wick(
+      {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.batch_size=16"});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code == 0);
+  CHECK(read_json(dir / "run" / "summary.json")["optimizer_steps"] == 16);
+  CHECK(two.err.find("16 all-reduced steps") != std::string::npos);
+  CHECK(max_abs_diff(read_numbers(dir / "one" / "params_rank0.txt"),
+                     read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
+}
+
 TEST_CASE("validation metrics of a 2-rank run are reduced over all validation samples") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
