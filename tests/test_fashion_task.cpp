@@ -2,6 +2,8 @@
 // and the embedding host program.
 #include <zlib.h>
 
+#include <algorithm>
+
 #include "support.hpp"
 
 using namespace wick::test;
@@ -72,8 +74,9 @@ TEST_CASE("fashion_mnist trains an MLP for one epoch on the first 512 real sampl
 TEST_CASE("fashion_mnist builds and trains the CNN with batch norm") {
   TempDir dir;
   write_file(dir / "cfg.toml",
-             config(dir, "model = \"cnn\"\nbatch_norm = true\nchannels = [4, 8]\nhidden = [16]\n"
-                         "limit = 128\n"));
+             config(dir,
+                    "model = \"cnn\"\nbatch_norm = true\nchannels = [4, 8]\nhidden = [16]\n"
+                    "limit = 128\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);

@@ -121,8 +121,8 @@ TEST_CASE("progress prints plain lines every N steps when stdout is not a termin
 TEST_CASE("metrics_log writes metrics.csv with the records of metrics.jsonl") {
   TempDir dir;
   // late_key logs "late/x" from the second epoch on: the header must widen.
-  write_file(dir / "cfg.toml", config(dir, test_plugins_toml() +
-                                               "[[hooks]]\nplugin = \"metrics_log\"\n"
+  write_file(dir / "cfg.toml",
+             config(dir, test_plugins_toml() + "[[hooks]]\nplugin = \"metrics_log\"\n"
                                                "[[hooks]]\nplugin = \"late_key\"\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   INFO(r.out << r.err);
@@ -185,8 +185,8 @@ TEST_CASE("wick plot draws a PNG of the requested size from a recorded run") {
   CHECK_THAT(r.out, Catch::Contains("wick: completed: 3 epochs"));
   CHECK_FALSE(fs::exists(dir / "run" / "curves.png.tmp"));
 
-  auto r2 = run_wick({"plot", (dir / "run").string(), "-o", (dir / "small.png").string(),
-                      "--width", "640", "--height", "480"});
+  auto r2 = run_wick({"plot", (dir / "run").string(), "-o", (dir / "small.png").string(), "--width",
+                      "640", "--height", "480"});
   REQUIRE(r2.exit_code == 0);
   CHECK(png_size(dir / "small.png") == std::make_pair(640u, 480u));
 }

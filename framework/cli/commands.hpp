@@ -30,7 +30,8 @@ std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
 int guarded(const std::function<int()>& body);
 
 void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, plugins
-void add_plot_command(CLI::App& app, Registry& r);   // plot; also run_summary_line():
-std::string run_summary_line(const std::string& run_dir);  // from summary.json, "" if none
+void add_plot_command(CLI::App& app, Registry& r);   // plot
+// One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
+std::string run_summary_line(const std::string& run_dir);
 
 }  // namespace wick::cli

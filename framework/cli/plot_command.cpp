@@ -139,6 +139,9 @@ int cmd_plot(const PlotArgs& a) {
     const fs::path dir(a.run_dir);
     const fs::path out = a.output.empty() ? dir / "curves.png" : fs::path(a.output);
     Curves c = read_curves(dir / "metrics.jsonl");
+    if (const auto parent = fs::absolute(out).parent_path(); !fs::is_directory(parent))
+      throw std::runtime_error("cannot write '" + out.string() + "': no folder '" +
+                               parent.string() + "'");
     if (c.records == 0)
       throw std::runtime_error((dir / "metrics.jsonl").string() +
                                ": no records yet; train first (`wick fit CONFIG`)");
@@ -160,8 +163,9 @@ int cmd_plot(const PlotArgs& a) {
 
     char script[] = "/tmp/wick-plot-XXXXXX";
     int fd = mkstemp(script);
-    if (fd < 0) throw std::runtime_error(std::string("cannot create a temporary file: ") +
-                                         std::strerror(errno));
+    if (fd < 0)
+      throw std::runtime_error(std::string("cannot create a temporary file: ") +
+                               std::strerror(errno));
     const std::string text = gp.str();
     const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     ::close(fd);

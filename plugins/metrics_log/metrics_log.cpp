@@ -49,7 +49,8 @@ class MetricsLog : public wick::Hook {
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
-      path_ = fs::path(file_).is_absolute() ? fs::path(file_) : fs::path(c.run().output_dir) / file_;
+      path_ =
+          fs::path(file_).is_absolute() ? fs::path(file_) : fs::path(c.run().output_dir) / file_;
       columns_ = kFixed;
       rows_.clear();
       fs::create_directories(path_.parent_path());

@@ -7,13 +7,13 @@
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
 
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
@@ -33,7 +33,9 @@ std::string hms(double s) {
 class Progress : public wick::Hook {
  public:
   explicit Progress(const wick::Params& p)
-      : every_(p.get_int("every")), redraw_s_(p.get_float("redraw_s")), mode_(p.get_string("mode")) {
+      : every_(p.get_int("every")),
+        redraw_s_(p.get_float("redraw_s")),
+        mode_(p.get_string("mode")) {
     if (every_ < 1) throw p.error("every", "must be >= 1");
     if (redraw_s_ < 0) throw p.error("redraw_s", "must be >= 0");
     if (mode_ != "auto" && mode_ != "tty" && mode_ != "plain")
@@ -84,8 +86,8 @@ class Progress : public wick::Hook {
     r.on(wick::Point::after_fit, [this](wick::Context&) { end_line(); });
     r.on_record([this](const wick::Record& rec) {
       if (rec.kind != wick::Record::Kind::epoch) return;
-      std::string line = "epoch " + std::to_string(rec.epoch + 1) + "/" + std::to_string(epochs_) +
-                         " done";
+      std::string line =
+          "epoch " + std::to_string(rec.epoch + 1) + "/" + std::to_string(epochs_) + " done";
       auto t = rec.get("epoch_time_s");
       if (t) line += " in " + fmt("%.1f", *t) + " s";
       line += ":";
@@ -129,8 +131,10 @@ class Progress : public wick::Hook {
       // The one device sync of this line: the mean loss since the last line.
       line += "  loss " + fmt("%.4f", loss_sum_.item<double>() / static_cast<double>(loss_count_));
     }
-    if (elapsed > 0) line += "  " + fmt("%.0f", static_cast<double>(samples_) / elapsed) + " samples/s";
-    if (done > 0) line += "  eta " + hms(elapsed / static_cast<double>(done) * static_cast<double>(left));
+    if (elapsed > 0)
+      line += "  " + fmt("%.0f", static_cast<double>(samples_) / elapsed) + " samples/s";
+    if (done > 0)
+      line += "  eta " + hms(elapsed / static_cast<double>(done) * static_cast<double>(left));
     if (tty_) {
       std::printf("\r\033[K%s", line.c_str());
       open_line_ = true;

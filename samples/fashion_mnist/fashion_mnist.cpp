@@ -149,5 +149,4 @@ WICK_PLUGIN(FashionMnist,
                 .param_float("dropout", 0.0, "dropout after each hidden layer (0: none)")
                 .param_bool("normalize", true,
                             "normalise pixels with the training set's mean 0.2860 and std 0.3530")
-                .param_int("limit", 0,
-                           "use only the first N training and N test samples (0: all)"))
+                .param_int("limit", 0, "use only the first N training and N test samples (0: all)"))

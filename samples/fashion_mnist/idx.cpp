@@ -2,12 +2,12 @@
 
 #include <zlib.h>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <sys/stat.h>
 
 namespace wick::idx {
 
@@ -62,7 +62,8 @@ IdxData read_idx(const std::string& path, int rank) {
   if (::stat(path.c_str(), &st) != 0)
     throw IdxError(IdxError::Kind::missing, path + ": " + std::strerror(errno));
   Gz f(gzopen(path.c_str(), "rb"));
-  if (!f) throw IdxError(IdxError::Kind::unreadable, path + ": cannot open: " + std::strerror(errno));
+  if (!f)
+    throw IdxError(IdxError::Kind::unreadable, path + ": cannot open: " + std::strerror(errno));
 
   const std::uint32_t expected = 0x00000800u | static_cast<std::uint32_t>(rank);
   std::uint8_t head[4];
@@ -71,10 +72,10 @@ IdxData read_idx(const std::string& path, int rank) {
                    path + ": truncated: fewer than 4 bytes, no IDX magic number");
   const std::uint32_t magic = be32(head);
   if (magic != expected)
-    throw IdxError(IdxError::Kind::bad_magic,
-                   path + ": not an IDX file of unsigned bytes with " + std::to_string(rank) +
-                       " dimension" + (rank == 1 ? "" : "s") + ": magic number " + hex32(magic) +
-                       ", expected " + hex32(expected));
+    throw IdxError(IdxError::Kind::bad_magic, path + ": not an IDX file of unsigned bytes with " +
+                                                  std::to_string(rank) + " dimension" +
+                                                  (rank == 1 ? "" : "s") + ": magic number " +
+                                                  hex32(magic) + ", expected " + hex32(expected));
 
   IdxData d;
   std::vector<std::uint8_t> sizes(static_cast<std::size_t>(rank) * 4);
@@ -96,10 +97,9 @@ IdxData read_idx(const std::string& path, int rank) {
     std::string shape;
     for (std::size_t i = 0; i < d.dims.size(); ++i)
       shape += (i ? " x " : "") + std::to_string(d.dims[i]);
-    throw IdxError(IdxError::Kind::truncated, path + ": truncated: the header says " + shape +
-                                                  " = " + std::to_string(total) +
-                                                  " bytes of data, the file has " +
-                                                  std::to_string(got));
+    throw IdxError(IdxError::Kind::truncated,
+                   path + ": truncated: the header says " + shape + " = " + std::to_string(total) +
+                       " bytes of data, the file has " + std::to_string(got));
   }
   std::uint8_t extra;
   if (read_some(f.get(), path, &extra, 1) != 0)
