@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -35,8 +37,13 @@ using Series = std::map<std::string, std::vector<Point2>>;
 
 struct Curves {
   Series loss_by_step, loss_by_epoch, acc_by_step, acc_by_epoch;
+  std::map<std::string, int> color;  // one colour per key, in every panel
+  double max_epoch = 0;
   std::size_t records = 0;
 };
+
+const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                               "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -71,6 +78,8 @@ Curves read_curves(const fs::path& file) {
       if (!is_loss && !is_acc) continue;
       // A key both in step and epoch records (train/loss) is two curves: per-step and mean.
       const std::string title = epoch ? k + " (epoch)" : k;
+      c.color.emplace(k, static_cast<int>(c.color.size() % std::size(kColors)));
+      if (epoch) c.max_epoch = std::max(c.max_epoch, ep);
       (is_loss ? c.loss_by_step : c.acc_by_step)[title].push_back({step, v});
       if (epoch) (is_loss ? c.loss_by_epoch : c.acc_by_epoch)[k].push_back({ep, v});
     }
@@ -88,10 +97,12 @@ std::string quote(const std::string& s) {
 }
 
 // One panel: its data blocks and plot command, or an empty frame that says why.
-void panel(std::ostringstream& gp, const Series& series, const std::string& title,
-           const std::string& xlabel, const std::string& ylabel, int& block, bool points) {
-  gp << "set title " << quote(title) << "\nset xlabel " << quote(xlabel) << "\nset ylabel "
-     << quote(ylabel) << "\n";
+void panel(std::ostringstream& gp, const Curves& c, const Series& series, const std::string& title,
+           bool by_epoch, const std::string& ylabel, int& block) {
+  gp << "set title " << quote(title) << "\nset xlabel "
+     << quote(by_epoch ? "epoch" : "optimizer step") << "\nset ylabel " << quote(ylabel) << "\n";
+  // Whole epochs on the axis while they fit.
+  gp << (by_epoch && c.max_epoch <= 20 ? "set xtics 1\n" : "set xtics autofreq\n");
   if (series.empty()) {
     gp << "set label 1 " << quote("nothing recorded") << " at graph 0.5, 0.5 center\n"
        << "plot [0:1] [0:1] NaN notitle\nunset label 1\n";
@@ -103,10 +114,15 @@ void panel(std::ostringstream& gp, const Series& series, const std::string& titl
     gp << id << " << EOD\n";
     for (const auto& p : pts) gp << p.x << ' ' << p.y << '\n';
     gp << "EOD\n";
-    // Step records are dense: lines; epoch values are few: lines with points.
-    const bool dots = points || ends_with(name, "(epoch)") || pts.size() == 1;
+    // Step records are dense: lines; epoch values are few: lines with points (dashed when
+    // beside the per-step curve of the same key).
+    const bool epoch_mean = ends_with(name, " (epoch)");
+    const std::string key = epoch_mean ? name.substr(0, name.size() - 8) : name;
+    const bool dots = by_epoch || epoch_mean || pts.size() == 1;
+    const auto col = c.color.count(key) ? c.color.at(key) : 0;
     parts.push_back(id + " using 1:2 with " + (dots ? "linespoints pt 7 ps 0.8" : "lines") +
-                    " lw 2 title " + quote(name));
+                    " lw 2 lc rgb \"" + kColors[col] + "\"" +
+                    (epoch_mean && series.count(key) ? " dt 2" : "") + " title " + quote(name));
   }
   gp << "plot ";
   for (std::size_t i = 0; i < parts.size(); ++i) gp << (i ? ", \\\n     " : "") << parts[i];
@@ -155,10 +171,10 @@ int cmd_plot(const PlotArgs& a) {
        << "set grid\nset key top right\nset datafile missing NaN\n"
        << "set multiplot layout 2,2 title " << quote("wick run " + dir.string()) << "\n";
     int block = 0;
-    panel(gp, c.loss_by_step, "loss by step", "optimizer step", "loss", block, false);
-    panel(gp, c.loss_by_epoch, "loss by epoch", "epoch", "loss", block, true);
-    panel(gp, c.acc_by_step, "accuracy by step", "optimizer step", "accuracy", block, false);
-    panel(gp, c.acc_by_epoch, "accuracy by epoch", "epoch", "accuracy", block, true);
+    panel(gp, c, c.loss_by_step, "loss by step", false, "loss", block);
+    panel(gp, c, c.loss_by_epoch, "loss by epoch", true, "loss", block);
+    panel(gp, c, c.acc_by_step, "accuracy by step", false, "accuracy", block);
+    panel(gp, c, c.acc_by_epoch, "accuracy by epoch", true, "accuracy", block);
     gp << "unset multiplot\nset output\n";
 
     char script[] = "/tmp/wick-plot-XXXXXX";
