@@ -130,6 +130,7 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
 
 TEST_CASE("a well-formed data_dir of our own is read (all-zero images, label 3)") {
   TempDir dir;
+  fs::create_directories(dir / "data");
   write_split(dir / "data", "train", 64);
   write_split(dir / "data", "t10k", 32);
   write_file(dir / "cfg.toml", config(dir, "data_dir = \"" + (dir / "data").string() + "\"\n"));

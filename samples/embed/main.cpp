@@ -35,7 +35,7 @@ class SpiralTask : public wick::Task {
   explicit SpiralTask(std::int64_t n) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
     auto make = [&](std::int64_t m) {
-      auto t = torch::rand({m}, gen) * 3 * M_PI + 0.5;
+      auto t = torch::rand({m}, gen) * 2 * M_PI + 0.5;
       auto y = torch::randint(0, 2, {m}, gen, torch::kLong);
       auto sign = y.to(torch::kFloat) * 2 - 1;
       auto x = torch::stack({sign * t * torch::cos(t), sign * t * torch::sin(t)}, 1) / 10;
