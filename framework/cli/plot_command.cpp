@@ -101,6 +101,8 @@ void panel(std::ostringstream& gp, const Curves& c, const Series& series, const 
            bool by_epoch, const std::string& ylabel, int& block) {
   gp << "set title " << quote(title) << "\nset xlabel "
      << quote(by_epoch ? "epoch" : "optimizer step") << "\nset ylabel " << quote(ylabel) << "\n";
+  // Loss falls and accuracy rises: keep the legend where the curves usually are not.
+  gp << (ylabel == "accuracy" ? "set key bottom right\n" : "set key top right\n");
   // Whole epochs on the axis while they fit.
   gp << (by_epoch && c.max_epoch <= 20 ? "set xtics 1\n" : "set xtics autofreq\n");
   if (series.empty()) {
@@ -168,7 +170,7 @@ int cmd_plot(const PlotArgs& a) {
     gp << "set terminal pngcairo size " << a.width << "," << a.height
        << " noenhanced font \"sans,10\"\n"
        << "set output " << quote(tmp_png.string()) << "\n"
-       << "set grid\nset key top right\nset datafile missing NaN\n"
+       << "set grid\nset datafile missing NaN\n"
        << "set multiplot layout 2,2 title " << quote("wick run " + dir.string()) << "\n";
     int block = 0;
     panel(gp, c, c.loss_by_step, "loss by step", false, "loss", block);
