@@ -8,6 +8,7 @@
 #include <wick/wick.hpp>
 
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -91,8 +92,11 @@ class Progress : public wick::Hook {
       auto t = rec.get("epoch_time_s");
       if (t) line += " in " + fmt("%.1f", *t) + " s";
       line += ":";
+      std::vector<std::string> shown;  // a key logged twice (by a hook and the core) once
       for (const auto& [k, v] : rec.values) {
-        if (k == "epoch_time_s") continue;
+        if (k == "epoch_time_s" || std::find(shown.begin(), shown.end(), k) != shown.end())
+          continue;
+        shown.push_back(k);
         if (k == "samples_per_s")
           line += "  " + fmt("%.0f", v) + " samples/s";
         else if (k == "lr")
