@@ -410,7 +410,14 @@ void Trainer::Impl::add_pending(Record& r) {
   for (auto& [k, v] : pending) {
     double x = std::holds_alternative<double>(v) ? std::get<double>(v)
                                                  : std::get<at::Tensor>(v).item<double>();
-    r.values.emplace_back(k, x);
+    // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule):
+    // a record holds each key once.
+    auto same = std::find_if(r.values.begin(), r.values.end(),
+                             [&](const auto& kv) { return kv.first == k; });
+    if (same != r.values.end())
+      same->second = x;
+    else
+      r.values.emplace_back(k, x);
   }
   pending.clear();
 }
