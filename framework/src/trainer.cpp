@@ -137,10 +137,10 @@ struct Trainer::Impl {
   std::string stop_reason;
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
   std::int64_t start_epoch = 0, start_batch = 0;
-  bool resumed = false;                  // set_start was called (a checkpoint was restored)
-  at::Tensor resume_losses;              // losses of the resumed epoch before its start batch
-  std::size_t resume_logged = 0;         // how many of them were already in a step record
-  const FitResult* ending = nullptr;     // set during the final after_cancel
+  bool resumed = false;               // set_start was called (a checkpoint was restored)
+  at::Tensor resume_losses;           // losses of the resumed epoch before its start batch
+  std::size_t resume_logged = 0;      // how many of them were already in a step record
+  const FitResult* ending = nullptr;  // set during the final after_cancel
   std::function<void(at::Tensor&)> all_reduce;
 
   void emit(Point p) {
@@ -349,7 +349,9 @@ void Trainer::set_start(std::int64_t epoch, std::int64_t batch) {
   impl_->resumed = true;
 }
 
-const FitResult* Trainer::ending() const { return impl_->ending; }
+const FitResult* Trainer::ending() const {
+  return impl_->ending;
+}
 
 void Trainer::save_loop_state(StateDict& out) const {
   const auto& I = *impl_;
@@ -522,7 +524,8 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   logged_upto = 0;
   if (first_batch > 0 && resume_losses.defined()) {
     // Resumed mid-epoch: the epoch's earlier losses count in its records as they would have.
-    for (std::int64_t i = 0; i < resume_losses.size(0); ++i) epoch_losses.push_back(resume_losses[i]);
+    for (std::int64_t i = 0; i < resume_losses.size(0); ++i)
+      epoch_losses.push_back(resume_losses[i]);
     logged_upto = std::min(resume_logged, epoch_losses.size());
   }
   resume_losses = at::Tensor();
