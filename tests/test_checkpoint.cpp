@@ -61,7 +61,7 @@ std::vector<std::string> logged(const TempDir& d) {
 RunResult run_wick_unprivileged(const std::vector<std::string>& args) {
   std::vector<std::string> argv;
   if (::geteuid() == 0)
-    argv = {"setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"};
+    argv = {"/usr/bin/setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"};
   argv.push_back(WICK_BIN);
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv);
@@ -99,7 +99,7 @@ void check_matches_reference(const TempDir& d) {
 
 }  // namespace
 
-TEST_CASE("SIGINT mid-epoch 2 saves on cancel; --resume latest ends bit-identical") {
+TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identical") {
   TempDir d;
   // Batch 13 is the 5th of epoch 2 (index 1).
   write_file(d / "cfg.toml",
@@ -156,7 +156,8 @@ TEST_CASE("resuming from the end-of-epoch checkpoint before validation is exact"
   check_matches_reference(d);
 }
 
-TEST_CASE("an exception in a hook: blamed, exit 1, failure checkpoint resumes exactly") {
+TEST_CASE(
+    "an exception in a hook is blamed with exit 1 and its failure checkpoint resumes exactly") {
   TempDir d;
   write_file(d / "cfg.toml",
              config(d, "every_n_steps = 4\n",
@@ -194,7 +195,7 @@ TEST_CASE("an exception in the middle of a step writes no failure checkpoint") {
   CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004"});
 }
 
-TEST_CASE("on_failure = false: no checkpoint on failure") {
+TEST_CASE("on_failure = false writes no checkpoint on failure") {
   TempDir d;
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\non_failure = false\n",
                                     fault("action = \"throw\"\nstep = 6\n")));
@@ -203,7 +204,7 @@ TEST_CASE("on_failure = false: no checkpoint on failure") {
   CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004"});
 }
 
-TEST_CASE("a NaN loss: policy error stops naming the step; skip counts it") {
+TEST_CASE("a NaN loss stops naming the step under policy error and is counted under skip") {
   TempDir d;
   write_file(d / "cfg.toml",
              config(d, "", fault("action = \"nan\"\nat = \"after_loss\"\nstep = 5\n")));
@@ -225,7 +226,7 @@ TEST_CASE("a NaN loss: policy error stops naming the step; skip counts it") {
   CHECK(s["micro_steps"] == 24);
 }
 
-TEST_CASE("corrupt checkpoints: latest falls back with a warning, an explicit path fails") {
+TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit path fails") {
   TempDir d;
   write_file(d / "cfg.toml", config(d, "keep_last = 0\n"));
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=2"}).exit_code == 0);
@@ -307,7 +308,7 @@ TEST_CASE("a resume into another model or data order is refused with the differe
   CHECK(hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
 }
 
-TEST_CASE("--resume without a checkpoint hook is an error, not a silent fresh start") {
+TEST_CASE("resume without a checkpoint hook is an error and not a silent fresh start") {
   TempDir d;
   write_file(d / "cfg.toml", "[trainer]\nepochs = 1\noutput_dir = \"" + (d / "run").string() +
                                  "\"\n[task]\nplugin = \"synthetic\"\nsamples = 64\n");
@@ -317,7 +318,7 @@ TEST_CASE("--resume without a checkpoint hook is an error, not a silent fresh st
                    "\"checkpoint\"") != std::string::npos);
 }
 
-TEST_CASE("a read-only checkpoint folder: clear error at start and at save time") {
+TEST_CASE("a read-only checkpoint folder gives a clear error at start and at save time") {
   TempDir d;
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n"));
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
@@ -358,7 +359,7 @@ TEST_CASE("a read-only checkpoint folder: clear error at start and at save time"
   for (const auto& n : names) CHECK(hashes(ckpt_dir(d) / n) == before[n]);
 }
 
-TEST_CASE("a full disk at save time: clear error, earlier checkpoints intact and loadable") {
+TEST_CASE("a full disk at save time gives a clear error and earlier checkpoints stay loadable") {
   TempDir d;
   // A bigger model so that its checkpoint files outgrow the 16 KiB cap; metrics.jsonl does not.
   const std::string task = "hidden = [256]\n";
@@ -381,7 +382,7 @@ TEST_CASE("a full disk at save time: clear error, earlier checkpoints intact and
   CHECK(r2.out.find("(epoch 0, batch 4, optimizer step 4)") != std::string::npos);
 }
 
-TEST_CASE("keep_last keeps the newest K; best follows the monitored metric") {
+TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") {
   TempDir d;
   write_file(d / "cfg.toml",
              config(d,
