@@ -507,13 +507,13 @@ class Checkpoint : public wick::Hook {
       flush(c);
       return;
     }
-    if (in_step_) {
-      // Part of the step may have run (gradients, an optimizer update): such a state is not a
-      // point a resume could continue from exactly.
+    if (in_step_ || c.state().validating()) {
+      // Part of the step may have run (gradients, an optimizer update), or validation may have
+      // swapped other weights in (EMA): not a point a resume could continue from exactly.
       std::fprintf(stderr,
-                   "wick: checkpoint: not saving on %s: it came in the middle of a step; "
+                   "wick: checkpoint: not saving on %s: it came in the middle of a %s; "
                    "the last checkpoint is %s\n",
-                   failed ? "failure" : "cancel",
+                   failed ? "failure" : "cancel", in_step_ ? "step" : "validation",
                    last_saved_.empty() ? "(none)" : (dir_ / last_saved_).c_str());
       return;
     }
