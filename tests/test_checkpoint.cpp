@@ -122,13 +122,16 @@ TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identic
   check_matches_reference(d);
 }
 
-TEST_CASE("SIGKILL after the last checkpoint loses only the steps since it") {
+TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since it") {
+  // kill -9 (no handler runs) and std::abort (SIGABRT, a crash): the same outcome.
+  const auto [action, status] =
+      GENERATE(table<std::string, int>({{"kill", 128 + 9}, {"abort", 128 + 6}}));
   TempDir d;
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
-                                    fault("action = \"kill\"\nstep = 14\n")));
+                                    fault("action = \"" + action + "\"\nstep = 14\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 128 + 9);
+  REQUIRE(r.exit_code == status);
   // Steps 4 and 8 (the end of epoch 1, before validation), epoch 1's end, step 12; not 14.
   CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004", "ckpt-e0000-b0000008",
                                                    "ckpt-e0001-b0000000", "ckpt-e0001-b0000004"});
@@ -340,6 +343,19 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
           std::string::npos);
     CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 0);
   }
+  SECTION("an output_dir that cannot be written") {
+    const auto out = d / "readonly_out";
+    fs::create_directories(out);
+    fs::permissions(out, fs::perms::owner_read | fs::perms::owner_exec);
+    auto r = run_wick_unprivileged(
+        {"fit", (d / "cfg.toml").string(), "--set", "trainer.output_dir=" + out.string()});
+    fs::permissions(out, fs::perms::owner_all);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot write '" + (out / "metrics.jsonl").string() +
+                     "'; set trainer.output_dir to a writable folder") != std::string::npos);
+    CHECK(fs::is_empty(out));
+  }
   SECTION("at save time") {
     // Read-only from step 10 (in epoch 2) on: the save of step 12 fails.
     write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
@@ -404,4 +420,18 @@ TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") 
   CHECK(m["best"]["value"].get<double>() == best);
   CHECK(m["position"]["epoch"] == best_epoch + 1);
   CHECK(m["reason"] == "best");
+
+  // A fresh run into the same folder moves the earlier run's checkpoints aside, so that
+  // neither keep_last nor --resume latest mixes the two runs.
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"});
+  INFO(r2.out << r2.err);
+  CHECK(r2.exit_code == 0);
+  CHECK(r2.err.find("moved 3 checkpoint(s) of an earlier run aside to '" +
+                    (ckpt_dir(d) / "superseded-").string()) != std::string::npos);
+  auto now = checkpoints(d);
+  REQUIRE(now.size() == 4);
+  CHECK(std::vector<std::string>(now.begin(), now.begin() + 3) ==
+        std::vector<std::string>{"best", "ckpt-e0000-b0000008", "ckpt-e0001-b0000000"});
+  CHECK(now[3].rfind("superseded-", 0) == 0);
+  CHECK(fs::exists(ckpt_dir(d) / now[3] / "ckpt-e0003-b0000000" / "manifest.json"));
 }

@@ -359,6 +359,15 @@ void Trainer::save_loop_state(StateDict& out) const {
   out.set_int("logged_upto", static_cast<std::int64_t>(I.logged_upto));
   out.set_int("cancelled_steps", I.cancelled_steps);
   out.set_int("cancelled_epochs", I.cancelled_epochs);
+  // Values hooks logged for the next record (grad norm, loss scale) that is not written yet.
+  out.set_int("pending", static_cast<std::int64_t>(I.pending.size()));
+  for (std::size_t i = 0; i < I.pending.size(); ++i) {
+    const auto& [k, v] = I.pending[i];
+    out.set_string("pending_key." + std::to_string(i), k);
+    out.set_float("pending_value." + std::to_string(i),
+                  std::holds_alternative<double>(v) ? std::get<double>(v)
+                                                    : std::get<at::Tensor>(v).item<double>());
+  }
 }
 
 void Trainer::load_loop_state(const StateDict& in) {
@@ -367,6 +376,11 @@ void Trainer::load_loop_state(const StateDict& in) {
   I.resume_logged = static_cast<std::size_t>(in.get_int("logged_upto"));
   I.cancelled_steps = in.get_int("cancelled_steps");
   I.cancelled_epochs = in.get_int("cancelled_epochs");
+  I.pending.clear();
+  const std::int64_t n = in.has("pending") ? in.get_int("pending") : 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    I.pending.emplace_back(in.get_string("pending_key." + std::to_string(i)),
+                           in.get_float("pending_value." + std::to_string(i)));
 }
 
 std::vector<std::pair<std::string, Hook*>> Trainer::stateful_hooks() {

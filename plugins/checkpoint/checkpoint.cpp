@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -245,6 +246,7 @@ class Checkpoint : public wick::Hook {
     dir_ = d.is_absolute() ? d : fs::path(run.output_dir) / d;
     if (c.state().is_main_process()) check_writable();
     if (!run.resume.empty()) restore(c, run.resume);
+    if (c.state().is_main_process()) supersede_later(run.resume.empty());
     pos_ = {c.state().epoch, c.state().batch_idx};
     ready_ = true;
   }
@@ -268,6 +270,31 @@ class Checkpoint : public wick::Hook {
       const auto n = e.path().filename().string();
       if (n.rfind(".tmp-", 0) == 0 || n.rfind(".old-", 0) == 0) fs::remove_all(e.path(), ec);
     }
+  }
+
+  // Checkpoints of another timeline (an earlier fresh run, or the part of this run after an
+  // older checkpoint it was resumed from) would be taken by `--resume latest` and would push
+  // this run's own out of keep_last: they are moved aside, never deleted.
+  void supersede_later(bool fresh) {
+    std::vector<fs::path> later;
+    for (const auto& p : list_checkpoints())
+      if (fresh || p.filename().string() > last_saved_) later.push_back(p);
+    std::error_code ec;
+    if (fresh && fs::exists(dir_ / "best", ec)) later.push_back(dir_ / "best");
+    if (later.empty()) return;
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+    const auto aside =
+        dir_ / ("superseded-" + std::string(stamp) + "-" + std::to_string(::getpid()));
+    fs::create_directories(aside, ec);
+    for (const auto& p : later) fs::rename(p, aside / p.filename(), ec);
+    fsync_dir(dir_);
+    std::fprintf(stderr,
+                 "wick: note: moved %zu checkpoint(s) of %s aside to '%s'; --resume latest and "
+                 "keep_last ignore them\n",
+                 later.size(), fresh ? "an earlier run" : "the abandoned later part of this run",
+                 aside.c_str());
   }
 
   std::vector<fs::path> list_checkpoints() const {
