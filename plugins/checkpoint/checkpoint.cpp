@@ -241,6 +241,9 @@ class Checkpoint : public wick::Hook {
     in_step_ = false;
     due_.clear();
     best_due_ = false;
+    has_best_ = false;  // a resume restores these
+    best_ = 0;
+    last_saved_.clear();
     const auto& run = c.run();
     fs::path d = dir_param_.empty() ? fs::path("checkpoints") : fs::path(dir_param_);
     dir_ = d.is_absolute() ? d : fs::path(run.output_dir) / d;
