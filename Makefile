@@ -3,7 +3,9 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 BUILD_TYPE ?= Release
-CONFIG     ?= samples/synthetic.toml
+CONFIG     ?= samples/fashion_mnist/mlp.toml
+# The run directory of CONFIG: its trainer.output_dir (override with RUN_DIR=...).
+RUN_DIR    ?= $(or $(shell sed -n 's/^output_dir *= *"\(.*\)".*/\1/p' $(CONFIG) 2>/dev/null | head -n 1),runs/default)
 WICK       := $(BUILD)/bin/wick
 
 .PHONY: all deps configure build run test test-sanitize bench bench-smoke format clean install
@@ -21,9 +23,14 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD)
 
+# Train CONFIG (the Fashion-MNIST MLP by default) and draw its curves; the last lines are
+# the run's summary (accuracy, time, samples/s) and where its files are.
 run: build
 	$(WICK) describe $(CONFIG)
 	$(WICK) fit $(CONFIG)
+	@echo
+	$(WICK) plot $(RUN_DIR)
+	@echo "Run directory: $(RUN_DIR) (summary.json, metrics.jsonl, metrics.csv); curves: $(RUN_DIR)/curves.png"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600

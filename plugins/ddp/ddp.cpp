@@ -23,6 +23,7 @@
 // - Timings (metrics, averaged over the log window): ddp/compute_ms (before_step to the
 //   all-reduce: forward, backward, hooks), ddp/comm_ms (pack, all-reduce, unpack),
 //   ddp/wait_ms (the part of comm_ms spent waiting for the slowest rank's compute).
+//   Logged on each all-reduced step as the mean since the last step record.
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -101,15 +102,9 @@ class Ddp : public wick::Hook {
             [this](wick::Context& c, wick::Next next) { return reduce_gradients(c, next); });
     r.require_after(wick::Stage::optimizer_step, "grad_accum",
                     "gradients are all-reduced once per optimizer step, after accumulation");
-    r.on(wick::Point::after_step, [this](wick::Context& c) {
-      if (!c.state().training() || !pg_) return;
-      const auto every = c.trainer().options().log_every;
-      if (every > 0 && c.state().micro_step % every == 0 && window_.steps > 0) {
-        c.log("ddp/compute_ms", window_.compute / window_.steps);
-        c.log("ddp/comm_ms", window_.comm / window_.steps);
-        c.log("ddp/wait_ms", window_.wait / window_.steps);
-        window_ = {};
-      }
+    // The timings logged each step are means over the steps since the last step record.
+    r.on_record([this](const wick::Record& rec) {
+      if (rec.kind == wick::Record::Kind::step) window_ = {};
     });
     r.on(wick::Point::after_fit, [this](wick::Context& c) {
       if (pg_ && c.state().is_main_process() && total_.steps > 0)
@@ -328,6 +323,10 @@ class Ddp : public wick::Hook {
       t->wait += wait;
       ++t->steps;
     }
+    const double n = static_cast<double>(window_.steps);
+    c.log("ddp/compute_ms", window_.compute / n);
+    c.log("ddp/comm_ms", window_.comm / n);
+    c.log("ddp/wait_ms", window_.wait / n);
     return next();
   }
 
