@@ -1,6 +1,7 @@
 // Data-parallel runs of the synthetic task on loopback: 2 ranks must train exactly like one
 // process with the combined batch, reduce validation metrics over all samples, stop together,
-// and a killed rank must end the run promptly with the rank named.
+// and a killed rank must end the run promptly with the rank named, the run resuming from its
+// last checkpoint.
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -150,6 +151,35 @@ TEST_CASE("killing one rank mid-epoch makes wick launch fail promptly, naming th
   CHECK(r.err.find("wick launch: failed: rank 1 killed by signal 9 (SIGKILL)") !=
         std::string::npos);
   CHECK(s < 30);  // liveness bound from the issue: no rank hangs on its dead peer
+}
+
+TEST_CASE("a 2-rank run killed mid-epoch resumes from its last checkpoint and completes") {
+  TempDir dir;
+  const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
+  write_file(dir / "cfg.toml", config(dir / "run", "kill_rank = 1\nkill_at_step = 13\n" + ck));
+  auto killed =
+      run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3"});
+  INFO(killed.out << killed.err);
+  REQUIRE(killed.exit_code != 0);
+  CHECK(killed.err.find("failed: rank 1 killed by signal 9") != std::string::npos);
+  // Same world size, the fault switched off: continues from step 12 (epoch 1, batch 4).
+  auto resumed =
+      run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3",
+                "--set", "hooks.ddp_probe.kill_rank=-1", "--resume", "latest"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.out.find("[rank 1] wick: resumed from") != std::string::npos);
+  auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["optimizer_steps"] == 24);
+  // The same run without the fault ends with the same weights.
+  write_file(dir / "clean.toml", config(dir / "clean", ck));
+  auto clean =
+      run_wick({"fit", (dir / "clean.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3"});
+  INFO(clean.out << clean.err);
+  REQUIRE(clean.exit_code == 0);
+  CHECK(max_abs_diff(read_numbers(dir / "run" / "params_rank0.txt"),
+                     read_numbers(dir / "clean" / "params_rank0.txt")) <= 1e-6);
 }
 
 TEST_CASE("ranks without the ddp hook refuse to train apart") {
