@@ -534,7 +534,7 @@ class Checkpoint : public wick::Hook {
     if (!ending || !ready_) return;  // a CancelStep/CancelEpoch, or the start itself failed
     const bool failed = ending->status == wick::FitResult::Status::failed;
     if (failed ? !on_failure_ : !on_cancel_) {
-      flush(c);
+      flush(c, false);
       return;
     }
     if (in_step_ || c.state().validating()) {
@@ -547,11 +547,12 @@ class Checkpoint : public wick::Hook {
                    last_saved_.empty() ? "(none)" : (dir_ / last_saved_).c_str());
       return;
     }
-    flush(c);
+    flush(c, false);
     save(c, failed ? "failure" : "cancel");
   }
 
-  void flush(wick::Context& c) {
+  void flush(wick::Context& c, bool sync = true) {
+    const bool periodic = !due_.empty();  // the same on every rank (step and epoch counts)
     if (!due_.empty()) {
       auto why = std::move(due_);
       due_.clear();
@@ -561,6 +562,9 @@ class Checkpoint : public wick::Hook {
       best_due_ = false;
       save_as(c, "best", "best");
     }
+    // Data-parallel: rank 0 writes, every rank waits here until it has (no-op in one process).
+    // Not on the way out of a failed fit, where a peer may be gone.
+    if (periodic && sync) c.trainer().barrier();
   }
 
   void save(wick::Context& c, const std::string& reason) {

@@ -110,10 +110,12 @@ class Ddp : public wick::Hook {
       if (pg_ && c.state().is_main_process() && total_.steps > 0)
         std::fprintf(stderr,
                      "ddp: %d ranks, %lld all-reduced steps in %zu bucket(s) of %lld floats "
-                     "max: per step compute %.3f ms, comm %.3f ms (of which wait %.3f ms)\n",
+                     "max: per step compute %.3f ms, comm %.3f ms (of which wait %.3f ms); "
+                     "%lld barrier(s)\n",
                      world_, static_cast<long long>(total_.steps), grad_buckets_.size(),
                      static_cast<long long>(max_bucket_numel_), total_.compute / total_.steps,
-                     total_.comm / total_.steps, total_.wait / total_.steps);
+                     total_.comm / total_.steps, total_.wait / total_.steps,
+                     static_cast<long long>(barriers_));
     });
   }
 
@@ -129,6 +131,7 @@ class Ddp : public wick::Hook {
     rank_ = static_cast<int>(st.rank);
     agreed_stop_ = false;
     window_ = total_ = {};
+    barriers_ = 0;
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
     if (c.trainer().options().nan_policy == "skip")
       throw wick::ConfigError(
@@ -205,7 +208,10 @@ class Ddp : public wick::Hook {
     auto& trainer = c.trainer();
     device_ = dev;
     trainer.set_all_reduce([this](at::Tensor& t) { sum_host_tensor(t); });
-    trainer.set_barrier([this] { wait(pg_->barrier(), "barrier"); });
+    trainer.set_barrier([this] {
+      wait(pg_->barrier(), "barrier");
+      ++barriers_;
+    });
     wick::Context* ctx = &c;
     trainer.set_stop_agreement([this, ctx](bool local, bool epoch_end) {
       if (epoch_end) {
@@ -339,6 +345,7 @@ class Ddp : public wick::Hook {
   std::vector<Bucket> grad_buckets_, buffer_buckets_;
   std::int64_t max_bucket_numel_ = 0, trailer_ = 0;
   bool agreed_stop_ = false;
+  std::int64_t barriers_ = 0;
   Clock::time_point step_start_ = Clock::now();
   Times window_, total_;
 };
