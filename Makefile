@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 CONFIG     ?= samples/synthetic.toml
 WICK       := $(BUILD)/bin/wick
 
-.PHONY: all deps configure build run test test-sanitize bench bench-smoke format clean
+.PHONY: all deps configure build run test test-sanitize bench bench-smoke format clean install
 
 all: build
 
@@ -38,6 +38,11 @@ test-sanitize: deps
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -L sanitize -j2 --timeout 600
+
+# The command, libwick, headers, built-in plugins and the CMake package (sdk/README.md).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
 	$(BUILD)/bin/wick_bench --out bench/results.json

@@ -119,7 +119,7 @@ struct Trainer::Impl {
 
   // Who is running, so that an exception names its plugin and point.
   const HookEntry* current = nullptr;
-  std::string current_where;
+  std::string_view current_where;  // static strings only: set on every emit, so no copies
 
   // Metrics.
   std::vector<at::Tensor> epoch_losses;  // detached per-batch losses of the current epoch
@@ -156,8 +156,8 @@ struct Trainer::Impl {
   std::string blame(const std::string& what) const {
     if (current)
       return "plugin '" + current->plugin + "' (instance '" + current->instance + "') at " +
-             current_where + ": " + what;
-    return current_where + ": " + what;
+             std::string(current_where) + ": " + what;
+    return std::string(current_where) + ": " + what;
   }
 
   void build_optimizer();
