@@ -720,6 +720,8 @@ FitResult Trainer::fit() {
       I.write_record(std::move(r));
       I.emit(Point::after_epoch);
       I.state.batch_idx = 0;
+      // A Ctrl-C during validation or after_epoch (the last epoch's included) still counts.
+      if (interrupt_requested()) throw Interrupted{};
       if (I.stop) break;
     }
     I.emit(Point::after_fit);
