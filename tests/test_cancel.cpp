@@ -231,6 +231,19 @@ int exit_status(int status) {
 
 }  // namespace
 
+TEST_CASE("SIGINT during the last epoch's after_epoch is not lost: exit 130, not completed") {
+  TempDir dir;
+  // Second (last) after_epoch: the training loop is over, so only the epoch-end check sees it.
+  auto r = fit(dir, "point = \"after_epoch\"\nstep = 1\naction = \"sigint\"\n");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 130);
+  CHECK(r.summary["status"] == "cancelled");
+  CHECK(r.summary["stop_reason"] == "interrupted (SIGINT)");
+  CHECK(count(r.recorded, "after_fit 1 0") == 0);
+  REQUIRE(!r.recorded.empty());
+  CHECK(r.recorded.back().rfind("after_cancel", 0) == 0);
+}
+
 TEST_CASE("a real SIGINT sent to a running `wick fit`: after_cancel, exit 130") {
   TempDir dir;
   const auto marker = dir / "reached";
