@@ -230,16 +230,21 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
   I.ctx.optimizer_ = I.optimizer.get();
 
   auto* opt_ptr = I.optimizer.get();
-  I.chains[static_cast<std::size_t>(Stage::backward)].terminal = [](Context& c) {
+  // The defaults run on no plugin's behalf: an error in them blames no hook.
+  Impl* impl = &I;
+  I.chains[static_cast<std::size_t>(Stage::backward)].terminal = [impl](Context& c) {
+    impl->current = nullptr;
     c.backward_loss().backward();
     return true;
   };
-  I.chains[static_cast<std::size_t>(Stage::optimizer_step)].terminal = [opt_ptr](Context&) {
+  I.chains[static_cast<std::size_t>(Stage::optimizer_step)].terminal = [impl, opt_ptr](Context&) {
+    impl->current = nullptr;
     opt_ptr->step();
     return true;
   };
   // Gradients are set to none rather than zeroed: less memory traffic, same result.
-  I.chains[static_cast<std::size_t>(Stage::zero_grad)].terminal = [opt_ptr](Context&) {
+  I.chains[static_cast<std::size_t>(Stage::zero_grad)].terminal = [impl, opt_ptr](Context&) {
+    impl->current = nullptr;
     for (auto& group : opt_ptr->param_groups())
       for (auto& p : group.params()) p.mutable_grad() = at::Tensor();
     return true;
@@ -310,8 +315,12 @@ class TrainerSink : public HookSink {
     const HookEntry* entry = &h;
     impl_.chains[static_cast<std::size_t>(s)].handlers.push_back(
         [impl, entry, fn = std::move(fn)](Context& c, Next n) {
+          // Handlers nest: when this one returns, an error belongs to its caller again.
+          const HookEntry* caller = impl->current;
           impl->current = entry;
-          return fn(c, n);
+          bool r = fn(c, n);
+          impl->current = caller;
+          return r;
         });
   }
   void on_record(const HookEntry&, std::function<void(const Record&)> fn) override {
@@ -563,10 +572,10 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
     logged_upto = std::min(resume_logged, epoch_losses.size());
   }
   resume_losses = at::Tensor();
-  emit(Point::before_epoch);
 
   auto t0 = Clock::now();
   try {
+    emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
     for (std::int64_t b = first_batch; b < nb; ++b) {
       if (interrupt_requested()) throw Interrupted{};
       state.batch_idx = b;
@@ -604,37 +613,49 @@ ValidResult Trainer::Impl::validation() {
   const std::int64_t local = order.size(0);
   const std::int64_t bs = opt.valid_batch_size > 0 ? opt.valid_batch_size : opt.batch_size;
   state.batches_in_epoch = (local + bs - 1) / bs;
-  emit(Point::before_valid);
+  state.batch_idx = 0;
 
   at::Tensor loss_sum;
   std::vector<std::string> names;
   std::vector<at::Tensor> sums;
   std::int64_t count = 0;
-  for (std::int64_t b = 0; b < state.batches_in_epoch; ++b) {
-    state.batch_idx = b;
-    auto idx = order.slice(0, b * bs, std::min(local, (b + 1) * bs));
-    const std::int64_t m = idx.size(0);
-    batch = to_device(valid_ds->get(idx));
-    state.batch_size = m;
-    emit(Point::before_step);
-    current_where = "task eval_step";
-    output = task->eval_step(batch);
-    emit(Point::after_pred);
-    emit(Point::after_loss);
-    auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
-    loss_sum = loss_sum.defined() ? loss_sum + l : l;
-    if (names.empty()) {
-      for (const auto& [k, v] : output.metrics) {
-        names.push_back(k);
-        sums.push_back(v.detach().to(torch::kDouble) * static_cast<double>(m));
+  // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
+  try {
+    emit(Point::before_valid);
+    for (std::int64_t b = 0; b < state.batches_in_epoch; ++b) {
+      state.batch_idx = b;
+      try {
+        auto idx = order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+        const std::int64_t m = idx.size(0);
+        batch = to_device(valid_ds->get(idx));
+        state.batch_size = m;
+        emit(Point::before_step);
+        current_where = "task eval_step";
+        output = task->eval_step(batch);
+        emit(Point::after_pred);
+        emit(Point::after_loss);
+        auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
+        loss_sum = loss_sum.defined() ? loss_sum + l : l;
+        if (names.empty()) {
+          for (const auto& [k, v] : output.metrics) {
+            names.push_back(k);
+            sums.push_back(v.detach().to(torch::kDouble) * static_cast<double>(m));
+          }
+        } else {
+          for (std::size_t k = 0; k < names.size() && k < output.metrics.size(); ++k)
+            sums[k] = sums[k] +
+                      output.metrics[k].second.detach().to(torch::kDouble) * static_cast<double>(m);
+        }
+        count += m;
+        emit(Point::after_step);
+      } catch (const CancelStep&) {
+        ++cancelled_steps;
+        emit(Point::after_cancel);
       }
-    } else {
-      for (std::size_t k = 0; k < names.size() && k < output.metrics.size(); ++k)
-        sums[k] = sums[k] + output.metrics[k].second.detach().to(torch::kDouble) *
-                                static_cast<double>(m);
     }
-    count += m;
-    emit(Point::after_step);
+  } catch (const CancelEpoch&) {
+    ++cancelled_epochs;
+    emit(Point::after_cancel);
   }
   // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
   std::vector<at::Tensor> parts;
@@ -721,6 +742,8 @@ FitResult Trainer::fit() {
       I.write_record(std::move(r));
       I.emit(Point::after_epoch);
       I.state.batch_idx = 0;
+      // A Ctrl-C during validation or after_epoch (the last epoch's included) still counts.
+      if (interrupt_requested()) throw Interrupted{};
       if (I.agreed_stop(true)) break;
     }
     I.emit(Point::after_fit);

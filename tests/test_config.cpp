@@ -1,0 +1,215 @@
+// Config validation: every error class is reported as FILE:LINE:COL: message (or with the
+// --set argument that caused it), in process and by `wick check` (exit 2).
+#include "support.hpp"
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+// A config that loads the test plugins; user text starts on line 3.
+std::string with_plugins(const std::string& text) {
+  return test_plugins_toml() + text;
+}
+
+// What `wick check` does, in process: load, validate the task and hook tables, build hooks.
+void check_config(const fs::path& file, const std::vector<std::string>& sets = {}) {
+  auto cfg = wick::Config::load(file.string(), sets);
+  wick::PluginFinder finder(cfg.search_path());
+  if (cfg.has_task()) cfg.check_task(finder);
+  cfg.make_hooks(finder);
+}
+
+struct Case {
+  TempDir dir;
+  fs::path file;
+  explicit Case(const std::string& text) : file(dir / "cfg.toml") { write_file(file, text); }
+
+  // The ConfigError message, checked against `wick check`'s stderr and exit code.
+  std::string error(const std::vector<std::string>& sets = {}) const {
+    std::string msg;
+    try {
+      check_config(file, sets);
+    } catch (const wick::ConfigError& e) {
+      msg = e.what();
+    }
+    std::vector<std::string> args = {"check", file.string()};
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    auto r = run_wick(args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "wick: " + msg + "\n");
+    return msg;
+  }
+  std::string at(int line, int col) const {
+    return file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
+  }
+};
+
+const char* kTyped = "[[hooks]]\nplugin = \"typed\"\ntarget = \"t\"\n";
+
+}  // namespace
+
+TEST_CASE("a good config passes `wick check` with exit 0") {
+  Case c(with_plugins("[trainer]\nepochs = 2\n[task]\nplugin = \"synthetic\"\nsamples = 64\n" +
+                      std::string(kTyped) + "max_norm = 2\nsizes = [3]\nnames = []\n"));
+  REQUIRE_NOTHROW(check_config(c.file));
+  auto r = run_wick({"check", c.file.string()});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == c.file.string() + ": ok (task synthetic, 1 hook)\n");
+}
+
+TEST_CASE("TOML syntax errors give the place and the parser's message") {
+  SECTION("a value missing") {
+    Case c("[trainer]\nepochs = 2\nseed = = 3\n");
+    CHECK(c.error() == c.at(3, 8) + "TOML syntax error: " +
+                           "Error while parsing value: could not determine value type");
+  }
+  SECTION("a key given twice") {
+    Case c("[trainer]\nepochs = 2\nseed = 1\nepochs = 3\n");
+    // toml++ places it at the second value.
+    CHECK(c.error() == c.at(4, 10) + "TOML syntax error: " +
+                           "Error while parsing key-value pair: cannot redefine existing "
+                           "integer 'epochs'");
+  }
+}
+
+TEST_CASE("unknown keys are reported where they are, with a suggestion") {
+  SECTION("in [trainer]") {
+    Case c("[trainer]\nepochs = 2\nepohcs = 3\n");
+    CHECK(c.error() == c.at(3, 1) + "unknown key 'epohcs' in [trainer]; did you mean 'epochs'?");
+  }
+  SECTION("in a hook's table, checked against the plugin's declared parameters") {
+    Case c(with_plugins(std::string(kTyped) + "max_nrom = 2.0\n"));
+    CHECK(c.error() ==
+          c.at(6, 1) + "unknown key 'max_nrom' in [hooks.typed]; did you mean 'max_norm'?");
+  }
+  SECTION("in [task], checked against the task plugin") {
+    Case c("[task]\nplugin = \"synthetic\"\nsampels = 10\n");
+    CHECK(c.error() == c.at(3, 1) + "unknown key 'sampels' in [task]; did you mean 'samples'?");
+  }
+  SECTION("nothing close: the known keys are listed") {
+    Case c("[optimizer]\nxyzzy = 1\n");
+    CHECK(c.error() == c.at(2, 1) +
+                           "unknown key 'xyzzy' in [optimizer]; known keys: name lr "
+                           "weight_decay betas eps amsgrad momentum dampening nesterov");
+  }
+  SECTION("a misspelt section") {
+    Case c("[trainr]\nepochs = 2\n");
+    CHECK(c.error() == c.at(1, 2) + "unknown top-level key 'trainr'; did you mean 'trainer'?");
+  }
+}
+
+TEST_CASE("wrong types name the key, the type wanted and the value found") {
+  SECTION("a string for an integer") {
+    Case c("[trainer]\nepochs = \"two\"\n");
+    CHECK(c.error() ==
+          c.at(2, 10) + "'epochs' in [trainer] must be an integer, not a string ('two')");
+  }
+  SECTION("an integer for a boolean in a hook") {
+    Case c(with_plugins(std::string(kTyped) + "flag = 1\n"));
+    CHECK(c.error() == c.at(6, 8) +
+                           "'flag' in [hooks.typed] must be a boolean (true or false), "
+                           "not an integer (1)");
+  }
+  SECTION("a wrong array element is placed at the element") {
+    Case c(with_plugins(std::string(kTyped) + "sizes = [1, \"x\"]\n"));
+    CHECK(c.error() == c.at(6, 13) +
+                           "'sizes' in [hooks.typed] must be an array of integers; "
+                           "this element is a string");
+  }
+  SECTION("a string for a hook's order") {
+    Case c(with_plugins(std::string(kTyped) + "order = \"first\"\n"));
+    CHECK(c.error() == c.at(6, 9) + "'order' in [hooks.typed] must be an integer, not a string");
+  }
+  SECTION("a value the type allows but the plugin refuses") {
+    Case c(with_plugins(std::string(kTyped) + "max_norm = -1.5\n"));
+    CHECK(c.error() == c.at(6, 12) + "'max_norm' in [hooks.typed] (plugin 'typed') must be > 0");
+  }
+}
+
+TEST_CASE("missing required keys are reported at their table") {
+  SECTION("a hook parameter without a default") {
+    Case c(with_plugins("[[hooks]]\nplugin = \"typed\"\n"));
+    CHECK(c.error() == c.at(3, 1) +
+                           "missing required key 'target' in [hooks.typed] (a string: "
+                           "a required string)");
+  }
+  SECTION("the task's plugin") {
+    Case c("[trainer]\nepochs = 1\n[task]\nsamples = 3\n");
+    CHECK(c.error() == c.at(3, 1) +
+                           "missing required key 'plugin' in [task] (the task plugin's "
+                           "name, e.g. plugin = \"synthetic\")");
+  }
+  SECTION("a hook's plugin") {
+    Case c("[[hooks]]\nname = \"x\"\n");
+    CHECK(c.error() == c.at(1, 1) + "missing required key 'plugin' in [[hooks]]");
+  }
+}
+
+TEST_CASE("overrides given with --set are typed by the schema") {
+  Case c(with_plugins("[trainer]\nepochs = 2\n[task]\nplugin = \"synthetic\"\n" +
+                      std::string(kTyped)));
+
+  SECTION("good overrides") {
+    auto cfg = wick::Config::load(
+        c.file.string(),
+        {"trainer.epochs=5", "trainer.output_dir=runs/x y", "trainer.shuffle=false",
+         "optimizer.lr=1", "task.samples=40", "hooks.typed.max_norm=3", "hooks.typed.mode=slow"});
+    CHECK(cfg.trainer().epochs == 5);
+    CHECK(cfg.trainer().output_dir == "runs/x y");  // not a TOML literal: taken as a string
+    CHECK(cfg.trainer().shuffle == false);
+    CHECK(cfg.optimizer().lr == 1.0);  // an integer where a float is declared
+    CHECK(cfg.has_optimizer());
+    wick::PluginFinder finder(cfg.search_path());
+    CHECK_NOTHROW(cfg.check_task(finder));
+    CHECK(cfg.make_hooks(finder).size() == 1);
+    auto r = run_wick({"check", c.file.string(), "--set", "hooks.typed.max_norm=3", "--set",
+                       "trainer.device=auto"});
+    CHECK(r.exit_code == 0);
+  }
+  SECTION("a value of the wrong type") {
+    CHECK(c.error({"trainer.epochs=abc"}) ==
+          "--set trainer.epochs=abc: 'epochs' in [trainer] must be an integer, not a string "
+          "('abc')");
+    CHECK(c.error({"hooks.typed.flag=yes"}) ==
+          "--set hooks.typed.flag=yes: 'flag' in [hooks.typed] must be a boolean (true or "
+          "false), not a string ('yes')");
+  }
+  SECTION("a value the plugin refuses is placed at the --set") {
+    CHECK(
+        c.error({"hooks.typed.max_norm=-2"}) ==
+        "--set hooks.typed.max_norm=-2: 'max_norm' in [hooks.typed] (plugin 'typed') must be > 0");
+  }
+  SECTION("a string where a string is declared may need no quotes, but must be valid") {
+    CHECK(c.error({"trainer.device=gpu"}) ==
+          "--set trainer.device=gpu: 'device' in [trainer] must be \"cpu\", \"cuda\", \"cuda:N\" "
+          "or \"auto\"");
+  }
+  SECTION("unknown keys, sections and instances") {
+    CHECK(c.error({"trainer.epohcs=1"}) ==
+          "--set trainer.epohcs=1: unknown key 'epohcs' in [trainer]; did you mean 'epochs'?");
+    CHECK(c.error({"trainr.epochs=1"}) ==
+          "--set trainr.epochs=1: unknown section 'trainr'; did you mean 'trainer'?");
+    CHECK(c.error({"hooks.tpyed.flag=true"}) ==
+          "--set hooks.tpyed.flag=true: no [[hooks]] "
+          "instance named 'tpyed' in " +
+              c.file.string() + " (instances: typed)");
+    CHECK(c.error({"epochs"}) ==
+          "--set epochs: expected SECTION.KEY=VALUE, e.g. --set trainer.epochs=1");
+  }
+}
+
+TEST_CASE("did_you_mean suggests only close keys") {
+  const std::vector<std::string> keys = {"epochs", "seed", "batch_size", "max_norm"};
+  CHECK(wick::did_you_mean("max_nrom", keys) == "max_norm");
+  CHECK(wick::did_you_mean("epohcs", keys) == "epochs");
+  CHECK(wick::did_you_mean("batchsize", keys) == "batch_size");
+  CHECK(wick::did_you_mean("Seed", keys) == "seed");
+  CHECK(wick::did_you_mean("learning_rate", keys).empty());
+  CHECK(wick::did_you_mean("x", keys).empty());
+}

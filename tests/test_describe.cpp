@@ -1,0 +1,66 @@
+// `wick describe` on a config with three hooks prints exactly this schedule (golden output).
+#include "support.hpp"
+
+using namespace wick::test;
+
+TEST_CASE("wick describe prints the schedule table exactly") {
+  TempDir dir;
+  const std::string trace = (dir / "trace.txt").string();
+  write_file(dir / "cfg.toml",
+             test_plugins_toml() +
+                 "[[hooks]]\nplugin = \"thrower\"\nname = \"early_stop\"\npoint = \"after_epoch\"\n"
+                 "action = \"stop\"\norder = -3\n\n"
+                 "[[hooks]]\nplugin = \"recorder\"\nname = \"trace\"\npath = \"" +
+                 trace +
+                 "\"\n"
+                 "points = [\"after_fit\", \"before_fit\", \"before_step\", \"after_step\"]\n"
+                 "stages = [\"backward\", \"optimizer_step\"]\n\n"
+                 "[[hooks]]\nplugin = \"recorder\"\nname = \"audit\"\norder = 5\npath = \"" +
+                 trace +
+                 "\"\npoints = [\"after_step\", \"after_cancel\"]\n"
+                 "stages = [\"optimizer_step\", \"zero_grad\"]\n");
+  auto r = run_wick({"describe", (dir / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());
+
+  const std::string table =
+      "| Lifecycle Point | Hook       | Order |\n"
+      "| --------------- | ---------- | ----- |\n"
+      "| before_fit      | trace      |     0 |\n"
+      "| before_epoch    | (none)     |       |\n"
+      "| before_step     | trace      |     0 |\n"
+      "| after_pred      | (none)     |       |\n"
+      "| after_loss      | (none)     |       |\n"
+      "| after_backward  | (none)     |       |\n"
+      "| after_step      | trace      |     0 |\n"
+      "|                 | audit      |     5 |\n"
+      "| before_valid    | (none)     |       |\n"
+      "| after_epoch     | early_stop |    -3 |\n"
+      "| after_fit       | trace      |     0 |\n"
+      "| after_cancel    | audit      |     5 |\n"
+      "\n"
+      "| Stage          | Chain (call order)                                |\n"
+      "| -------------- | ------------------------------------------------- |\n"
+      "| backward       | trace(0) -> default: loss.backward()              |\n"
+      "| optimizer_step | trace(0) -> audit(5) -> default: optimizer.step() |\n"
+      "| zero_grad      | audit(5) -> default: optimizer.zero_grad()        |\n";
+  const auto libs = r.out.find("\nLibraries:\n");
+  REQUIRE(libs != std::string::npos);
+  CHECK(r.out.substr(0, libs) == table);
+
+  // Then the absolute path of each hook's library, in schedule order.
+  const std::string d = fs::canonical(WICK_TEST_PLUGIN_DIR).string();
+  CHECK(r.out.substr(libs) ==
+        "\nLibraries:\n"
+        "  early_stop: " +
+            d +
+            "/wick_thrower.so\n"
+            "  trace: " +
+            d +
+            "/wick_recorder.so\n"
+            "  audit: " +
+            d + "/wick_recorder.so\n");
+  // Describing trains nothing and runs no hook.
+  CHECK(read_file(trace).empty());
+}

@@ -1,0 +1,522 @@
+// The trainer core: the order of the eleven lifecycle points, hook order, stage chains,
+// cancels and errors. In process (a Hook subclass and a tiny Task defined here) and through
+// `wick fit` with the recorder test plugin.
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "support.hpp"
+#include "wick/config.hpp"
+#include "wick/task.hpp"
+#include "wick/trainer.hpp"
+
+using namespace wick::test;
+using wick::Point;
+using wick::Stage;
+
+namespace {
+
+// 8 training samples and 4 validation samples of y = x0 - x1: with batch size 4, an epoch is
+// two training batches and one validation batch.
+class TinyTask : public wick::Task {
+ public:
+  std::shared_ptr<torch::nn::Module> model() override {
+    net_ = torch::nn::Linear(2, 1);
+    return net_.ptr();
+  }
+  std::shared_ptr<wick::Dataset> train_data() override { return make(8, 1); }
+  std::shared_ptr<wick::Dataset> valid_data() override { return make(4, 2); }
+  wick::Output train_step(const wick::Batch& b) override {
+    wick::Output o;
+    o.pred = net_->forward(b.input);
+    o.loss = torch::mse_loss(o.pred, b.target);
+    return o;
+  }
+
+ private:
+  static std::shared_ptr<wick::Dataset> make(std::int64_t n, std::int64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    auto x = torch::randn({n, 2}, gen);
+    auto y = (x.select(1, 0) - x.select(1, 1)).unsqueeze(1);
+    return std::make_shared<wick::TensorDataset>(x, y);
+  }
+  torch::nn::Linear net_{nullptr};
+};
+
+// A hook whose subscriptions are given as a function, so each test wires what it needs.
+class FnHook : public wick::Hook {
+ public:
+  explicit FnHook(std::function<void(wick::Registrar&)> f) : f_(std::move(f)) {}
+  void connect(wick::Registrar& r) override { f_(r); }
+
+ private:
+  std::function<void(wick::Registrar&)> f_;
+};
+
+wick::HookEntry entry(const std::string& name, int order, std::function<void(wick::Registrar&)> f) {
+  wick::HookEntry e;
+  e.hook = std::make_shared<FnHook>(std::move(f));
+  e.plugin = name;
+  e.instance = name;
+  e.order = order;
+  return e;
+}
+
+wick::TrainerOptions tiny_options(const TempDir& dir) {
+  wick::TrainerOptions o;
+  o.epochs = 2;
+  o.batch_size = 4;
+  o.shuffle = false;
+  o.log_every = 0;
+  o.output_dir = (dir / "run").string();
+  return o;
+}
+
+std::string line(std::string_view what, const wick::Context& c) {
+  auto& s = const_cast<wick::Context&>(c).state();
+  std::ostringstream o;
+  o << what << ' ' << s.epoch << ' ' << s.batch_idx;
+  return o.str();
+}
+
+// Subscribes to all eleven points and appends "POINT EPOCH BATCH" to log.
+std::function<void(wick::Registrar&)> record_all(std::vector<std::string>& log) {
+  return [&log](wick::Registrar& r) {
+    for (std::size_t i = 0; i < wick::kNumPoints; ++i) {
+      auto p = static_cast<Point>(i);
+      r.on(p, [&log, p](wick::Context& c) { log.push_back(line(wick::to_string(p), c)); });
+    }
+  };
+}
+
+std::vector<float> params_of(torch::nn::Module& m) {
+  std::vector<float> out;
+  for (auto& p : m.parameters()) {
+    auto t = p.detach().flatten();
+    for (std::int64_t i = 0; i < t.numel(); ++i) out.push_back(t[i].item<float>());
+  }
+  return out;
+}
+
+// One epoch: two training batches (with backward) and one validation batch.
+std::vector<std::string> epoch_lines(int e) {
+  const std::string E = std::to_string(e);
+  std::vector<std::string> out = {"before_epoch " + E + " 0"};
+  for (const char* b : {"0", "1"})
+    for (const char* p :
+         {"before_step", "after_pred", "after_loss", "after_backward", "after_step"})
+      out.push_back(std::string(p) + " " + E + " " + b);
+  for (const char* p : {"before_valid", "before_step", "after_pred", "after_loss", "after_step"})
+    out.push_back(std::string(p) + " " + E + " 0");
+  // The batch index is the training one again once validation is over.
+  out.push_back("after_epoch " + E + " 1");
+  return out;
+}
+
+}  // namespace
+
+// The expected sequence, spelled out in full for the first epoch and built per epoch for the
+// second, so that a reader can check it against design.md section 1.
+const std::vector<std::string> kTwoEpochs = [] {
+  std::vector<std::string> s = {"before_fit 0 0"};
+  for (int e : {0, 1}) {
+    auto ep = epoch_lines(e);
+    s.insert(s.end(), ep.begin(), ep.end());
+  }
+  s.push_back("after_fit 1 0");
+  return s;
+}();
+
+TEST_CASE("the first epoch's points, spelled out") {
+  // Guards the helper above against a mistake that would hide one in the trainer.
+  const std::vector<std::string> first = {
+      "before_epoch 0 0",   "before_step 0 0",    "after_pred 0 0",  "after_loss 0 0",
+      "after_backward 0 0", "after_step 0 0",     "before_step 0 1", "after_pred 0 1",
+      "after_loss 0 1",     "after_backward 0 1", "after_step 0 1",  "before_valid 0 0",
+      "before_step 0 0",    "after_pred 0 0",     "after_loss 0 0",  "after_step 0 0",
+      "after_epoch 0 1"};
+  CHECK(epoch_lines(0) == first);
+  CHECK(kTwoEpochs.size() == 1 + 2 * first.size() + 1);
+}
+
+TEST_CASE("all eleven lifecycle points fire in order over 2 epochs with validation") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  std::vector<std::string> log;
+  std::vector<std::string> phases;
+  t.add_hook(entry("rec", 0, record_all(log)));
+  t.add_hook(entry("phase", 1, [&](wick::Registrar& r) {
+    r.on(Point::before_valid,
+         [&](wick::Context& c) { phases.push_back(c.state().validating() ? "valid" : "train"); });
+    r.on(Point::after_backward,
+         [&](wick::Context& c) { phases.push_back(c.state().training() ? "train" : "valid"); });
+  }));
+
+  SECTION("a completed fit: ten points, no after_cancel") {
+    auto res = t.fit();
+    REQUIRE(res.status == wick::FitResult::Status::completed);
+    CHECK(log == kTwoEpochs);
+    CHECK(phases == std::vector<std::string>{"train", "train", "valid", "train", "train", "valid"});
+    CHECK(t.state().optimizer_step == 4);
+    CHECK(t.state().micro_step == 4);
+    CHECK(t.state().samples_seen == 16);
+  }
+
+  SECTION("a fit cancelled in the last training step: after_cancel, and no after_fit") {
+    int calls = 0;
+    t.add_hook(entry("cancel", 5, [&](wick::Registrar& r) {
+      r.on(Point::after_step, [&](wick::Context& c) {
+        if (c.state().training() && ++calls == 4) throw wick::CancelFit();
+      });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::cancelled);
+    CHECK(res.exit_code() == 0);
+    CHECK(res.stop_reason == "plugin 'cancel' (instance 'cancel') at after_step: CancelFit");
+    // Everything up to epoch 1's last training after_step, then after_cancel.
+    std::vector<std::string> expected(kTwoEpochs.begin(), kTwoEpochs.begin() + 1 + 17 + 11);
+    REQUIRE(expected.back() == "after_step 1 1");
+    expected.push_back("after_cancel 1 1");
+    CHECK(log == expected);
+  }
+}
+
+TEST_CASE("hooks run by order, ties in the order they were added") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  std::vector<std::string> log;
+  auto add = [&](const std::string& name, int order) {
+    t.add_hook(entry(name, order, [&log, name](wick::Registrar& r) {
+      r.on(Point::before_fit, [&log, name](wick::Context&) { log.push_back(name); });
+      r.stage(Stage::zero_grad, [&log, name](wick::Context&, wick::Next next) {
+        log.push_back("zero_grad:" + name);
+        return next();
+      });
+    }));
+  };
+  add("a", 5);
+  add("b", -1);
+  add("c", 5);
+  add("d", 0);
+  add("e", -1);
+  auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::completed);
+  const std::vector<std::string> order = {"b", "e", "d", "a", "c"};
+  REQUIRE(log.size() == 5 + 4 * 5);
+  CHECK(std::vector<std::string>(log.begin(), log.begin() + 5) == order);
+  const std::vector<std::string> chain = {"zero_grad:b", "zero_grad:e", "zero_grad:d",
+                                          "zero_grad:a", "zero_grad:c"};
+  CHECK(std::vector<std::string>(log.begin() + 5, log.begin() + 10) == chain);
+  // The schedule describe prints agrees.
+  const auto& row = t.schedule().points[static_cast<std::size_t>(Point::before_fit)];
+  REQUIRE(row.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) CHECK(row[i].instance == order[i]);
+  CHECK(row[0].order == -1);
+  CHECK(row[4].order == 5);
+}
+
+TEST_CASE("a stage chain runs its handlers by order and ends in the default") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  std::vector<std::string> log;
+  auto weight = [&t] { return params_of(t.model()); };
+  auto has_grad = [&t] { return t.model().parameters()[0].grad().defined(); };
+  auto handler = [&](const std::string& name, bool innermost) {
+    return [&, name, innermost](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, [&, name, innermost](wick::Context&, wick::Next next) {
+        log.push_back("enter " + name);
+        auto before = weight();
+        bool stepped = next();
+        // Only after the innermost handler's next() has the default run.
+        if (innermost) log.push_back(weight() != before ? "default stepped" : "no step");
+        log.push_back("leave " + name + (stepped ? " true" : " false"));
+        return stepped;
+      });
+      if (!innermost) return;
+      r.stage(Stage::backward, [&](wick::Context&, wick::Next next) {
+        log.push_back(std::string("backward: grad before ") + (has_grad() ? "yes" : "no"));
+        bool r2 = next();
+        log.push_back(std::string("backward: grad after ") + (has_grad() ? "yes" : "no"));
+        return r2;
+      });
+      r.stage(Stage::zero_grad, [&](wick::Context&, wick::Next next) {
+        bool r2 = next();
+        log.push_back(std::string("zero_grad: grad after ") + (has_grad() ? "yes" : "no"));
+        return r2;
+      });
+    };
+  };
+  t.add_hook(entry("x", 3, handler("x", true)));
+  t.add_hook(entry("y", -2, handler("y", false)));
+  t.add_hook(entry("z", 0, handler("z", false)));
+  auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::completed);
+  const std::vector<std::string> one_step = {"backward: grad before no",
+                                             "backward: grad after yes",
+                                             "enter y",
+                                             "enter z",
+                                             "enter x",
+                                             "default stepped",
+                                             "leave x true",
+                                             "leave z true",
+                                             "leave y true",
+                                             "zero_grad: grad after no"};
+  REQUIRE(log.size() == 4 * one_step.size());
+  for (std::size_t s = 0; s < 4; ++s)
+    CHECK(std::vector<std::string>(log.begin() + s * one_step.size(),
+                                   log.begin() + (s + 1) * one_step.size()) == one_step);
+  CHECK(t.state().optimizer_step == 4);
+}
+
+TEST_CASE("an optimizer_step handler that declines next: no step, and the step is not counted") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  const auto initial = params_of(t.model());
+  std::vector<std::string> log;
+  t.add_hook(entry("outer", -1, [&](wick::Registrar& r) {
+    r.stage(Stage::optimizer_step, [&](wick::Context&, wick::Next next) {
+      bool stepped = next();
+      log.push_back(stepped ? "outer saw true" : "outer saw false");
+      return stepped;
+    });
+    r.on(Point::after_step, [&](wick::Context& c) {
+      if (c.state().training())
+        log.push_back(std::string("stepped ") + (c.state().stepped ? "true" : "false") + " count " +
+                      std::to_string(c.state().optimizer_step));
+    });
+  }));
+  t.add_hook(entry("decliner", 1, [&](wick::Registrar& r) {
+    r.stage(Stage::optimizer_step, [&](wick::Context&, wick::Next) { return false; });
+  }));
+  auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::completed);
+  CHECK(params_of(t.model()) == initial);
+  CHECK(t.state().optimizer_step == 0);
+  CHECK(t.state().micro_step == 4);
+  CHECK(t.state().stepped == false);
+  const std::vector<std::string> per_step = {"outer saw false", "stepped false count 0"};
+  REQUIRE(log.size() == 8);
+  for (std::size_t s = 0; s < 4; ++s)
+    CHECK(std::vector<std::string>(log.begin() + 2 * s, log.begin() + 2 * s + 2) == per_step);
+  auto summary = read_json(dir / "run" / "summary.json");
+  CHECK(summary["optimizer_steps"] == 0);
+  CHECK(summary["micro_steps"] == 4);
+}
+
+TEST_CASE("an exception in a hook names the plugin, the instance and the point") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  std::vector<std::string> log;
+  t.add_hook(entry("watch", 0, [&](wick::Registrar& r) {
+    r.on(Point::after_cancel, [&](wick::Context& c) { log.push_back(line("after_cancel", c)); });
+    r.on(Point::after_fit, [&](wick::Context& c) { log.push_back(line("after_fit", c)); });
+  }));
+
+  SECTION("at a point") {
+    wick::HookEntry e = entry("boom", 2, [](wick::Registrar& r) {
+      r.on(Point::after_backward, [](wick::Context& c) {
+        if (c.state().epoch == 1) throw std::runtime_error("kaboom");
+      });
+    });
+    e.instance = "boom1";
+    t.add_hook(e);
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::failed);
+    CHECK(res.exit_code() == 1);
+    CHECK(res.error == "plugin 'boom' (instance 'boom1') at after_backward: kaboom");
+    CHECK(log == std::vector<std::string>{"after_cancel 1 0"});
+    auto s = read_json(dir / "run" / "summary.json");
+    CHECK(s["status"] == "failed");
+    CHECK(s["error"] == res.error);
+    CHECK(s["optimizer_steps"] == 2);
+  }
+
+  SECTION("in a stage handler, after the rest of the chain returned") {
+    // The inner handler ran last; the error is the outer one's, thrown after next().
+    t.add_hook(entry("inner", 1, [](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, [](wick::Context&, wick::Next next) { return next(); });
+    }));
+    t.add_hook(entry("outer", -1, [](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, [](wick::Context&, wick::Next next) -> bool {
+        next();
+        throw std::runtime_error("after next");
+      });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::failed);
+    CHECK(res.error == "plugin 'outer' (instance 'outer') at optimizer_step: after next");
+    CHECK(log == std::vector<std::string>{"after_cancel 0 0"});
+  }
+
+  SECTION("in after_cancel itself: both errors are reported") {
+    t.add_hook(entry("boom", 2, [](wick::Registrar& r) {
+      r.on(Point::before_fit, [](wick::Context&) { throw std::runtime_error("first"); });
+      r.on(Point::after_cancel, [](wick::Context&) { throw std::runtime_error("second"); });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::failed);
+    CHECK(res.error ==
+          "plugin 'boom' (instance 'boom') at before_fit: first; then plugin 'boom' (instance "
+          "'boom') at after_cancel: second");
+  }
+}
+
+TEST_CASE("cancels in the trainer core: each scope is skipped and after_cancel fires") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  std::vector<std::string> log;
+  t.add_hook(entry("rec", 0, record_all(log)));
+  auto count = [&](const std::string& l) { return std::count(log.begin(), log.end(), l); };
+
+  SECTION("CancelEpoch in before_epoch skips that epoch's training, not the fit") {
+    t.add_hook(entry("skip", 1, [](wick::Registrar& r) {
+      r.on(Point::before_epoch, [](wick::Context& c) {
+        if (c.state().epoch == 0) throw wick::CancelEpoch();
+      });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::completed);
+    CHECK(t.state().optimizer_step == 2);
+    CHECK(count("after_cancel 0 0") == 1);
+    CHECK(count("after_backward 0 0") == 0);
+    CHECK(count("before_valid 0 0") == 1);
+    CHECK(count("after_epoch 0 0") == 1);
+    CHECK(count("after_fit 1 0") == 1);
+    auto s = read_json(dir / "run" / "summary.json");
+    CHECK(s["cancelled_epochs"] == 1);
+    CHECK(s["cancelled_steps"] == 0);
+  }
+
+  SECTION("CancelStep in a validation step skips that batch only") {
+    t.add_hook(entry("skip", 1, [](wick::Registrar& r) {
+      r.on(Point::before_step, [](wick::Context& c) {
+        if (c.state().validating() && c.state().epoch == 1) throw wick::CancelStep();
+      });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::completed);
+    CHECK(count("after_cancel 1 0") == 1);
+    CHECK(count("after_pred 1 0") == 1);  // the training batch only
+    CHECK(count("after_fit 1 0") == 1);
+    auto s = read_json(dir / "run" / "summary.json");
+    CHECK(s["cancelled_steps"] == 1);
+    CHECK(s["status"] == "completed");
+    // Validation of epoch 1 ran no batch, so the run ends without validation metrics.
+    CHECK(!s.contains("valid/loss"));
+  }
+
+  SECTION("CancelEpoch in validation ends that validation; after_epoch still runs") {
+    t.add_hook(entry("skip", 1, [](wick::Registrar& r) {
+      r.on(Point::before_valid, [](wick::Context& c) {
+        if (c.state().epoch == 0) throw wick::CancelEpoch();
+      });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::completed);
+    CHECK(count("after_cancel 0 0") == 1);
+    CHECK(count("after_epoch 0 1") == 1);
+    CHECK(t.state().optimizer_step == 4);
+    auto s = read_json(dir / "run" / "summary.json");
+    CHECK(s["cancelled_epochs"] == 1);
+  }
+
+  SECTION("CancelStep outside a step (before_fit) ends the fit as cancelled") {
+    t.add_hook(entry("early", 1, [](wick::Registrar& r) {
+      r.on(Point::before_fit, [](wick::Context&) { throw wick::CancelStep(); });
+    }));
+    auto res = t.fit();
+    CHECK(res.status == wick::FitResult::Status::cancelled);
+    CHECK(log == std::vector<std::string>{"before_fit 0 0", "after_cancel 0 0"});
+  }
+}
+
+TEST_CASE("wick fit runs plugin hooks at the same points in the same order") {
+  TempDir dir;
+  const auto rec = dir / "rec.txt";
+  write_file(dir / "cfg.toml", test_plugins_toml() +
+                                   "[trainer]\nepochs = 2\nbatch_size = 32\nshuffle = false\n"
+                                   "log_every = 0\noutput_dir = \"" +
+                                   (dir / "run").string() +
+                                   "\"\n[task]\nplugin = \"synthetic\"\nsamples = 64\n"
+                                   "valid_samples = 32\nfeatures = 4\nhidden = [8]\n"
+                                   "[[hooks]]\nplugin = \"recorder\"\nname = \"rec\"\npath = \"" +
+                                   rec.string() + "\"\n");
+  auto r = run_wick({"fit", (dir / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::vector<std::string> expected;
+  for (const auto& l : kTwoEpochs) expected.push_back("rec " + l);
+  std::vector<std::string> got;
+  std::istringstream in(read_file(rec));
+  for (std::string l; std::getline(in, l);) got.push_back(l);
+  CHECK(got == expected);
+}
+
+TEST_CASE("config order breaks ties and `order` overrides a plugin's default per instance") {
+  TempDir dir;
+  const auto rec = dir / "rec.txt";
+  auto hook = [&](const std::string& name, const std::string& extra) {
+    return "[[hooks]]\nplugin = \"recorder\"\nname = \"" + name + "\"\npath = \"" + rec.string() +
+           "\"\npoints = [\"before_fit\"]\nstages = [\"optimizer_step\"]\n" + extra;
+  };
+  // The recorder's default order is 0: r1 and r3 tie, r2 and r4 override it.
+  write_file(dir / "cfg.toml",
+             test_plugins_toml() + "[trainer]\nepochs = 1\nbatch_size = 64\nlog_every = 0\n" +
+                 "output_dir = \"" + (dir / "run").string() +
+                 "\"\n[task]\nplugin = " + "\"synthetic\"\nsamples = 64\nvalid_samples = 0\n" +
+                 hook("r1", "") + hook("r2", "order = -5\n") + hook("r3", "") +
+                 hook("r4", "order = 0\n") + hook("r5", "order = 7\n"));
+  auto r = run_wick({"fit", (dir / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_file(rec) ==
+        "r2 before_fit 0 0\nr1 before_fit 0 0\nr3 before_fit 0 0\nr4 before_fit 0 0\n"
+        "r5 before_fit 0 0\n"
+        "r2 optimizer_step 0 0\nr1 optimizer_step 0 0\nr3 optimizer_step 0 0\n"
+        "r4 optimizer_step 0 0\nr5 optimizer_step 0 0\n");
+
+  SECTION("--set overrides the order too") {
+    auto r2 = run_wick({"describe", (dir / "cfg.toml").string(), "--set", "hooks.r5.order=-9"});
+    INFO(r2.out << r2.err);
+    REQUIRE(r2.exit_code == 0);
+    CHECK(r2.out.find("| optimizer_step | r5(-9) -> r2(-5) -> r1(0) -> r3(0) -> r4(0) -> "
+                      "default: optimizer.step() |") != std::string::npos);
+  }
+}
+
+TEST_CASE("a plugin handler that declines optimizer_step leaves the model as initialised") {
+  TempDir dir;
+  const auto rec = dir / "rec.txt";
+  auto cfg = [&](const std::string& run, const std::string& hooks) {
+    return test_plugins_toml() + "[trainer]\nepochs = 2\nbatch_size = 32\nlog_every = 0\n" +
+           "output_dir = \"" + (dir / run).string() + "\"\n[task]\nplugin = \"synthetic\"\n" +
+           "samples = 64\nvalid_samples = 0\n" + hooks;
+  };
+  const std::string decline = "[[hooks]]\nplugin = \"recorder\"\npath = \"" + rec.string() +
+                              "\"\npoints = [\"after_step\"]\ndecline = \"optimizer_step\"\n";
+  write_file(dir / "declined.toml", cfg("declined", decline));
+  write_file(dir / "untrained.toml", cfg("untrained", ""));
+  write_file(dir / "trained.toml", cfg("trained", ""));
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"declined", "2"}, {"untrained", "0"}, {"trained", "2"}};
+  for (const auto& [name, epochs] : runs) {
+    auto r =
+        run_wick({"fit", (dir / (name + ".toml")).string(), "--set", "trainer.epochs=" + epochs});
+    INFO(name << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  auto declined = read_json(dir / "declined" / "summary.json");
+  auto untrained = read_json(dir / "untrained" / "summary.json");
+  auto trained = read_json(dir / "trained" / "summary.json");
+  CHECK(declined["optimizer_steps"] == 0);
+  CHECK(declined["micro_steps"] == 4);
+  CHECK(trained["optimizer_steps"] == 4);
+  CHECK(declined["model_fingerprint"] == untrained["model_fingerprint"]);
+  CHECK(declined["model_fingerprint"] != trained["model_fingerprint"]);
+  // Each step: the handler was called, then after_step.
+  CHECK(read_file(rec) ==
+        "recorder optimizer_step 0 0\nrecorder after_step 0 0\n"
+        "recorder optimizer_step 0 1\nrecorder after_step 0 1\n"
+        "recorder optimizer_step 1 0\nrecorder after_step 1 0\n"
+        "recorder optimizer_step 1 1\nrecorder after_step 1 1\n");
+}
