@@ -30,5 +30,6 @@ std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
 int guarded(const std::function<int()>& body);
 
 void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, plugins
+void add_doctor_command(CLI::App& app, Registry& r);
 
 }  // namespace wick::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
 
   Registry commands;
   add_core_commands(app, commands);
+  add_doctor_command(app, commands);
 
   try {
     app.parse(argc, argv);
