@@ -18,8 +18,8 @@ namespace wick::bench {
 namespace fs = std::filesystem;
 
 json Stats::to_json() const {
-  return {{"median", median}, {"min", min}, {"max", max}, {"spread", spread()},
-          {"samples", samples}};
+  return {
+      {"median", median}, {"min", min}, {"max", max}, {"spread", spread()}, {"samples", samples}};
 }
 
 Stats make_stats(std::vector<double> v) {
@@ -102,6 +102,40 @@ std::string self_exe() {
   std::error_code ec;
   auto p = fs::read_symlink("/proc/self/exe", ec);
   return ec ? std::string() : p.string();
+}
+
+std::string find_in_path(const std::string& prog) {
+  const char* path = std::getenv("PATH");
+  const std::string p = path ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= p.size()) {
+    auto end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    const fs::path cand = fs::path(p.substr(start, end - start)) / prog;
+    if (!cand.empty() && access(cand.c_str(), X_OK) == 0) return cand.string();
+    start = end + 1;
+  }
+  return {};
+}
+
+std::map<std::string, double> read_callgrind_dumps(const std::string& dir) {
+  // Each client-request dump is its own file with a "desc: Trigger: Client Request: LABEL"
+  // line and a "totals:" (or "summary:") line whose first number is Ir.
+  std::map<std::string, double> ir;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::ifstream in(e.path());
+    std::string line, label;
+    double total = -1;
+    const std::string trig = "desc: Trigger: Client Request: ";
+    while (std::getline(in, line)) {
+      if (line.rfind(trig, 0) == 0) label = line.substr(trig.size());
+      if (line.rfind("totals:", 0) == 0 || (total < 0 && line.rfind("summary:", 0) == 0))
+        total = std::atof(line.c_str() + line.find(':') + 1);
+    }
+    if (!label.empty() && total >= 0) ir[label] = total;
+  }
+  return ir;
 }
 
 }  // namespace wick::bench

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -41,6 +42,11 @@ double self_peak_rss_mb();
 // The 1-minute load average (how busy the shared machine was).
 double load_average();
 std::string self_exe();
+// The full path of a program found in PATH ("" when absent).
+std::string find_in_path(const std::string& prog);
+// Instructions (Ir) of each callgrind dump in dir, by the label given to
+// CALLGRIND_DUMP_STATS_AT.
+std::map<std::string, double> read_callgrind_dumps(const std::string& dir);
 
 // Everything the sections need to know about where things are and how long to run.
 struct Settings {
@@ -64,6 +70,8 @@ json run_startup(Settings& s);
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,
                     unsigned long long perm_seed);
+int parity_callgrind_main(const std::string& config, const std::vector<std::string>& sets,
+                          long steps);
 int dispatch_callgrind_main(long steps);
 int load_plugins_main(const std::vector<std::string>& files);
 

@@ -117,18 +117,27 @@ void trainer_steps(Rig& rig, std::int64_t steps) {
 enum class Variant { trainer, plain, bare };
 const char* name(Variant v) {
   switch (v) {
-    case Variant::trainer: return "trainer";
-    case Variant::plain: return "plain_std_function";
-    case Variant::bare: return "bare_signals2_dummy_mutex";
+    case Variant::trainer:
+      return "trainer";
+    case Variant::plain:
+      return "plain_std_function";
+    case Variant::bare:
+      return "bare_signals2_dummy_mutex";
   }
   return "?";
 }
 
 void run_variant(Variant v, Rig& rig, std::int64_t steps) {
   switch (v) {
-    case Variant::trainer: trainer_steps(rig, steps); break;
-    case Variant::plain: plain_steps(rig, steps); break;
-    case Variant::bare: bare_steps(rig, steps); break;
+    case Variant::trainer:
+      trainer_steps(rig, steps);
+      break;
+    case Variant::plain:
+      plain_steps(rig, steps);
+      break;
+    case Variant::bare:
+      bare_steps(rig, steps);
+      break;
   }
 }
 
@@ -139,8 +148,9 @@ std::int64_t calibrate(Variant v, Rig& rig, double target) {
     const auto t0 = Clock::now();
     run_variant(v, rig, steps);
     const double dt = seconds_since(t0);
-    if (dt >= target / 4 || steps >= (1LL << 30)) return std::max<std::int64_t>(
-        1000, static_cast<std::int64_t>(static_cast<double>(steps) * target / std::max(dt, 1e-9)));
+    if (dt >= target / 4 || steps >= (1LL << 30))
+      return std::max<std::int64_t>(1000, static_cast<std::int64_t>(static_cast<double>(steps) *
+                                                                    target / std::max(dt, 1e-9)));
     steps *= 4;
   }
 }
@@ -236,24 +246,6 @@ int dispatch_callgrind_main(long steps) {
   return 0;
 }
 
-namespace {
-
-std::string find_in_path(const std::string& prog) {
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= p.size()) {
-    auto end = p.find(':', start);
-    if (end == std::string::npos) end = p.size();
-    fs::path cand = fs::path(p.substr(start, end - start)) / prog;
-    if (!cand.empty() && access(cand.c_str(), X_OK) == 0) return cand.string();
-    start = end + 1;
-  }
-  return {};
-}
-
-}  // namespace
-
 json run_callgrind(Settings& s) {
   json out;
   const std::string valgrind = find_in_path("valgrind");
@@ -269,24 +261,11 @@ json run_callgrind(Settings& s) {
                       "--callgrind-out-file=" + (dir / "cg.out").string(), self_exe(),
                       "--dispatch-callgrind", std::to_string(steps)});
   if (r.exit_code != 0) {
-    out["skipped"] = "callgrind run failed: " + r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0);
+    out["skipped"] =
+        "callgrind run failed: " + r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0);
     return out;
   }
-  // Each client-request dump is its own file with a "desc: Trigger: Client Request: LABEL"
-  // line and a "totals:" (or "summary:") line whose first number is Ir.
-  std::map<std::string, double> ir;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::ifstream in(e.path());
-    std::string line, label;
-    double total = -1;
-    while (std::getline(in, line)) {
-      const std::string trig = "desc: Trigger: Client Request: ";
-      if (line.rfind(trig, 0) == 0) label = line.substr(trig.size());
-      if (line.rfind("totals:", 0) == 0 || (total < 0 && line.rfind("summary:", 0) == 0))
-        total = std::atof(line.c_str() + line.find(':') + 1);
-    }
-    if (!label.empty() && total >= 0) ir[label] = total;
-  }
+  const auto ir = read_callgrind_dumps(dir.string());
   out["steps"] = steps;
   out["method"] =
       "valgrind --tool=callgrind, instructions (Ir) per training step (5 points) counted "
@@ -303,7 +282,8 @@ json run_callgrind(Settings& s) {
   }
   out["ir_per_step"] = rows;
   auto it = ir.find("unsubscribed 0");
-  out["unsubscribed_point_ir"] = it == ir.end() ? json() : json(it->second / static_cast<double>(steps));
+  out["unsubscribed_point_ir"] =
+      it == ir.end() ? json() : json(it->second / static_cast<double>(steps));
   if (ir.empty()) out["skipped"] = "no callgrind dumps could be read in " + dir.string();
   return out;
 }

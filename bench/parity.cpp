@@ -2,8 +2,12 @@
 // `wick fit` as a separate process) against a hand-written LibTorch loop over the same
 // tensors, from the same initial weights, in the same batch order.
 #include <torch/torch.h>
+#include <valgrind/callgrind.h>
+
+#include <sys/resource.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -78,11 +82,59 @@ struct HandSpec {
   std::uint64_t perm_seed = 0;
 };
 
+// CPU time of the whole process, all threads, as the trainer's summary.json train_cpu_s: on a
+// machine shared with other jobs it barely moves while this process waits for a core, unlike
+// wall time. Both sides compute on the same threads, so the ratio stays fair.
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+long minor_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
 struct HandResult {
-  double samples_per_s = 0, seconds = 0;
+  long faults = 0;  // minor page faults during the loop
+  double samples_per_s = 0, seconds = 0, cpu_seconds = 0;
   std::int64_t samples = 0;
   std::string fingerprint;
 };
+
+// One epoch of the hand-written loop, timed like the trainer's (after the permutation). Out
+// of line so that callgrind can count it alone (--toggle-collect=*hand_epoch*).
+[[gnu::noinline]] void hand_epoch(torch::nn::Sequential& net, torch::optim::Adam& adam,
+                                  const at::Tensor& X, const at::Tensor& Y, const HandSpec& h,
+                                  HandResult& r) {
+  const std::int64_t n = X.size(0), bs = h.batch_size;
+  std::int64_t nb = h.drop_last ? n / bs : (n + bs - 1) / bs;
+  if (h.max_steps > 0) nb = std::min(nb, h.max_steps);
+
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(h.perm_seed);
+  at::Tensor perm = h.shuffle ? torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong))
+                              : torch::arange(n, torch::kLong);
+  auto params = net->parameters();
+  const long f0 = minor_faults();
+  const double c0 = cpu_now();
+  const auto t0 = Clock::now();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    auto idx = perm.slice(0, b * bs, std::min(n, (b + 1) * bs));
+    auto x = X.index_select(0, idx);
+    auto y = Y.index_select(0, idx);
+    auto loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+    loss.backward();
+    adam.step();
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    r.samples += idx.size(0);
+  }
+  r.seconds = seconds_since(t0);
+  r.cpu_seconds = cpu_now() - c0;
+  r.faults = minor_faults() - f0;
+  r.samples_per_s = static_cast<double>(r.samples) / r.seconds;
+}
 
 // What a LibTorch user writes by hand: an MLP of Linear + ReLU, Adam, batches cut by
 // index_select from a seeded permutation, gradients set to none after each step (as wick's
@@ -104,36 +156,15 @@ HandResult hand_loop(const at::Tensor& X, const at::Tensor& Y, const std::vector
     for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(init[i]);
   }
   if (h.opt.name != "adam") throw std::runtime_error("the hand-written loop only does adam");
-  torch::optim::Adam adam(net->parameters(),
-                          torch::optim::AdamOptions(h.opt.lr)
-                              .betas({h.opt.betas[0], h.opt.betas[1]})
-                              .eps(h.opt.eps)
-                              .weight_decay(h.opt.weight_decay));
+  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(h.opt.lr)
+                                                 .betas({h.opt.betas[0], h.opt.betas[1]})
+                                                 .eps(h.opt.eps)
+                                                 .weight_decay(h.opt.weight_decay));
   net->train();
-  const std::int64_t n = X.size(0), bs = h.batch_size;
-  std::int64_t nb = h.drop_last ? n / bs : (n + bs - 1) / bs;
-  if (h.max_steps > 0) nb = std::min(nb, h.max_steps);
-
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(h.perm_seed);
-  at::Tensor perm = h.shuffle ? torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kLong))
-                              : torch::arange(n, torch::kLong);
-  auto params = net->parameters();
   HandResult r;
-  const auto t0 = Clock::now();
-  for (std::int64_t b = 0; b < nb; ++b) {
-    auto idx = perm.slice(0, b * bs, std::min(n, (b + 1) * bs));
-    auto x = X.index_select(0, idx);
-    auto y = Y.index_select(0, idx);
-    auto loss = torch::nn::functional::cross_entropy(net->forward(x), y);
-    loss.backward();
-    adam.step();
-    for (auto& p : params) p.mutable_grad() = at::Tensor();
-    r.samples += idx.size(0);
-  }
-  r.seconds = seconds_since(t0);
-  r.samples_per_s = r.samples / r.seconds;
+  hand_epoch(net, adam, X, Y, h, r);
   Sha256 sha;
-  for (const auto& p : params) {
+  for (const auto& p : net->parameters()) {
     auto c = p.detach().contiguous();
     sha.update(c.data_ptr(), c.numel() * c.element_size());
   }
@@ -185,7 +216,10 @@ Prepared prepare(const Workload& w, const fs::path& out_dir, const std::vector<s
 }
 
 struct WickRun {
-  double samples_per_s = 0;
+  double samples_per_s = 0;  // the trainer's own train_samples_per_s (wall time)
+  double cpu_samples_per_s = 0;
+  long faults = 0;  // minor page faults during fit() (validation included)
+  std::int64_t samples = 0;
   std::string fingerprint;
 };
 
@@ -195,28 +229,89 @@ WickRun read_summary(const fs::path& dir) {
   json j = json::parse(in);
   if (j.value("status", "") != "completed")
     throw std::runtime_error("wick run did not complete: " + j.dump());
-  return {j.at("train_samples_per_s").get<double>(), j.value("model_fingerprint", "")};
+  WickRun r;
+  r.samples_per_s = j.at("train_samples_per_s").get<double>();
+  r.samples = j.at("samples_seen").get<std::int64_t>();
+  const double cpu = j.value("train_cpu_s", 0.0);
+  r.cpu_samples_per_s = cpu > 0 ? static_cast<double>(r.samples) / cpu : 0;
+  r.fingerprint = j.value("model_fingerprint", "");
+  return r;
 }
 
 WickRun wick_in_process(Prepared& p) {
+  const long f0 = minor_faults();
   auto res = p.trainer->fit();
+  const long faults = minor_faults() - f0;
   if (res.status != FitResult::Status::completed)
     throw std::runtime_error("in-process fit failed: " + res.error + res.stop_reason);
-  return read_summary(p.out_dir);
+  auto r = read_summary(p.out_dir);
+  r.faults = faults;
+  return r;
 }
 
-json ratio_json(const std::vector<double>& wick, const std::vector<double>& hand) {
+json ratio_json(const std::vector<double>& wick, const std::vector<double>& hand,
+                const std::string& prefix = "") {
   std::vector<double> pairs;
   for (std::size_t i = 0; i < wick.size() && i < hand.size(); ++i)
     pairs.push_back(wick[i] / hand[i]);
   auto w = make_stats(wick), h = make_stats(hand), r = make_stats(pairs);
-  return {{"wick_samples_per_s", w.to_json()},
-          {"hand_samples_per_s", h.to_json()},
-          {"ratio_of_medians", h.median > 0 ? w.median / h.median : 0},
-          {"pair_ratios", r.to_json()}};
+  return {{prefix + "wick_samples_per_s", w.to_json()},
+          {prefix + "hand_samples_per_s", h.to_json()},
+          {prefix + "ratio_of_medians", h.median > 0 ? w.median / h.median : 0},
+          {prefix + "pair_ratios", r.to_json()}};
 }
 
 }  // namespace
+
+// Instructions per training step of each side under callgrind: the stable evidence on a
+// noisy machine. Counts only inside Trainer::Impl::train_epoch and hand_epoch (both include
+// the epoch's permutation), in a child run of this binary.
+json parity_callgrind(const Settings& s) {
+  json out;
+  if (s.smoke) return {{"skipped", "smoke run"}};
+  const std::string valgrind = find_in_path("valgrind");
+  if (valgrind.empty()) return {{"skipped", "valgrind not found (apt-get install valgrind)"}};
+  // The synthetic stand-in with the reference model, batch and optimizer, small and without
+  // validation: per-step instructions do not depend on the data set, and valgrind is slow.
+  const long steps = 20;
+  const std::string config = (fs::path(s.source_dir) / "bench/parity_synthetic.toml").string();
+  // A step record every 10 steps (default 50), so the count includes metrics writing.
+  const std::vector<std::string> sets = {"trainer.epochs=1", "trainer.log_every=10",
+                                         "task.samples=2048", "task.valid_samples=0"};
+  const fs::path dir = fs::path(s.work_dir) / "parity_callgrind";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<std::string> argv = {valgrind,
+                                   "--tool=callgrind",
+                                   "--instr-atstart=no",
+                                   "--collect-atstart=no",
+                                   "--toggle-collect=*Trainer::Impl::train_epoch*",
+                                   "--toggle-collect=*hand_epoch*",
+                                   "--callgrind-out-file=" + (dir / "cg.out").string(),
+                                   self_exe(),
+                                   "--parity-callgrind",
+                                   config,
+                                   std::to_string(steps)};
+  for (const auto& set : sets) argv.insert(argv.end(), {"--set", set});
+  std::fprintf(stderr, "[parity] callgrind, %ld steps each side...\n", steps);
+  auto r = run_child(argv);
+  if (r.exit_code != 0)
+    return {{"skipped", "callgrind run failed: " +
+                            r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0)}};
+  const auto ir = read_callgrind_dumps(dir.string());
+  if (!ir.count("wick") || !ir.count("hand") || ir.at("hand") <= 0)
+    return {{"skipped", "no callgrind dumps could be read in " + dir.string()}};
+  const double wi = ir.at("wick") / steps, hi = ir.at("hand") / steps;
+  out["steps"] = steps;
+  out["workload"] =
+      "synthetic stand-in (784-256-128-10, batch 64, Adam), 2048 samples, no validation, "
+      "log_every 10";
+  out["wick_ir_per_step"] = wi;
+  out["hand_ir_per_step"] = hi;
+  out["wick_extra_ir_per_step"] = wi - hi;
+  out["ratio"] = wi / hi;
+  return out;
+}
 
 json run_parity(Settings& s) {
   const Workload w = choose_workload(s);
@@ -238,7 +333,8 @@ json run_parity(Settings& s) {
   }
 
   // In this process, alternating which side goes first.
-  std::vector<double> wick_sps, hand_sps;
+  std::vector<double> wick_sps, hand_sps, wick_cpu, hand_cpu;
+  std::vector<long> wick_faults, hand_faults;
   bool same_result = true, copied = false;
   for (int r = 0; r < s.reps; ++r) {
     auto p = prepare(w, work / ("inproc" + std::to_string(r)), {});
@@ -255,17 +351,29 @@ json run_parity(Settings& s) {
     }
     wick_sps.push_back(wr.samples_per_s);
     hand_sps.push_back(hr.samples_per_s);
+    wick_cpu.push_back(wr.cpu_samples_per_s);
+    wick_faults.push_back(wr.faults);
+    hand_faults.push_back(hr.faults);
+    hand_cpu.push_back(static_cast<double>(hr.samples) / hr.cpu_seconds);
     same_result = same_result && wr.fingerprint == hr.fingerprint;
-    std::fprintf(stderr, "[parity] in-process rep %d: wick %.0f, hand %.0f samples/s (%.3f)\n", r,
-                 wr.samples_per_s, hr.samples_per_s, wr.samples_per_s / hr.samples_per_s);
+    std::fprintf(stderr,
+                 "[parity] in-process rep %d: wick %.0f, hand %.0f samples/s (%.3f); per CPU "
+                 "second %.0f vs %.0f (%.3f); page faults %ld vs %ld\n",
+                 r, wr.samples_per_s, hr.samples_per_s, wr.samples_per_s / hr.samples_per_s,
+                 wick_cpu.back(), hand_cpu.back(), wick_cpu.back() / hand_cpu.back(), wr.faults,
+                 hr.faults);
   }
   out["in_process"] = ratio_json(wick_sps, hand_sps);
+  out["in_process"].update(ratio_json(wick_cpu, hand_cpu, "cpu_"));
+  out["in_process"]["minor_page_faults"] = {{"wick_fit_call", wick_faults},
+                                            {"hand_loop", hand_faults}};
   out["in_process"]["same_final_weights"] = same_result;
-  if (copied) s.notes.push_back("the task's data is not a TensorDataset: the hand loop used a copy");
+  if (copied)
+    s.notes.push_back("the task's data is not a TensorDataset: the hand loop used a copy");
 
   // Separate processes: `wick fit` as users run it (with its usual plugins, outputs, start-up)
   // against the hand loop alone in its own process; also gives each side's peak RSS.
-  std::vector<double> cw, ch, rw, rh;
+  std::vector<double> cw, ch, cwc, chc, rw, rh, cd, cdc;
   bool child_same = true;
   for (int r = 0; r < s.child_reps; ++r) {
     const fs::path dir = work / ("child" + std::to_string(r));
@@ -276,42 +384,92 @@ json run_parity(Settings& s) {
       wick_argv.insert(wick_argv.end(), {"--set", set});
       hand_argv.insert(hand_argv.end(), {"--set", set});
     }
-    ChildResult wc, hc;
-    for (int k = 0; k < 2; ++k) {
-      if ((k == 0) == (r % 2 == 0)) {
+    // The hand loop once more with glibc's malloc defaults, to show what keep_freed_memory()
+    // (which `wick` applies at start) is worth.
+    std::vector<std::string> default_argv = hand_argv;
+    default_argv.push_back("--default-malloc");
+    ChildResult wc, hc, dc;
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + r) % 3;  // rotate who goes first
+      if (which == 0) {
         wc = run_child(wick_argv);
         if (wc.exit_code != 0)
           throw std::runtime_error("wick fit failed (" + std::to_string(wc.exit_code) +
                                    "): " + wc.err);
       } else {
-        hc = run_child(hand_argv);
-        if (hc.exit_code != 0)
-          throw std::runtime_error("hand-written child failed: " + hc.err);
+        auto& c = which == 1 ? hc : dc;
+        c = run_child(which == 1 ? hand_argv : default_argv);
+        if (c.exit_code != 0) throw std::runtime_error("hand-written child failed: " + c.err);
       }
     }
+    auto dj = json::parse(dc.out);
+    cd.push_back(dj.at("samples_per_s").get<double>());
+    cdc.push_back(dj.at("samples").get<double>() / dj.at("cpu_seconds").get<double>());
     auto wr = read_summary(dir);
     auto hj = json::parse(hc.out);
     cw.push_back(wr.samples_per_s);
     ch.push_back(hj.at("samples_per_s").get<double>());
+    cwc.push_back(wr.cpu_samples_per_s);
+    chc.push_back(hj.at("samples").get<double>() / hj.at("cpu_seconds").get<double>());
     rw.push_back(wc.max_rss_mb);
     rh.push_back(hc.max_rss_mb);
     child_same = child_same && wr.fingerprint == hj.value("fingerprint", "");
     std::fprintf(stderr,
-                 "[parity] processes rep %d: wick fit %.0f, hand %.0f samples/s; peak RSS "
-                 "%.0f vs %.0f MiB\n",
-                 r, cw.back(), ch.back(), rw.back(), rh.back());
+                 "[parity] processes rep %d: wick fit %.0f, hand %.0f samples/s; per CPU second "
+                 "%.0f vs %.0f; peak RSS %.0f vs %.0f MiB\n",
+                 r, cw.back(), ch.back(), cwc.back(), chc.back(), rw.back(), rh.back());
   }
   out["processes"] = ratio_json(cw, ch);
+  out["processes"].update(ratio_json(cwc, chc, "cpu_"));
+  out["hand_default_malloc"] = {{"samples_per_s", make_stats(cd).to_json()},
+                                {"cpu_samples_per_s", make_stats(cdc).to_json()}};
   out["processes"]["same_final_weights"] = child_same;
+
+  out["callgrind"] = parity_callgrind(s);
 
   json mem;
   auto mw = make_stats(rw), mh = make_stats(rh);
   mem["wick_peak_rss_mb"] = mw.to_json();
   mem["hand_peak_rss_mb"] = mh.to_json();
   mem["ratio"] = mh.median > 0 ? mw.median / mh.median : 0;
-  mem["method"] = "wait4() ru_maxrss of each child process: `wick fit` vs `wick_bench --hand-child`";
+  mem["method"] =
+      "wait4() ru_maxrss of each child process: `wick fit` vs `wick_bench --hand-child`";
   out["memory"] = mem;
   return out;
+}
+
+int parity_callgrind_main(const std::string& config, const std::vector<std::string>& sets,
+                          long steps) {
+  try {
+    Workload w;
+    w.config = config;
+    w.sets = sets;
+    char tmpl[] = "/tmp/wick_bench_cg_XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    const fs::path dir(tmpl);
+    {
+      // Uncounted warm-up of both sides: lazy initialisation is not per-step cost.
+      auto p = prepare(w, dir / "warmup", {"trainer.max_steps=3"});
+      wick_in_process(p);
+      hand_loop(p.x, p.y, p.init, hand_spec(*p.cfg, p.trainer->task(), p.trainer->epoch_seed(0)));
+    }
+    auto p = prepare(w, dir / "run", {"trainer.max_steps=" + std::to_string(steps)});
+    auto spec = hand_spec(*p.cfg, p.trainer->task(), p.trainer->epoch_seed(0));
+    CALLGRIND_START_INSTRUMENTATION;
+    CALLGRIND_ZERO_STATS;
+    wick_in_process(p);
+    CALLGRIND_DUMP_STATS_AT("wick");
+    CALLGRIND_ZERO_STATS;
+    hand_loop(p.x, p.y, p.init, spec);
+    CALLGRIND_DUMP_STATS_AT("hand");
+    CALLGRIND_STOP_INSTRUMENTATION;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick_bench --parity-callgrind: %s\n", e.what());
+    return 1;
+  }
 }
 
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,
@@ -329,9 +487,14 @@ int hand_child_main(const std::string& config, const std::vector<std::string>& s
     bool copied = false;
     auto [x, y] = all_data(*task->train_data(), copied);
     auto r = hand_loop(x, y, init, hand_spec(cfg, *task, perm_seed));
-    json j = {{"samples_per_s", r.samples_per_s}, {"seconds", r.seconds},
-              {"samples", r.samples},             {"fingerprint", r.fingerprint},
-              {"peak_rss_mb", self_peak_rss_mb()}, {"data_copied", copied}};
+    json j = {{"samples_per_s", r.samples_per_s},
+              {"seconds", r.seconds},
+              {"cpu_seconds", r.cpu_seconds},
+              {"samples", r.samples},
+              {"fingerprint", r.fingerprint},
+              {"peak_rss_mb", self_peak_rss_mb()},
+              {"data_copied", copied},
+              {"page_faults", r.faults}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   } catch (const std::exception& e) {

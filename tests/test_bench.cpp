@@ -11,7 +11,8 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   auto j = read_json(out);
-  for (const char* key : {"meta", "parity", "memory", "dispatch", "callgrind", "startup", "targets"})
+  for (const char* key :
+       {"meta", "parity", "memory", "dispatch", "callgrind", "startup", "targets"})
     CHECK(j.contains(key));
   CHECK_FALSE(j.contains("error"));
 
@@ -21,6 +22,8 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
     CHECK(p[side]["wick_samples_per_s"]["median"].get<double>() > 0);
     CHECK(p[side]["hand_samples_per_s"]["median"].get<double>() > 0);
     CHECK(p[side]["pair_ratios"]["median"].get<double>() > 0);
+    if (std::string(side) == "in_process")
+      CHECK(p[side]["cpu_pair_ratios"]["median"].get<double>() > 0);
     // Same data, same initial weights, same batch order: the hand-written loop must end with
     // exactly wick's weights, or the comparison is not like with like.
     CHECK(p[side]["same_final_weights"] == true);
@@ -42,7 +45,7 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(j["startup"]["describe_wall_s"]["median"].get<double>() > 0);
   CHECK(j["startup"]["per_plugin_load_ms"].size() >= 10);
 
-  REQUIRE(j["targets"].size() == 5);
+  REQUIRE(j["targets"].size() == 6);
   for (const auto& t : j["targets"]) {
     CHECK(t.contains("name"));
     CHECK(t.contains("value"));

@@ -1,16 +1,17 @@
-// Which BLAS LibTorch calls: the maps-line parsing and path classification behind the
-// warning at the start of `fit` and `wick doctor`, and both end to end with the reference
-// BLAS forced in through LD_LIBRARY_PATH.
+// Which BLAS LibTorch calls: the maps-line parsing (the fallback) and path classification behind
+// the warning at the start of `fit` and `wick doctor`, and both end to end with the reference BLAS
+// forced in through LD_LIBRARY_PATH.
 #include "support.hpp"
 #include "wick/system.hpp"
 
 using namespace wick::test;
-using wick::BlasKind;
 using Catch::Matchers::Contains;
+using wick::BlasKind;
 
 TEST_CASE("blas_path_in_maps_line picks the BLAS library out of a /proc/self/maps line") {
   const std::string pre = "7f2c4a000000-7f2c4a0a5000 r-xp 00012000 08:01 1838392    ";
-  CHECK(wick::blas_path_in_maps_line(pre + "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3") ==
+  CHECK(wick::blas_path_in_maps_line(pre +
+                                     "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3") ==
         "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3");
   CHECK(wick::blas_path_in_maps_line(pre + "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0") ==
         "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0");

@@ -15,6 +15,6 @@ class Noop : public wick::Hook {
 
 }  // namespace
 
-WICK_PLUGIN(Noop, wick::PluginDef(WICK_BENCH_NOOP_NAME, "1.0.0",
-                                  "No-op hook for the start-up benchmark")
-                      .param_int("every", 1, "unused; a parameter so the schema check runs"))
+WICK_PLUGIN(Noop,
+            wick::PluginDef(WICK_BENCH_NOOP_NAME, "1.0.0", "No-op hook for the start-up benchmark")
+                .param_int("every", 1, "unused; a parameter so the schema check runs"))

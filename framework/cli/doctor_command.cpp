@@ -48,12 +48,14 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
       fixes.push_back("more intra-op threads (" + std::to_string(sys.intra_op_threads) +
                       ") than hardware threads (" + std::to_string(hw) +
                       "): oversubscribed threads slow training; unset OMP_NUM_THREADS or set "
-                      "trainer.threads <= " + std::to_string(hw));
+                      "trainer.threads <= " +
+                      std::to_string(hw));
 
     if (sys.cuda_available)
       std::printf("CUDA       available, %d device(s)\n", sys.cuda_devices);
     else
-      std::printf("CUDA       not available (this LibTorch runs on the CPU: trainer.device = \"cpu\")\n");
+      std::printf(
+          "CUDA       not available (this LibTorch runs on the CPU: trainer.device = \"cpu\")\n");
 
     const char* env = std::getenv("WICK_PLUGIN_PATH");
     std::printf("Plugins    WICK_PLUGIN_PATH=%s\n", env ? env : "(unset)");

@@ -3,7 +3,12 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+#include <malloc.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,10 +32,14 @@ std::string default_plugin_dir() {
 
 std::string_view to_string(BlasKind k) {
   switch (k) {
-    case BlasKind::none: return "none found";
-    case BlasKind::reference: return "reference BLAS (slow)";
-    case BlasKind::openblas: return "OpenBLAS";
-    case BlasKind::other: return "optimised BLAS";
+    case BlasKind::none:
+      return "none found";
+    case BlasKind::reference:
+      return "reference BLAS (slow)";
+    case BlasKind::openblas:
+      return "OpenBLAS";
+    case BlasKind::other:
+      return "optimised BLAS";
   }
   return "?";
 }
@@ -55,8 +64,18 @@ BlasKind classify_blas_path(std::string_view path) {
 }
 
 std::string loaded_blas() {
-  // The dynamic loader maps the file the alternatives symlink points to, so /proc/self/maps
-  // shows which implementation LibTorch really calls.
+  // The library LibTorch's sgemm_ calls binds to: the first in the global lookup scope that
+  // defines it. More than one BLAS can be mapped (liblapack.so.3 may pull in OpenBLAS beside
+  // a reference libblas.so.3 that comes first), so the symbol, not the mapping, decides.
+  if (void* sym = dlsym(RTLD_DEFAULT, "sgemm_")) {
+    Dl_info info{};
+    if (dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/') {
+      std::error_code ec;
+      auto real = fs::canonical(info.dli_fname, ec);  // through the alternatives symlinks
+      return ec ? std::string(info.dli_fname) : real.string();
+    }
+  }
+  // No symbol to ask about: the first BLAS-looking mapping.
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
@@ -66,7 +85,9 @@ std::string loaded_blas() {
   return {};
 }
 
-bool reference_blas_loaded() { return classify_blas_path(loaded_blas()) == BlasKind::reference; }
+bool reference_blas_loaded() {
+  return classify_blas_path(loaded_blas()) == BlasKind::reference;
+}
 
 void warn_if_reference_blas() {
   static bool warned = false;
@@ -77,6 +98,15 @@ void warn_if_reference_blas() {
                "slower; install libopenblas0-openmp (scripts/install-deps.sh does); `wick doctor` "
                "shows the set-up\n",
                loaded_blas().c_str());
+}
+
+bool keep_freed_memory() {
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("MALLOC_MMAP_THRESHOLD_")) return false;
+  if (const char* t = std::getenv("GLIBC_TUNABLES"); t && std::strstr(t, "glibc.malloc."))
+    return false;
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
+  return mmap_ok && trim_ok;
 }
 
 SystemReport system_report() {

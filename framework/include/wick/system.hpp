@@ -20,13 +20,22 @@ std::string blas_path_in_maps_line(std::string_view line);
 // libblas.so.3 in .../blas/; the fast ones name themselves in their folder or file name.
 BlasKind classify_blas_path(std::string_view path);
 
-// The BLAS library LibTorch's libblas.so.3 resolves to, e.g. ".../openblas-openmp/libblas.so.3"
-// ("" when none is mapped), and whether it is Debian's slow reference implementation.
-// libtorch_cpu links libblas.so.3 directly, so it is mapped as soon as LibTorch is.
+// The file LibTorch's BLAS calls (sgemm_) bind to, through symlinks, e.g.
+// ".../openblas-openmp/libopenblasp-r0.3.21.so" ("" when none), and whether it is Debian's slow
+// reference implementation. libtorch_cpu links libblas.so.3 directly, so it is loaded as soon
+// as LibTorch is.
 std::string loaded_blas();
 bool reference_blas_loaded();
 // Prints a warning to stderr once when the reference BLAS is in use.
 void warn_if_reference_blas();
+
+// Makes glibc keep freed memory for reuse instead of unmapping it (M_TRIM_THRESHOLD 256 MiB,
+// M_MMAP_THRESHOLD 32 MiB). With the defaults each training step gives its gradient and
+// optimizer temporaries back to the kernel and faults them in again: ~360 page faults per
+// step and about a third of the CPU time on the reference workload (wick_bench). `wick` calls
+// it at start; a host program may too. Leaves a user's own MALLOC_* / GLIBC_TUNABLES malloc
+// settings alone. Returns whether it changed anything.
+bool keep_freed_memory();
 
 struct SystemReport {
   std::string torch_version;  // LibTorch's TORCH_VERSION
