@@ -144,6 +144,8 @@ HandResult hand_loop(const at::Tensor& X, const at::Tensor& Y, const std::vector
   if (init.empty() || init.size() % 2)
     throw std::runtime_error("the task's model is not an MLP of Linear layers");
   torch::nn::Sequential net;
+  // Images [N, 1, 28, 28] go through a Flatten first, as in the task's own MLP.
+  if (X.dim() > 2) net->push_back(torch::nn::Flatten());
   for (std::size_t i = 0; i < init.size(); i += 2) {
     if (init[i].dim() != 2 || init[i + 1].dim() != 1)
       throw std::runtime_error("the task's model is not an MLP of Linear layers");

@@ -120,11 +120,18 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
   auto res = trainer->fit();
   const auto& st = trainer->state();
   const auto& rec = trainer->context().last_record();
-  std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",
-              wick::to_string(res.status), static_cast<long long>(st.epoch + 1),
-              static_cast<long long>(st.optimizer_step), static_cast<long long>(st.samples_seen));
-  for (const auto& [k, v] : rec.values)
-    if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);
+  // The run's summary.json says it best (wall time, samples/s); without outputs, the state.
+  const std::string line = run_summary_line(trainer->run().output_dir);
+  if (!line.empty() && trainer->options().write_outputs) {
+    std::printf("%s", line.c_str());
+  } else {
+    std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",
+                wick::to_string(res.status), static_cast<long long>(st.epoch + 1),
+                static_cast<long long>(st.optimizer_step),
+                static_cast<long long>(st.samples_seen));
+    for (const auto& [k, v] : rec.values)
+      if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);
+  }
   std::printf("\nwick: run directory %s\n", trainer->run().output_dir.c_str());
   if (!res.stop_reason.empty()) std::printf("wick: stopped: %s\n", res.stop_reason.c_str());
   if (res.status == wick::FitResult::Status::failed)

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   Registry commands;
   add_core_commands(app, commands);
   add_doctor_command(app, commands);
+  add_new_plugin_command(app, commands);
+  add_plot_command(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -217,6 +217,7 @@ struct Config::Impl {
     P.instance = instance;
     P.table_where = where(tbl.source());
     P.section = section;
+    P.base_dir = fs::path(path).parent_path().string();
     std::vector<std::string> known = reserved;
     for (const auto& s : schema) known.push_back(s.key);
     for (auto&& [k, v] : tbl) {

@@ -62,13 +62,19 @@ void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, Sch
     }
     if (mine >= 0 && theirs >= 0 && mine < theirs) {
       int their_order = chain[static_cast<std::size_t>(theirs)].order;
+      // Suggest an order that satisfies all of this instance's requirements in the stage.
+      int need = their_order;
+      for (const auto& other : reqs)
+        if (other.entry == req.entry && other.stage == req.stage)
+          for (const auto& c : chain)
+            if (c.plugin == other.after_plugin) need = std::max(need, c.order);
       throw ConfigError("hook '" + req.entry->instance + "' (order " +
                         std::to_string(req.entry->order) + ") runs before '" + req.after_plugin +
                         "' (order " + std::to_string(their_order) + ") in the " +
                         std::string(to_string(req.stage)) + " stage, but " + req.why +
                         "; give '" + req.entry->instance + "' an order greater than " +
-                        std::to_string(their_order) + " (e.g. order = " +
-                        std::to_string(their_order + 1) + " in its [[hooks]] table)");
+                        std::to_string(need) + " (e.g. order = " + std::to_string(need + 1) +
+                        " in its [[hooks]] table)");
     }
   }
 }

@@ -121,8 +121,12 @@ std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path
             std::to_string(ci->api_major) + "." + std::to_string(ci->api_minor) +
             ", this wick supports " + std::to_string(WICK_API_MAJOR) + ".0 to " +
             std::to_string(WICK_API_MAJOR) + "." + std::to_string(WICK_API_MINOR) +
-            " (same major, minor not newer); rebuild the plugin against this wick's SDK "
-            "(find_package(wick) and wick_add_plugin)");
+            " (same major, minor not newer); " +
+            (ci->api_major == WICK_API_MAJOR
+                 ? std::string("the plugin needs a newer wick: upgrade wick, or rebuild the "
+                               "plugin against this wick's SDK")
+                 : std::string("rebuild the plugin against this wick's SDK "
+                               "(find_package(wick) and wick_add_plugin)")));
   if (!handle->lib.has("wick_plugin_create") || !handle->lib.has("wick_plugin_destroy"))
     throw PluginError(PluginError::Kind::missing_factory,
                       "plugin '" + name + "' (" + p + ") has no factory: it does not export "

@@ -1,5 +1,7 @@
 #include "wick/params.hpp"
 
+#include <filesystem>
+
 #include "params_impl.hpp"
 
 namespace wick {
@@ -56,6 +58,12 @@ std::vector<double> Params::get_float_list(std::string_view key) const {
 }
 std::vector<std::string> Params::get_string_list(std::string_view key) const {
   return get_as<std::vector<std::string>>(*impl_, key, "string list");
+}
+
+std::string Params::get_path(std::string_view key) const {
+  std::filesystem::path p = get_as<std::string>(*impl_, key, "path (a string)");
+  if (p.is_relative()) p = std::filesystem::path(impl_->base_dir) / p;
+  return std::filesystem::absolute(p).lexically_normal().string();
 }
 
 ConfigError Params::error(std::string_view key, std::string_view message) const {

@@ -24,6 +24,7 @@ struct Params::Impl {
   std::string instance;
   std::string table_where;  // where the plugin's table starts
   std::string section;      // "[task]", "[hooks.NAME]", for messages
+  std::string base_dir;     // folder of the config file: get_path() resolves against it
   std::map<std::string, Entry, std::less<>> entries;  // every declared key
 };
 

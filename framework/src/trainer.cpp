@@ -17,6 +17,7 @@
 #include "wick/outputs.hpp"
 #include "wick/params.hpp"
 #include "wick/sha256.hpp"
+#include "wick/state_dict.hpp"
 #include "wick/system.hpp"
 #include "wick/task.hpp"
 
@@ -137,10 +138,9 @@ struct Trainer::Impl {
   ScheduleTable table;
   std::vector<std::function<void(const Record&)>> sinks;
 
-  // Who is running, so that an exception names its plugin and point. Always a static string:
-  // setting it costs nothing per emit.
+  // Who is running, so that an exception names its plugin and point.
   const HookEntry* current = nullptr;
-  std::string_view current_where;
+  std::string_view current_where;  // static strings only: set on every emit, so no copies
 
   // Metrics.
   std::vector<at::Tensor> epoch_losses;  // detached per-batch losses of the current epoch
@@ -157,6 +157,10 @@ struct Trainer::Impl {
   std::string stop_reason;
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
   std::int64_t start_epoch = 0, start_batch = 0;
+  bool resumed = false;               // set_start was called (a checkpoint was restored)
+  at::Tensor resume_losses;           // losses of the resumed epoch before its start batch
+  std::size_t resume_logged = 0;      // how many of them were already in a step record
+  const FitResult* ending = nullptr;  // set during the final after_cancel
   std::function<void(at::Tensor&)> all_reduce;
 
   void emit(Point p) {
@@ -179,11 +183,10 @@ struct Trainer::Impl {
   }
 
   std::string blame(const std::string& what) const {
-    const std::string where(current_where);
     if (current)
       return "plugin '" + current->plugin + "' (instance '" + current->instance + "') at " +
-             where + ": " + what;
-    return where + ": " + what;
+             std::string(current_where) + ": " + what;
+    return std::string(current_where) + ": " + what;
   }
 
   void build_optimizer();
@@ -194,6 +197,7 @@ struct Trainer::Impl {
   void train_step(const at::Tensor& indices);
   ValidResult validation();
   void write_record(Record r);
+  void maybe_log_step();
   void add_pending(Record& r);
   double current_lr() const;
 };
@@ -367,6 +371,41 @@ void Trainer::set_all_reduce(std::function<void(at::Tensor&)> sum) {
 void Trainer::set_start(std::int64_t epoch, std::int64_t batch) {
   impl_->start_epoch = epoch;
   impl_->start_batch = batch;
+  impl_->resumed = true;
+}
+
+const FitResult* Trainer::ending() const {
+  return impl_->ending;
+}
+
+void Trainer::save_loop_state(StateDict& out) const {
+  const auto& I = *impl_;
+  if (!I.epoch_losses.empty()) out.set_tensor("epoch_losses", torch::stack(I.epoch_losses));
+  out.set_int("logged_upto", static_cast<std::int64_t>(I.logged_upto));
+  out.set_int("cancelled_steps", I.cancelled_steps);
+  out.set_int("cancelled_epochs", I.cancelled_epochs);
+  // Values hooks logged for the next record (grad norm, loss scale) that is not written yet.
+  out.set_int("pending", static_cast<std::int64_t>(I.pending.size()));
+  for (std::size_t i = 0; i < I.pending.size(); ++i) {
+    const auto& [k, v] = I.pending[i];
+    out.set_string("pending_key." + std::to_string(i), k);
+    out.set_float("pending_value." + std::to_string(i),
+                  std::holds_alternative<double>(v) ? std::get<double>(v)
+                                                    : std::get<at::Tensor>(v).item<double>());
+  }
+}
+
+void Trainer::load_loop_state(const StateDict& in) {
+  auto& I = *impl_;
+  I.resume_losses = in.has("epoch_losses") ? in.get_tensor("epoch_losses") : at::Tensor();
+  I.resume_logged = static_cast<std::size_t>(in.get_int("logged_upto"));
+  I.cancelled_steps = in.get_int("cancelled_steps");
+  I.cancelled_epochs = in.get_int("cancelled_epochs");
+  I.pending.clear();
+  const std::int64_t n = in.has("pending") ? in.get_int("pending") : 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    I.pending.emplace_back(in.get_string("pending_key." + std::to_string(i)),
+                           in.get_float("pending_value." + std::to_string(i)));
 }
 
 std::vector<std::pair<std::string, Hook*>> Trainer::stateful_hooks() {
@@ -437,7 +476,14 @@ void Trainer::Impl::add_pending(Record& r) {
   for (auto& [k, v] : pending) {
     double x = std::holds_alternative<double>(v) ? std::get<double>(v)
                                                  : std::get<at::Tensor>(v).item<double>();
-    r.values.emplace_back(k, x);
+    // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule):
+    // a record holds each key once.
+    auto same = std::find_if(r.values.begin(), r.values.end(),
+                             [&](const auto& kv) { return kv.first == k; });
+    if (same != r.values.end())
+      same->second = x;
+    else
+      r.values.emplace_back(k, x);
   }
   pending.clear();
 }
@@ -491,7 +537,23 @@ void Trainer::Impl::train_step(const at::Tensor& indices) {
   ++state.micro_step;
   state.samples_seen += state.batch_size * state.num_processes;
   samples_this_run += state.batch_size * state.num_processes;
+  // The step's record is written before after_step, so that a hook there (a checkpoint) sees
+  // the step complete, its record included.
+  maybe_log_step();
   emit(Point::after_step);
+}
+
+void Trainer::Impl::maybe_log_step() {
+  if (opt.log_every <= 0 || state.micro_step % opt.log_every != 0 ||
+      epoch_losses.size() <= logged_upto)
+    return;
+  Record r;
+  r.kind = Record::Kind::step;
+  auto recent = torch::stack(at::TensorList(epoch_losses).slice(logged_upto));
+  r.values.emplace_back("train/loss", recent.mean().item<double>());
+  r.values.emplace_back("lr", current_lr());
+  logged_upto = epoch_losses.size();
+  write_record(std::move(r));
 }
 
 void Trainer::Impl::train_epoch(std::int64_t first_batch) {
@@ -506,6 +568,13 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   epoch_losses.clear();
   epoch_losses.reserve(static_cast<std::size_t>(nb));
   logged_upto = 0;
+  if (first_batch > 0 && resume_losses.defined()) {
+    // Resumed mid-epoch: the epoch's earlier losses count in its records as they would have.
+    for (std::int64_t i = 0; i < resume_losses.size(0); ++i)
+      epoch_losses.push_back(resume_losses[i]);
+    logged_upto = std::min(resume_logged, epoch_losses.size());
+  }
+  resume_losses = at::Tensor();
   emit(Point::before_epoch);
 
   const auto t0 = Clock::now();
@@ -519,16 +588,6 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
       } catch (const CancelStep&) {
         ++cancelled_steps;
         emit(Point::after_cancel);
-      }
-      if (opt.log_every > 0 && state.micro_step % opt.log_every == 0 &&
-          epoch_losses.size() > logged_upto) {
-        Record r;
-        r.kind = Record::Kind::step;
-        auto recent = torch::stack(at::TensorList(epoch_losses).slice(logged_upto));
-        r.values.emplace_back("train/loss", recent.mean().item<double>());
-        r.values.emplace_back("lr", current_lr());
-        logged_upto = epoch_losses.size();
-        write_record(std::move(r));
       }
       if (opt.max_steps > 0 && state.optimizer_step >= opt.max_steps && !stop) {
         stop = true;
@@ -642,6 +701,10 @@ FitResult Trainer::fit() {
     I.open_outputs();
     I.current_where = "before_fit";
     I.emit(Point::before_fit);
+    if (!I.run.resume.empty() && !I.resumed)
+      throw std::runtime_error("--resume " + I.run.resume +
+                               " was given but no hook restored a checkpoint; enable one with "
+                               "[[hooks]] plugin = \"checkpoint\"");
     for (std::int64_t e = I.start_epoch; e < I.opt.epochs; ++e) {
       I.state.epoch = e;
       const auto t_epoch = Clock::now();
@@ -685,7 +748,9 @@ FitResult Trainer::fit() {
   if (res.status != FitResult::Status::completed) {
     // after_cancel runs once on the way out; an error inside it is reported, not rethrown.
     try {
+      I.ending = &res;
       I.emit(Point::after_cancel);
+      I.ending = nullptr;
     } catch (const std::exception& e) {
       std::string msg = I.blame(e.what());
       if (res.error.empty())
@@ -695,6 +760,7 @@ FitResult Trainer::fit() {
       res.status = FitResult::Status::failed;
     } catch (...) {
     }
+    I.ending = nullptr;
   }
   I.current = nullptr;
   if (I.opt.write_outputs && !I.run.output_dir.empty()) {

@@ -1,7 +1,12 @@
-# wick_add_plugin(NAME SOURCES src...) builds a wick plugin the way wick's own are built:
-# a MODULE library with C++17, hidden visibility (only the WICK_PLUGIN symbols are
-# exported), linked to libwick (which brings LibTorch, toml++ and Boost flags).
-# In the wick tree it lands in build/lib/wick/plugins; out of tree, in the caller's build dir.
+# wick_add_plugin(NAME SOURCES src... [LIBRARIES libs...] [OUTPUT_DIRECTORY dir])
+# builds a wick plugin the way wick's own are built: a MODULE library wick_NAME.so with
+# C++17, hidden visibility (only the WICK_PLUGIN symbols are exported), linked to wick::wick
+# (which brings LibTorch, Boost and libdl). `wick` finds it by that file name.
+#
+# Out of tree (after find_package(wick)) the library lands in the caller's build folder
+# (CMAKE_LIBRARY_OUTPUT_DIRECTORY when the caller sets one), or in OUTPUT_DIRECTORY.
+# In the wick tree, a plugin without OUTPUT_DIRECTORY is a built-in one: it lands in
+# build/lib/wick/plugins and is installed (sdk/CMakeLists.txt).
 function(wick_add_plugin name)
   cmake_parse_arguments(ARG "" "OUTPUT_DIRECTORY" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT ARG_SOURCES)
@@ -14,12 +19,16 @@ function(wick_add_plugin name)
     OUTPUT_NAME "wick_${name}"
     CXX_STANDARD 17
     CXX_STANDARD_REQUIRED ON
+    CXX_EXTENSIONS OFF
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   if(ARG_OUTPUT_DIRECTORY)
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY})
   elseif(DEFINED WICK_PLUGIN_OUTPUT_DIR)
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${WICK_PLUGIN_OUTPUT_DIR})
+    set_property(GLOBAL APPEND PROPERTY WICK_BUILTIN_PLUGINS ${name})
+  elseif(NOT CMAKE_LIBRARY_OUTPUT_DIRECTORY)
+    set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   endif()
   if(DEFINED WICK_WARNINGS)
     target_compile_options(${name} PRIVATE ${WICK_WARNINGS})

@@ -100,6 +100,13 @@ class Trainer {
   std::uint64_t epoch_seed(std::int64_t epoch) const;
   // Where fit() starts: set by a hook in before_fit (resume). batch is within the epoch.
   void set_start(std::int64_t epoch, std::int64_t batch);
+  // The loop's own resumable state (the current epoch's losses not yet folded into its epoch
+  // record, counters), so that a run resumed mid-epoch logs what an uninterrupted one would.
+  void save_loop_state(StateDict& out) const;
+  void load_loop_state(const StateDict& in);
+  // During the after_cancel that ends a fit (failure, CancelFit, SIGINT): how it ends.
+  // nullptr at any other time, including the after_cancel of a CancelStep or CancelEpoch.
+  const FitResult* ending() const;
 
   // Data-parallel support, installed by a hook (the ddp plugin): a sum all-reduce over a
   // float64 CPU tensor, used to reduce validation metrics and agree on stop requests.

@@ -51,6 +51,10 @@ class WICK_EXPORT Params {
   std::vector<std::int64_t> get_int_list(std::string_view key) const;
   std::vector<double> get_float_list(std::string_view key) const;
   std::vector<std::string> get_string_list(std::string_view key) const;
+  // A string parameter naming a file or folder, made absolute: a relative value is taken
+  // relative to the config file's folder (as [plugins] path is), not the current directory.
+  // Since SDK 1.1.
+  std::string get_path(std::string_view key) const;
 
   // An error about a value, placed at the key's position: throw p.error("max_norm", "must
   // be > 0"). Use it for checks the declared type cannot express.

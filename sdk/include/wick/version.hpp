@@ -1,9 +1,13 @@
 // SDK API version and symbol-export macros. A plugin records the version it was built
 // against; the host loads it when the majors are equal and the plugin's minor is not newer.
+// A minor adds to the API without changing what exists (sdk/README.md lists the additions);
+// a major breaks it.
+//   1.0  the first SDK
+//   1.1  Params::get_path
 #pragma once
 
 #define WICK_API_MAJOR 1
-#define WICK_API_MINOR 0
+#define WICK_API_MINOR 1
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

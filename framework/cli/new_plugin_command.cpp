@@ -1,0 +1,209 @@
+// `wick new-plugin NAME [--dir DIR]`: writes a plugin project that builds against the
+// installed wick package as it is: CMakeLists.txt, NAME.cpp (the SDK guide's minimal hook,
+// renamed), NAME.toml (enables it on the synthetic task) and a README.
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "commands.hpp"
+#include "wick/build_info.hpp"
+#include "wick/loader.hpp"
+#include "wick/plugin_template.hpp"
+#include "wick/system.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wick::cli {
+
+namespace {
+
+// What went wrong with the request itself; reported as a usage error.
+struct NewPluginError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 &&
+            (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (!ok)
+    throw NewPluginError("invalid plugin name '" + name +
+                         "': use letters, digits and '_', starting with a letter or '_' "
+                         "(at most 64 characters), e.g. my_hook");
+  // The name is also the CMake target; these are taken by CMake's own targets.
+  static const std::set<std::string> reserved{
+      "all",     "clean",  "help",           "install",    "test",
+      "package", "depend", "package_source", "edit_cache", "rebuild_cache"};
+  if (reserved.count(name))
+    throw NewPluginError("invalid plugin name '" + name +
+                         "': CMake reserves it for a target of "
+                         "its own; pick another, e.g. " +
+                         name + "_hook");
+}
+
+// my_hook -> MyHook, for the class name.
+std::string camel_case(const std::string& name) {
+  std::string out;
+  bool up = true;
+  for (char c : name) {
+    if (c == '_') {
+      up = true;
+      continue;
+    }
+    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    up = false;
+  }
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "Plugin" + out;
+  return out;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
+    s.replace(pos, from.size(), to);
+  return s;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  if (!f.flush()) throw std::runtime_error("cannot write " + p.string());
+}
+
+// "0.1.0" -> "0.1": any later minor of the same major satisfies find_package.
+std::string major_minor(const std::string& v) {
+  return v.substr(0, v.find('.', v.find('.') + 1));
+}
+
+std::string cmake_text(const std::string& name) {
+  return "# Builds the wick plugin " + name + " into build/wick_" + name +
+         ".so (see README.md).\n"
+         "cmake_minimum_required(VERSION 3.18)\n"
+         "project(" +
+         name +
+         " LANGUAGES CXX)\n"
+         "if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)\n"
+         "  set(CMAKE_BUILD_TYPE Release)\n"
+         "endif()\n\n"
+         "# Gives wick::wick and wick_add_plugin(); -DCMAKE_PREFIX_PATH=<wick prefix> when wick\n"
+         "# is not installed under /usr or /usr/local.\n"
+         "find_package(wick " +
+         major_minor(WICK_VERSION) +
+         " CONFIG REQUIRED)\n"
+         "wick_add_plugin(" +
+         name + " SOURCES " + name + ".cpp)\n";
+}
+
+std::string toml_text(const std::string& name) {
+  return "# Trains wick's synthetic task with " + name + " enabled: `wick fit " + name +
+         ".toml`\n"
+         "# after building into ./build. Relative paths are relative to this file.\n"
+         "[trainer]\n"
+         "epochs = 5\n"
+         "batch_size = 32\n"
+         "output_dir = \"runs/" +
+         name +
+         "\"\n\n"
+         "[task]\n"
+         "plugin = \"synthetic\"\n"
+         "samples = 1024\n\n"
+         "[plugins]\n"
+         "path = [\"build\"]\n\n"
+         "[[hooks]]\n"
+         "plugin = \"" +
+         name +
+         "\"\n"
+         "target = 0.5\n";
+}
+
+std::string readme_text(const std::string& name, const std::string& prefix) {
+  const std::string wick = prefix + "/bin/wick";
+  return "# " + name +
+         "\n\n"
+         "A wick hook plugin: it stops the fit once the validation accuracy reaches `target`.\n"
+         "Made by `wick new-plugin`; the plugin guide is `sdk/README.md` in the wick sources.\n\n"
+         "## Build and run\n\n"
+         "```sh\n"
+         "cmake -S . -B build -DCMAKE_PREFIX_PATH=" +
+         prefix +
+         "\n"
+         "cmake --build build              # -> build/wick_" +
+         name + ".so\n" + wick + " describe " + name + ".toml   # shows " + name +
+         " at after_epoch\n" + wick + " fit " + name +
+         ".toml\n"
+         "```\n\n"
+         "`" +
+         name +
+         ".toml` finds the plugin through `[plugins] path = [\"build\"]`; elsewhere,\n"
+         "add the build folder to `[plugins] path` or `WICK_PLUGIN_PATH`, or pass\n"
+         "`--plugin-path build`. `wick plugins --plugin-path build` lists it with its parameters.\n"
+         "Try `--set hooks." +
+         name +
+         ".target=2` to see a parameter check fail.\n\n"
+         "## Files\n\n"
+         "- `" +
+         name +
+         ".cpp`: the hook (one point, one declared parameter).\n"
+         "- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
+         name +
+         " ...)`.\n"
+         "- `" +
+         name + ".toml`: a run of the synthetic task with the hook enabled.\n";
+}
+
+int cmd_new_plugin(const std::string& name, const std::string& dir_opt) {
+  try {
+    check_name(name);
+    const fs::path dir = fs::absolute(dir_opt.empty() ? name : dir_opt).lexically_normal();
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(dir, ec)))
+      throw NewPluginError("refusing to overwrite '" + dir.string() +
+                           "': it exists; remove it or pass --dir with a new folder");
+    // The generated TOML searches build/ and then the installed plugins: one name, one file.
+    const std::string file = "wick_" + name + ".so";
+    for (const auto& d : plugin_search_path({}))
+      if (fs::exists(fs::path(d) / file, ec))
+        throw NewPluginError("a plugin named '" + name + "' already exists (" +
+                             (fs::path(d) / file).string() +
+                             "); two plugins may not share a name, pick another");
+
+    fs::create_directories(dir);
+    std::string src = replace_all(kPluginTemplate, "minimal_hook", name);
+    src = replace_all(src, "MinimalHook", camel_case(name));
+    const auto prefix = fs::path(executable_dir()).parent_path().lexically_normal().string();
+    write(dir / "CMakeLists.txt", cmake_text(name));
+    write(dir / (name + ".cpp"), src);
+    write(dir / (name + ".toml"), toml_text(name));
+    write(dir / "README.md", readme_text(name, prefix));
+
+    std::printf(
+        "wick: wrote plugin project %s\n\n  cd %s\n"
+        "  cmake -S . -B build -DCMAKE_PREFIX_PATH=%s\n  cmake --build build\n"
+        "  %s/bin/wick fit %s.toml\n",
+        dir.c_str(), dir.c_str(), prefix.c_str(), prefix.c_str(), name.c_str());
+    return kOk;
+  } catch (const NewPluginError& e) {
+    std::fprintf(stderr, "wick: new-plugin: %s\n", e.what());
+    return kUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick: new-plugin: %s\n", e.what());
+    return kFailed;
+  }
+}
+
+}  // namespace
+
+void add_new_plugin_command(CLI::App& app, Registry& r) {
+  static std::string name, dir;
+  auto* cmd =
+      app.add_subcommand("new-plugin",
+                         "write a plugin project (CMake, one hook, a TOML to try it) to build "
+                         "against the installed wick");
+  cmd->add_option("NAME", name, "plugin name: letters, digits and '_'")->required();
+  cmd->add_option("--dir", dir, "folder to create (default ./NAME); must not exist")
+      ->type_name("DIR");
+  r.push_back({cmd, [] { return cmd_new_plugin(name, dir); }});
+}
+
+}  // namespace wick::cli

@@ -1,0 +1,82 @@
+// Gradient clipping, once per real optimizer step: by total norm (max_norm, norm_type) or
+// by value. Its optimizer_step handler must come after grad_accum (so micro-batches that do
+// not step are never clipped) and after mixed_precision (so it clips unscaled gradients);
+// both are checked at start. The pre-clip total norm is logged as "grad_norm" (as a
+// tensor: no device sync per step).
+#include <cmath>
+
+#include <wick/context.hpp>
+#include <wick/plugin.hpp>
+#include <wick/task.hpp>
+
+namespace {
+
+class GradClip : public wick::Hook {
+ public:
+  explicit GradClip(const wick::Params& p)
+      : max_norm_(p.get_float("max_norm")),
+        norm_type_(p.get_float("norm_type")),
+        value_(p.get_float("value")) {
+    if (max_norm_ < 0) throw p.error("max_norm", "must be > 0 (or 0 to clip by value only)");
+    if (value_ < 0) throw p.error("value", "must be > 0 (or 0 to clip by norm only)");
+    if (max_norm_ == 0 && value_ == 0)
+      throw p.error("max_norm", "set max_norm (clip the total norm) or value (clip each element)");
+    if (!(norm_type_ > 0)) throw p.error("norm_type", "must be > 0 (2.0 for L2, inf for max)");
+  }
+
+  void connect(wick::Registrar& r) override {
+    r.stage(wick::Stage::optimizer_step, [this](wick::Context& c, wick::Next next) {
+      clip(c);
+      return next();
+    });
+    r.require_after(wick::Stage::optimizer_step, "grad_accum",
+                    "clipping must only see the full accumulated gradient of a real step");
+    r.require_after(wick::Stage::optimizer_step, "mixed_precision",
+                    "gradients must be unscaled before they are clipped");
+  }
+
+ private:
+  void clip(wick::Context& c) {
+    std::vector<at::Tensor> grads;
+    for (const auto& group : c.optimizer().param_groups())
+      for (const auto& p : group.params())
+        if (p.grad().defined()) grads.push_back(p.grad());
+    if (grads.empty()) return;
+    torch::NoGradGuard no_grad;
+    const at::Tensor before = total_norm(grads);
+    c.log("grad_norm", before);
+    if (value_ > 0)
+      for (auto& g : grads) g.clamp_(-value_, value_);
+    if (max_norm_ > 0) {
+      const at::Tensor norm = value_ > 0 ? total_norm(grads) : before;
+      // Scale by min(1, max_norm / (norm + eps)): no branch, so no sync.
+      auto coef = (max_norm_ / (norm + 1e-6)).clamp_max(1.0);
+      for (auto& g : grads) g.mul_(coef.to(g.scalar_type()));
+    }
+  }
+
+  // Total norm over all gradients, kept on the device.
+  at::Tensor total_norm(const std::vector<at::Tensor>& grads) const {
+    std::vector<at::Tensor> parts;
+    for (const auto& g : grads)
+      parts.push_back(std::isinf(norm_type_) ? g.abs().max().to(torch::kFloat)
+                                             : g.norm(norm_type_).to(torch::kFloat));
+    auto all = torch::stack(parts);
+    return std::isinf(norm_type_) ? all.max() : all.norm(norm_type_);
+  }
+
+  double max_norm_, norm_type_, value_;
+};
+
+}  // namespace
+
+WICK_PLUGIN(GradClip,
+            wick::PluginDef("grad_clip", "1.0.0",
+                            "Clips gradients by total norm or by value once per optimizer step")
+                .order(0)
+                .param_float("max_norm", 0.0,
+                             "clip the total gradient norm to this (0: do not clip by norm)")
+                .param_float("norm_type", 2.0, "order of the norm (2.0: L2, inf: max-abs)")
+                .param_float("value", 0.0,
+                             "clamp each gradient element to [-value, value] (0: off); "
+                             "applied before the norm clip when both are set"))

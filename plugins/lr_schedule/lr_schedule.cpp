@@ -1,0 +1,178 @@
+// Learning-rate schedules on optimizer steps. With t the optimizer steps taken so far (the
+// lr set for step t+1), W = warmup_steps, T = total_steps, base = each group's initial lr:
+//   warm-up (t < W):  base * (t + 1) / W
+//   then, with p = (t - W) / (T - W) clamped to [0, 1]:
+//   constant  base
+//   linear    min_lr + (base - min_lr) * (1 - p)
+//   cosine    min_lr + (base - min_lr) * (1 + cos(pi p)) / 2
+//   step      base * gamma ^ floor((t - W) / step_size)
+//   onecycle  lo = base / div_factor, up = pct_start * T, end = lo / final_div_factor:
+//             t < up: lo + (base - lo) * (1 - cos(pi t / up)) / 2
+//             else:   end + (base - end) * (1 + cos(pi (t - up) / (T - up))) / 2
+// The schedule advances only when the optimizer really stepped (not on accumulation
+// micro-batches nor on steps the loss scaler skipped).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <wick/context.hpp>
+#include <wick/plugin.hpp>
+#include <wick/state_dict.hpp>
+#include <wick/task.hpp>
+#include <wick/trainer.hpp>
+
+namespace {
+
+enum class Kind { constant, linear, cosine, step, onecycle };
+
+class LrSchedule : public wick::Hook {
+ public:
+  explicit LrSchedule(const wick::Params& p)
+      : warmup_(p.get_int("warmup_steps")),
+        total_(p.get_int("total_steps")),
+        min_lr_(p.get_float("min_lr")),
+        step_size_(p.get_int("step_size")),
+        gamma_(p.get_float("gamma")),
+        pct_start_(p.get_float("pct_start")),
+        div_factor_(p.get_float("div_factor")),
+        final_div_factor_(p.get_float("final_div_factor")) {
+    const auto k = p.get_string("kind");
+    if (k == "constant")
+      kind_ = Kind::constant;
+    else if (k == "linear")
+      kind_ = Kind::linear;
+    else if (k == "cosine")
+      kind_ = Kind::cosine;
+    else if (k == "step")
+      kind_ = Kind::step;
+    else if (k == "onecycle")
+      kind_ = Kind::onecycle;
+    else
+      throw p.error("kind",
+                    "unknown schedule '" + k + "'; use constant, linear, cosine, step or onecycle");
+    if (warmup_ < 0) throw p.error("warmup_steps", "must be >= 0");
+    if (total_ < 0) throw p.error("total_steps", "must be >= 0 (0: derive from the run)");
+    if (min_lr_ < 0) throw p.error("min_lr", "must be >= 0");
+    if (kind_ == Kind::step && step_size_ < 1)
+      throw p.error("step_size", "kind = \"step\" needs step_size >= 1 (steps between decays)");
+    if (!(gamma_ > 0)) throw p.error("gamma", "must be > 0");
+    if (kind_ == Kind::onecycle) {
+      if (warmup_ > 0)
+        throw p.error("warmup_steps",
+                      "onecycle warms up by itself (pct_start); leave warmup_steps at 0");
+      if (!(pct_start_ > 0 && pct_start_ < 1)) throw p.error("pct_start", "must be in (0, 1)");
+      if (!(div_factor_ >= 1)) throw p.error("div_factor", "must be >= 1");
+      if (!(final_div_factor_ >= 1)) throw p.error("final_div_factor", "must be >= 1");
+    }
+    if (total_ > 0 && total_ <= warmup_)
+      throw p.error("total_steps", "must be greater than warmup_steps");
+  }
+
+  void connect(wick::Registrar& r) override {
+    // The number of batches is known from before_epoch on.
+    r.on(wick::Point::before_epoch, [this](wick::Context& c) {
+      if (base_.empty())
+        for (const auto& g : c.optimizer().param_groups()) base_.push_back(g.options().get_lr());
+      if (total_ == 0) total_ = derive_total(c);
+      apply(c);
+    });
+    r.on(wick::Point::after_step, [this](wick::Context& c) {
+      if (!c.state().training() || !c.state().stepped) return;
+      ++steps_;
+      apply(c);
+    });
+  }
+
+  bool has_state() const override { return true; }
+  void save_state(wick::StateDict& out) const override {
+    out.set_int("steps", steps_);
+    out.set_int("total_steps", total_);
+    out.set_int("num_groups", static_cast<std::int64_t>(base_.size()));
+    for (std::size_t i = 0; i < base_.size(); ++i)
+      out.set_float("base_lr." + std::to_string(i), base_[i]);
+  }
+  void load_state(const wick::StateDict& in) override {
+    steps_ = in.get_int("steps");
+    total_ = in.get_int("total_steps");
+    base_.assign(static_cast<std::size_t>(in.get_int("num_groups")), 0.0);
+    for (std::size_t i = 0; i < base_.size(); ++i)
+      base_[i] = in.get_float("base_lr." + std::to_string(i));
+  }
+
+ private:
+  // epochs x optimizer steps per epoch (the last, short accumulation window steps too),
+  // capped by trainer.max_steps.
+  std::int64_t derive_total(wick::Context& c) const {
+    const auto& s = c.state();
+    const std::int64_t per_epoch =
+        (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
+    std::int64_t t = s.epochs * per_epoch;
+    const auto max_steps = c.trainer().options().max_steps;
+    if (max_steps > 0 && max_steps < t) t = max_steps;
+    return std::max<std::int64_t>(t, warmup_ + 1);
+  }
+
+  double lr_at(double base, std::int64_t t) const {
+    const double pi = 3.14159265358979323846;
+    if (kind_ == Kind::onecycle) {
+      const double lo = base / div_factor_, end = lo / final_div_factor_;
+      const double up = pct_start_ * static_cast<double>(total_);
+      const double x = static_cast<double>(std::min(t, total_));
+      if (x < up) return lo + (base - lo) * (1 - std::cos(pi * x / up)) / 2;
+      return end +
+             (base - end) * (1 + std::cos(pi * (x - up) / (static_cast<double>(total_) - up))) / 2;
+    }
+    if (t < warmup_) return base * static_cast<double>(t + 1) / static_cast<double>(warmup_);
+    double p = static_cast<double>(t - warmup_) / static_cast<double>(total_ - warmup_);
+    p = std::min(1.0, std::max(0.0, p));
+    switch (kind_) {
+      case Kind::constant:
+        return base;
+      case Kind::linear:
+        return min_lr_ + (base - min_lr_) * (1 - p);
+      case Kind::cosine:
+        return min_lr_ + (base - min_lr_) * (1 + std::cos(pi * p)) / 2;
+      case Kind::step:
+        return base * std::pow(gamma_, static_cast<double>((t - warmup_) / step_size_));
+      case Kind::onecycle:
+        break;
+    }
+    return base;
+  }
+
+  void apply(wick::Context& c) {
+    auto& groups = c.optimizer().param_groups();
+    for (std::size_t i = 0; i < groups.size() && i < base_.size(); ++i) {
+      const double lr = lr_at(base_[i], steps_);
+      groups[i].options().set_lr(lr);
+      if (i == 0) c.log("lr", lr);
+    }
+  }
+
+  Kind kind_ = Kind::constant;
+  std::int64_t warmup_, total_;
+  double min_lr_;
+  std::int64_t step_size_;
+  double gamma_, pct_start_, div_factor_, final_div_factor_;
+  std::int64_t steps_ = 0;
+  std::vector<double> base_;
+};
+
+}  // namespace
+
+WICK_PLUGIN(LrSchedule,
+            wick::PluginDef("lr_schedule", "1.0.0",
+                            "Learning-rate schedule per optimizer step, with linear warm-up")
+                .order(5)
+                .param_string("kind", "constant", "constant, linear, cosine, step or onecycle")
+                .param_int("warmup_steps", 0, "optimizer steps of linear warm-up to the base lr")
+                .param_int("total_steps", 0,
+                           "optimizer steps the schedule spans (0: epochs x steps per epoch, "
+                           "capped by trainer.max_steps)")
+                .param_float("min_lr", 0.0, "linear, cosine: the lr reached at the end")
+                .param_int("step_size", 0, "step: optimizer steps between decays")
+                .param_float("gamma", 0.1, "step: decay factor")
+                .param_float("pct_start", 0.3, "onecycle: fraction of the steps spent rising")
+                .param_float("div_factor", 25.0, "onecycle: start lr = base / div_factor")
+                .param_float("final_div_factor", 1e4,
+                             "onecycle: final lr = start lr / final_div_factor"))

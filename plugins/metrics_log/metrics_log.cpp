@@ -1,0 +1,149 @@
+// metrics.csv beside the core's metrics.jsonl, from the same records (one row per logged step
+// and per epoch). The header is every key seen so far: fixed columns first (kind, epoch, step,
+// samples_seen, time_s), then metric keys in the order they first appeared. A row is appended
+// while the keys are known; a record with a new key (say valid/accuracy at the first epoch
+// end, or a hook that starts logging late) rewrites the whole file atomically with the wider
+// header, so the file on disk is always a complete, rectangular CSV. Cells a record lacks are
+// left empty. Rows are kept in memory (a few thousand per run).
+#include <wick/wick.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "wick/outputs.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kFixed = {"kind", "epoch", "step", "samples_seen", "time_s"};
+
+std::string number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+// A CSV cell: quoted when it holds a separator, a quote or a line break.
+std::string cell(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+class MetricsLog : public wick::Hook {
+ public:
+  explicit MetricsLog(const wick::Params& p)
+      : file_(p.get_string("file")), steps_(p.get_bool("steps")) {
+    if (file_.empty()) throw p.error("file", "must not be empty");
+  }
+
+  void connect(wick::Registrar& r) override {
+    r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      path_ =
+          fs::path(file_).is_absolute() ? fs::path(file_) : fs::path(c.run().output_dir) / file_;
+      columns_ = kFixed;
+      rows_.clear();
+      fs::create_directories(path_.parent_path());
+      // A resumed run continues the table it left, as the core continues metrics.jsonl.
+      if (!c.run().resume.empty()) load_existing();
+      rewrite();
+    });
+    r.on_record([this](const wick::Record& rec) {
+      if (path_.empty() || (!steps_ && rec.kind == wick::Record::Kind::step)) return;
+      std::vector<std::pair<std::string, std::string>> row = {
+          {"kind", rec.kind == wick::Record::Kind::step ? "step" : "epoch"},
+          {"epoch", std::to_string(rec.epoch)},
+          {"step", std::to_string(rec.step)},
+          {"samples_seen", std::to_string(rec.samples_seen)},
+          {"time_s", number(rec.time_s)}};
+      bool widened = false;
+      for (const auto& [k, v] : rec.values) {
+        row.emplace_back(k, number(v));
+        if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) {
+          columns_.push_back(k);
+          widened = true;
+        }
+      }
+      rows_.push_back(std::move(row));
+      if (widened) {
+        rewrite();
+      } else {
+        std::ofstream out(path_, std::ios::app);
+        out << line(rows_.back());
+        if (!out) throw std::runtime_error("cannot append to '" + path_.string() + "'");
+      }
+    });
+  }
+
+ private:
+  std::string header() const {
+    std::string s;
+    for (std::size_t i = 0; i < columns_.size(); ++i) s += (i ? "," : "") + cell(columns_[i]);
+    return s + "\n";
+  }
+  std::string line(const std::vector<std::pair<std::string, std::string>>& row) const {
+    std::string s;
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      if (i) s += ",";
+      for (const auto& [k, v] : row)
+        if (k == columns_[i]) {
+          s += cell(v);
+          break;
+        }
+    }
+    return s + "\n";
+  }
+  void rewrite() {
+    std::string text = header();
+    for (const auto& row : rows_) text += line(row);
+    wick::write_file_atomic(path_, text);
+  }
+  // Reads back a table this plugin wrote (plain cells: keys and numbers need no quoting).
+  void load_existing() {
+    std::ifstream in(path_);
+    std::string text;
+    if (!in || !std::getline(in, text)) return;
+    auto split = [](const std::string& l) {
+      std::vector<std::string> out;
+      std::stringstream ss(l);
+      std::string c;
+      while (std::getline(ss, c, ',')) out.push_back(c);
+      if (!l.empty() && l.back() == ',') out.emplace_back();
+      return out;
+    };
+    columns_ = split(text);
+    while (std::getline(in, text)) {
+      auto cells = split(text);
+      std::vector<std::pair<std::string, std::string>> row;
+      for (std::size_t i = 0; i < cells.size() && i < columns_.size(); ++i)
+        if (!cells[i].empty()) row.emplace_back(columns_[i], cells[i]);
+      rows_.push_back(std::move(row));
+    }
+  }
+
+  std::string file_;
+  bool steps_;
+  fs::path path_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::pair<std::string, std::string>>> rows_;
+};
+
+}  // namespace
+
+WICK_PLUGIN(MetricsLog,
+            wick::PluginDef("metrics_log", "1.0.0",
+                            "metrics.csv beside metrics.jsonl (one row per step and epoch record)")
+                .order(90)
+                .main_process_only()
+                .param_string("file", "metrics.csv", "CSV file, relative to the run directory")
+                .param_bool("steps", true, "include the step records (false: epoch rows only)"))

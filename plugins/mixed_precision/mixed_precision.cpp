@@ -1,0 +1,143 @@
+// Mixed precision. bf16: autocast around the forward pass (CPU through
+// at::autocast::set_cpu_enabled, CUDA through at::autocast::set_enabled), no loss scaling.
+// fp16: autocast on CUDA plus dynamic loss scaling: the backward loss is multiplied by the
+// scale; in optimizer_step the gradients are unscaled and checked, a step with an inf or
+// NaN is skipped and the scale backed off, and it grows after growth_interval good steps.
+// LibTorch 1.13 has no fp16 matmul on CPU, so on CPU fp16 runs the loss scaling alone.
+#include <ATen/autocast_mode.h>
+
+#include <cstdio>
+
+#include <wick/context.hpp>
+#include <wick/plugin.hpp>
+#include <wick/state_dict.hpp>
+#include <wick/task.hpp>
+
+#include "loss_scaler.hpp"
+
+namespace {
+
+class MixedPrecision : public wick::Hook {
+ public:
+  explicit MixedPrecision(const wick::Params& p)
+      : scaler_(p.get_float("init_scale"), p.get_float("growth_factor"),
+                p.get_float("backoff_factor"), p.get_int("growth_interval")) {
+    const auto dtype = p.get_string("dtype");
+    if (dtype == "bf16" || dtype == "bfloat16")
+      fp16_ = false;
+    else if (dtype == "fp16" || dtype == "float16")
+      fp16_ = true;
+    else
+      throw p.error("dtype", "unknown dtype '" + dtype + "'; use \"bf16\" or \"fp16\"");
+    if (!(p.get_float("init_scale") > 0)) throw p.error("init_scale", "must be > 0");
+    if (!(p.get_float("growth_factor") > 1)) throw p.error("growth_factor", "must be > 1");
+    const double b = p.get_float("backoff_factor");
+    if (!(b > 0 && b < 1)) throw p.error("backoff_factor", "must be in (0, 1)");
+    if (p.get_int("growth_interval") < 1) throw p.error("growth_interval", "must be >= 1");
+  }
+
+  void connect(wick::Registrar& r) override {
+    r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      cuda_ = c.run().device.rfind("cuda", 0) == 0;
+      if (fp16_ && !cuda_ && !warned_) {
+        std::fprintf(stderr,
+                     "wick: mixed_precision: fp16 autocast needs CUDA (LibTorch 1.13 has no "
+                     "fp16 matmul on CPU); running fp32 forward with loss scaling only. Use "
+                     "dtype = \"bf16\" for reduced precision on CPU.\n");
+        warned_ = true;
+      }
+    });
+    r.on(wick::Point::before_step, [this](wick::Context&) { autocast_on(); });
+    // The task's step computes prediction and loss together; autocast ends with it.
+    r.on(wick::Point::after_pred, [this](wick::Context&) { autocast_off(); });
+    r.on(wick::Point::after_cancel, [this](wick::Context&) { autocast_off(); });
+    r.on(wick::Point::after_fit, [this](wick::Context&) { autocast_off(); });
+    if (!fp16_) return;
+
+    r.stage(wick::Stage::backward, [this](wick::Context& c, wick::Next next) {
+      c.backward_loss() = scaler_.scale_loss(c.backward_loss());
+      return next();
+    });
+    r.stage(wick::Stage::optimizer_step, [this](wick::Context& c, wick::Next next) {
+      std::vector<at::Tensor> grads;
+      for (const auto& group : c.optimizer().param_groups())
+        for (const auto& p : group.params())
+          if (p.grad().defined()) grads.push_back(p.grad());
+      // One sync per real step: whether to step must be known here.
+      const bool found_inf = scaler_.unscale_(grads).item<bool>();
+      bool stepped = false;
+      if (found_inf)
+        ++c.state().skipped_steps;
+      else
+        stepped = next();
+      scaler_.update(found_inf);
+      c.log("loss_scale", scaler_.scale());
+      return stepped;
+    });
+    r.require_after(wick::Stage::optimizer_step, "grad_accum",
+                    "gradients must be unscaled once per real step, after accumulation");
+  }
+
+  bool has_state() const override { return fp16_; }
+  void save_state(wick::StateDict& out) const override {
+    out.set_float("scale", scaler_.scale());
+    out.set_int("growth_tracker", scaler_.growth_tracker());
+  }
+  void load_state(const wick::StateDict& in) override {
+    scaler_.restore(in.get_float("scale"), in.get_int("growth_tracker"));
+  }
+
+ private:
+  void autocast_on() {
+    if (active_ || (fp16_ && !cuda_)) return;
+    const auto dtype = fp16_ ? at::kHalf : at::kBFloat16;
+    if (cuda_) {
+      prev_enabled_ = at::autocast::is_enabled();
+      prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(true);
+    } else {
+      prev_enabled_ = at::autocast::is_cpu_enabled();
+      prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(true);
+    }
+    at::autocast::increment_nesting();
+    active_ = true;
+  }
+  void autocast_off() {
+    if (!active_) return;
+    if (cuda_) {
+      at::autocast::set_enabled(prev_enabled_);
+      at::autocast::set_autocast_gpu_dtype(prev_dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(prev_enabled_);
+      at::autocast::set_autocast_cpu_dtype(prev_dtype_);
+    }
+    // The cast weights cached during the forward are stale once the optimizer steps.
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    active_ = false;
+  }
+
+  wick::amp::LossScaler scaler_;
+  bool fp16_ = false, cuda_ = false, warned_ = false, active_ = false;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
+}  // namespace
+
+WICK_PLUGIN(MixedPrecision,
+            wick::PluginDef("mixed_precision", "1.0.0",
+                            "bf16/fp16 autocast around the forward pass; fp16 loss scaling")
+                .order(-5)
+                .param_string("dtype", "bf16",
+                              "\"bf16\" (autocast, CPU or CUDA) or \"fp16\" "
+                              "(autocast on CUDA + dynamic loss scaling)")
+                .param_float("init_scale", 65536.0, "fp16: initial loss scale")
+                .param_float("growth_factor", 2.0,
+                             "fp16: scale multiplier after growth_interval "
+                             "finite steps")
+                .param_float("backoff_factor", 0.5, "fp16: scale multiplier on an inf/NaN step")
+                .param_int("growth_interval", 2000,
+                           "fp16: finite optimizer steps in a row before the scale grows"))

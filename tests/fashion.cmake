@@ -1,0 +1,12 @@
+# Fashion-MNIST task, its IDX reader, the progress and metrics_log plugins, `wick plot` and the
+# embedding sample (issue 5).
+wick_add_test(test_idx SOURCES test_idx.cpp)
+target_link_libraries(test_idx PRIVATE wick_idx)
+
+wick_add_test(test_fashion_task SOURCES test_fashion_task.cpp
+              DEPENDS fashion_mnist metrics_log progress wick_embed_sample)
+target_link_libraries(test_fashion_task PRIVATE wick_idx)
+
+wick_add_test(test_fashion_tools SOURCES test_fashion_tools.cpp
+              DEPENDS synthetic progress metrics_log)
+target_link_libraries(test_fashion_tools PRIVATE util)

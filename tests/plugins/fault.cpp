@@ -1,0 +1,103 @@
+// Test-only fault injection: at a lifecycle point (and a training step / epoch), once:
+//   throw     throw std::runtime_error(message)
+//   sigint    raise(SIGINT) (the trainer stops at the next step boundary)
+//   abort     std::abort()
+//   kill      kill -9 itself
+//   nan       replace the step's loss with NaN (use at = "after_loss")
+//   readonly  chmod 0555 the folder `path` (relative to output_dir)
+//   fsize     cap the size of any file written from now on at `bytes` (a full disk: writes past
+//             it fail with EFBIG instead of killing the process)
+// step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any).
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <wick/context.hpp>
+#include <wick/plugin.hpp>
+#include <wick/task.hpp>
+
+namespace {
+
+class Fault : public wick::Hook {
+ public:
+  explicit Fault(const wick::Params& p)
+      : at_(p.get_string("at")),
+        action_(p.get_string("action")),
+        step_(p.get_int("step")),
+        epoch_(p.get_int("epoch")),
+        message_(p.get_string("message")),
+        path_(p.get_string("path")),
+        bytes_(p.get_int("bytes")) {
+    auto pt = wick::point_from_string(at_);
+    if (!pt) throw p.error("at", "is not a lifecycle point");
+    point_ = *pt;
+    const char* actions[] = {"throw", "sigint", "abort", "kill", "nan", "readonly", "fsize"};
+    if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
+      throw p.error("action", "must be throw, sigint, abort, kill, nan, readonly or fsize");
+  }
+
+  void connect(wick::Registrar& r) override {
+    r.on(point_, [this](wick::Context& c) {
+      if (fired_ || !matches(c)) return;
+      fired_ = true;
+      fire(c);
+    });
+  }
+
+ private:
+  bool matches(wick::Context& c) const {
+    const auto& s = c.state();
+    if (epoch_ >= 0 && s.epoch != epoch_) return false;
+    if (step_ <= 0) return true;
+    if (!s.training()) return false;
+    // At after_step the batch is counted in micro_step; before it, it is the next one.
+    const auto batch = point_ == wick::Point::after_step ? s.micro_step : s.micro_step + 1;
+    return batch == step_;
+  }
+
+  void fire(wick::Context& c) {
+    if (action_ == "throw") throw std::runtime_error(message_);
+    if (action_ == "sigint") {
+      ::raise(SIGINT);
+    } else if (action_ == "abort") {
+      std::abort();
+    } else if (action_ == "kill") {
+      ::kill(::getpid(), SIGKILL);
+    } else if (action_ == "nan") {
+      c.output().loss = c.output().loss * std::numeric_limits<double>::quiet_NaN();
+    } else if (action_ == "readonly") {
+      auto p = std::filesystem::path(c.run().output_dir) / path_;
+      if (::chmod(p.c_str(), 0555) != 0)
+        throw std::runtime_error("fault: cannot chmod " + p.string());
+    } else if (action_ == "fsize") {
+      ::signal(SIGXFSZ, SIG_IGN);
+      rlimit lim{static_cast<rlim_t>(bytes_), static_cast<rlim_t>(bytes_)};
+      ::setrlimit(RLIMIT_FSIZE, &lim);
+    }
+  }
+
+  std::string at_, action_;
+  wick::Point point_ = wick::Point::after_step;
+  std::int64_t step_, epoch_;
+  std::string message_, path_;
+  std::int64_t bytes_;
+  bool fired_ = false;
+};
+
+}  // namespace
+
+WICK_PLUGIN(Fault,
+            wick::PluginDef("fault", "1.0.0", "Test-only: inject a fault at a point and step")
+                .param_string("at", "after_step", "lifecycle point")
+                .param_string("action", "throw",
+                              "throw, sigint, abort, kill, nan, readonly or fsize")
+                .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
+                .param_int("epoch", -1, "0-based epoch (-1: any)")
+                .param_string("message", "injected fault", "message for throw")
+                .param_string("path", "checkpoints", "folder for readonly, in output_dir")
+                .param_int("bytes", 4096, "file size cap for fsize"))

@@ -1,0 +1,46 @@
+# The SDK as a package (issue 7): the guide's minimal example, the version rule, and an
+# install into a temporary prefix with plugins built out of tree against it.
+# Not part of the sanitizer build (the loader's own tests cover it there).
+if(WICK_SANITIZE_SUBSET)
+  return()
+endif()
+set(WICK_SDK_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/sdk/plugins)
+
+# wick_sdk_test_plugin(NAME SOURCE [defs...]): tests/sdk/plugins/wick_NAME.so
+function(wick_sdk_test_plugin name source)
+  wick_add_plugin(sdk_${name} SOURCES ${source} OUTPUT_DIRECTORY ${WICK_SDK_TEST_PLUGIN_DIR})
+  set_target_properties(sdk_${name} PROPERTIES OUTPUT_NAME wick_${name})
+  target_compile_definitions(sdk_${name} PRIVATE WICK_TEST_NAME="${name}" ${ARGN})
+  add_dependencies(wick_test_plugins sdk_${name})
+endfunction()
+
+wick_sdk_test_plugin(minimal_hook ${PROJECT_SOURCE_DIR}/sdk/examples/minimal_hook.cpp)
+wick_sdk_test_plugin(path_probe ${CMAKE_CURRENT_SOURCE_DIR}/sdk/path_probe.cpp)
+# Purpose-built libraries for the version rule: record = this SDK's version + deltas.
+set(versioned ${CMAKE_CURRENT_SOURCE_DIR}/sdk/versioned.cpp)
+wick_sdk_test_plugin(v_same_minor ${versioned} WICK_TEST_MAJOR_DELTA=0 WICK_TEST_MINOR_DELTA=0)
+wick_sdk_test_plugin(v_older_minor ${versioned} WICK_TEST_MAJOR_DELTA=0 WICK_TEST_MINOR_DELTA=-1)
+wick_sdk_test_plugin(v_newer_minor ${versioned} WICK_TEST_MAJOR_DELTA=0 WICK_TEST_MINOR_DELTA=1)
+wick_sdk_test_plugin(v_next_major ${versioned} WICK_TEST_MAJOR_DELTA=1 WICK_TEST_MINOR_DELTA=0)
+wick_sdk_test_plugin(v_prev_major ${versioned} WICK_TEST_MAJOR_DELTA=-1 WICK_TEST_MINOR_DELTA=0)
+
+wick_add_test(test_sdk SOURCES test_sdk.cpp)
+target_compile_definitions(test_sdk PRIVATE
+  WICK_SDK_TEST_PLUGIN_DIR="${WICK_SDK_TEST_PLUGIN_DIR}")
+
+# Slow (~1 min: installs, then configures and builds two plugin projects against the
+# install): label "slow", still part of `make test`.
+add_executable(test_sdk_install test_sdk_install.cpp)
+target_link_libraries(test_sdk_install PRIVATE wick_test_main)
+target_compile_options(test_sdk_install PRIVATE ${WICK_WARNINGS})
+set(ccache "")
+if(WICK_CCACHE)
+  set(ccache ${WICK_CCACHE})  # makes the out-of-tree rebuilds of later runs cheap
+endif()
+target_compile_definitions(test_sdk_install PRIVATE
+  WICK_CMAKE="${CMAKE_COMMAND}" WICK_CCACHE_PROGRAM="${ccache}" WICK_READELF="${CMAKE_READELF}")
+# `cmake --install` needs everything it installs to be built.
+get_property(builtin GLOBAL PROPERTY WICK_BUILTIN_PLUGINS)
+add_dependencies(test_sdk_install wick_cli ${builtin})
+add_test(NAME sdk_install COMMAND test_sdk_install)
+set_tests_properties(sdk_install PROPERTIES LABELS "slow;install" TIMEOUT 900)

@@ -1,0 +1,437 @@
+// Checkpoints and exact resume, end to end through the wick command: a run interrupted
+// (SIGINT, SIGKILL, an exception) and resumed ends bit-identical to an uninterrupted one; bad
+// checkpoints, read-only folders and a full disk fail clearly and never hurt earlier
+// checkpoints. Faults come from the test-only plugin tests/plugins/fault.cpp.
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+
+#include "support.hpp"
+#include "wick/sha256.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+// 256 samples / batch 32 = 8 batches per epoch, 24 in 3 epochs.
+std::string config(const TempDir& d, const std::string& checkpoint_keys,
+                   const std::string& extra = "", const std::string& task_keys = "") {
+  return "[trainer]\nepochs = 3\nseed = 7\nbatch_size = 32\nlog_every = 2\nthreads = 1\n"
+         "output_dir = \"" +
+         (d / "run").string() + "\"\n" +
+         "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n" + task_keys +
+         "[[hooks]]\nplugin = \"checkpoint\"\n" + checkpoint_keys + extra + test_plugins_toml();
+}
+
+std::string fault(const std::string& keys) {
+  return "[[hooks]]\nplugin = \"fault\"\n" + keys;
+}
+
+fs::path ckpt_dir(const TempDir& d) {
+  return d / "run" / "checkpoints";
+}
+
+std::vector<std::string> checkpoints(const TempDir& d) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(ckpt_dir(d))) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every file of a checkpoint folder with its hash: "intact" means this map did not change.
+std::map<std::string, std::string> hashes(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    out[e.path().filename()] = wick::sha256_hex(read_file(e.path()));
+  return out;
+}
+
+// The logged values that must agree between runs (times excluded).
+std::vector<std::string> logged(const TempDir& d) {
+  std::vector<std::string> out;
+  for (auto& l : read_jsonl(d / "run" / "metrics.jsonl")) {
+    for (const char* k : {"time_s", "epoch_time_s", "samples_per_s"}) l.erase(k);
+    out.push_back(l.dump());
+  }
+  return out;
+}
+
+// As root, chmod does not stop writes: run wick without the capability that overrides it.
+RunResult run_wick_unprivileged(const std::vector<std::string>& args) {
+  std::vector<std::string> argv;
+  if (::geteuid() == 0)
+    argv = {"/usr/bin/setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"};
+  argv.push_back(WICK_BIN);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+struct Reference {
+  std::string fingerprint;
+  std::vector<std::string> logged;
+};
+
+// The uninterrupted run the interrupted ones must reproduce (computed once per process).
+const Reference& reference() {
+  static Reference ref = [] {
+    TempDir d;
+    write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n"));
+    auto r = run_wick({"fit", (d / "cfg.toml").string()});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return Reference{read_json(d / "run" / "summary.json")["model_fingerprint"], logged(d)};
+  }();
+  return ref;
+}
+
+void check_matches_reference(const TempDir& d) {
+  const auto& ref = reference();
+  auto s = read_json(d / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["epochs"] == 3);
+  CHECK(s["optimizer_steps"] == 24);
+  CHECK(s["samples_seen"] == 768);
+  CHECK(s["model_fingerprint"] == ref.fingerprint);
+  // The whole history, every step and epoch loss after the resume point included.
+  CHECK(logged(d) == ref.logged);
+}
+
+}  // namespace
+
+TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identical") {
+  TempDir d;
+  // Batch 13 is the 5th of epoch 2 (index 1).
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\n", fault("action = \"sigint\"\nstep = 13\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 130);
+  auto s = read_json(d / "run" / "summary.json");
+  CHECK(s["status"] == "cancelled");
+  CHECK(s["optimizer_steps"] == 13);
+  CHECK(r.out.find("checkpoint (cancel) saved") != std::string::npos);
+  CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000005" / "manifest.json"));
+
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                      "hooks.fault.enabled=false"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.out.find("resumed from " + (ckpt_dir(d) / "ckpt-e0001-b0000005").string() +
+                    " (epoch 1, batch 5, optimizer step 13)") != std::string::npos);
+  check_matches_reference(d);
+}
+
+TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since it") {
+  // kill -9 (no handler runs) and std::abort (SIGABRT, a crash): the same outcome.
+  const auto [action, status] =
+      GENERATE(table<std::string, int>({{"kill", 128 + 9}, {"abort", 128 + 6}}));
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
+                                    fault("action = \"" + action + "\"\nstep = 14\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == status);
+  // Steps 4 and 8 (the end of epoch 1, before validation), epoch 1's end, step 12; not 14.
+  CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004", "ckpt-e0000-b0000008",
+                                                   "ckpt-e0001-b0000000", "ckpt-e0001-b0000004"});
+
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                      "hooks.fault.enabled=false"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
+  check_matches_reference(d);
+}
+
+TEST_CASE("resuming from the end-of-epoch checkpoint before validation is exact") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\nkeep_last = 0\n",
+                    fault("action = \"kill\"\nat = \"before_valid\"\nepoch = 0\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  REQUIRE(r.exit_code == 128 + 9);
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                      "hooks.fault.enabled=false"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.out.find("(epoch 0, batch 8, optimizer step 8)") != std::string::npos);
+  check_matches_reference(d);
+}
+
+TEST_CASE(
+    "an exception in a hook is blamed with exit 1 and its failure checkpoint resumes exactly") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\n",
+                    fault("action = \"throw\"\nstep = 10\nmessage = \"boom at ten\"\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  const std::string blame = "plugin 'fault' (instance 'fault') at after_step: boom at ten";
+  CHECK(r.err.find(blame) != std::string::npos);
+  auto s = read_json(d / "run" / "summary.json");
+  CHECK(s["status"] == "failed");
+  CHECK(s["error"] == blame);
+  // The fault runs after the checkpoint hook at after_step, so step 10 is complete.
+  CHECK(r.out.find("checkpoint (failure) saved") != std::string::npos);
+  CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000002" / "manifest.json"));
+
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                      "hooks.fault.enabled=false"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  check_matches_reference(d);
+}
+
+TEST_CASE("an exception in the middle of a step writes no failure checkpoint") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\nkeep_last = 0\n",
+                    fault("action = \"throw\"\nat = \"after_backward\"\nstep = 6\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  CHECK(r.err.find("plugin 'fault' (instance 'fault') at after_backward: injected fault") !=
+        std::string::npos);
+  CHECK(r.err.find("not saving on failure: it came in the middle of a step") != std::string::npos);
+  CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004"});
+}
+
+TEST_CASE("on_failure = false writes no checkpoint on failure") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\non_failure = false\n",
+                                    fault("action = \"throw\"\nstep = 6\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  REQUIRE(r.exit_code == 1);
+  CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004"});
+}
+
+TEST_CASE("a NaN loss stops naming the step under policy error and is counted under skip") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "", fault("action = \"nan\"\nat = \"after_loss\"\nstep = 5\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  CHECK(r.err.find(") at epoch 0, batch 4, optimizer step 4; set trainer.nan_policy") !=
+        std::string::npos);
+  CHECK(r.err.find("non-finite loss (") != std::string::npos);
+  CHECK(r.err.find("nan_policy = \"skip\"") != std::string::npos);
+  CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
+
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.nan_policy=skip"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  auto s = read_json(d / "run" / "summary.json");
+  CHECK(s["skipped_steps"] == 1);
+  CHECK(s["optimizer_steps"] == 23);
+  CHECK(s["micro_steps"] == 24);
+}
+
+TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit path fails") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "keep_last = 0\n"));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=2"}).exit_code == 0);
+  REQUIRE(checkpoints(d) == std::vector<std::string>{"ckpt-e0001-b0000000", "ckpt-e0002-b0000000"});
+  const auto good = ckpt_dir(d) / "ckpt-e0001-b0000000";
+  const auto bad = ckpt_dir(d) / "ckpt-e0002-b0000000";
+  const auto good_hashes = hashes(good);
+
+  SECTION("a flipped byte") {
+    auto bytes = read_file(bad / "model.pt");
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
+    write_file(bad / "model.pt", bytes);
+    auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", bad.string()});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot resume from checkpoint '" + bad.string() +
+                     "': model.pt does not match its sha256 in the manifest (corrupted)") !=
+          std::string::npos);
+    CHECK(hashes(good) == good_hashes);
+    CHECK(checkpoints(d).size() == 2);  // nothing written, nothing removed
+
+    auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+    INFO(r2.out << r2.err);
+    CHECK(r2.exit_code == 0);
+    CHECK(r2.err.find("warning: skipping checkpoint '" + bad.string() +
+                      "': model.pt does not "
+                      "match its sha256") != std::string::npos);
+    CHECK(r2.out.find("resumed from " + good.string()) != std::string::npos);
+    check_matches_reference(d);
+  }
+  SECTION("a truncated file") {
+    auto bytes = read_file(bad / "optimizer.pt");
+    write_file(bad / "optimizer.pt", bytes.substr(0, bytes.size() / 3));
+    auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", bad.string()});
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("optimizer.pt has " + std::to_string(bytes.size() / 3) +
+                     " bytes, the manifest says " + std::to_string(bytes.size()) +
+                     " (truncated?)") != std::string::npos);
+    auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+    INFO(r2.out << r2.err);
+    CHECK(r2.exit_code == 0);
+    CHECK(r2.err.find("skipping checkpoint '" + bad.string() + "'") != std::string::npos);
+    check_matches_reference(d);
+  }
+  SECTION("a partial write (no manifest) and nothing valid at all") {
+    fs::remove(bad / "manifest.json");
+    fs::remove(good / "state.pt");
+    auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("'" + bad.string() + "': no manifest.json (an unfinished write?)") !=
+          std::string::npos);
+    CHECK(r.err.find("'" + good.string() + "': state.pt is missing") != std::string::npos);
+    CHECK(r.err.find("--resume latest: no valid checkpoint in '" + ckpt_dir(d).string() +
+                     "' (2 skipped as corrupt)") != std::string::npos);
+  }
+}
+
+TEST_CASE("a resume into another model or data order is refused with the differences") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "", "", "hidden = [32]\n"));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
+  const auto before = hashes(ckpt_dir(d) / "ckpt-e0001-b0000000");
+
+  auto r = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "task.hidden=[48, 8]"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("does not match the model of this config") != std::string::npos);
+  CHECK(r.err.find("0.weight: expected [48, 16] Float, found [32, 16] Float") != std::string::npos);
+  CHECK(r.err.find("2.weight: expected [8, 48] Float, found [4, 32] Float") != std::string::npos);
+  CHECK(r.err.find("4.weight: expected [4, 8], not in the checkpoint") != std::string::npos);
+
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                      "trainer.seed=8", "--set", "trainer.batch_size=16"});
+  CHECK(r2.exit_code == 1);
+  CHECK(r2.err.find("batch_size: checkpoint 32, this run 16") != std::string::npos);
+  CHECK(r2.err.find("seed: checkpoint 7, this run 8") != std::string::npos);
+  CHECK(hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
+}
+
+TEST_CASE("resume without a checkpoint hook is an error and not a silent fresh start") {
+  TempDir d;
+  write_file(d / "cfg.toml", "[trainer]\nepochs = 1\noutput_dir = \"" + (d / "run").string() +
+                                 "\"\n[task]\nplugin = \"synthetic\"\nsamples = 64\n");
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("no hook restored a checkpoint; enable one with [[hooks]] plugin = "
+                   "\"checkpoint\"") != std::string::npos);
+}
+
+TEST_CASE("a read-only checkpoint folder gives a clear error at start and at save time") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n"));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
+  const auto names = checkpoints(d);
+  std::map<std::string, std::map<std::string, std::string>> before;
+  for (const auto& n : names) before[n] = hashes(ckpt_dir(d) / n);
+
+  SECTION("at start") {
+    fs::permissions(ckpt_dir(d),
+                    fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+    auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+    fs::permissions(ckpt_dir(d), fs::perms::owner_write, fs::perm_options::add);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("plugin 'checkpoint' (instance 'checkpoint') at before_fit: the checkpoint "
+                     "folder '" +
+                     ckpt_dir(d).string() + "' is not writable: Permission denied") !=
+          std::string::npos);
+    CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 0);
+  }
+  SECTION("an output_dir that cannot be written") {
+    const auto out = d / "readonly_out";
+    fs::create_directories(out);
+    fs::permissions(out, fs::perms::owner_read | fs::perms::owner_exec);
+    auto r = run_wick_unprivileged(
+        {"fit", (d / "cfg.toml").string(), "--set", "trainer.output_dir=" + out.string()});
+    fs::permissions(out, fs::perms::owner_all);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot write '" + (out / "metrics.jsonl").string() +
+                     "'; set trainer.output_dir to a writable folder") != std::string::npos);
+    CHECK(fs::is_empty(out));
+  }
+  SECTION("at save time") {
+    // Read-only from step 10 (in epoch 2) on: the save of step 12 fails.
+    write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
+                                      fault("action = \"readonly\"\nstep = 10\n")));
+    auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+    fs::permissions(ckpt_dir(d), fs::perms::owner_write, fs::perm_options::add);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot save checkpoint '" + (ckpt_dir(d) / "ckpt-e0001-b0000004").string() +
+                     "': cannot create") != std::string::npos);
+    CHECK(r.err.find("Permission denied; the earlier checkpoints in '" + ckpt_dir(d).string() +
+                     "' are untouched") != std::string::npos);
+    auto s = read_json(d / "run" / "summary.json");
+    CHECK(s["status"] == "failed");
+  }
+  CHECK(checkpoints(d) == names);
+  for (const auto& n : names) CHECK(hashes(ckpt_dir(d) / n) == before[n]);
+}
+
+TEST_CASE("a full disk at save time gives a clear error and earlier checkpoints stay loadable") {
+  TempDir d;
+  // A bigger model so that its checkpoint files outgrow the 16 KiB cap; metrics.jsonl does not.
+  const std::string task = "hidden = [256]\n";
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
+                                    fault("action = \"fsize\"\nstep = 6\nbytes = 16384\n"), task));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("cannot save checkpoint '" + (ckpt_dir(d) / "ckpt-e0000-b0000008").string() +
+                   "'") != std::string::npos);
+  CHECK(r.err.find("File too large") != std::string::npos);
+  CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004"});  // no leftovers
+
+  // The earlier checkpoint still resumes.
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n", "", task));
+  auto r2 = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "trainer.epochs=1"});
+  INFO(r2.out << r2.err);
+  CHECK(r2.exit_code == 0);
+  CHECK(r2.out.find("(epoch 0, batch 4, optimizer step 4)") != std::string::npos);
+}
+
+TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d,
+                    "every_n_steps = 2\nkeep_last = 2\nmonitor = \"valid/accuracy\"\n"
+                    "mode = \"max\"\n"));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(checkpoints(d) ==
+        std::vector<std::string>{"best", "ckpt-e0002-b0000008", "ckpt-e0003-b0000000"});
+  double best = -1;
+  std::int64_t best_epoch = -1;
+  for (auto& l : read_jsonl(d / "run" / "metrics.jsonl"))
+    if (l["kind"] == "epoch" && l["valid/accuracy"].get<double>() > best) {
+      best = l["valid/accuracy"];
+      best_epoch = l["epoch"];
+    }
+  auto m = read_json(ckpt_dir(d) / "best" / "manifest.json");
+  CHECK(m["best"]["value"].get<double>() == best);
+  CHECK(m["position"]["epoch"] == best_epoch + 1);
+  CHECK(m["reason"] == "best");
+
+  // A fresh run into the same folder moves the earlier run's checkpoints aside, so that
+  // neither keep_last nor --resume latest mixes the two runs.
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"});
+  INFO(r2.out << r2.err);
+  CHECK(r2.exit_code == 0);
+  CHECK(r2.err.find("moved 3 checkpoint(s) of an earlier run aside to '" +
+                    (ckpt_dir(d) / "superseded-").string()) != std::string::npos);
+  auto now = checkpoints(d);
+  REQUIRE(now.size() == 4);
+  CHECK(std::vector<std::string>(now.begin(), now.begin() + 3) ==
+        std::vector<std::string>{"best", "ckpt-e0000-b0000008", "ckpt-e0001-b0000000"});
+  CHECK(now[3].rfind("superseded-", 0) == 0);
+  CHECK(fs::exists(ckpt_dir(d) / now[3] / "ckpt-e0003-b0000000" / "manifest.json"));
+}

@@ -1,0 +1,167 @@
+// The plugin guide's promises: its minimal example is the tested file and works, the
+// version rule admits older minors and refuses other majors with its message, and
+// Params::get_path resolves against the config file.
+#include <wick/version.hpp>
+
+#include <algorithm>
+#include <tuple>
+
+#include "support.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+std::string version(int major, int minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::string sdk_plugins_toml() {
+  return std::string("[plugins]\npath = \"") + WICK_SDK_TEST_PLUGIN_DIR + "\"\n";
+}
+
+std::string synthetic_toml(const TempDir& dir, int epochs) {
+  return "[trainer]\nepochs = " + std::to_string(epochs) + "\nbatch_size = 32\n" +
+         "output_dir = \"" + (dir / "run").string() + "\"\n" +
+         "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n" + sdk_plugins_toml();
+}
+
+}  // namespace
+
+TEST_CASE("sdk/README.md shows sdk/examples/minimal_hook.cpp verbatim") {
+  const auto readme = read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "README.md");
+  const auto source =
+      read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "examples" / "minimal_hook.cpp");
+  const std::string marker = "<!-- sdk/examples/minimal_hook.cpp -->\n```cpp\n";
+  auto start = readme.find(marker);
+  REQUIRE(start != std::string::npos);
+  start += marker.size();
+  auto end = readme.find("```\n", start);
+  REQUIRE(end != std::string::npos);
+  CHECK(readme.substr(start, end - start) == source);
+}
+
+TEST_CASE("the minimal example stops the fit at its target and checks its parameter") {
+  TempDir dir;
+  write_file(dir / "cfg.toml",
+             synthetic_toml(dir, 4) + "[[hooks]]\nplugin = \"minimal_hook\"\ntarget = 0.01\n");
+  auto r = run_wick({"fit", (dir / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["epochs"] == 1);  // any accuracy is >= 0.01: stopped after the first epoch
+  CHECK(s["stop_reason"] == "valid/accuracy reached the target");
+
+  // Out of range: the plugin's own check, placed at the key by Params::error.
+  r = run_wick({"check", (dir / "cfg.toml").string(), "--set", "hooks.minimal_hook.target=2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("'target' in [hooks.minimal_hook] (plugin 'minimal_hook') "
+                                    "must be in (0, 1]"));
+  // A typo: the SDK's check, with a suggestion.
+  const auto typo = synthetic_toml(dir, 1) + "[[hooks]]\nplugin = \"minimal_hook\"\ntarjet = 0.5\n";
+  write_file(dir / "typo.toml", typo);
+  const auto line = std::count(typo.begin(), typo.end(), '\n');  // the last line
+  r = run_wick({"check", (dir / "typo.toml").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains((dir / "typo.toml").string() + ":" + std::to_string(line) +
+                                    ":1: unknown key 'tarjet' in [hooks.minimal_hook]; did you "
+                                    "mean 'target'?"));
+}
+
+TEST_CASE("version rule: same major and an older or equal minor load, others are refused") {
+  static_assert(WICK_API_MINOR >= 1, "the older-minor case needs a host minor above 0");
+  const int M = WICK_API_MAJOR, m = WICK_API_MINOR;
+  auto r = run_wick({"plugins", "--plugin-path", WICK_SDK_TEST_PLUGIN_DIR});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("v_older_minor 1.0.0 (hook, order 0, SDK " + version(M, m - 1)));
+  CHECK_THAT(r.out, Catch::Contains("v_same_minor 1.0.0 (hook, order 0, SDK " + version(M, m)));
+  const std::string supports = ", this wick supports " + version(M, 0) + " to " + version(M, m) +
+                               " (same major, minor not newer); ";
+  const std::string rebuild =
+      "rebuild the plugin against this wick's SDK (find_package(wick) "
+      "and wick_add_plugin)";
+  const std::string upgrade =
+      "the plugin needs a newer wick: upgrade wick, or rebuild the "
+      "plugin against this wick's SDK";
+  for (auto [name, got, fix] : {std::tuple{"v_newer_minor", version(M, m + 1), upgrade},
+                                std::tuple{"v_next_major", version(M + 1, m), rebuild},
+                                std::tuple{"v_prev_major", version(M - 1, m), rebuild}}) {
+    CHECK_THAT(r.out, !Catch::Contains(std::string(name) + " 1.0.0"));
+    CHECK_THAT(r.err, Catch::Contains(std::string("wrong SDK API version on plugin '") + name +
+                                      "' (" + WICK_SDK_TEST_PLUGIN_DIR + "/wick_" + name +
+                                      ".so): got version " + got + supports + fix));
+  }
+
+  // The older-minor plugin is built, connected and run; a different major stops a run.
+  TempDir dir;
+  write_file(dir / "old.toml", synthetic_toml(dir, 1) + "[[hooks]]\nplugin = \"v_older_minor\"\n");
+  r = run_wick({"fit", (dir / "old.toml").string()});
+  REQUIRE(r.exit_code == 0);
+  int seen = 0;  // logged at before_epoch: in the first record written after it
+  for (const auto& l : read_jsonl(dir / "run" / "metrics.jsonl"))
+    if (l.contains("v_older_minor/ran") && l["v_older_minor/ran"] == 1.0) ++seen;
+  CHECK(seen == 1);
+
+  write_file(dir / "major.toml", synthetic_toml(dir, 1) + "[[hooks]]\nplugin = \"v_next_major\"\n");
+  r = run_wick({"check", (dir / "major.toml").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("wrong SDK API version on plugin 'v_next_major'"));
+}
+
+TEST_CASE("Params::get_path takes a relative value relative to the config file's folder") {
+  TempDir dir;
+  fs::create_directories(dir / "conf" / "out");
+  write_file(dir / "conf" / "cfg.toml", synthetic_toml(dir, 1) +
+                                            "[[hooks]]\nplugin = \"path_probe\"\n"
+                                            "file = \"out/../out/probe.txt\"\n");
+  // Run from another folder, so that a cwd-relative reading would write elsewhere.
+  auto r = run_wick({"fit", (dir / "conf" / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto expected = (dir / "conf" / "out" / "probe.txt").string();
+  REQUIRE(fs::exists(expected));
+  CHECK(read_file(expected) == expected);  // absolute and normalised
+
+  // An absolute value is kept as it is.
+  const auto abs = (dir / "abs.txt").string();
+  r = run_wick({"fit", (dir / "conf" / "cfg.toml").string(), "--set",
+                "hooks.path_probe.file=\"" + abs + "\""});
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_file(abs) == abs);
+}
+
+TEST_CASE("wick new-plugin checks the name and the folder, and writes the renamed example") {
+  TempDir dir;
+  auto r = run_wick({"new-plugin", "2fast", "--dir", (dir / "a").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("invalid plugin name '2fast': use letters, digits and '_'"));
+  r = run_wick({"new-plugin", "my-hook", "--dir", (dir / "a").string()});
+  CHECK(r.exit_code == 2);
+  r = run_wick({"new-plugin", "synthetic", "--dir", (dir / "a").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("a plugin named 'synthetic' already exists"));
+  CHECK_FALSE(fs::exists(dir / "a"));
+
+  r = run_wick({"new-plugin", "stop_early", "--dir", (dir / "a").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto expected = read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "examples" / "minimal_hook.cpp");
+  for (auto [from, to] : {std::pair{std::string("minimal_hook"), std::string("stop_early")},
+                          std::pair{std::string("MinimalHook"), std::string("StopEarly")}})
+    for (auto pos = expected.find(from); pos != std::string::npos; pos = expected.find(from, pos))
+      expected.replace(pos, from.size(), to);
+  CHECK(read_file(dir / "a" / "stop_early.cpp") == expected);
+  CHECK_THAT(read_file(dir / "a" / "CMakeLists.txt"),
+             Catch::Contains("wick_add_plugin(stop_early SOURCES stop_early.cpp)"));
+  CHECK_THAT(read_file(dir / "a" / "stop_early.toml"), Catch::Contains("plugin = \"stop_early\""));
+  CHECK(fs::exists(dir / "a" / "README.md"));
+
+  write_file(dir / "b" / "keep.txt", "mine");  // an existing folder is never written into
+  r = run_wick({"new-plugin", "other", "--dir", (dir / "b").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("refusing to overwrite"));
+  CHECK_FALSE(fs::exists(dir / "b" / "other.cpp"));
+}

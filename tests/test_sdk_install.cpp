@@ -1,0 +1,145 @@
+// The SDK as an installed package: `cmake --install` into a temporary prefix, then two
+// plugin projects built out of tree against it (samples/external_plugin and one made by
+// `wick new-plugin`), listed, described and trained with by the installed `wick`.
+// Slow (two small builds with LibTorch flags); see tests/sdk.cmake.
+#include <regex>
+
+#include "support.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+// A fixed scratch folder in the build tree rather than a random one, so that ccache can
+// reuse the out-of-tree compiles of earlier runs (the paths are part of its key).
+const fs::path kScratch = fs::path(WICK_BINARY_DIR) / "tests" / "sdk_install";
+
+void require_ok(const RunResult& r, const std::string& what) {
+  INFO(what << "\n--- stdout\n" << r.out << "\n--- stderr\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+// configure + build a plugin project against the prefix, as its README says.
+void build_project(const fs::path& src, const fs::path& build, const fs::path& prefix) {
+  std::vector<std::string> configure = {WICK_CMAKE,     "-S", src.string(), "-B",
+                                        build.string(), "-G", "Ninja"};
+  configure.push_back("-DCMAKE_PREFIX_PATH=" + prefix.string());
+  configure.push_back("-DCMAKE_EXPORT_COMPILE_COMMANDS=ON");
+  if (std::string(WICK_CCACHE_PROGRAM) != "")
+    configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(WICK_CCACHE_PROGRAM));
+  require_ok(run(configure), "configure " + src.string());
+  require_ok(run({WICK_CMAKE, "--build", build.string(), "-j2"}), "build " + src.string());
+}
+
+std::string runpath(const fs::path& elf) {
+  auto r = run({WICK_READELF, "-d", elf.string()});
+  std::smatch m;
+  std::regex re(R"(\((?:RUNPATH|RPATH)\)\s+Library r\w*path: \[([^\]]*)\])");
+  return std::regex_search(r.out, m, re) ? m[1].str() : std::string();
+}
+
+}  // namespace
+
+TEST_CASE("installed wick: plugins built out of tree against it are found, described, run") {
+  fs::remove_all(kScratch);
+  const auto prefix = kScratch / "prefix";
+  require_ok(run({WICK_CMAKE, "--install", WICK_BINARY_DIR, "--prefix", prefix.string()}),
+             "cmake --install");
+  const std::string wick = (prefix / "bin" / "wick").string();
+
+  {  // the layout
+    for (const char* f :
+         {"bin/wick", "lib/libwick.so", "lib/wick/plugins/wick_synthetic.so",
+          "include/wick/wick.hpp", "include/wick/task.hpp", "include/wick/trainer.hpp",
+          "include/wick/config.hpp", "lib/cmake/wick/wickConfig.cmake",
+          "lib/cmake/wick/wickConfigVersion.cmake", "lib/cmake/wick/wickTargets.cmake",
+          "lib/cmake/wick/WickPlugin.cmake"}) {
+      INFO(f);
+      CHECK(fs::exists(prefix / f));
+    }
+    CHECK_FALSE(fs::exists(prefix / "include/wick/system.hpp"));  // libwick's own helper
+    // Every wick header an installed header includes is installed too.
+    const std::regex inc(R"re(#include\s+[<"](wick/[^>"]+)[>"])re");
+    for (const auto& e : fs::directory_iterator(prefix / "include" / "wick")) {
+      const auto text = read_file(e.path());
+      for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {
+        INFO(e.path().string() << " includes " << (*it)[1]);
+        CHECK(fs::exists(prefix / "include" / (*it)[1].str()));
+      }
+    }
+    // Relative RPATHs: the prefix can be moved as a whole.
+    CHECK(runpath(prefix / "bin" / "wick") == "$ORIGIN/../lib");
+    CHECK(runpath(prefix / "lib/wick/plugins/wick_synthetic.so") == "$ORIGIN/../..");
+  }
+
+  // The sample project, and a project fresh from `wick new-plugin`, unedited.
+  const auto ext_build = kScratch / "external_plugin";
+  build_project(fs::path(WICK_SOURCE_DIR) / "samples" / "external_plugin", ext_build, prefix);
+  // wick_add_plugin out of tree: C++17, hidden visibility, LibTorch's flags via wick::wick.
+  {
+    auto cc = read_json(ext_build / "compile_commands.json");
+    REQUIRE(cc.size() == 1);
+    const auto cmd = cc[0]["command"].get<std::string>();
+    INFO(cmd);
+    CHECK_THAT(cmd, Catch::Contains("-std=c++17"));
+    CHECK_THAT(cmd, Catch::Contains("-fvisibility=hidden"));
+    CHECK_THAT(cmd, Catch::Contains("-D_GLIBCXX_USE_CXX11_ABI=1"));
+    CHECK_THAT(cmd, Catch::Contains((prefix / "include").string()));
+  }
+  const auto fresh = kScratch / "my_first";
+  auto r = run({wick, "new-plugin", "my_first", "--dir", fresh.string()});
+  require_ok(r, "wick new-plugin");
+  CHECK_THAT(r.out, Catch::Contains("-DCMAKE_PREFIX_PATH=" + prefix.string()));
+  build_project(fresh, fresh / "build", prefix);
+  r = run({wick, "new-plugin", "my_first", "--dir", fresh.string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("refusing to overwrite '" + fresh.string() + "'"));
+
+  r = run({wick, "plugins", "--plugin-path", ext_build.string(), "--plugin-path",
+           (fresh / "build").string()});
+  require_ok(r, "wick plugins");
+  CHECK_THAT(r.out, Catch::Contains("loss_ema 1.0.0 (hook, order 50"));
+  CHECK_THAT(r.out, Catch::Contains((ext_build / "wick_loss_ema.so").string()));
+  CHECK_THAT(r.out, Catch::Contains("my_first 0.1.0 (hook, order 0"));
+  CHECK_THAT(r.out, Catch::Contains((fresh / "build" / "wick_my_first.so").string()));
+  CHECK_THAT(r.out, Catch::Contains((prefix / "lib/wick/plugins/wick_synthetic.so").string()));
+  CHECK(r.err.empty());
+
+  const auto cfg = kScratch / "both.toml";
+  write_file(cfg,
+             "[trainer]\nepochs = 3\nbatch_size = 32\nlog_every = 4\n"
+             "output_dir = \"" +
+                 (kScratch / "run").string() +
+                 "\"\n"
+                 "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n"
+                 "[plugins]\npath = [\"external_plugin\", \"my_first/build\"]\n"
+                 "[[hooks]]\nplugin = \"loss_ema\"\n"
+                 "[[hooks]]\nplugin = \"my_first\"\ntarget = 0.01\n");
+  r = run({wick, "describe", cfg.string()});
+  require_ok(r, "wick describe");
+  CHECK(std::regex_search(r.out, std::regex(R"(\| after_loss +\| loss_ema +\| +50 \|)")));
+  CHECK(std::regex_search(r.out, std::regex(R"(\| after_epoch +\| my_first +\| +0 \|)")));
+
+  r = run({wick, "fit", cfg.string()});
+  require_ok(r, "wick fit");
+  auto s = read_json(kScratch / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["epochs"] == 1);  // my_first: accuracy >= 0.01 after the first epoch
+  int ema = 0;
+  for (const auto& l : read_jsonl(kScratch / "run" / "metrics.jsonl"))
+    if (l.contains("train/loss_ema")) ++ema;
+  CHECK(ema >= 2);  // 8 steps, a record every 4
+
+  // The snippet `new-plugin` wrote is a valid config as it stands.
+  r = run({wick, "check", (fresh / "my_first.toml").string()});
+  require_ok(r, "wick check my_first.toml");
+
+  // Moved elsewhere, the install still finds its libwick and its plugins.
+  const auto moved = kScratch / "moved";
+  fs::rename(prefix, moved);
+  r = run({(moved / "bin" / "wick").string(), "plugins"});
+  require_ok(r, "moved wick plugins");
+  CHECK_THAT(r.out, Catch::Contains((moved / "lib/wick/plugins/wick_synthetic.so").string()));
+
+  fs::remove_all(kScratch / "run");
+}

@@ -1,0 +1,843 @@
+// The technique plugins, loaded from build/lib/wick/plugins through the Config API and run
+// on a deterministic linear-regression task, checked against references computed here.
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include <wick/config.hpp>
+#include <wick/loader.hpp>
+#include <wick/state_dict.hpp>
+#include <wick/task.hpp>
+#include <wick/trainer.hpp>
+
+#include "../plugins/mixed_precision/loss_scaler.hpp"
+#include "support.hpp"
+
+using namespace wick;
+using wick::test::TempDir;
+
+namespace {
+
+constexpr std::int64_t kIn = 4, kOut = 3;
+
+// y = x A + noise on fixed data; the model is a Linear layer initialised from the trainer seed.
+class LinearTask : public Task {
+ public:
+  explicit LinearTask(std::int64_t n, std::int64_t valid = 0) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    auto a = torch::randn({kIn, kOut}, gen);
+    x_ = torch::randn({n, kIn}, gen);
+    y_ = x_.matmul(a) + 0.1 * torch::randn({n, kOut}, gen);
+    train_ = std::make_shared<TensorDataset>(x_, y_);
+    if (valid > 0) {
+      auto vx = torch::randn({valid, kIn}, gen);
+      valid_ = std::make_shared<TensorDataset>(vx, vx.matmul(a));
+    }
+  }
+  std::shared_ptr<torch::nn::Module> model() override {
+    lin_ = torch::nn::Linear(kIn, kOut);
+    return lin_.ptr();
+  }
+  std::shared_ptr<Dataset> train_data() override { return train_; }
+  std::shared_ptr<Dataset> valid_data() override { return valid_; }
+  Output train_step(const Batch& b) override {
+    Output o;
+    o.pred = lin_->forward(b.input);
+    o.loss = torch::mse_loss(o.pred.to(torch::kFloat), b.target);
+    if (on_train) on_train(o);
+    return o;
+  }
+  Output eval_step(const Batch& b) override {
+    Output o;
+    o.pred = lin_->forward(b.input);
+    o.loss = torch::mse_loss(o.pred.to(torch::kFloat), b.target);
+    if (on_eval) on_eval(o);
+    return o;
+  }
+
+  at::Tensor x_, y_;
+  std::function<void(const Output&)> on_train, on_eval;
+
+ private:
+  std::shared_ptr<TensorDataset> train_, valid_;
+  torch::nn::Linear lin_{nullptr};
+};
+
+// Hooks from a TOML snippet of [[hooks]] tables, loaded from the built plugins.
+std::vector<HookEntry> load_hooks(const std::string& toml) {
+  auto cfg = Config::parse(toml, "/nonexistent/techniques.toml");
+  PluginFinder finder({WICK_PLUGIN_DIR});
+  return cfg.make_hooks(finder);
+}
+
+// An in-test hook: handlers in every stage and at every point, each optional.
+struct Probe : Hook {
+  std::function<void(Context&, Stage)> stage_fn;
+  std::map<Point, std::function<void(Context&)>> points;
+  bool stages = true;
+  void connect(Registrar& r) override {
+    if (stages)
+      for (Stage s : {Stage::backward, Stage::optimizer_step, Stage::zero_grad})
+        r.stage(s, [this, s](Context& c, Next next) {
+          if (stage_fn) stage_fn(c, s);
+          return next();
+        });
+    for (auto& [p, fn] : points) r.on(p, fn);
+  }
+};
+
+HookEntry entry(std::shared_ptr<Hook> h, const std::string& name, int order) {
+  HookEntry e;
+  e.hook = std::move(h);
+  e.plugin = name;
+  e.instance = name;
+  e.order = order;
+  return e;
+}
+
+TrainerOptions options(std::int64_t batch, std::int64_t epochs = 1) {
+  TrainerOptions o;
+  o.batch_size = batch;
+  o.epochs = epochs;
+  o.shuffle = false;
+  o.write_outputs = false;
+  o.log_every = 0;
+  return o;
+}
+
+OptimizerOptions optimizer(const std::string& name, double lr) {
+  OptimizerOptions o;
+  o.name = name;
+  o.lr = lr;
+  if (name == "sgd") o.momentum = 0.9;
+  return o;
+}
+
+std::vector<at::Tensor> params_of(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : t.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+StateDict state_of(const HookEntry& e) {
+  StateDict s;
+  e.hook->save_state(s);
+  return s;
+}
+
+// Closed-form gradient of mean((x W^T + b - y)^2) over all n * kOut elements.
+std::pair<at::Tensor, at::Tensor> mse_grad(const at::Tensor& w, const at::Tensor& b,
+                                           const at::Tensor& x, const at::Tensor& y) {
+  auto r = (x.matmul(w.t()) + b - y) * (2.0 / static_cast<double>(x.size(0) * kOut));
+  return {r.t().matmul(x), r.sum(0)};
+}
+
+}  // namespace
+
+// ---- grad_accum ---------------------------------------------------------------------------
+
+TEST_CASE("grad_accum: 4 micro-batches of 16 equal one step on 64", "[techniques][grad_accum]") {
+  for (std::string opt : {"sgd", "adam"}) {
+    DYNAMIC_SECTION(opt) {
+      // 80 samples: windows of 4 x 16 and a last, short window of 1 x 16, against batches
+      // of 64 and 16 without accumulation; two epochs.
+      Trainer ref(options(64, 2), std::make_shared<LinearTask>(80), optimizer(opt, 0.05));
+      ref.fit();
+      Trainer acc(options(16, 2), std::make_shared<LinearTask>(80), optimizer(opt, 0.05));
+      for (auto& h : load_hooks("[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n"))
+        acc.add_hook(std::move(h));
+      auto res = acc.fit();
+      REQUIRE(res.status == FitResult::Status::completed);
+      CHECK(acc.state().optimizer_step == 4);
+      CHECK(ref.state().optimizer_step == 4);
+      CHECK(acc.state().grad_accum_steps == 4);
+      CHECK(acc.state().micro_step == 10);
+      CHECK(max_diff(params_of(acc), params_of(ref)) < 1e-6);
+      // And the run really moved the parameters (the comparison is not of two idle models).
+      Trainer idle(options(64, 1), std::make_shared<LinearTask>(80), optimizer(opt, 0.05));
+      CHECK(max_diff(params_of(idle), params_of(ref)) > 1e-3);
+    }
+  }
+}
+
+// ---- grad_clip ----------------------------------------------------------------------------
+
+TEST_CASE("grad_clip: closed-form clipped gradient, once per real step",
+          "[techniques][grad_clip]") {
+  auto task = std::make_shared<LinearTask>(64);
+  const double lr = 0.5;
+  OptimizerOptions sgd;
+  sgd.name = "sgd";
+  sgd.lr = lr;
+
+  auto run = [&](const std::string& hooks_toml, std::int64_t batch) {
+    auto t = std::make_unique<Trainer>(options(batch), task, sgd);
+    auto p0 = params_of(*t);
+    for (auto& h : load_hooks(hooks_toml)) t->add_hook(std::move(h));
+    REQUIRE(t->fit().status == FitResult::Status::completed);
+    return std::make_pair(p0, params_of(*t));
+  };
+
+  SECTION("by norm, with accumulation: the full gradient is clipped once") {
+    auto [p0, p1] =
+        run("[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n"
+            "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 0.25\n",
+            16);
+    auto [gw, gb] = mse_grad(p0[0], p0[1], task->x_, task->y_);
+    const double norm = std::sqrt(gw.pow(2).sum().item<double>() + gb.pow(2).sum().item<double>());
+    REQUIRE(norm > 0.5);  // the clip is active
+    const double coef = 0.25 / (norm + 1e-6);
+    CHECK((p1[0] - (p0[0] - lr * coef * gw)).abs().max().item<double>() < 1e-6);
+    CHECK((p1[1] - (p0[1] - lr * coef * gb)).abs().max().item<double>() < 1e-6);
+    // The step moved the parameters by exactly max_norm * lr.
+    const double moved = std::sqrt((p1[0] - p0[0]).pow(2).sum().item<double>() +
+                                   (p1[1] - p0[1]).pow(2).sum().item<double>());
+    CHECK(moved == Approx(0.25 * lr).epsilon(1e-5));
+  }
+  SECTION("by value") {
+    auto [p0, p1] = run("[[hooks]]\nplugin = \"grad_clip\"\nvalue = 0.1\n", 64);
+    auto [gw, gb] = mse_grad(p0[0], p0[1], task->x_, task->y_);
+    REQUIRE(gw.abs().max().item<double>() > 0.1);
+    CHECK((p1[0] - (p0[0] - lr * gw.clamp(-0.1, 0.1))).abs().max().item<double>() < 1e-6);
+    CHECK((p1[1] - (p0[1] - lr * gb.clamp(-0.1, 0.1))).abs().max().item<double>() < 1e-6);
+  }
+  SECTION("by max-abs norm (norm_type = inf)") {
+    auto [p0, p1] = run("[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 0.1\nnorm_type = inf\n", 64);
+    auto [gw, gb] = mse_grad(p0[0], p0[1], task->x_, task->y_);
+    const double norm = std::max(gw.abs().max().item<double>(), gb.abs().max().item<double>());
+    const double coef = 0.1 / (norm + 1e-6);
+    CHECK((p1[0] - (p0[0] - lr * coef * gw)).abs().max().item<double>() < 1e-6);
+    CHECK((p1[1] - (p0[1] - lr * coef * gb)).abs().max().item<double>() < 1e-6);
+  }
+  SECTION("a bad table is refused with the key named") {
+    CHECK_THROWS_WITH(load_hooks("[[hooks]]\nplugin = \"grad_clip\"\n"),
+                      Catch::Contains("max_norm") && Catch::Contains("value"));
+    CHECK_THROWS_WITH(load_hooks("[[hooks]]\nplugin = \"grad_clip\"\nmax_nrom = 1.0\n"),
+                      Catch::Contains("max_norm"));
+  }
+}
+
+// ---- lr_schedule --------------------------------------------------------------------------
+
+namespace {
+// The lr each optimizer step used, read in the optimizer_step chain just before the step.
+std::vector<double> lrs_used(const std::string& schedule_toml, std::int64_t batches,
+                             std::int64_t epochs = 1, const std::string& extra = "") {
+  Trainer t(options(4, epochs), std::make_shared<LinearTask>(4 * batches), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(extra + "[[hooks]]\nplugin = \"lr_schedule\"\n" + schedule_toml))
+    t.add_hook(std::move(h));
+  auto probe = std::make_shared<Probe>();
+  std::vector<double> lrs;
+  probe->stage_fn = [&](Context& c, Stage s) {
+    if (s == Stage::optimizer_step)
+      lrs.push_back(c.optimizer().param_groups()[0].options().get_lr());
+  };
+  t.add_hook(entry(probe, "probe", 100));  // after grad_accum: only real steps
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  return lrs;
+}
+}  // namespace
+
+TEST_CASE("lr_schedule: each kind matches its formula", "[techniques][lr_schedule]") {
+  const double pi = std::acos(-1.0);
+  SECTION("constant with warm-up") {
+    auto lr = lrs_used("kind = \"constant\"\nwarmup_steps = 4\n", 10);
+    REQUIRE(lr.size() == 10);
+    CHECK(lr[0] == Approx(0.025));
+    CHECK(lr[1] == Approx(0.05));
+    CHECK(lr[3] == Approx(0.1));
+    CHECK(lr[9] == Approx(0.1));
+  }
+  SECTION("linear to 0 over 20 steps") {
+    auto lr = lrs_used("kind = \"linear\"\ntotal_steps = 20\n", 20);
+    REQUIRE(lr.size() == 20);
+    CHECK(lr[0] == Approx(0.1));
+    CHECK(lr[5] == Approx(0.075));
+    CHECK(lr[10] == Approx(0.05));
+    CHECK(lr[19] == Approx(0.005));
+  }
+  SECTION("cosine with warm-up and min_lr") {
+    auto lr =
+        lrs_used("kind = \"cosine\"\nwarmup_steps = 5\ntotal_steps = 20\nmin_lr = 0.01\n", 20);
+    CHECK(lr[2] == Approx(0.06));
+    CHECK(lr[5] == Approx(0.1));
+    CHECK(lr[10] == Approx(0.0775));  // p = 1/3: 0.01 + 0.09 * (1 + 0.5) / 2
+    CHECK(lr[19] == Approx(0.01 + 0.09 * (1 + std::cos(pi * 14.0 / 15.0)) / 2));
+  }
+  SECTION("step decay") {
+    auto lr = lrs_used("kind = \"step\"\nstep_size = 5\ngamma = 0.5\n", 15);
+    CHECK(lr[4] == Approx(0.1));
+    CHECK(lr[5] == Approx(0.05));
+    CHECK(lr[12] == Approx(0.025));
+  }
+  SECTION("onecycle") {
+    auto lr = lrs_used("kind = \"onecycle\"\ntotal_steps = 20\n", 20);
+    CHECK(lr[0] == Approx(0.004));                  // 0.1 / 25
+    CHECK(lr[3] == Approx(0.052));                  // half way up: (0.004 + 0.1) / 2
+    CHECK(lr[6] == Approx(0.1));                    // peak at 0.3 * 20
+    CHECK(lr[13] == Approx((0.1 + 0.004e-4) / 2));  // half way down to 0.004 / 1e4
+  }
+  SECTION("total steps derived from epochs, batches and accumulation; only real steps count") {
+    // 2 epochs of 10 batches with 2 micro-batches per step: 10 steps in all.
+    auto lr =
+        lrs_used("kind = \"linear\"\n", 10, 2, "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n");
+    REQUIRE(lr.size() == 10);
+    CHECK(lr[1] == Approx(0.09));
+    CHECK(lr[5] == Approx(0.05));
+    CHECK(lr[9] == Approx(0.01));
+  }
+  SECTION("bad values are refused") {
+    CHECK_THROWS_WITH(load_hooks("[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosin\"\n"),
+                      Catch::Contains("cosine"));
+    CHECK_THROWS_WITH(load_hooks("[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"step\"\n"),
+                      Catch::Contains("step_size"));
+  }
+}
+
+// ---- ema ----------------------------------------------------------------------------------
+
+TEST_CASE("ema: shadow follows the recurrence, validates with it, swaps back",
+          "[techniques][ema]") {
+  using Case = std::pair<std::int64_t, bool>;
+  for (auto [every, warmup] : std::vector<Case>{{1, false}, {2, false}, {1, true}}) {
+    DYNAMIC_SECTION("every = " << every << ", warmup = " << warmup) {
+      const double decay = 0.6;
+      Trainer t(options(8), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+      auto hooks =
+          load_hooks("[[hooks]]\nplugin = \"ema\"\ndecay = 0.6\nevery = " + std::to_string(every) +
+                     "\nwarmup = " + (warmup ? "true" : "false") + "\n");
+      auto ema = hooks[0];
+      t.add_hook(std::move(hooks[0]));
+      std::vector<std::vector<at::Tensor>> after;  // parameters after each optimizer step
+      std::vector<at::Tensor> seen_in_valid;
+      auto probe = std::make_shared<Probe>();
+      probe->stages = false;
+      probe->points[Point::after_step] = [&](Context& c) {
+        if (c.state().training())
+          after.push_back(params_of(c.trainer()));
+        else if (seen_in_valid.empty())
+          seen_in_valid = params_of(c.trainer());
+      };
+      t.add_hook(entry(probe, "probe", 50));
+      auto p0 = params_of(t);
+      REQUIRE(t.fit().status == FitResult::Status::completed);
+      REQUIRE(after.size() == 5);
+
+      std::vector<at::Tensor> s = p0;
+      std::int64_t updates = 0;
+      for (std::size_t k = 0; k < after.size(); ++k)
+        if ((k + 1) % static_cast<std::size_t>(every) == 0) {
+          // With warm-up: d = 1/10, 2/11, 3/12, ... (below 0.6 for the first 13 updates).
+          const double n = static_cast<double>(updates);
+          const double d = warmup ? std::min(decay, (1 + n) / (10 + n)) : decay;
+          for (std::size_t i = 0; i < s.size(); ++i) s[i] = d * s[i] + (1 - d) * after[k][i];
+          ++updates;
+        }
+      auto st = state_of(ema);
+      CHECK(st.get_int("updates") == updates);
+      std::vector<at::Tensor> shadow;
+      for (std::size_t i = 0; i < s.size(); ++i)
+        shadow.push_back(st.get_tensor("shadow." + std::to_string(i)));
+      CHECK(max_diff(shadow, s) < 1e-6);
+      CHECK(max_diff(seen_in_valid, s) < 1e-6);            // validation saw the shadow weights
+      CHECK(max_diff(params_of(t), after.back()) < 1e-7);  // and training weights came back
+      CHECK(max_diff(s, after.back()) > 1e-4);
+    }
+  }
+}
+
+TEST_CASE("ema: a validate() before fit does not undo training", "[techniques][ema]") {
+  auto run = [](bool validate_first) {
+    Trainer t(options(8), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+    for (auto& h : load_hooks("[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n"))
+      t.add_hook(std::move(h));
+    if (validate_first) t.validate();
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    return params_of(t);
+  };
+  CHECK(max_diff(run(true), run(false)) < 1e-7);
+}
+
+// ---- early_stopping -----------------------------------------------------------------------
+
+namespace {
+// Validation losses set per epoch.
+class ScriptedValid : public LinearTask {
+ public:
+  explicit ScriptedValid(std::vector<double> losses)
+      : LinearTask(8, 4), losses_(std::move(losses)) {}
+  Output eval_step(const Batch& b) override {
+    Output o = LinearTask::eval_step(b);
+    o.loss = torch::tensor(losses_.at(static_cast<std::size_t>(calls_++)));
+    return o;
+  }
+
+ private:
+  std::vector<double> losses_;
+  int calls_ = 0;
+};
+}  // namespace
+
+TEST_CASE("early_stopping: stops after patience epochs without improvement; state resumes",
+          "[techniques][early_stopping]") {
+  const std::string toml =
+      "[[hooks]]\nplugin = \"early_stopping\"\npatience = 2\nmin_delta = 0.01\n";
+  SECTION("stops") {
+    // best 0.5 at epoch 1; 0.495 is not better by min_delta; 0.7 is worse: stop after epoch 3.
+    Trainer t(options(8, 10),
+              std::make_shared<ScriptedValid>(std::vector<double>{1, 0.5, 0.495, 0.7, 0.1, 0.1}));
+    auto hooks = load_hooks(toml);
+    auto es = hooks[0];
+    t.add_hook(std::move(hooks[0]));
+    auto res = t.fit();
+    CHECK(res.status == FitResult::Status::completed);
+    CHECK(t.state().epoch == 3);
+    CHECK_THAT(res.stop_reason, Catch::Contains("early_stopping") && Catch::Contains("valid/loss"));
+    auto st = state_of(es);
+    CHECK(st.get_float("best") == Approx(0.5));
+    CHECK(st.get_int("best_epoch") == 1);
+    CHECK(st.get_int("wait") == 2);
+  }
+  SECTION("a resumed counter keeps its patience") {
+    Trainer a(options(8, 2), std::make_shared<ScriptedValid>(std::vector<double>{0.5, 0.6}));
+    auto ha = load_hooks(toml);
+    auto es_a = ha[0];
+    a.add_hook(std::move(ha[0]));
+    a.fit();
+    auto saved = state_of(es_a);
+    CHECK(saved.get_int("wait") == 1);
+    // One more bad epoch is enough after the resume.
+    Trainer b(options(8, 5), std::make_shared<ScriptedValid>(std::vector<double>{0.6, 0.1, 0.1}));
+    auto hb = load_hooks(toml);
+    hb[0].hook->load_state(saved);
+    b.add_hook(std::move(hb[0]));
+    auto res = b.fit();
+    CHECK(b.state().epoch == 0);
+    CHECK_THAT(res.stop_reason, Catch::Contains("best 0.5 at epoch 0"));
+  }
+  SECTION("mode = max") {
+    // best 0.5 at epoch 1; 0.505 is not better by min_delta, 0.3 is worse: stop after epoch 3.
+    Trainer t(options(8, 10),
+              std::make_shared<ScriptedValid>(std::vector<double>{0.1, 0.5, 0.505, 0.3, 0.9, 0.9}));
+    for (auto& h : load_hooks(toml + "mode = \"max\"\n")) t.add_hook(std::move(h));
+    auto res = t.fit();
+    CHECK(t.state().epoch == 3);
+    CHECK_THAT(res.stop_reason, Catch::Contains("best 0.5 at epoch 1"));
+  }
+  SECTION("a missing metric names the keys there are") {
+    Trainer t(options(8, 2), std::make_shared<LinearTask>(8));  // no validation data
+    for (auto& h : load_hooks(toml)) t.add_hook(std::move(h));
+    auto res = t.fit();
+    CHECK(res.status == FitResult::Status::failed);
+    CHECK_THAT(res.error, Catch::Contains("valid/loss") && Catch::Contains("train/loss"));
+  }
+}
+
+// ---- mixed_precision ----------------------------------------------------------------------
+
+TEST_CASE("LossScaler: skip and back off on inf, grow after the interval", "[techniques][amp]") {
+  amp::LossScaler s(1024, 2.0, 0.5, 3);
+  auto g1 = torch::full({3}, 2048.0), g2 = torch::full({2}, 512.0);
+  CHECK_FALSE(s.unscale_({g1, g2}).item<bool>());
+  CHECK(g1[0].item<double>() == 2.0);
+  CHECK(g2[1].item<double>() == 0.5);
+  auto bad = torch::tensor({1.0, std::numeric_limits<double>::infinity()});
+  CHECK(s.unscale_({g1, bad}).item<bool>());
+  auto nan = torch::tensor({std::nan("")});
+  CHECK(s.unscale_({nan}).item<bool>());
+  auto pos = torch::tensor({INFINITY}), neg = torch::tensor({-INFINITY});
+  CHECK(s.unscale_({pos, neg}).item<bool>());  // opposite infs in different gradients
+  // Large but finite float32 values are not mistaken for an overflow.
+  // (a float32 sum of these would overflow to inf).
+  amp::LossScaler unit(1.0, 2.0, 0.5, 3);
+  auto big = torch::full({4}, 3e38);
+  CHECK(big.sum().item<float>() == INFINITY);
+  CHECK_FALSE(unit.unscale_({big}).item<bool>());
+  s.update(false);
+  CHECK(s.growth_tracker() == 1);
+  s.update(true);
+  CHECK(s.scale() == 512);
+  CHECK(s.growth_tracker() == 0);
+  s.update(false);
+  s.update(false);
+  CHECK(s.scale() == 512);
+  s.update(false);
+  CHECK(s.scale() == 1024);
+  CHECK(s.growth_tracker() == 0);
+  CHECK(s.scale_loss(torch::tensor(0.5)).item<double>() == 512.0);
+}
+
+TEST_CASE("mixed_precision fp16: scales the loss, unscales, skips an inf step",
+          "[techniques][amp]") {
+  Trainer t(options(8), std::make_shared<LinearTask>(48), optimizer("sgd", 0.1));
+  auto hooks = load_hooks(
+      "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = 1024.0\n"
+      "growth_interval = 3\n[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"linear\"\n");
+  auto mp = hooks[0], sched = hooks[1];
+  for (auto& h : hooks) t.add_hook(std::move(h));
+  std::vector<at::Tensor> raw, unscaled;
+  std::vector<double> scales;
+  bool params_kept = false;
+  std::vector<at::Tensor> before;
+  auto inject = std::make_shared<Probe>();
+  inject->stages = false;
+  inject->points[Point::after_backward] = [&](Context& c) {
+    raw.push_back(c.model().parameters()[0].grad().clone());
+    scales.push_back(state_of(mp).get_float("scale"));
+    before = params_of(c.trainer());
+    if (c.state().batch_idx == 1) c.model().parameters()[0].mutable_grad()[0][0] = INFINITY;
+  };
+  inject->points[Point::after_step] = [&](Context& c) {
+    if (c.state().batch_idx == 1) params_kept = max_diff(before, params_of(c.trainer())) == 0;
+  };
+  t.add_hook(entry(inject, "inject", 50));
+  auto after_unscale = std::make_shared<Probe>();
+  after_unscale->stage_fn = [&](Context& c, Stage s) {
+    if (s == Stage::optimizer_step) unscaled.push_back(c.model().parameters()[0].grad().clone());
+  };
+  t.add_hook(entry(after_unscale, "after_unscale", -4));  // right after mixed_precision (-5)
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+
+  // 6 batches: 0 ok, 1 inf (skipped, scale 512), 2 3 4 ok (grows back to 1024), 5 ok.
+  CHECK(t.state().optimizer_step == 5);
+  CHECK(t.state().skipped_steps == 1);
+  CHECK(params_kept);
+  REQUIRE(scales.size() == 6);
+  CHECK(scales[0] == 1024);
+  CHECK(scales[2] == 512);
+  CHECK(scales[5] == 1024);
+  auto st = state_of(mp);
+  CHECK(st.get_float("scale") == 1024);
+  CHECK(st.get_int("growth_tracker") == 1);
+  // The schedule advanced on the 5 real steps only.
+  CHECK(state_of(sched).get_int("steps") == 5);
+  // Gradients arrive scaled and leave the handler unscaled (batch 0: scale 1024).
+  REQUIRE(unscaled.size() == 5);
+  CHECK((unscaled[0] * 1024 - raw[0]).abs().max().item<double>() < 1e-3);
+  CHECK(raw[0].abs().max().item<double>() > 10);
+}
+
+TEST_CASE("mixed_precision fp16 with accumulation: an inf in a window skips the whole window",
+          "[techniques][amp]") {
+  auto task = std::make_shared<LinearTask>(64);
+  OptimizerOptions sgd;
+  sgd.name = "sgd";
+  sgd.lr = 0.5;
+  Trainer t(options(8), task, sgd);
+  auto hooks = load_hooks(
+      "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n"
+      "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = 4096.0\n");
+  auto mp = hooks[1];
+  for (auto& h : hooks) t.add_hook(std::move(h));
+  auto inject = std::make_shared<Probe>();
+  inject->stages = false;
+  inject->points[Point::after_backward] = [](Context& c) {
+    if (c.state().batch_idx == 1) c.model().parameters()[1].mutable_grad()[0] = NAN;
+  };
+  t.add_hook(entry(inject, "inject", 50));
+  auto p0 = params_of(t);
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  CHECK(t.state().optimizer_step == 1);
+  CHECK(t.state().skipped_steps == 1);
+  CHECK(state_of(mp).get_float("scale") == 2048);
+  // The second window alone moved the parameters: its gradients started from zero and were
+  // unscaled exactly once.
+  auto x = task->x_.slice(0, 32, 64), y = task->y_.slice(0, 32, 64);
+  auto [gw, gb] = mse_grad(p0[0], p0[1], x, y);
+  auto p1 = params_of(t);
+  CHECK((p1[0] - (p0[0] - 0.5 * gw)).abs().max().item<double>() < 1e-6);
+  CHECK((p1[1] - (p0[1] - 0.5 * gb)).abs().max().item<double>() < 1e-6);
+}
+
+TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 after",
+          "[techniques][amp]") {
+  auto task = std::make_shared<LinearTask>(64, 16);
+  std::vector<at::ScalarType> train_dtypes, eval_dtypes;
+  task->on_train = [&](const Output& o) { train_dtypes.push_back(o.pred.scalar_type()); };
+  task->on_eval = [&](const Output& o) { eval_dtypes.push_back(o.pred.scalar_type()); };
+  Trainer t(options(16, 2), task, optimizer("adam", 0.05));
+  for (auto& h : load_hooks("[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"bf16\"\n"))
+    t.add_hook(std::move(h));
+  bool autocast_outside = false;
+  auto probe = std::make_shared<Probe>();
+  probe->stage_fn = [&](Context&, Stage) { autocast_outside |= at::autocast::is_cpu_enabled(); };
+  t.add_hook(entry(probe, "probe", 50));
+  const double loss0 = t.validate().values.at(0).second;
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(train_dtypes.size() == 8);
+  for (auto d : train_dtypes) CHECK(d == at::kBFloat16);
+  REQUIRE_FALSE(eval_dtypes.empty());
+  CHECK(eval_dtypes.back() == at::kBFloat16);
+  CHECK_FALSE(autocast_outside);
+  CHECK_FALSE(at::autocast::is_cpu_enabled());
+  // The parameters stay fp32 and training still works.
+  CHECK(t.model().parameters()[0].scalar_type() == at::kFloat);
+  CHECK(t.validate().values.at(0).second < loss0);
+  // Without the hook, the same forward is fp32.
+  CHECK(task->train_step({task->x_.slice(0, 0, 2), task->y_.slice(0, 0, 2)}).pred.scalar_type() ==
+        at::kFloat);
+}
+
+// ---- checkpoint state ---------------------------------------------------------------------
+
+TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume",
+          "[techniques][state]") {
+  const std::string toml =
+      "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n"
+      "[[hooks]]\nplugin = \"ema\"\ndecay = 0.8\n"
+      "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = 256.0\n"
+      "growth_interval = 3\n"
+      "[[hooks]]\nplugin = \"early_stopping\"\npatience = 5\n";
+  OptimizerOptions sgd;  // no momentum: the optimizer itself has no state to carry
+  sgd.name = "sgd";
+  sgd.lr = 0.1;
+  auto states = [](const std::vector<HookEntry>& hooks) {
+    std::map<std::string, StateDict> out;
+    for (const auto& h : hooks)
+      if (h.hook->has_state()) out[h.instance] = state_of(h);
+    return out;
+  };
+
+  // The whole run: 2 epochs of 5 steps.
+  Trainer full(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
+  auto full_hooks = load_hooks(toml);
+  for (auto& h : full_hooks) full.add_hook(h);
+  REQUIRE(full.fit().status == FitResult::Status::completed);
+
+  // The same run stopped after its first epoch...
+  Trainer first(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
+  auto first_hooks = load_hooks(toml);
+  for (auto& h : first_hooks) first.add_hook(h);
+  auto stopper = std::make_shared<Probe>();
+  stopper->stages = false;
+  stopper->points[Point::after_epoch] = [](Context& c) { c.request_stop("test"); };
+  first.add_hook(entry(stopper, "stopper", 100));
+  REQUIRE(first.fit().status == FitResult::Status::completed);
+  REQUIRE(first.state().optimizer_step == 5);
+  auto saved = states(first_hooks);
+  CHECK(saved.size() == 4);
+
+  // ...and resumed in a fresh trainer with fresh hooks that load the saved state.
+  Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
+  auto second_hooks = load_hooks(toml);
+  for (auto& h : second_hooks) {
+    if (h.hook->has_state()) h.hook->load_state(saved.at(h.instance));
+    second.add_hook(h);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    auto src = first.model().parameters(), dst = second.model().parameters();
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  second.state().optimizer_step = 5;
+  second.set_start(1, 0);
+  REQUIRE(second.fit().status == FitResult::Status::completed);
+
+  CHECK(max_diff(params_of(second), params_of(full)) < 1e-6);
+  auto a = states(full_hooks), b = states(second_hooks);
+  CHECK(b.at("lr_schedule").get_int("steps") == 10);
+  CHECK(b.at("lr_schedule").get_int("steps") == a.at("lr_schedule").get_int("steps"));
+  CHECK(second.optimizer().param_groups()[0].options().get_lr() ==
+        Approx(full.optimizer().param_groups()[0].options().get_lr()));
+  CHECK(b.at("ema").get_int("updates") == 10);
+  CHECK((b.at("ema").get_tensor("shadow.0") - a.at("ema").get_tensor("shadow.0"))
+            .abs()
+            .max()
+            .item<double>() < 1e-6);
+  // 10 finite steps with growth every 3: 256 -> 2048, 1 step into the next interval.
+  CHECK(b.at("mixed_precision").get_float("scale") == 2048);
+  CHECK(b.at("mixed_precision").get_int("growth_tracker") == 1);
+  CHECK(b.at("mixed_precision").get_float("scale") == a.at("mixed_precision").get_float("scale"));
+  CHECK(b.at("early_stopping").get_float("best") == a.at("early_stopping").get_float("best"));
+  CHECK(b.at("early_stopping").get_int("best_epoch") ==
+        a.at("early_stopping").get_int("best_epoch"));
+}
+
+// ---- composition --------------------------------------------------------------------------
+
+namespace {
+const char* kComposed = R"(
+[[hooks]]
+plugin = "grad_accum"
+steps = 4
+
+[[hooks]]
+plugin = "mixed_precision"
+dtype = "bf16"
+
+[[hooks]]
+plugin = "grad_clip"
+max_norm = 0.5
+
+[[hooks]]
+plugin = "lr_schedule"
+kind = "cosine"
+warmup_steps = 3
+
+[[hooks]]
+plugin = "ema"
+decay = 0.9
+)";
+
+std::string composed_config(const std::string& out_dir) {
+  return "[trainer]\nepochs = 3\nbatch_size = 16\nshuffle = true\nlog_every = 0\noutput_dir = \"" +
+         out_dir +
+         "\"\n[task]\nplugin = \"synthetic\"\nsamples = 400\nvalid_samples = 128\n"
+         "[optimizer]\nname = \"adam\"\nlr = 0.01\n" +
+         kComposed;
+}
+}  // namespace
+
+TEST_CASE("composition: accumulation + bf16 + clipping + schedule + EMA in one run",
+          "[techniques][compose]") {
+  TempDir dir;
+  auto cfg = Config::parse(composed_config(dir.path().string()), (dir / "c.toml").string());
+  PluginFinder finder({WICK_PLUGIN_DIR});
+  auto t = make_trainer(cfg, finder);
+  std::vector<HookEntry> plugins(t->hooks().begin(), t->hooks().end());
+
+  // Probes between the plugins' handlers: each records (stage, position) when reached.
+  // Optimizer_step chain: p_first(-15) grad_accum(-10) p_accum(-7) mixed_precision(-5)
+  // p_amp(-2) grad_clip(0) p_clip(3) lr_schedule/ema (no stage handlers) -> default.
+  std::vector<std::string> trace;
+  std::vector<double> norm_before, norm_after;
+  auto grad_norm = [](Context& c) {
+    double s = 0;
+    for (const auto& p : c.model().parameters())
+      if (p.grad().defined()) s += p.grad().pow(2).sum().item<double>();
+    return std::sqrt(s);
+  };
+  std::map<std::string, std::map<Stage, int>> counts;
+  for (auto [name, order] : std::vector<std::pair<std::string, int>>{
+           {"p_first", -15}, {"p_accum", -7}, {"p_amp", -2}, {"p_clip", 3}}) {
+    auto p = std::make_shared<Probe>();
+    p->stage_fn = [&, name](Context& c, Stage s) {
+      ++counts[name][s];
+      if (s != Stage::optimizer_step) return;
+      trace.push_back(name);
+      if (name == "p_amp") norm_before.push_back(grad_norm(c));
+      if (name == "p_clip") norm_after.push_back(grad_norm(c));
+    };
+    t->add_hook(entry(p, name, order));
+  }
+  REQUIRE(t->fit().status == FitResult::Status::completed);
+
+  // 25 batches per epoch: 7 windows (6 of 4 and a last of 1), 3 epochs.
+  const int micro = 75, steps = 21;
+  CHECK(t->state().optimizer_step == steps);
+  CHECK(counts["p_first"][Stage::optimizer_step] == micro);
+  CHECK(counts["p_accum"][Stage::optimizer_step] == steps);  // grad_accum declined the rest
+  CHECK(counts["p_amp"][Stage::optimizer_step] == steps);    // bf16 never skips
+  CHECK(counts["p_clip"][Stage::optimizer_step] == steps);   // clip ran once per real step
+  CHECK(counts["p_first"][Stage::zero_grad] == micro);
+  CHECK(counts["p_accum"][Stage::zero_grad] == steps);
+  for (const auto& n : {"p_first", "p_accum", "p_amp", "p_clip"})
+    CHECK(counts[n][Stage::backward] == micro);
+  // Call order within each real step, and nothing past grad_accum on other micro-batches.
+  std::string expect;
+  for (int e = 0; e < 3; ++e)
+    for (int w = 0; w < 7; ++w) {
+      const int k = w < 6 ? 4 : 1;
+      for (int i = 1; i < k; ++i) expect += "p_first ";
+      expect += "p_first p_accum p_amp p_clip ";
+    }
+  std::string got;
+  for (const auto& s : trace) got += s + " ";
+  CHECK(got == expect);
+  // Clipping: the norm after the clip handler is min(norm, max_norm).
+  REQUIRE(norm_before.size() == static_cast<std::size_t>(steps));
+  int clipped = 0;
+  for (std::size_t i = 0; i < norm_before.size(); ++i) {
+    CHECK(norm_after[i] == Approx(std::min(norm_before[i], 0.5)).epsilon(1e-4));
+    clipped += norm_before[i] > 0.5;
+  }
+  CHECK(clipped > 0);
+  // Schedule and EMA advanced on real steps only.
+  for (const auto& h : plugins) {
+    if (h.plugin == "lr_schedule") {
+      CHECK(state_of(h).get_int("steps") == steps);
+      CHECK(state_of(h).get_int("total_steps") == steps);
+    }
+    if (h.plugin == "ema") CHECK(state_of(h).get_int("updates") == steps);
+  }
+  // The loss went down.
+  auto records = wick::test::read_jsonl(dir / "metrics.jsonl");
+  REQUIRE(records.size() == 3);
+  CHECK(records.back()["train/loss"].get<double>() < records.front()["train/loss"].get<double>());
+  CHECK(records.back()["valid/loss"].get<double>() < records.front()["valid/loss"].get<double>());
+  CHECK(records.back().contains("grad_norm"));
+}
+
+TEST_CASE("wick describe shows the composed chains", "[techniques][compose][cli]") {
+  TempDir dir;
+  wick::test::write_file(dir / "c.toml", composed_config((dir / "run").string()));
+  auto r = wick::test::run_wick({"describe", (dir / "c.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  // bf16 needs no loss scaling: mixed_precision works at points only, not in the chains.
+  CHECK_THAT(r.out, Catch::Contains("| optimizer_step | grad_accum(-10) -> grad_clip(0) -> "
+                                    "default: optimizer.step()"));
+  CHECK_THAT(r.out,
+             Catch::Contains("| backward       | grad_accum(-10) -> default: loss.backward()"));
+  CHECK_THAT(r.out, Catch::Contains(
+                        "| zero_grad      | grad_accum(-10) -> default: optimizer.zero_grad()"));
+  CHECK_THAT(r.out, Catch::Contains("| after_pred      | mixed_precision |    -5 |"));
+  CHECK_THAT(r.out, Catch::Contains("| before_valid    | ema             |   -20 |"));
+  // fp16 scales the loss in backward and unscales in optimizer_step, between the two.
+  auto fp16 = wick::test::run_wick(
+      {"describe", (dir / "c.toml").string(), "--set", "hooks.mixed_precision.dtype=\"fp16\""});
+  INFO(fp16.out << fp16.err);
+  REQUIRE(fp16.exit_code == 0);
+  CHECK_THAT(fp16.out,
+             Catch::Contains("| optimizer_step | grad_accum(-10) -> mixed_precision(-5) -> "
+                             "grad_clip(0) -> default: optimizer.step()"));
+  CHECK_THAT(fp16.out,
+             Catch::Contains("| backward       | grad_accum(-10) -> mixed_precision(-5) -> "
+                             "default: loss.backward()"));
+}
+
+TEST_CASE("order conflicts are refused at start with the orders to use", "[techniques][compose]") {
+  SECTION("clipping before unscaling") {
+    Trainer t(options(8), std::make_shared<LinearTask>(16));
+    for (auto& h : load_hooks("[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\n"
+                              "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 1.0\norder = -8\n"))
+      t.add_hook(std::move(h));
+    CHECK_THROWS_WITH(t.connect(), Catch::Contains("'grad_clip' (order -8) runs before "
+                                                   "'mixed_precision' (order -5)") &&
+                                       Catch::Contains("unscaled") &&
+                                       Catch::Contains("order = -4"));
+  }
+  SECTION("clipping or unscaling before accumulation") {
+    Trainer t(options(8), std::make_shared<LinearTask>(16));
+    for (auto& h : load_hooks("[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"
+                              "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\n"
+                              "order = -12\n"))
+      t.add_hook(std::move(h));
+    CHECK_THROWS_WITH(t.connect(), Catch::Contains("'mixed_precision' (order -12)") &&
+                                       Catch::Contains("'grad_accum' (order -10)") &&
+                                       Catch::Contains("order = -9"));
+  }
+  SECTION("through wick describe: exit 2 and the message") {
+    TempDir dir;
+    std::string cfg = composed_config((dir / "run").string());
+    cfg.replace(cfg.find("max_norm = 0.5"), 14, "max_norm = 0.5\norder = -20");
+    cfg.replace(cfg.find("dtype = \"bf16\""), 14, "dtype = \"fp16\"");
+    wick::test::write_file(dir / "c.toml", cfg);
+    auto r = wick::test::run_wick({"describe", (dir / "c.toml").string()});
+    CHECK(r.exit_code == 2);
+    // Both requirements (after grad_accum at -10, after mixed_precision at -5) are met by -4.
+    CHECK_THAT(r.err, Catch::Contains("'grad_clip' (order -20) runs before 'grad_accum'") &&
+                          Catch::Contains("order = -4"));
+  }
+}
