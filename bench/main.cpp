@@ -169,9 +169,9 @@ std::string markdown(const json& r) {
   }
   if (r.contains("startup")) {
     const auto& s = r["startup"];
-    md << "| `wick describe`, " << s.value("plugins", 0) << " plugins, s | "
-       << fmt("%.3f", num(s, "describe_wall_s", "median")) << " | "
-       << fmt("%.3f", num(s, "version_wall_s", "median")) << " (`wick --version`) | +"
+    md << "| `wick describe`, " << s.value("plugins", 0) << " plugins ("
+       << s.value("plugin_set", "") << "), s | " << fmt("%.3f", num(s, "describe_wall_s", "median"))
+       << " | " << fmt("%.3f", num(s, "version_wall_s", "median")) << " (`wick --version`) | +"
        << fmt("%.3f", num(s, "plugins_and_config_s")) << " | "
        << pct(num(s, "describe_wall_s", "spread")) << ", "
        << pct(num(s, "version_wall_s", "spread")) << " | <= 0.6 | " << met(off) << " |\n";
