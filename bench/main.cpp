@@ -135,8 +135,8 @@ std::string markdown(const json& r) {
          << " | | | | |\n";
     if (p.contains("callgrind") && p["callgrind"].contains("ratio"))
       md << "| parity under callgrind, instructions per step ("
-         << p["callgrind"]["steps"].get<int>() << " steps) | "
-         << fmt("%.0f", num(p["callgrind"], "wick_ir_per_step")) << " | "
+         << p["callgrind"]["steps"].get<int>() << " steps; " << p["callgrind"].value("workload", "")
+         << ") | " << fmt("%.0f", num(p["callgrind"], "wick_ir_per_step")) << " | "
          << fmt("%.0f", num(p["callgrind"], "hand_ir_per_step")) << " | "
          << fmt("%.5f", num(p["callgrind"], "ratio")) << " (+"
          << fmt("%.0f", num(p["callgrind"], "wick_extra_ir_per_step"))

@@ -268,7 +268,7 @@ json ratio_json(const std::vector<double>& wick, const std::vector<double>& hand
 // Instructions per training step of each side under callgrind: the stable evidence on a
 // noisy machine. Counts only inside Trainer::Impl::train_epoch and hand_epoch (both include
 // the epoch's permutation), in a child run of this binary.
-json parity_callgrind(const Settings& s) {
+json parity_callgrind(const Settings& s, const Workload& w) {
   json out;
   if (s.smoke) return {{"skipped", "smoke run"}};
   const std::string valgrind = find_in_path("valgrind");
@@ -276,10 +276,16 @@ json parity_callgrind(const Settings& s) {
   // The synthetic stand-in with the reference model, batch and optimizer, small and without
   // validation: per-step instructions do not depend on the data set, and valgrind is slow.
   const long steps = 20;
-  const std::string config = (fs::path(s.source_dir) / "bench/parity_synthetic.toml").string();
-  // A step record every 10 steps (default 50), so the count includes metrics writing.
-  const std::vector<std::string> sets = {"trainer.epochs=1", "trainer.log_every=10",
-                                         "task.samples=2048", "task.valid_samples=0"};
+  // A step record every 10 steps (default 50), so the count includes metrics writing. The
+  // Fashion-MNIST workload keeps its usual hooks, on its first 2048 samples.
+  const bool fashion = w.config.find("fashion_mnist") != std::string::npos;
+  std::string config = (fs::path(s.source_dir) / "bench/parity_synthetic.toml").string();
+  std::vector<std::string> sets = {"trainer.epochs=1", "trainer.log_every=10", "task.samples=2048",
+                                   "task.valid_samples=0"};
+  if (fashion) {
+    config = w.config;
+    sets = {"trainer.epochs=1", "trainer.log_every=10", "task.limit=2048"};
+  }
   const fs::path dir = fs::path(s.work_dir) / "parity_callgrind";
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -306,8 +312,9 @@ json parity_callgrind(const Settings& s) {
   const double wi = ir.at("wick") / steps, hi = ir.at("hand") / steps;
   out["steps"] = steps;
   out["workload"] =
-      "synthetic stand-in (784-256-128-10, batch 64, Adam), 2048 samples, no validation, "
-      "log_every 10";
+      fashion ? "samples/fashion_mnist/mlp.toml with its hooks, 2048 samples, log_every 10"
+              : "synthetic stand-in (784-256-128-10, batch 64, Adam), 2048 samples, "
+                "no validation, log_every 10";
   out["wick_ir_per_step"] = wi;
   out["hand_ir_per_step"] = hi;
   out["wick_extra_ir_per_step"] = wi - hi;
@@ -427,7 +434,7 @@ json run_parity(Settings& s) {
                                 {"cpu_samples_per_s", make_stats(cdc).to_json()}};
   out["processes"]["same_final_weights"] = child_same;
 
-  out["callgrind"] = parity_callgrind(s);
+  out["callgrind"] = parity_callgrind(s, w);
 
   json mem;
   auto mw = make_stats(rw), mh = make_stats(rh);
