@@ -3,7 +3,7 @@
 // std::vector<std::function> loop and a bare Boost.Signals2 signal doing the same calls.
 // Timed here; counted in instructions under callgrind by a child run of this binary.
 #include <torch/torch.h>
-#include <valgrind/callgrind.h>
+#include "callgrind.hpp"
 
 #include <boost/signals2.hpp>
 #include <cstdio>

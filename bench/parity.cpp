@@ -2,7 +2,7 @@
 // `wick fit` as a separate process) against a hand-written LibTorch loop over the same
 // tensors, from the same initial weights, in the same batch order.
 #include <torch/torch.h>
-#include <valgrind/callgrind.h>
+#include "callgrind.hpp"
 
 #include <sys/resource.h>
 
