@@ -30,6 +30,7 @@ std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
 int guarded(const std::function<int()>& body);
 
 void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, plugins
+void add_doctor_command(CLI::App& app, Registry& r);
 void add_new_plugin_command(CLI::App& app, Registry& r);
 void add_plot_command(CLI::App& app, Registry& r);  // plot
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.

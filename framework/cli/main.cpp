@@ -1,6 +1,7 @@
 // The `wick` command: parses the command line and runs one subcommand.
 #include "commands.hpp"
 #include "wick/build_info.hpp"
+#include "wick/system.hpp"
 
 int main(int argc, char** argv) {
   using namespace wick::cli;
@@ -9,8 +10,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("wick ") + WICK_VERSION);
 
+  wick::keep_freed_memory();  // before any tensor: see wick/system.hpp
   Registry commands;
   add_core_commands(app, commands);
+  add_doctor_command(app, commands);
   add_new_plugin_command(app, commands);
   add_plot_command(app, commands);
   add_launch_command(app, commands);

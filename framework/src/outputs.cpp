@@ -74,6 +74,7 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   j["cancelled_epochs"] = s.cancelled_epochs;
   j["num_processes"] = s.num_processes;
   j["train_samples_per_s"] = number(s.train_samples_per_s);
+  j["train_cpu_s"] = number(s.train_cpu_s);
   j["wall_s"] = number(s.wall_s);
   for (const auto& [k, v] : s.valid) j[k] = number(v);
   j["model_fingerprint"] = s.model_fingerprint;

@@ -1,9 +1,18 @@
 #include "wick/system.hpp"
 
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <dlfcn.h>
+#include <malloc.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace wick {
 
@@ -21,26 +30,63 @@ std::string default_plugin_dir() {
   return (fs::path(dir).parent_path() / "lib" / "wick" / "plugins").lexically_normal().string();
 }
 
+std::string_view to_string(BlasKind k) {
+  switch (k) {
+    case BlasKind::none:
+      return "none found";
+    case BlasKind::reference:
+      return "reference BLAS (slow)";
+    case BlasKind::openblas:
+      return "OpenBLAS";
+    case BlasKind::other:
+      return "optimised BLAS";
+  }
+  return "?";
+}
+
+std::string blas_path_in_maps_line(std::string_view line) {
+  // "addr perms offset dev inode   /path/to/file": the path is the rest from the first '/'.
+  auto pos = line.find('/');
+  if (pos == std::string_view::npos) return {};
+  std::string path(line.substr(pos));
+  auto name = fs::path(path).filename().string();
+  for (const char* prefix : {"libblas.so", "libopenblas", "libblis", "libmkl_rt"})
+    if (name.rfind(prefix, 0) == 0) return path;
+  return {};
+}
+
+BlasKind classify_blas_path(std::string_view path) {
+  if (path.empty()) return BlasKind::none;
+  if (path.find("openblas") != std::string_view::npos) return BlasKind::openblas;
+  for (const char* fast : {"blis", "mkl", "atlas"})
+    if (path.find(fast) != std::string_view::npos) return BlasKind::other;
+  return BlasKind::reference;
+}
+
 std::string loaded_blas() {
-  // The dynamic loader maps the file the alternatives symlink points to, so /proc/self/maps
-  // shows which implementation LibTorch really calls.
+  // The library LibTorch's sgemm_ calls binds to: the first in the global lookup scope that
+  // defines it. More than one BLAS can be mapped (liblapack.so.3 may pull in OpenBLAS beside
+  // a reference libblas.so.3 that comes first), so the symbol, not the mapping, decides.
+  if (void* sym = dlsym(RTLD_DEFAULT, "sgemm_")) {
+    Dl_info info{};
+    if (dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/') {
+      std::error_code ec;
+      auto real = fs::canonical(info.dli_fname, ec);  // through the alternatives symlinks
+      return ec ? std::string(info.dli_fname) : real.string();
+    }
+  }
+  // No symbol to ask about: the first BLAS-looking mapping.
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
-    auto pos = line.find('/');
-    if (pos == std::string::npos) continue;
-    std::string path = line.substr(pos);
-    auto name = fs::path(path).filename().string();
-    if (name.rfind("libblas.so", 0) == 0 || name.rfind("libopenblas", 0) == 0) return path;
+    auto path = blas_path_in_maps_line(line);
+    if (!path.empty()) return path;
   }
   return {};
 }
 
 bool reference_blas_loaded() {
-  auto path = loaded_blas();
-  return !path.empty() && path.find("openblas") == std::string::npos &&
-         path.find("blis") == std::string::npos && path.find("mkl") == std::string::npos &&
-         path.find("atlas") == std::string::npos;
+  return classify_blas_path(loaded_blas()) == BlasKind::reference;
 }
 
 void warn_if_reference_blas() {
@@ -49,8 +95,37 @@ void warn_if_reference_blas() {
   warned = true;
   std::fprintf(stderr,
                "wick: warning: LibTorch is using the reference BLAS (%s), which trains about 15x "
-               "slower; install libopenblas0-openmp (scripts/install-deps.sh does)\n",
+               "slower; install libopenblas0-openmp (scripts/install-deps.sh does); `wick doctor` "
+               "shows the set-up\n",
                loaded_blas().c_str());
+}
+
+bool keep_freed_memory() {
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("MALLOC_MMAP_THRESHOLD_")) return false;
+  if (const char* t = std::getenv("GLIBC_TUNABLES"); t && std::strstr(t, "glibc.malloc."))
+    return false;
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
+  return mmap_ok && trim_ok;
+}
+
+SystemReport system_report() {
+  SystemReport r;
+  {
+    // A product big enough to go to BLAS (sgemm), should a build load it lazily.
+    torch::NoGradGuard g;
+    auto a = torch::ones({8, 8});
+    (void)a.mm(a);
+  }
+  r.torch_version = TORCH_VERSION;
+  r.intra_op_threads = at::get_num_threads();
+  r.inter_op_threads = at::get_num_interop_threads();
+  r.hardware_threads = std::thread::hardware_concurrency();
+  r.cuda_available = torch::cuda::is_available();
+  r.cuda_devices = r.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
+  r.blas_path = loaded_blas();
+  r.blas = classify_blas_path(r.blas_path);
+  return r;
 }
 
 }  // namespace wick

@@ -4,10 +4,10 @@
 
 #include <array>
 #include <atomic>
-#include <boost/signals2.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -24,12 +24,6 @@
 namespace wick {
 
 namespace fs = std::filesystem;
-namespace sig2 = boost::signals2;
-
-// The loop is single-threaded per process, so the signals need no mutex (measured faster).
-using PointSignal =
-    sig2::signal_type<void(Context&), sig2::keywords::mutex_type<sig2::dummy_mutex>,
-                      sig2::keywords::group_type<int>>::type;
 
 struct Next::Chain {
   std::vector<StageFn> handlers;
@@ -68,9 +62,28 @@ class SigintScope {
 
 struct Interrupted {};
 
+// Whether a scalar loss is finite. On the CPU the value is read in place: item() goes through
+// the dispatcher and costs about a microsecond per step (measured by wick_bench); on a GPU it
+// is the device sync that nan_policy needs anyway.
+bool loss_is_finite(const at::Tensor& loss) {
+  if (loss.device().is_cpu() && loss.numel() == 1 && loss.layout() == at::kStrided) {
+    if (loss.scalar_type() == at::kFloat) return std::isfinite(*loss.data_ptr<float>());
+    if (loss.scalar_type() == at::kDouble) return std::isfinite(*loss.data_ptr<double>());
+  }
+  return std::isfinite(loss.item<double>());
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// CPU time of the process, all threads: a throughput measure that waiting for a busy
+// machine's cores does not distort (summary.json's train_cpu_s).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -112,8 +125,15 @@ struct Trainer::Impl {
 
   std::vector<HookEntry> hooks;
   bool connected = false;
-  std::array<PointSignal, kNumPoints> signals;
-  std::array<bool, kNumPoints> has_slots{};
+  // Each point's subscribers in call order, fixed when the hooks are connected (connect_hooks
+  // sorts by order once). A flat list rather than Boost.Signals2: with 32 hooks on every point
+  // a Signals2 signal, even with dummy_mutex, costs ~10x the instructions of these calls
+  // (wick_bench, callgrind) and would break the 3 us per step budget on its own.
+  struct Slot {
+    const HookEntry* entry;
+    PointFn fn;
+  };
+  std::array<std::vector<Slot>, kNumPoints> slots;
   std::array<Next::Chain, kNumStages> chains;
   ScheduleTable table;
   std::vector<std::function<void(const Record&)>> sinks;
@@ -129,7 +149,7 @@ struct Trainer::Impl {
   Record last_record;
   std::ofstream metrics_out;
   Clock::time_point fit_start = Clock::now();
-  double train_seconds = 0;
+  double train_seconds = 0, train_cpu_seconds = 0;
   std::int64_t samples_this_run = 0;
   ValidResult last_valid;
 
@@ -150,9 +170,13 @@ struct Trainer::Impl {
   }
 
   void emit(Point p) {
-    if (!has_slots[static_cast<std::size_t>(p)]) return;
+    auto& list = slots[static_cast<std::size_t>(p)];
+    if (list.empty()) return;
     current_where = to_string(p);
-    signals[static_cast<std::size_t>(p)](ctx);
+    for (auto& s : list) {
+      current = s.entry;
+      s.fn(ctx);
+    }
     current = nullptr;
   }
 
@@ -254,7 +278,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
 Trainer::~Trainer() {
   // Disconnect every slot before the hooks (whose code the slots run) go away.
   if (impl_) {
-    for (auto& s : impl_->signals) s.disconnect_all_slots();
+    for (auto& s : impl_->slots) s.clear();
     for (auto& c : impl_->chains) c.handlers.clear();
     impl_->sinks.clear();
   }
@@ -301,14 +325,8 @@ class TrainerSink : public HookSink {
  public:
   explicit TrainerSink(Trainer::Impl& impl) : impl_(impl) {}
   void on(const HookEntry& h, Point p, PointFn fn) override {
-    auto i = static_cast<std::size_t>(p);
-    Trainer::Impl* impl = &impl_;
-    const HookEntry* entry = &h;
-    impl_.signals[i].connect(h.order, [impl, entry, fn = std::move(fn)](Context& c) {
-      impl->current = entry;
-      fn(c);
-    });
-    impl_.has_slots[i] = true;
+    // connect_hooks calls in hook order, so appending keeps each point's list sorted.
+    impl_.slots[static_cast<std::size_t>(p)].push_back({&h, std::move(fn)});
   }
   void stage(const HookEntry& h, Stage s, StageFn fn) override {
     Trainer::Impl* impl = &impl_;
@@ -342,6 +360,13 @@ void Trainer::connect() {
 }
 
 const ScheduleTable& Trainer::schedule() const { return impl_->table; }
+
+void Trainer::emit_for_benchmark(const std::vector<Point>& points, std::int64_t repeats) {
+  connect();
+  auto& I = *impl_;
+  for (std::int64_t r = 0; r < repeats; ++r)
+    for (Point p : points) I.emit(p);
+}
 
 std::string Trainer::describe() {
   connect();
@@ -512,7 +537,7 @@ void Trainer::Impl::train_step(const at::Tensor& indices) {
   emit(Point::after_loss);
 
   bool finite = true;
-  if (opt.nan_policy != "ignore") finite = std::isfinite(output.loss.item<double>());
+  if (opt.nan_policy != "ignore") finite = loss_is_finite(output.loss);
   if (!finite && opt.nan_policy == "error")
     throw std::runtime_error("non-finite loss (" + std::to_string(output.loss.item<double>()) +
                              ") at epoch " + std::to_string(state.epoch) + ", batch " +
@@ -573,7 +598,8 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   }
   resume_losses = at::Tensor();
 
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
+  const double c0 = process_cpu_seconds();
   try {
     emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
     for (std::int64_t b = first_batch; b < nb; ++b) {
@@ -599,6 +625,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
     emit(Point::after_cancel);
   }
   train_seconds += seconds_since(t0);
+  train_cpu_seconds += process_cpu_seconds() - c0;
 }
 
 ValidResult Trainer::Impl::validation() {
@@ -799,6 +826,7 @@ FitResult Trainer::fit() {
     s.train_samples_per_s =
         I.train_seconds > 0 ? static_cast<double>(I.samples_this_run) / I.train_seconds : 0.0;
     s.valid = I.last_valid.values;
+    s.train_cpu_s = I.train_cpu_seconds;
     try {
       s.model_fingerprint = model_fingerprint();
     } catch (...) {

@@ -24,6 +24,7 @@ struct Summary {
   std::int64_t cancelled_epochs = 0;
   std::int64_t num_processes = 1;
   double train_samples_per_s = 0;
+  double train_cpu_s = 0;  // process CPU time (all threads) in the training batches
   double wall_s = 0;
   std::vector<std::pair<std::string, double>> valid;  // final validation metrics
   std::string model_fingerprint;

@@ -1,7 +1,9 @@
-// Facts about the process and machine: where wick is installed, which BLAS is loaded.
+// Facts about the process and machine: where wick is installed, which BLAS is loaded, the
+// thread and LibTorch set-up (`wick doctor`, the warning at the start of `fit`). Torch-free.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace wick {
 
@@ -9,11 +11,43 @@ namespace wick {
 std::string executable_dir();
 // The folder where built-in plugins live, relative to the executable: <exe>/../lib/wick/plugins.
 std::string default_plugin_dir();
-// The BLAS library LibTorch's libblas.so.3 resolves to, e.g. ".../openblas-openmp/libblas.so.3"
-// ("" when none is mapped yet), and whether it is Debian's slow reference implementation.
+
+enum class BlasKind { none, reference, openblas, other };
+std::string_view to_string(BlasKind k);
+// The BLAS library a /proc/<pid>/maps line maps ("" when it maps something else).
+std::string blas_path_in_maps_line(std::string_view line);
+// Which implementation a mapped BLAS path is. Debian's reference BLAS is the generic
+// libblas.so.3 in .../blas/; the fast ones name themselves in their folder or file name.
+BlasKind classify_blas_path(std::string_view path);
+
+// The file LibTorch's BLAS calls (sgemm_) bind to, through symlinks, e.g.
+// ".../openblas-openmp/libopenblasp-r0.3.21.so" ("" when none), and whether it is Debian's slow
+// reference implementation. libtorch_cpu links libblas.so.3 directly, so it is loaded as soon
+// as LibTorch is.
 std::string loaded_blas();
 bool reference_blas_loaded();
 // Prints a warning to stderr once when the reference BLAS is in use.
 void warn_if_reference_blas();
+
+// Makes glibc keep freed memory for reuse instead of unmapping it (M_TRIM_THRESHOLD 256 MiB,
+// M_MMAP_THRESHOLD 32 MiB). With the defaults each training step gives its gradient and
+// optimizer temporaries back to the kernel and faults them in again: ~360 page faults per
+// step and about a third of the CPU time on the reference workload (wick_bench). `wick` calls
+// it at start; a host program may too. Leaves a user's own MALLOC_* / GLIBC_TUNABLES malloc
+// settings alone. Returns whether it changed anything.
+bool keep_freed_memory();
+
+struct SystemReport {
+  std::string torch_version;  // LibTorch's TORCH_VERSION
+  int intra_op_threads = 0;
+  int inter_op_threads = 0;
+  unsigned hardware_threads = 0;
+  bool cuda_available = false;
+  int cuda_devices = 0;
+  std::string blas_path;
+  BlasKind blas = BlasKind::none;
+};
+// Runs a small matrix product first, so that whatever BLAS LibTorch calls is mapped.
+SystemReport system_report();
 
 }  // namespace wick

@@ -126,6 +126,10 @@ class Trainer {
   // Who runs at each point and in each stage chain, after connect().
   const ScheduleTable& schedule() const;
 
+  // Benchmark seam (bench/wick_bench): fires `points` in turn, `repeats` times, through the
+  // loop's own dispatch path, so its cost can be measured without the model's. Not for hooks.
+  void emit_for_benchmark(const std::vector<Point>& points, std::int64_t repeats);
+
   struct Impl;
 
  private:

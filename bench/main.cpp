@@ -1,0 +1,357 @@
+// wick_bench: is wick as fast as a hand-written LibTorch loop? Measures parity, dispatch,
+// start-up and memory in one run and writes results.json and a Markdown table (results.md
+// beside it, and stdout). Timings are noisy on a shared machine: every comparison is a ratio
+// of measurements taken in the same run, alternated and repeated; callgrind counts are the
+// stable evidence for dispatch.
+//
+//   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
+//              [--only parity,dispatch,callgrind,startup]
+#include <torch/version.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common.hpp"
+#include "wick/system.hpp"
+
+namespace fs = std::filesystem;
+using namespace wick::bench;
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string pct(double spread) {
+  return "±" + fmt("%.1f", spread * 100) + "%";
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+double num(const json& j, const char* a, const char* b = nullptr, const char* c = nullptr) {
+  const json* p = &j;
+  for (const char* k : {a, b, c}) {
+    if (!k) break;
+    if (!p->is_object() || !p->contains(k)) return -1;
+    p = &(*p)[k];
+  }
+  return p->is_number() ? p->get<double>() : -1;
+}
+
+struct Target {
+  std::string name, rule;
+  double value;
+  bool met;
+};
+
+std::vector<Target> targets(const json& r) {
+  std::vector<Target> t;
+  if (r.contains("parity")) {
+    double ratio = num(r["parity"], "in_process", "pair_ratios", "median");
+    t.push_back({"parity: wick / hand-written samples/s, wall time (in-process)", ">= 0.98", ratio,
+                 ratio >= 0.98});
+    double cpu = num(r["parity"], "in_process", "cpu_pair_ratios", "median");
+    t.push_back({"parity: wick / hand-written samples per CPU second (in-process)", ">= 0.98", cpu,
+                 cpu >= 0.98});
+    double mem = num(r["parity"], "memory", "ratio");
+    t.push_back({"memory: wick / hand-written peak RSS", "<= 1.10", mem, mem > 0 && mem <= 1.10});
+  }
+  if (r.contains("dispatch")) {
+    const auto& rows = r["dispatch"]["rows"];
+    double added = rows.empty() ? -1 : rows.back()["trainer_added_us_per_step"].get<double>();
+    t.push_back(
+        {"dispatch: 32 hooks on every point, added us per step", "<= 3", added, added <= 3.0});
+    double ns = num(r["dispatch"], "unsubscribed_point_ns", "median");
+    t.push_back({"dispatch: point with no subscriber, ns", "<= 10", ns, ns >= 0 && ns <= 10});
+  }
+  if (r.contains("startup")) {
+    double d = num(r["startup"], "describe_wall_s", "median");
+    t.push_back({"start-up: wick describe with 10 plugins, s", "<= 0.6", d, d >= 0 && d <= 0.6});
+  }
+  return t;
+}
+
+std::string markdown(const json& r) {
+  std::ostringstream md;
+  const auto& m = r["meta"];
+  md << "# wick benchmark" << (m.value("smoke", false) ? " (smoke run: no timing meaning)" : "")
+     << "\n\n"
+     << m.value("date", "") << "; " << m.value("cores", 0) << " cores, load average "
+     << fmt("%.1f", m.value("load_before", 0.0)) << " before, "
+     << fmt("%.1f", m.value("load_after", 0.0)) << " after; LibTorch " << m.value("torch", "")
+     << ", " << m.value("intra_op_threads", 0) << " intra-op threads; BLAS " << m.value("blas", "")
+     << ".\n\n";
+
+  md << "| Measure | wick | reference | ratio / added | spread (wick, ref) | target | met |\n"
+     << "| --- | --- | --- | --- | --- | --- | --- |\n";
+  auto tg = targets(r);
+  auto met = [&](std::size_t i) { return i < tg.size() ? (tg[i].met ? "yes" : "**no**") : ""; };
+  if (r.contains("parity")) {
+    const auto& p = r["parity"];
+    struct Row {
+      const char *side, *prefix, *label;
+      int target;  // index into tg, or -1
+    };
+    const Row rows[] = {
+        {"in_process", "", "parity in-process (Trainer::fit vs hand loop), samples/s (wall)", 0},
+        {"in_process", "cpu_", "parity in-process, samples per CPU second", 1},
+        {"processes", "", "parity processes (`wick fit` vs hand loop), samples/s (wall)", -1},
+        {"processes", "cpu_", "parity processes, samples per CPU second", -1}};
+    for (const auto& row : rows) {
+      if (!p.contains(row.side)) continue;
+      const auto& s = p[row.side];
+      const std::string pre = row.prefix;
+      auto k = [&](const char* name) { return pre + name; };
+      md << "| " << row.label << " | "
+         << fmt("%.0f", num(s, k("wick_samples_per_s").c_str(), "median")) << " | "
+         << fmt("%.0f", num(s, k("hand_samples_per_s").c_str(), "median")) << " | "
+         << fmt("%.3f", num(s, k("pair_ratios").c_str(), "median")) << " (pairs "
+         << fmt("%.3f", num(s, k("pair_ratios").c_str(), "min")) << "–"
+         << fmt("%.3f", num(s, k("pair_ratios").c_str(), "max")) << ") | "
+         << pct(num(s, k("wick_samples_per_s").c_str(), "spread")) << ", "
+         << pct(num(s, k("hand_samples_per_s").c_str(), "spread")) << " | "
+         << (row.target >= 0 ? ">= 0.98" : "") << " | "
+         << (row.target >= 0 ? met(static_cast<std::size_t>(row.target)) : "") << " |\n";
+    }
+    if (p.contains("hand_default_malloc"))
+      md << "| hand loop with glibc's malloc defaults (processes), samples/s (wall; per CPU "
+            "second) | | "
+         << fmt("%.0f", num(p["hand_default_malloc"], "samples_per_s", "median")) << "; "
+         << fmt("%.0f", num(p["hand_default_malloc"], "cpu_samples_per_s", "median"))
+         << " | | | | |\n";
+    if (p.contains("callgrind") && p["callgrind"].contains("ratio"))
+      md << "| parity under callgrind, instructions per step ("
+         << p["callgrind"]["steps"].get<int>() << " steps; " << p["callgrind"].value("workload", "")
+         << ") | " << fmt("%.0f", num(p["callgrind"], "wick_ir_per_step")) << " | "
+         << fmt("%.0f", num(p["callgrind"], "hand_ir_per_step")) << " | "
+         << fmt("%.5f", num(p["callgrind"], "ratio")) << " (+"
+         << fmt("%.0f", num(p["callgrind"], "wick_extra_ir_per_step"))
+         << " per step) | exact | | |\n";
+    else if (p.contains("callgrind") && p["callgrind"].contains("skipped"))
+      md << "| parity under callgrind | skipped: " << p["callgrind"]["skipped"].get<std::string>()
+         << " | | | | | |\n";
+    const auto& mem = p["memory"];
+    md << "| peak RSS, MiB (separate processes) | "
+       << fmt("%.0f", num(mem, "wick_peak_rss_mb", "median")) << " | "
+       << fmt("%.0f", num(mem, "hand_peak_rss_mb", "median")) << " | "
+       << fmt("%.3f", num(mem, "ratio")) << " | " << pct(num(mem, "wick_peak_rss_mb", "spread"))
+       << ", " << pct(num(mem, "hand_peak_rss_mb", "spread")) << " | <= 1.10 | " << met(2)
+       << " |\n";
+  }
+  std::size_t off = r.contains("parity") ? 3 : 0;
+  if (r.contains("dispatch")) {
+    const auto& d = r["dispatch"];
+    const auto& last = d["rows"].back();
+    md << "| dispatch, 32 no-op hooks x 5 points, us/step | "
+       << fmt("%.3f", num(last, "trainer", "median")) << " | "
+       << fmt("%.3f", num(last, "plain_std_function", "median")) << " (std::function) | +"
+       << fmt("%.3f", num(last, "trainer_added_us_per_step")) << " | "
+       << pct(num(last, "trainer", "spread")) << ", "
+       << pct(num(last, "plain_std_function", "spread")) << " | <= 3 | " << met(off) << " |\n";
+    md << "| point with no subscriber, ns | "
+       << fmt("%.2f", num(d, "unsubscribed_point_ns", "median")) << " | | | "
+       << pct(num(d, "unsubscribed_point_ns", "spread")) << " | <= 10 | " << met(off + 1) << " |\n";
+    off += 2;
+  }
+  if (r.contains("startup")) {
+    const auto& s = r["startup"];
+    md << "| `wick describe`, " << s.value("plugins", 0) << " plugins ("
+       << s.value("plugin_set", "") << "), s | " << fmt("%.3f", num(s, "describe_wall_s", "median"))
+       << " | " << fmt("%.3f", num(s, "version_wall_s", "median")) << " (`wick --version`) | +"
+       << fmt("%.3f", num(s, "plugins_and_config_s")) << " | "
+       << pct(num(s, "describe_wall_s", "spread")) << ", "
+       << pct(num(s, "version_wall_s", "spread")) << " | <= 0.6 | " << met(off) << " |\n";
+  }
+
+  if (r.contains("dispatch")) {
+    const auto& d = r["dispatch"];
+    const json cg = r.value("callgrind", json::object());
+    const bool have_cg = cg.contains("ir_per_step");
+    md << "\nDispatch per training step (5 points), median of rounds"
+       << (have_cg ? "; instructions from callgrind" : "") << ":\n\n"
+       << "| hooks | trainer us | added us | std::function us | Signals2 dummy_mutex us |"
+       << (have_cg ? " trainer Ir | std::function Ir | Signals2 Ir |" : "") << "\n"
+       << "| --- | --- | --- | --- | --- |" << (have_cg ? " --- | --- | --- |" : "") << "\n";
+    for (std::size_t i = 0; i < d["rows"].size(); ++i) {
+      const auto& row = d["rows"][i];
+      md << "| " << row["hooks"].get<int>() << " | " << fmt("%.3f", num(row, "trainer", "median"))
+         << " | " << fmt("%.3f", num(row, "trainer_added_us_per_step")) << " | "
+         << fmt("%.3f", num(row, "plain_std_function", "median")) << " | "
+         << fmt("%.3f", num(row, "bare_signals2_dummy_mutex", "median")) << " |";
+      if (have_cg && i < cg["ir_per_step"].size()) {
+        const auto& c = cg["ir_per_step"][i];
+        md << " " << fmt("%.0f", num(c, "trainer")) << " | "
+           << fmt("%.0f", num(c, "plain_std_function")) << " | "
+           << fmt("%.0f", num(c, "bare_signals2_dummy_mutex")) << " |";
+      }
+      md << "\n";
+    }
+    if (have_cg)
+      md << "\nPoint with no subscriber: " << fmt("%.1f", num(cg, "unsubscribed_point_ir"))
+         << " instructions per emit (callgrind).\n";
+    else if (cg.contains("skipped"))
+      md << "\nCallgrind: skipped (" << cg["skipped"].get<std::string>() << ").\n";
+  }
+  if (r.contains("startup") && r["startup"].contains("per_plugin_load_ms")) {
+    md << "\nPlugin load time in a fresh process (LibTorch already loaded):\n\n"
+       << "| plugin | ms |\n| --- | --- |\n";
+    for (const auto& p : r["startup"]["per_plugin_load_ms"])
+      md << "| " << p.value("name", fs::path(p.value("path", "")).filename().string()) << " | "
+         << (p.contains("ms") ? fmt("%.2f", p["ms"].get<double>()) : p.value("error", ""))
+         << " |\n";
+  }
+  if (!m["notes"].empty()) {
+    md << "\nNotes:\n\n";
+    for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
+  }
+  md << "\nReproduce: `make bench` (runs `build/bin/wick_bench --out bench/results.json`).\n";
+  return md.str();
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
+               "[--child-reps N] [--only parity,dispatch,callgrind,startup]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // Child modes (run by the benchmark itself).
+  if (!args.empty() && args[0] == "--hand-child") {
+    if (args.size() < 4 || args[2] != "--perm-seed") return usage();
+    std::vector<std::string> sets;
+    bool default_malloc = false;
+    for (std::size_t i = 4; i < args.size(); ++i) {
+      if (args[i] == "--set" && i + 1 < args.size())
+        sets.push_back(args[++i]);
+      else if (args[i] == "--default-malloc")
+        default_malloc = true;
+      else
+        return usage();
+    }
+    // The same memory set-up as `wick fit`, unless asked to show glibc's defaults.
+    if (!default_malloc) wick::keep_freed_memory();
+    return hand_child_main(args[1], sets, std::stoull(args[3]));
+  }
+  // Everything else measured in this process runs with the memory set-up `wick` uses, so
+  // the in-process comparison is like with like.
+  const bool malloc_tuned = wick::keep_freed_memory();
+  if (!args.empty() && args[0] == "--parity-callgrind") {
+    if (args.size() < 3) return usage();
+    std::vector<std::string> sets;
+    for (std::size_t i = 3; i + 1 < args.size(); i += 2)
+      if (args[i] == "--set") sets.push_back(args[i + 1]);
+    wick::keep_freed_memory();
+    return parity_callgrind_main(args[1], sets, std::stol(args[2]));
+  }
+  if (!args.empty() && args[0] == "--dispatch-callgrind")
+    return dispatch_callgrind_main(args.size() > 1 ? std::stol(args[1]) : 1000);
+  if (!args.empty() && args[0] == "--load-plugins")
+    return load_plugins_main({args.begin() + 1, args.end()});
+
+  Settings s;
+  s.wick_bin = WICK_BENCH_WICK_BIN;
+  s.source_dir = WICK_BENCH_SOURCE_DIR;
+  s.bench_plugin_dir = WICK_BENCH_PLUGIN_DIR;
+  s.plugin_dir = WICK_BENCH_BUILTIN_PLUGIN_DIR;
+  std::string out = "bench/results.json";
+  std::set<std::string> only;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    try {
+      if (a == "--out")
+        out = value();
+      else if (a == "--smoke")
+        s.smoke = true;
+      else if (a == "--config")
+        s.config = value();
+      else if (a == "--reps")
+        s.reps = std::stoi(value());
+      else if (a == "--child-reps")
+        s.child_reps = std::stoi(value());
+      else if (a == "--only") {
+        std::stringstream ss(value());
+        for (std::string x; std::getline(ss, x, ',');) only.insert(x);
+      } else
+        return usage();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "wick_bench: %s\n", e.what());
+      return usage();
+    }
+  }
+  if (s.smoke) {
+    s.reps = 1;
+    s.child_reps = 1;
+  }
+  auto want = [&](const char* section) { return only.empty() || only.count(section); };
+
+  char tmpl[] = "/tmp/wick_bench_XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  s.work_dir = tmpl;
+
+  json r;
+  auto sys = wick::system_report();
+  r["meta"] = {{"date", now_utc()},
+               {"smoke", s.smoke},
+               {"cores", std::thread::hardware_concurrency()},
+               {"load_before", load_average()},
+               {"torch", TORCH_VERSION},
+               {"keep_freed_memory", malloc_tuned},
+               {"intra_op_threads", sys.intra_op_threads},
+               {"blas", sys.blas_path.empty() ? std::string("(not found)") : sys.blas_path}};
+  int rc = 0;
+  try {
+    if (want("dispatch")) r["dispatch"] = run_dispatch(s);
+    if (want("callgrind") && !s.smoke) r["callgrind"] = run_callgrind(s);
+    if (want("callgrind") && s.smoke) r["callgrind"] = {{"skipped", "smoke run"}};
+    if (want("startup")) r["startup"] = run_startup(s);
+    if (want("parity")) {
+      r["parity"] = run_parity(s);
+      r["memory"] = r["parity"]["memory"];
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick_bench: %s\n", e.what());
+    r["error"] = e.what();
+    rc = 1;
+  }
+  r["meta"]["load_after"] = load_average();
+  r["meta"]["notes"] = s.notes;
+  json tj = json::array();
+  for (const auto& t : targets(r))
+    tj.push_back({{"name", t.name}, {"target", t.rule}, {"value", t.value}, {"met", t.met}});
+  r["targets"] = tj;
+
+  const std::string md = markdown(r);
+  std::fputs(md.c_str(), stdout);
+  fs::path outp(out);
+  if (outp.has_parent_path()) fs::create_directories(outp.parent_path());
+  std::ofstream(outp) << r.dump(2) << "\n";
+  std::ofstream(fs::path(outp).replace_extension(".md")) << md;
+  std::error_code ec;
+  fs::remove_all(s.work_dir, ec);
+  return rc;
+}

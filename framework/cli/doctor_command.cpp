@@ -1,0 +1,111 @@
+// `wick doctor`: is this machine set up to train fast? Prints the BLAS LibTorch calls, the
+// thread counts, the LibTorch version, CUDA, the plugin folders, and what to fix. Exit code 0
+// when there is nothing to fix, 1 otherwise.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "commands.hpp"
+#include "wick/build_info.hpp"
+#include "wick/loader.hpp"
+#include "wick/system.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wick::cli {
+
+namespace {
+
+int cmd_doctor(const std::vector<std::string>& plugin_paths) {
+  return guarded([&] {
+    std::vector<std::string> fixes;
+    const auto sys = wick::system_report();
+
+    std::printf("wick       %s\n", WICK_VERSION);
+    std::printf("LibTorch   %s\n", sys.torch_version.c_str());
+    std::printf("BLAS       %s: %s\n", std::string(wick::to_string(sys.blas)).c_str(),
+                sys.blas_path.empty() ? "(no BLAS library mapped)" : sys.blas_path.c_str());
+    if (sys.blas == wick::BlasKind::reference)
+      fixes.push_back(
+          "LibTorch calls Debian's reference BLAS, which trains about 15x slower: install "
+          "OpenBLAS (sudo apt-get install libopenblas0-openmp; scripts/install-deps.sh does), or "
+          "select an installed one with sudo update-alternatives --config "
+          "libblas.so.3-x86_64-linux-gnu");
+    if (sys.blas == wick::BlasKind::none)
+      fixes.push_back(
+          "cannot tell which BLAS LibTorch uses (no libblas mapped); check `ldd` on "
+          "libtorch_cpu.so");
+
+    std::printf("Threads    %d intra-op, %d inter-op, %u hardware threads", sys.intra_op_threads,
+                sys.inter_op_threads, sys.hardware_threads);
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    if (omp) std::printf(" (OMP_NUM_THREADS=%s)", omp);
+    std::printf("\n");
+    // LibTorch's default is one thread per physical core, so fewer threads than hardware
+    // threads is normal (hyper-threads); more is oversubscription.
+    const int hw = static_cast<int>(sys.hardware_threads);
+    if (hw > 0 && sys.intra_op_threads > hw)
+      fixes.push_back("more intra-op threads (" + std::to_string(sys.intra_op_threads) +
+                      ") than hardware threads (" + std::to_string(hw) +
+                      "): oversubscribed threads slow training; unset OMP_NUM_THREADS or set "
+                      "trainer.threads <= " +
+                      std::to_string(hw));
+
+    if (sys.cuda_available)
+      std::printf("CUDA       available, %d device(s)\n", sys.cuda_devices);
+    else
+      std::printf(
+          "CUDA       not available (this LibTorch runs on the CPU: trainer.device = \"cpu\")\n");
+
+    const char* env = std::getenv("WICK_PLUGIN_PATH");
+    std::printf("Plugins    WICK_PLUGIN_PATH=%s\n", env ? env : "(unset)");
+    if (env) {
+      std::string s = env;
+      std::size_t start = 0;
+      while (start <= s.size()) {
+        auto end = s.find(':', start);
+        if (end == std::string::npos) end = s.size();
+        const std::string entry = s.substr(start, end - start);
+        if (!entry.empty() && !fs::path(entry).is_absolute())
+          fixes.push_back("WICK_PLUGIN_PATH entry '" + entry +
+                          "' is relative and is ignored (it would depend on the current "
+                          "folder); give an absolute path");
+        start = end + 1;
+      }
+    }
+    wick::PluginFinder finder(wick::plugin_search_path(absolute_all(plugin_paths)));
+    for (const auto& d : finder.dirs()) {
+      std::error_code ec;
+      const bool exists = fs::is_directory(d, ec);
+      std::printf("           %s%s\n", d.c_str(), exists ? "" : "  (missing)");
+    }
+    auto scan = finder.scan();
+    std::printf("           %zu plugin(s) found:", scan.plugins.size());
+    for (const auto& lib : scan.plugins) std::printf(" %s", lib->info().name.c_str());
+    std::printf("\n");
+    for (const auto& p : scan.problems) fixes.push_back(p);
+    if (scan.plugins.empty())
+      fixes.push_back(
+          "no plugins found: build them (make build) or point WICK_PLUGIN_PATH at their folder");
+
+    if (fixes.empty()) {
+      std::printf("\nNothing to fix.\n");
+      return kOk;
+    }
+    std::printf("\nWhat to fix:\n");
+    for (const auto& f : fixes) std::printf("  - %s\n", f.c_str());
+    return kFailed;
+  });
+}
+
+}  // namespace
+
+void add_doctor_command(CLI::App& app, Registry& r) {
+  static std::vector<std::string> plugin_paths;
+  auto* doctor = app.add_subcommand(
+      "doctor", "check the set-up: BLAS, threads, LibTorch, CUDA, plugin folders; say what to fix");
+  doctor->add_option("--plugin-path", plugin_paths, "search this folder first")->type_name("DIR");
+  r.push_back({doctor, [] { return cmd_doctor(plugin_paths); }});
+}
+
+}  // namespace wick::cli

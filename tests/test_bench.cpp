@@ -1,0 +1,57 @@
+// `wick_bench --smoke` runs every section and writes results.json (with the keys the report
+// reads) and results.md. Timings are not checked: only that each section produced numbers.
+#include "support.hpp"
+
+using namespace wick::test;
+
+TEST_CASE("wick_bench --smoke runs every section and writes its results") {
+  TempDir dir;
+  const auto out = dir / "results.json";
+  auto r = run({WICK_BENCH_BIN, "--smoke", "--out", out.string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = read_json(out);
+  for (const char* key :
+       {"meta", "parity", "memory", "dispatch", "callgrind", "startup", "targets"})
+    CHECK(j.contains(key));
+  CHECK_FALSE(j.contains("error"));
+
+  const auto& p = j["parity"];
+  for (const char* side : {"in_process", "processes"}) {
+    INFO(side);
+    CHECK(p[side]["wick_samples_per_s"]["median"].get<double>() > 0);
+    CHECK(p[side]["hand_samples_per_s"]["median"].get<double>() > 0);
+    CHECK(p[side]["pair_ratios"]["median"].get<double>() > 0);
+    if (std::string(side) == "in_process")
+      CHECK(p[side]["cpu_pair_ratios"]["median"].get<double>() > 0);
+    // Same data, same initial weights, same batch order: the hand-written loop must end with
+    // exactly wick's weights, or the comparison is not like with like.
+    CHECK(p[side]["same_final_weights"] == true);
+  }
+  CHECK(j["memory"]["wick_peak_rss_mb"]["median"].get<double>() > 0);
+  CHECK(j["memory"]["hand_peak_rss_mb"]["median"].get<double>() > 0);
+
+  const auto& rows = j["dispatch"]["rows"];
+  REQUIRE(rows.size() == 4);
+  int hooks[] = {0, 1, 8, 32};
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(rows[i]["hooks"] == hooks[i]);
+    CHECK(rows[i]["trainer"]["median"].get<double>() > 0);
+    CHECK(rows[i]["plain_std_function"]["median"].get<double>() >= 0);
+  }
+  CHECK(j["dispatch"]["unsubscribed_point_ns"]["median"].get<double>() > 0);
+
+  CHECK(j["startup"]["plugins"] == 10);
+  CHECK(j["startup"]["describe_wall_s"]["median"].get<double>() > 0);
+  CHECK(j["startup"]["per_plugin_load_ms"].size() >= 10);
+
+  REQUIRE(j["targets"].size() == 6);
+  for (const auto& t : j["targets"]) {
+    CHECK(t.contains("name"));
+    CHECK(t.contains("value"));
+    CHECK(t.contains("met"));
+  }
+  const auto md = read_file(dir / "results.md");
+  CHECK(md.find("| Measure |") != std::string::npos);
+  CHECK(r.out == md);  // the same table on stdout
+}
