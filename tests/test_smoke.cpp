@@ -5,9 +5,12 @@ using namespace wick::test;
 
 TEST_CASE("wick fit trains the synthetic task and writes summary.json and metrics.jsonl") {
   TempDir dir;
-  write_file(dir / "cfg.toml", "[trainer]\nepochs = 2\nbatch_size = 32\nlog_every = 8\n"
-                               "output_dir = \"" + (dir / "run").string() + "\"\n"
-                               "[task]\nplugin = \"synthetic\"\nsamples = 256\n");
+  write_file(dir / "cfg.toml",
+             "[trainer]\nepochs = 2\nbatch_size = 32\nlog_every = 8\n"
+             "output_dir = \"" +
+                 (dir / "run").string() +
+                 "\"\n"
+                 "[task]\nplugin = \"synthetic\"\nsamples = 256\n");
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);

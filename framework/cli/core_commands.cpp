@@ -45,8 +45,7 @@ namespace {
 void print_libraries(const std::vector<wick::HookEntry>& hooks, const std::string& task_lib) {
   std::printf("\nLibraries:\n");
   if (!task_lib.empty()) std::printf("  task: %s\n", task_lib.c_str());
-  for (const auto& h : hooks)
-    std::printf("  %s: %s\n", h.instance.c_str(), h.library.c_str());
+  for (const auto& h : hooks) std::printf("  %s: %s\n", h.instance.c_str(), h.library.c_str());
 }
 
 int cmd_describe(const ConfigArgs& a) {
@@ -92,8 +91,8 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
       const auto& i = lib->info();
       std::printf("\n%s %s (%s%s, order %d, SDK %d.%d)\n  %s\n  %s\n", i.name.c_str(),
                   i.version.c_str(), i.kind == wick::PluginKind::task ? "task" : "hook",
-                  i.main_process_only ? ", main process only" : "", i.default_order,
-                  i.api_major, i.api_minor, i.description.c_str(), i.path.c_str());
+                  i.main_process_only ? ", main process only" : "", i.default_order, i.api_major,
+                  i.api_minor, i.description.c_str(), i.path.c_str());
       for (const auto& p : i.params)
         std::printf("    %-18s %-12s %-16s %s\n", p.key.c_str(),
                     std::string(wick::to_string(p.type)).c_str(),
@@ -127,8 +126,7 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
   } else {
     std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",
                 wick::to_string(res.status), static_cast<long long>(st.epoch + 1),
-                static_cast<long long>(st.optimizer_step),
-                static_cast<long long>(st.samples_seen));
+                static_cast<long long>(st.optimizer_step), static_cast<long long>(st.samples_seen));
     for (const auto& [k, v] : rec.values)
       if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);
   }

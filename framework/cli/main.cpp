@@ -5,8 +5,9 @@
 
 int main(int argc, char** argv) {
   using namespace wick::cli;
-  CLI::App app{"wick: a C++ training loop on LibTorch with run-time loaded hook plugins.\n"
-               "Exit codes: 0 done, 1 training failed, 2 usage or config error, 130 interrupted."};
+  CLI::App app{
+      "wick: a C++ training loop on LibTorch with run-time loaded hook plugins.\n"
+      "Exit codes: 0 done, 1 training failed, 2 usage or config error, 130 interrupted."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("wick ") + WICK_VERSION);
 

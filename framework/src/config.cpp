@@ -1,12 +1,12 @@
 #include "wick/config.hpp"
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "params_impl.hpp"
 
@@ -49,25 +49,39 @@ namespace {
 
 const char* node_type_name(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date or time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date or time";
   }
 }
 
 const char* type_phrase(ParamType t) {
   switch (t) {
-    case ParamType::boolean: return "a boolean (true or false)";
-    case ParamType::integer: return "an integer";
-    case ParamType::floating: return "a number";
-    case ParamType::string: return "a string";
-    case ParamType::int_list: return "an array of integers";
-    case ParamType::float_list: return "an array of numbers";
-    case ParamType::string_list: return "an array of strings";
+    case ParamType::boolean:
+      return "a boolean (true or false)";
+    case ParamType::integer:
+      return "an integer";
+    case ParamType::floating:
+      return "a number";
+    case ParamType::string:
+      return "a string";
+    case ParamType::int_list:
+      return "an array of integers";
+    case ParamType::float_list:
+      return "an array of numbers";
+    case ParamType::string_list:
+      return "an array of strings";
   }
   return "?";
 }
@@ -248,9 +262,8 @@ struct Config::Impl {
       Params::Impl::Entry e;
       e.type = s.type;
       if (!s.default_toml) {
-        throw error(where(tbl.source()),
-                    "missing required key '" + s.key + "' in " + section + " (" +
-                        type_phrase(s.type) + ": " + s.help + ")");
+        throw error(where(tbl.source()), "missing required key '" + s.key + "' in " + section +
+                                             " (" + type_phrase(s.type) + ": " + s.help + ")");
       }
       auto doc = toml::parse("v = " + *s.default_toml);
       e.value = convert(*doc.get("v"), s.type, s.key, section);
@@ -313,8 +326,8 @@ void Config::Impl::apply_set(const std::string& set) {
         if (inst == parts[1]) target = t;
       }
     if (!target)
-      throw ConfigError(label + ": no [[hooks]] instance named '" + parts[1] +
-                        "' in " + path + (names.empty() ? "" : " (instances:" + names + ")"));
+      throw ConfigError(label + ": no [[hooks]] instance named '" + parts[1] + "' in " + path +
+                        (names.empty() ? "" : " (instances:" + names + ")"));
     key = parts[2];
   } else {
     throw ConfigError(label + ": expected SECTION.KEY=VALUE or hooks.INSTANCE.KEY=VALUE");
@@ -386,8 +399,8 @@ void Config::Impl::validate_builtin() {
 
   const toml::table* ot = section_table("optimizer");
   has_optimizer = ot != nullptr;
-  Params op = validate(ot ? *ot : empty, optimizer_schema(), "[optimizer]", {}, "optimizer",
-                       "optimizer");
+  Params op =
+      validate(ot ? *ot : empty, optimizer_schema(), "[optimizer]", {}, "optimizer", "optimizer");
   optimizer.name = op.get_string("name");
   optimizer.lr = op.get_float("lr");
   optimizer.weight_decay = op.get_float("weight_decay");
@@ -419,8 +432,7 @@ void Config::Impl::validate_builtin() {
     for (auto&& [k, v] : *pt) {
       if (k.str() != "path") {
         std::string msg = "unknown key '" + std::string(k.str()) + "' in [plugins]";
-        if (did_you_mean(std::string(k.str()), {"path"}) == "path")
-          msg += "; did you mean 'path'?";
+        if (did_you_mean(std::string(k.str()), {"path"}) == "path") msg += "; did you mean 'path'?";
         throw error(where(k.source()), msg);
       }
       std::vector<std::string> dirs;
@@ -445,11 +457,13 @@ void Config::Impl::validate_builtin() {
 
   if (const toml::table* t = section_table("task")) {
     auto* pn = t->get("plugin");
-    if (!pn) throw error(where(t->source()), "missing required key 'plugin' in [task] (the task "
-                                             "plugin's name, e.g. plugin = \"synthetic\")");
+    if (!pn)
+      throw error(where(t->source()),
+                  "missing required key 'plugin' in [task] (the task "
+                  "plugin's name, e.g. plugin = \"synthetic\")");
     if (!pn->is_string())
-      throw error(where(*pn), "'plugin' in [task] must be a string, not " +
-                                  std::string(node_type_name(*pn)));
+      throw error(where(*pn),
+                  "'plugin' in [task] must be a string, not " + std::string(node_type_name(*pn)));
     task_plugin = *pn->value<std::string>();
   }
 
@@ -507,13 +521,27 @@ Config Config::load(const std::string& path, const std::vector<std::string>& set
   return parse(ss.str(), path, sets);
 }
 
-const std::string& Config::path() const { return impl_->path; }
-const TrainerOptions& Config::trainer() const { return impl_->trainer; }
-const OptimizerOptions& Config::optimizer() const { return impl_->optimizer; }
-bool Config::has_optimizer() const { return impl_->has_optimizer; }
-bool Config::has_task() const { return !impl_->task_plugin.empty(); }
-const std::string& Config::task_plugin() const { return impl_->task_plugin; }
-const std::vector<std::string>& Config::plugin_dirs() const { return impl_->plugin_dirs; }
+const std::string& Config::path() const {
+  return impl_->path;
+}
+const TrainerOptions& Config::trainer() const {
+  return impl_->trainer;
+}
+const OptimizerOptions& Config::optimizer() const {
+  return impl_->optimizer;
+}
+bool Config::has_optimizer() const {
+  return impl_->has_optimizer;
+}
+bool Config::has_task() const {
+  return !impl_->task_plugin.empty();
+}
+const std::string& Config::task_plugin() const {
+  return impl_->task_plugin;
+}
+const std::vector<std::string>& Config::plugin_dirs() const {
+  return impl_->plugin_dirs;
+}
 
 std::vector<std::string> Config::search_path(const std::vector<std::string>& extra) const {
   std::vector<std::string> dirs = extra;
@@ -551,8 +579,8 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& ex) {
-      throw ConfigError(impl_->where(t.source()) + ": plugin '" + plugin + "' (instance '" +
-                        inst + "') could not start: " + ex.what());
+      throw ConfigError(impl_->where(t.source()) + ": plugin '" + plugin + "' (instance '" + inst +
+                        "') could not start: " + ex.what());
     }
     out.push_back(std::move(e));
   }
@@ -562,8 +590,9 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
 namespace {
 const toml::table& task_table(const Config::Impl& I) {
   if (I.task_plugin.empty())
-    throw ConfigError(I.path + ": no [task] table; add one naming the task plugin, e.g.\n"
-                               "[task]\nplugin = \"synthetic\"");
+    throw ConfigError(I.path +
+                      ": no [task] table; add one naming the task plugin, e.g.\n"
+                      "[task]\nplugin = \"synthetic\"");
   return *I.root.get("task")->as_table();
 }
 }  // namespace
@@ -593,8 +622,8 @@ std::shared_ptr<Task> Config::make_task(const PluginFinder& finder) const {
   } catch (const ConfigError&) {
     throw;
   } catch (const std::exception& ex) {
-    throw std::runtime_error("task plugin '" + impl_->task_plugin + "' could not start: " +
-                             ex.what());
+    throw std::runtime_error("task plugin '" + impl_->task_plugin +
+                             "' could not start: " + ex.what());
   }
 }
 

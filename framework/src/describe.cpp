@@ -71,10 +71,9 @@ void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, Sch
       throw ConfigError("hook '" + req.entry->instance + "' (order " +
                         std::to_string(req.entry->order) + ") runs before '" + req.after_plugin +
                         "' (order " + std::to_string(their_order) + ") in the " +
-                        std::string(to_string(req.stage)) + " stage, but " + req.why +
-                        "; give '" + req.entry->instance + "' an order greater than " +
-                        std::to_string(need) + " (e.g. order = " + std::to_string(need + 1) +
-                        " in its [[hooks]] table)");
+                        std::string(to_string(req.stage)) + " stage, but " + req.why + "; give '" +
+                        req.entry->instance + "' an order greater than " + std::to_string(need) +
+                        " (e.g. order = " + std::to_string(need + 1) + " in its [[hooks]] table)");
     }
   }
 }
@@ -90,7 +89,9 @@ std::string describe_markdown(const ScheduleTable& t) {
     }
   }
   auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w - s.size(), ' '); };
-  auto rpad = [](const std::string& s, std::size_t w) { return std::string(w - s.size(), ' ') + s; };
+  auto rpad = [](const std::string& s, std::size_t w) {
+    return std::string(w - s.size(), ' ') + s;
+  };
   std::ostringstream o;
   o << "| " << pad("Lifecycle Point", w_point) << " | " << pad("Hook", w_hook) << " | "
     << pad("Order", w_order) << " |\n";
@@ -99,8 +100,8 @@ std::string describe_markdown(const ScheduleTable& t) {
   for (std::size_t i = 0; i < kNumPoints; ++i) {
     const std::string name(to_string(static_cast<Point>(i)));
     if (t.points[i].empty()) {
-      o << "| " << pad(name, w_point) << " | " << pad("(none)", w_hook) << " | "
-        << pad("", w_order) << " |\n";
+      o << "| " << pad(name, w_point) << " | " << pad("(none)", w_hook) << " | " << pad("", w_order)
+        << " |\n";
       continue;
     }
     bool first = true;
@@ -110,11 +111,11 @@ std::string describe_markdown(const ScheduleTable& t) {
       first = false;
     }
   }
-  static const char* kDefaults[kNumStages] = {"default: loss.backward()",
-                                              "default: optimizer.step()",
-                                              "default: optimizer.zero_grad()"};
+  static const char* kDefaults[kNumStages] = {
+      "default: loss.backward()", "default: optimizer.step()", "default: optimizer.zero_grad()"};
   std::vector<std::string> chains;
-  std::size_t w_stage = std::string("Stage").size(), w_chain = std::string("Chain (call order)").size();
+  std::size_t w_stage = std::string("Stage").size(),
+              w_chain = std::string("Chain (call order)").size();
   for (std::size_t i = 0; i < kNumStages; ++i) {
     std::string c;
     for (const auto& s : t.stages[i]) c += s.instance + "(" + std::to_string(s.order) + ") -> ";

@@ -95,8 +95,8 @@ std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path
 
   auto handle = std::make_shared<PluginLibrary::Handle>();
   try {
-    handle->lib.load(boost::dll::fs::path(p), boost::dll::load_mode::rtld_now |
-                                                  boost::dll::load_mode::rtld_local);
+    handle->lib.load(boost::dll::fs::path(p),
+                     boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     throw PluginError(PluginError::Kind::load_failed,
                       "cannot load '" + p + "': " + e.what() +
@@ -104,15 +104,17 @@ std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path
   }
   if (!handle->lib.has("wick_plugin_info"))
     throw PluginError(PluginError::Kind::not_a_plugin,
-                      "'" + p + "' is not a wick plugin: it exports no 'wick_plugin_info' "
-                      "(a plugin declares itself with WICK_PLUGIN(Class, ...) from "
-                      "<wick/plugin.hpp>)");
+                      "'" + p +
+                          "' is not a wick plugin: it exports no 'wick_plugin_info' "
+                          "(a plugin declares itself with WICK_PLUGIN(Class, ...) from "
+                          "<wick/plugin.hpp>)");
   auto& info_fn = handle->lib.get_alias<InfoFn>("wick_plugin_info");
   const wick_plugin_info* ci = info_fn();
   if (!ci || ci->magic != WICK_INFO_MAGIC)
     throw PluginError(PluginError::Kind::not_a_plugin,
-                      "'" + p + "' is not a wick plugin: its 'wick_plugin_info' record has no "
-                      "wick signature");
+                      "'" + p +
+                          "' is not a wick plugin: its 'wick_plugin_info' record has no "
+                          "wick signature");
   const std::string name = ci->name ? ci->name : "?";
   if (ci->api_major != WICK_API_MAJOR || ci->api_minor > WICK_API_MINOR)
     throw PluginError(
@@ -129,9 +131,11 @@ std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path
                                "(find_package(wick) and wick_add_plugin)")));
   if (!handle->lib.has("wick_plugin_create") || !handle->lib.has("wick_plugin_destroy"))
     throw PluginError(PluginError::Kind::missing_factory,
-                      "plugin '" + name + "' (" + p + ") has no factory: it does not export "
-                      "'wick_plugin_create' and 'wick_plugin_destroy' (declare it with WICK_PLUGIN(Class, ...), which "
-                      "exports them)");
+                      "plugin '" + name + "' (" + p +
+                          ") has no factory: it does not export "
+                          "'wick_plugin_create' and 'wick_plugin_destroy' (declare it with "
+                          "WICK_PLUGIN(Class, ...), which "
+                          "exports them)");
   handle->create = &handle->lib.get_alias<CreateFn>("wick_plugin_create");
   handle->destroy = &handle->lib.get_alias<DestroyFn>("wick_plugin_destroy");
 
@@ -216,9 +220,8 @@ std::shared_ptr<const PluginLibrary> PluginFinder::find(const std::string& name)
   auto lib = load_plugin_library(hits[0]);
   if (lib->info().name != name)
     throw PluginError(PluginError::Kind::name_mismatch,
-                      "'" + hits[0] + "' declares plugin '" + lib->info().name +
-                          "', not '" + name + "'; name the file wick_" + lib->info().name +
-                          ".so");
+                      "'" + hits[0] + "' declares plugin '" + lib->info().name + "', not '" + name +
+                          "'; name the file wick_" + lib->info().name + ".so");
   return lib;
 }
 

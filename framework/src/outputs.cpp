@@ -4,16 +4,18 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <cstring>
 #include <stdexcept>
 
 namespace wick {
 
 namespace {
 // JSON has no NaN or infinity: write null so that readers do not choke.
-nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+nlohmann::json number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
 }  // namespace
 
 std::string record_to_json(const Record& r) {

@@ -11,8 +11,12 @@ Params::~Params() = default;
 Params::Params(Params&&) noexcept = default;
 Params& Params::operator=(Params&&) noexcept = default;
 
-const std::string& Params::plugin() const { return impl_->plugin; }
-const std::string& Params::instance() const { return impl_->instance; }
+const std::string& Params::plugin() const {
+  return impl_->plugin;
+}
+const std::string& Params::instance() const {
+  return impl_->instance;
+}
 
 namespace {
 const Params::Impl::Entry& lookup(const Params::Impl& impl, std::string_view key) {
@@ -31,8 +35,8 @@ template <class T>
 const T& get_as(const Params::Impl& impl, std::string_view key, const char* type) {
   const auto& e = lookup(impl, key);
   if (auto* v = std::get_if<T>(&e.value)) return *v;
-  throw ConfigError("plugin '" + impl.plugin + "' read parameter '" + std::string(key) +
-                    "' as " + type + ", but declared it as " + std::string(to_string(e.type)));
+  throw ConfigError("plugin '" + impl.plugin + "' read parameter '" + std::string(key) + "' as " +
+                    type + ", but declared it as " + std::string(to_string(e.type)));
 }
 }  // namespace
 
@@ -40,7 +44,9 @@ bool Params::has(std::string_view key) const {
   auto it = impl_->entries.find(key);
   return it != impl_->entries.end() && it->second.set;
 }
-bool Params::get_bool(std::string_view key) const { return get_as<bool>(*impl_, key, "bool"); }
+bool Params::get_bool(std::string_view key) const {
+  return get_as<bool>(*impl_, key, "bool");
+}
 std::int64_t Params::get_int(std::string_view key) const {
   return get_as<std::int64_t>(*impl_, key, "int");
 }
@@ -73,8 +79,7 @@ ConfigError Params::error(std::string_view key, std::string_view message) const 
     where = it->second.where;
   else
     where = impl_->table_where;
-  std::string section =
-      impl_->section.empty() ? "[hooks." + impl_->instance + "]" : impl_->section;
+  std::string section = impl_->section.empty() ? "[hooks." + impl_->instance + "]" : impl_->section;
   return ConfigError((where.empty() ? std::string() : where + ": ") + "'" + std::string(key) +
                      "' in " + section + " (plugin '" + impl_->plugin + "') " +
                      std::string(message));

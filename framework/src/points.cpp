@@ -7,14 +7,18 @@ namespace wick {
 
 namespace {
 constexpr std::array<std::string_view, kNumPoints> kPointNames = {
-    "before_fit", "before_epoch", "before_step", "after_pred",  "after_loss",  "after_backward",
-    "after_step", "before_valid", "after_epoch", "after_fit",   "after_cancel"};
+    "before_fit", "before_epoch", "before_step", "after_pred", "after_loss",  "after_backward",
+    "after_step", "before_valid", "after_epoch", "after_fit",  "after_cancel"};
 constexpr std::array<std::string_view, kNumStages> kStageNames = {"backward", "optimizer_step",
                                                                   "zero_grad"};
 }  // namespace
 
-std::string_view to_string(Point p) { return kPointNames[static_cast<std::size_t>(p)]; }
-std::string_view to_string(Stage s) { return kStageNames[static_cast<std::size_t>(s)]; }
+std::string_view to_string(Point p) {
+  return kPointNames[static_cast<std::size_t>(p)];
+}
+std::string_view to_string(Stage s) {
+  return kStageNames[static_cast<std::size_t>(s)];
+}
 
 std::optional<Point> point_from_string(std::string_view name) {
   for (std::size_t i = 0; i < kNumPoints; ++i)
@@ -29,13 +33,20 @@ std::optional<Stage> stage_from_string(std::string_view name) {
 
 std::string_view to_string(ParamType t) {
   switch (t) {
-    case ParamType::boolean: return "bool";
-    case ParamType::integer: return "int";
-    case ParamType::floating: return "float";
-    case ParamType::string: return "string";
-    case ParamType::int_list: return "int list";
-    case ParamType::float_list: return "float list";
-    case ParamType::string_list: return "string list";
+    case ParamType::boolean:
+      return "bool";
+    case ParamType::integer:
+      return "int";
+    case ParamType::floating:
+      return "float";
+    case ParamType::string:
+      return "string";
+    case ParamType::int_list:
+      return "int list";
+    case ParamType::float_list:
+      return "float list";
+    case ParamType::string_list:
+      return "string list";
   }
   return "?";
 }

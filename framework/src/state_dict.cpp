@@ -20,8 +20,12 @@ StateDict& StateDict::operator=(const StateDict& o) {
 StateDict::StateDict(StateDict&&) noexcept = default;
 StateDict& StateDict::operator=(StateDict&&) noexcept = default;
 
-void StateDict::set_int(const std::string& key, std::int64_t v) { impl_->values[key] = v; }
-void StateDict::set_float(const std::string& key, double v) { impl_->values[key] = v; }
+void StateDict::set_int(const std::string& key, std::int64_t v) {
+  impl_->values[key] = v;
+}
+void StateDict::set_float(const std::string& key, double v) {
+  impl_->values[key] = v;
+}
 void StateDict::set_string(const std::string& key, const std::string& v) {
   impl_->values[key] = v;
 }
@@ -29,7 +33,9 @@ void StateDict::set_tensor(const std::string& key, const at::Tensor& t) {
   impl_->values[key] = t.detach().clone();
 }
 
-bool StateDict::has(const std::string& key) const { return impl_->values.count(key) > 0; }
+bool StateDict::has(const std::string& key) const {
+  return impl_->values.count(key) > 0;
+}
 
 namespace {
 template <class T>
@@ -69,6 +75,8 @@ std::vector<std::string> StateDict::keys() const {
   for (const auto& kv : impl_->values) out.push_back(kv.first);
   return out;
 }
-bool StateDict::empty() const { return impl_->values.empty(); }
+bool StateDict::empty() const {
+  return impl_->values.empty();
+}
 
 }  // namespace wick

@@ -2,15 +2,16 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
 #include <array>
 #include <atomic>
+#include <boost/signals2.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <variant>
 
 #include "wick/config.hpp"
@@ -24,6 +25,27 @@
 namespace wick {
 
 namespace fs = std::filesystem;
+
+namespace sig2 = boost::signals2;
+
+// Calls the slots in order and, before each, notes whose hook it is (for error messages).
+struct BlameCombiner {
+  using result_type = void;
+  const HookEntry** current = nullptr;
+  const HookEntry* const* hooks = nullptr;  // the hook of each slot, in call order
+  template <class It>
+  void operator()(It first, It last) const {
+    for (std::size_t k = 0; first != last; ++first, ++k) {
+      *current = hooks[k];
+      *first;
+    }
+  }
+};
+
+// The loop is single-threaded per process, so the signals need no mutex (measured faster).
+using PointSignal = sig2::signal_type<void(Context&), sig2::keywords::mutex_type<sig2::dummy_mutex>,
+                                      sig2::keywords::group_type<int>,
+                                      sig2::keywords::combiner_type<BlameCombiner>>::type;
 
 struct Next::Chain {
   std::vector<StageFn> handlers;
@@ -88,9 +110,15 @@ double process_cpu_seconds() {
 
 }  // namespace
 
-bool interrupt_requested() { return g_interrupts.load(std::memory_order_relaxed) > 0; }
-void request_interrupt() { g_interrupts.store(1); }
-void clear_interrupt() { g_interrupts.store(0); }
+bool interrupt_requested() {
+  return g_interrupts.load(std::memory_order_relaxed) > 0;
+}
+void request_interrupt() {
+  g_interrupts.store(1);
+}
+void clear_interrupt() {
+  g_interrupts.store(0);
+}
 
 int FitResult::exit_code() const {
   if (interrupted) return 130;
@@ -99,9 +127,12 @@ int FitResult::exit_code() const {
 
 const char* to_string(FitResult::Status s) {
   switch (s) {
-    case FitResult::Status::completed: return "completed";
-    case FitResult::Status::cancelled: return "cancelled";
-    case FitResult::Status::failed: return "failed";
+    case FitResult::Status::completed:
+      return "completed";
+    case FitResult::Status::cancelled:
+      return "cancelled";
+    case FitResult::Status::failed:
+      return "failed";
   }
   return "?";
 }
@@ -125,15 +156,11 @@ struct Trainer::Impl {
 
   std::vector<HookEntry> hooks;
   bool connected = false;
-  // Each point's subscribers in call order, fixed when the hooks are connected (connect_hooks
-  // sorts by order once). A flat list rather than Boost.Signals2: with 32 hooks on every point
-  // a Signals2 signal, even with dummy_mutex, costs ~10x the instructions of these calls
-  // (wick_bench, callgrind) and would break the 3 us per step budget on its own.
-  struct Slot {
-    const HookEntry* entry;
-    PointFn fn;
-  };
-  std::array<std::vector<Slot>, kNumPoints> slots;
+  // One Boost.Signals2 signal per point, slots grouped by order (connect_hooks connects them
+  // sorted, once). The combiner records whose slot runs, so an error names its hook without
+  // wrapping every slot; `blame` lists the hook of each slot in call order.
+  std::array<PointSignal, kNumPoints> signals;
+  std::array<std::vector<const HookEntry*>, kNumPoints> blame_order;
   std::array<Next::Chain, kNumStages> chains;
   ScheduleTable table;
   std::vector<std::function<void(const Record&)>> sinks;
@@ -170,13 +197,11 @@ struct Trainer::Impl {
   }
 
   void emit(Point p) {
-    auto& list = slots[static_cast<std::size_t>(p)];
-    if (list.empty()) return;
+    const auto i = static_cast<std::size_t>(p);
+    // A point nobody subscribed to costs one test (Signals2's empty emit is not free).
+    if (blame_order[i].empty()) return;
     current_where = to_string(p);
-    for (auto& s : list) {
-      current = s.entry;
-      s.fn(ctx);
-    }
+    signals[i](ctx);
     current = nullptr;
   }
 
@@ -231,7 +256,8 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
   if (I.run.output_dir.empty()) I.run.output_dir = fs::absolute(I.opt.output_dir).string();
 
   // Data-parallel ranks come from the launcher's torchrun-style variables.
-  if (const char* ws = std::getenv("WORLD_SIZE")) I.state.num_processes = std::max(1L, std::atol(ws));
+  if (const char* ws = std::getenv("WORLD_SIZE"))
+    I.state.num_processes = std::max(1L, std::atol(ws));
   if (const char* rk = std::getenv("RANK")) I.state.rank = std::atol(rk);
 
   torch::manual_seed(static_cast<std::uint64_t>(I.opt.seed));
@@ -278,7 +304,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
 Trainer::~Trainer() {
   // Disconnect every slot before the hooks (whose code the slots run) go away.
   if (impl_) {
-    for (auto& s : impl_->slots) s.clear();
+    for (auto& s : impl_->signals) s.disconnect_all_slots();
     for (auto& c : impl_->chains) c.handlers.clear();
     impl_->sinks.clear();
   }
@@ -290,17 +316,24 @@ void Trainer::Impl::build_optimizer() {
   if (o.betas.size() != 2) throw ConfigError("optimizer.betas needs two values");
   auto betas = std::make_tuple(o.betas[0], o.betas[1]);
   if (o.name == "adam") {
-    optimizer = std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(o.lr).betas(betas).eps(o.eps).weight_decay(
-                    o.weight_decay).amsgrad(o.amsgrad));
+    optimizer = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr)
+                                                                 .betas(betas)
+                                                                 .eps(o.eps)
+                                                                 .weight_decay(o.weight_decay)
+                                                                 .amsgrad(o.amsgrad));
   } else if (o.name == "adamw") {
     optimizer = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(o.lr).betas(betas).eps(o.eps).weight_decay(
-                    o.weight_decay_set ? o.weight_decay : 0.01).amsgrad(o.amsgrad));
+        params, torch::optim::AdamWOptions(o.lr)
+                    .betas(betas)
+                    .eps(o.eps)
+                    .weight_decay(o.weight_decay_set ? o.weight_decay : 0.01)
+                    .amsgrad(o.amsgrad));
   } else if (o.name == "sgd") {
-    optimizer = std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).dampening(o.dampening)
-                    .weight_decay(o.weight_decay).nesterov(o.nesterov));
+    optimizer = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.lr)
+                                                                .momentum(o.momentum)
+                                                                .dampening(o.dampening)
+                                                                .weight_decay(o.weight_decay)
+                                                                .nesterov(o.nesterov));
   } else {
     throw ConfigError("unknown optimizer '" + o.name + "'; use adam, adamw or sgd");
   }
@@ -315,7 +348,9 @@ void Trainer::add_hook(HookEntry entry) {
   impl_->hooks.push_back(std::move(entry));
 }
 
-const std::vector<HookEntry>& Trainer::hooks() const { return impl_->hooks; }
+const std::vector<HookEntry>& Trainer::hooks() const {
+  return impl_->hooks;
+}
 
 namespace {
 
@@ -325,8 +360,12 @@ class TrainerSink : public HookSink {
  public:
   explicit TrainerSink(Trainer::Impl& impl) : impl_(impl) {}
   void on(const HookEntry& h, Point p, PointFn fn) override {
-    // connect_hooks calls in hook order, so appending keeps each point's list sorted.
-    impl_.slots[static_cast<std::size_t>(p)].push_back({&h, std::move(fn)});
+    // connect_hooks calls in hook order; within a group Signals2 keeps connection order, so
+    // the slots run in the order of blame_order.
+    const auto i = static_cast<std::size_t>(p);
+    impl_.signals[i].connect(h.order, std::move(fn), boost::signals2::at_back);
+    impl_.blame_order[i].push_back(&h);
+    impl_.signals[i].set_combiner(BlameCombiner{&impl_.current, impl_.blame_order[i].data()});
   }
   void stage(const HookEntry& h, Stage s, StageFn fn) override {
     Trainer::Impl* impl = &impl_;
@@ -359,7 +398,9 @@ void Trainer::connect() {
   I.connected = true;
 }
 
-const ScheduleTable& Trainer::schedule() const { return impl_->table; }
+const ScheduleTable& Trainer::schedule() const {
+  return impl_->table;
+}
 
 void Trainer::emit_for_benchmark(const std::vector<Point>& points, std::int64_t repeats) {
   connect();
@@ -373,20 +414,36 @@ std::string Trainer::describe() {
   return describe_markdown(impl_->table);
 }
 
-StepState& Trainer::state() { return impl_->state; }
-const TrainerOptions& Trainer::options() const { return impl_->opt; }
-const RunInfo& Trainer::run() const { return impl_->run; }
-Task& Trainer::task() { return *impl_->task; }
-torch::nn::Module& Trainer::model() { return *impl_->model; }
-torch::optim::Optimizer& Trainer::optimizer() { return *impl_->optimizer; }
-Context& Trainer::context() { return impl_->ctx; }
+StepState& Trainer::state() {
+  return impl_->state;
+}
+const TrainerOptions& Trainer::options() const {
+  return impl_->opt;
+}
+const RunInfo& Trainer::run() const {
+  return impl_->run;
+}
+Task& Trainer::task() {
+  return *impl_->task;
+}
+torch::nn::Module& Trainer::model() {
+  return *impl_->model;
+}
+torch::optim::Optimizer& Trainer::optimizer() {
+  return *impl_->optimizer;
+}
+Context& Trainer::context() {
+  return impl_->ctx;
+}
 void Trainer::set_all_reduce(std::function<void(at::Tensor&)> sum) {
   impl_->all_reduce = std::move(sum);
 }
 void Trainer::set_stop_agreement(std::function<bool(bool, bool)> agree) {
   impl_->stop_agreement = std::move(agree);
 }
-void Trainer::set_barrier(std::function<void()> fn) { impl_->barrier = std::move(fn); }
+void Trainer::set_barrier(std::function<void()> fn) {
+  impl_->barrier = std::move(fn);
+}
 void Trainer::barrier() {
   if (impl_->barrier) impl_->barrier();
 }
@@ -459,8 +516,7 @@ std::string Trainer::model_fingerprint() {
 
 // ---- the loop ----------------------------------------------------------------------------
 
-at::Tensor Trainer::Impl::epoch_order(std::int64_t epoch, std::int64_t n, bool shuffle,
-                                      bool pad) {
+at::Tensor Trainer::Impl::epoch_order(std::int64_t epoch, std::int64_t n, bool shuffle, bool pad) {
   at::Tensor order;
   if (shuffle) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(self->epoch_seed(epoch));
@@ -758,14 +814,14 @@ FitResult Trainer::fit() {
       Record r;
       r.kind = Record::Kind::epoch;
       if (!I.epoch_losses.empty())
-        r.values.emplace_back("train/loss",
-                              torch::stack(I.epoch_losses).mean().item<double>());
+        r.values.emplace_back("train/loss", torch::stack(I.epoch_losses).mean().item<double>());
       for (const auto& kv : I.last_valid.values) r.values.push_back(kv);
       r.values.emplace_back("lr", I.current_lr());
       const double dt = seconds_since(t_epoch);
       r.values.emplace_back("epoch_time_s", dt);
-      r.values.emplace_back("samples_per_s",
-                            dt > 0 ? static_cast<double>(I.samples_this_run - samples_before) / dt : 0.0);
+      r.values.emplace_back(
+          "samples_per_s",
+          dt > 0 ? static_cast<double>(I.samples_this_run - samples_before) / dt : 0.0);
       I.write_record(std::move(r));
       I.emit(Point::after_epoch);
       I.state.batch_idx = 0;
@@ -873,8 +929,12 @@ void Context::request_stop(std::string_view reason) {
   I.stop = true;
 }
 
-bool Context::stop_requested() const { return trainer_->impl_->stop; }
-const Record& Context::last_record() const { return trainer_->impl_->last_record; }
+bool Context::stop_requested() const {
+  return trainer_->impl_->stop;
+}
+const Record& Context::last_record() const {
+  return trainer_->impl_->last_record;
+}
 
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder, RunInfo run) {
   // Hooks first: they are cheap to build and their config errors should not wait for data.

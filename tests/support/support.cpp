@@ -45,7 +45,9 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+nlohmann::json read_json(const fs::path& p) {
+  return nlohmann::json::parse(read_file(p));
+}
 
 std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
   std::vector<nlohmann::json> out;
@@ -81,7 +83,8 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   args.push_back(nullptr);
   // Extra variables first: getenv() returns the first match.
   std::vector<char*> envp;
-  for (auto it = env.rbegin(); it != env.rend(); ++it) envp.push_back(const_cast<char*>(it->c_str()));
+  for (auto it = env.rbegin(); it != env.rend(); ++it)
+    envp.push_back(const_cast<char*>(it->c_str()));
   for (char** e = environ; *e; ++e) envp.push_back(*e);
   envp.push_back(nullptr);
   pid_t pid;

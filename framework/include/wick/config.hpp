@@ -32,8 +32,8 @@ class Config {
   const std::string& path() const;  // absolute
   const TrainerOptions& trainer() const;
   const OptimizerOptions& optimizer() const;
-  bool has_optimizer() const;      // [optimizer] present
-  bool has_task() const;           // [task] present
+  bool has_optimizer() const;  // [optimizer] present
+  bool has_task() const;       // [task] present
   const std::string& task_plugin() const;
   // [plugins] path entries, made absolute relative to the config file's folder.
   const std::vector<std::string>& plugin_dirs() const;

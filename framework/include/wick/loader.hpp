@@ -37,8 +37,17 @@ struct PluginInfo {
 
 class WICK_EXPORT PluginError : public std::runtime_error {
  public:
-  enum class Kind { not_found, load_failed, not_a_plugin, api_mismatch, missing_factory,
-                    duplicate, unsafe_path, wrong_kind, name_mismatch };
+  enum class Kind {
+    not_found,
+    load_failed,
+    not_a_plugin,
+    api_mismatch,
+    missing_factory,
+    duplicate,
+    unsafe_path,
+    wrong_kind,
+    name_mismatch
+  };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
   Kind kind;
 };

@@ -20,7 +20,7 @@ struct HookEntry {
   std::string instance;  // unique instance name (checkpoint key)
   int order = 0;
   bool main_process_only = false;
-  std::string library;   // absolute path of the shared object ("" for in-process hooks)
+  std::string library;  // absolute path of the shared object ("" for in-process hooks)
 };
 
 struct Scheduled {

@@ -25,14 +25,14 @@ struct TrainerOptions {
   std::int64_t batch_size = 32;
   std::int64_t valid_batch_size = 0;  // 0: same as batch_size
   bool shuffle = true;
-  bool drop_last = false;             // drop the last, short training batch of an epoch
-  std::int64_t max_steps = 0;         // stop after this many optimizer steps (0: no limit)
-  std::int64_t log_every = 50;        // write a step record every N training batches (0: never)
-  std::int64_t threads = 0;           // intra-op threads (0: LibTorch's default)
-  std::string device = "cpu";         // "cpu", "cuda", "cuda:N", "auto"
-  std::string nan_policy = "error";   // non-finite loss: "error" stops, "skip" skips the step
+  bool drop_last = false;            // drop the last, short training batch of an epoch
+  std::int64_t max_steps = 0;        // stop after this many optimizer steps (0: no limit)
+  std::int64_t log_every = 50;       // write a step record every N training batches (0: never)
+  std::int64_t threads = 0;          // intra-op threads (0: LibTorch's default)
+  std::string device = "cpu";        // "cpu", "cuda", "cuda:N", "auto"
+  std::string nan_policy = "error";  // non-finite loss: "error" stops, "skip" skips the step
   std::string output_dir = "runs/default";
-  bool write_outputs = true;          // metrics.jsonl and summary.json in output_dir
+  bool write_outputs = true;  // metrics.jsonl and summary.json in output_dir
 };
 
 struct OptimizerOptions {

@@ -12,10 +12,10 @@ namespace wick {
 struct Record {
   enum class Kind : std::uint8_t { step, epoch };
   Kind kind = Kind::step;
-  std::int64_t epoch = 0;           // 0-based
-  std::int64_t step = 0;            // optimizer steps taken when the record was made
+  std::int64_t epoch = 0;  // 0-based
+  std::int64_t step = 0;   // optimizer steps taken when the record was made
   std::int64_t samples_seen = 0;
-  double time_s = 0;                // seconds since the fit started
+  double time_s = 0;                                   // seconds since the fit started
   std::vector<std::pair<std::string, double>> values;  // e.g. "train/loss", "valid/accuracy"
 
   std::optional<double> get(const std::string& key) const {

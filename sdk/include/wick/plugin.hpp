@@ -51,12 +51,20 @@ inline constexpr std::uint32_t kMainProcessOnly = 1u;
 class PluginDef {
  public:
   PluginDef(std::string name, std::string version, std::string description)
-      : name_(std::move(name)), version_(std::move(version)), description_(std::move(description)) {}
+      : name_(std::move(name)),
+        version_(std::move(version)),
+        description_(std::move(description)) {}
 
   // Default position among hooks (lower first); a config may override it per instance.
-  PluginDef& order(int o) { order_ = o; return *this; }
+  PluginDef& order(int o) {
+    order_ = o;
+    return *this;
+  }
   // Run on the main process (rank 0) only, in data-parallel runs.
-  PluginDef& main_process_only() { flags_ |= kMainProcessOnly; return *this; }
+  PluginDef& main_process_only() {
+    flags_ |= kMainProcessOnly;
+    return *this;
+  }
 
   PluginDef& param_bool(std::string key, bool def, std::string help) {
     return add(std::move(key), ParamType::boolean, def ? "true" : "false", std::move(help));
@@ -178,18 +186,22 @@ using DestroyFn = void(void*);
 }  // namespace wick
 
 // The three exported names the host looks up (Boost.DLL aliases, see boost/dll/alias.hpp).
-#define WICK_PLUGIN(Class, definition)                                          \
-  namespace {                                                                   \
-  const wick_plugin_info* wick_info_impl_() {                                   \
-    static ::wick::PluginDef def = (definition);                                \
+#define WICK_PLUGIN(Class, definition)                                                \
+  namespace {                                                                         \
+  const wick_plugin_info* wick_info_impl_() {                                         \
+    static ::wick::PluginDef def = (definition);                                      \
     static const wick_plugin_info* info = def.info(::wick::detail::kind_of<Class>()); \
-    return info;                                                                \
-  }                                                                             \
-  void* wick_create_impl_(const ::wick::Params& p) { return ::wick::detail::create<Class>(p); } \
-  void wick_destroy_impl_(void* p) { ::wick::detail::destroy<Class>(p); }       \
-  }                                                                             \
-  BOOST_DLL_ALIAS(wick_info_impl_, wick_plugin_info)                            \
-  BOOST_DLL_ALIAS(wick_create_impl_, wick_plugin_create)                        \
+    return info;                                                                      \
+  }                                                                                   \
+  void* wick_create_impl_(const ::wick::Params& p) {                                  \
+    return ::wick::detail::create<Class>(p);                                          \
+  }                                                                                   \
+  void wick_destroy_impl_(void* p) {                                                  \
+    ::wick::detail::destroy<Class>(p);                                                \
+  }                                                                                   \
+  }                                                                                   \
+  BOOST_DLL_ALIAS(wick_info_impl_, wick_plugin_info)                                  \
+  BOOST_DLL_ALIAS(wick_create_impl_, wick_plugin_create)                              \
   BOOST_DLL_ALIAS(wick_destroy_impl_, wick_plugin_destroy)
 
 // Inline so that describing a plugin needs nothing from libwick. %.15g round-trips the

@@ -8,20 +8,20 @@ namespace wick {
 enum class Phase : std::uint8_t { train, valid };
 
 struct StepState {
-  std::int64_t epoch = 0;              // 0-based epoch being run
-  std::int64_t epochs = 0;             // epochs configured for the fit
-  std::int64_t batch_idx = 0;          // batch index within the current epoch (and phase)
-  std::int64_t batches_in_epoch = 0;   // batches this process runs in the current phase
-  std::int64_t optimizer_step = 0;     // optimizer steps really taken since the start of training
-  std::int64_t micro_step = 0;         // training batches run since the start of training
-  std::int64_t samples_seen = 0;       // training samples seen, summed over all processes
-  std::int64_t batch_size = 0;         // samples in the current batch on this process
-  std::int64_t grad_accum_steps = 1;   // micro-batches per optimizer step (set by grad_accum)
-  std::int64_t num_processes = 1;      // data-parallel world size
-  std::int64_t rank = 0;               // this process's rank
+  std::int64_t epoch = 0;             // 0-based epoch being run
+  std::int64_t epochs = 0;            // epochs configured for the fit
+  std::int64_t batch_idx = 0;         // batch index within the current epoch (and phase)
+  std::int64_t batches_in_epoch = 0;  // batches this process runs in the current phase
+  std::int64_t optimizer_step = 0;    // optimizer steps really taken since the start of training
+  std::int64_t micro_step = 0;        // training batches run since the start of training
+  std::int64_t samples_seen = 0;      // training samples seen, summed over all processes
+  std::int64_t batch_size = 0;        // samples in the current batch on this process
+  std::int64_t grad_accum_steps = 1;  // micro-batches per optimizer step (set by grad_accum)
+  std::int64_t num_processes = 1;     // data-parallel world size
+  std::int64_t rank = 0;              // this process's rank
   Phase phase = Phase::train;
-  bool stepped = false;                // did the optimizer really step on this batch
-  std::int64_t skipped_steps = 0;      // optimizer steps declined (non-finite grads, NaN loss)
+  bool stepped = false;            // did the optimizer really step on this batch
+  std::int64_t skipped_steps = 0;  // optimizer steps declined (non-finite grads, NaN loss)
 
   bool training() const { return phase == Phase::train; }
   bool validating() const { return phase == Phase::valid; }
