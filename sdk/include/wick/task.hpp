@@ -52,6 +52,18 @@ class TensorDataset : public Dataset {
   at::Tensor input_, target_;
 };
 
+// The step of a classifier: forward, cross-entropy against integer labels and, for
+// validation, "accuracy". net is a module holder (e.g. torch::nn::Sequential).
+template <class Net>
+Output classification_step(Net& net, const Batch& b, bool with_accuracy) {
+  Output o;
+  o.pred = net->forward(b.input);
+  o.loss = torch::nn::functional::cross_entropy(o.pred, b.target);
+  if (with_accuracy)
+    o.metrics.emplace_back("accuracy", o.pred.argmax(1).eq(b.target).to(torch::kFloat).mean());
+  return o;
+}
+
 // The optimizer used when the config has no [optimizer] table.
 struct OptimizerDefaults {
   std::string name = "adam";
