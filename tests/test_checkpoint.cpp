@@ -47,16 +47,6 @@ std::map<std::string, std::string> hashes(const fs::path& dir) {
   return out;
 }
 
-// The logged values that must agree between runs (times excluded).
-std::vector<std::string> logged(const TempDir& d) {
-  std::vector<std::string> out;
-  for (auto& l : read_jsonl(d / "run" / "metrics.jsonl")) {
-    for (const char* k : {"time_s", "epoch_time_s", "samples_per_s"}) l.erase(k);
-    out.push_back(l.dump());
-  }
-  return out;
-}
-
 // As root, chmod does not stop writes: run wick without the capability that overrides it.
 RunResult run_wick_unprivileged(const std::vector<std::string>& args) {
   std::vector<std::string> argv;
@@ -80,7 +70,7 @@ const Reference& reference() {
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
-    return Reference{read_json(d / "run" / "summary.json")["model_fingerprint"], logged(d)};
+    return Reference{read_json(d / "run" / "summary.json")["model_fingerprint"], logged_values(d)};
   }();
   return ref;
 }
@@ -94,7 +84,7 @@ void check_matches_reference(const TempDir& d) {
   CHECK(s["samples_seen"] == 768);
   CHECK(s["model_fingerprint"] == ref.fingerprint);
   // The whole history, every step and epoch loss after the resume point included.
-  CHECK(logged(d) == ref.logged);
+  CHECK(logged_values(d) == ref.logged);
 }
 
 }  // namespace

@@ -24,15 +24,6 @@ std::string config(const TempDir& d, const std::string& extra = "") {
          extra + test_plugins_toml();
 }
 
-std::vector<std::string> logged(const TempDir& d) {
-  std::vector<std::string> out;
-  for (auto& l : read_jsonl(d / "run" / "metrics.jsonl")) {
-    for (const char* k : {"time_s", "epoch_time_s", "samples_per_s"}) l.erase(k);
-    out.push_back(l.dump());
-  }
-  return out;
-}
-
 void interrupted_then_resumed(const std::string& action, int step, int exit_code) {
   TempDir ref;
   write_file(ref / "cfg.toml", config(ref));
@@ -56,7 +47,7 @@ void interrupted_then_resumed(const std::string& action, int step, int exit_code
   auto a = read_json(ref / "run" / "summary.json"), b = read_json(d / "run" / "summary.json");
   CHECK(b["optimizer_steps"] == a["optimizer_steps"]);
   CHECK(b["model_fingerprint"] == a["model_fingerprint"]);
-  CHECK(logged(d) == logged(ref));
+  CHECK(logged_values(d) == logged_values(ref));
 }
 
 }  // namespace

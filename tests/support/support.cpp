@@ -58,6 +58,15 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
   return out;
 }
 
+std::vector<std::string> logged_values(const TempDir& dir) {
+  std::vector<std::string> out;
+  for (auto& l : read_jsonl(dir / "run" / "metrics.jsonl")) {
+    for (const char* k : {"time_s", "epoch_time_s", "samples_per_s"}) l.erase(k);
+    out.push_back(l.dump());
+  }
+  return out;
+}
+
 namespace {
 std::string slurp(int fd) {
   std::string s;

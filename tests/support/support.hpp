@@ -29,6 +29,9 @@ void write_file(const fs::path& p, const std::string& text);
 std::string read_file(const fs::path& p);
 nlohmann::json read_json(const fs::path& p);
 std::vector<nlohmann::json> read_jsonl(const fs::path& p);
+// The records of DIR/run/metrics.jsonl without their timings: what must agree between two runs
+// of the same training (an uninterrupted one and a resumed one).
+std::vector<std::string> logged_values(const TempDir& dir);
 
 struct RunResult {
   int exit_code = -1;  // exit status, or 128 + signal when killed by one
