@@ -73,9 +73,50 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   CHECK(s1["valid/loss"].get<double>() < std::log(5.0) - 0.1);  // chance level is log(5)
 }
 
-TEST_CASE("2 ranks x batch 16 x accumulation 2 train like 1 process x batch 64") {
+// Tiny buckets: the synthetic MLP's gradients (reverse order: 5, 80, 16, 384, 24, 288 floats)
+// fall into 3 buckets, [5, 80] (first cap 26 floats), [16, 384] and [24, 288] (cap 131).
+static std::vector<std::string> small_buckets(std::vector<std::string> args, bool overlap) {
+  const std::string sets[] = {"hooks.ddp.first_bucket_mb=0.0001", "hooks.ddp.bucket_mb=0.0005",
+                              std::string("hooks.ddp.overlap=") + (overlap ? "true" : "false")};
+  for (const auto& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  return args;
+}
+
+TEST_CASE("all-reduces started during backward give the same parameters as after it") {
   TempDir dir;
-  // grad_accum (-10) lets only window boundaries through to ddp (-7): one all-reduce per step.
+  write_file(dir / "cfg.toml", config(dir / "run"));
+  auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
+                       "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
+  REQUIRE(one.exit_code == 0);
+  auto early = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2"}, true));
+  INFO(early.out << early.err);
+  REQUIRE(early.exit_code == 0);
+  // Two of the three buckets start from the gradient hooks, on every one of the 16 steps.
+  CHECK(early.err.find("16 all-reduced steps in 3 bucket(s) of 400 floats max, 48 gradient "
+                       "all-reduces (2.0 started during backward per step") != std::string::npos);
+  auto late = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set",
+                                      "trainer.output_dir=\"" + (dir / "late").string() + "\""},
+                                     false));
+  INFO(late.out << late.err);
+  REQUIRE(late.exit_code == 0);
+  CHECK(late.err.find("in 3 bucket(s) of 400 floats max, 48 gradient all-reduces (0.0 started") !=
+        std::string::npos);
+
+  auto p1 = read_numbers(dir / "one" / "params_rank0.txt");
+  auto e0 = read_numbers(dir / "run" / "params_rank0.txt");
+  CHECK(max_abs_diff(e0, read_numbers(dir / "run" / "params_rank1.txt")) == 0.0);
+  // Same buckets, same sums: when they start changes nothing, bit for bit.
+  CHECK(max_abs_diff(e0, read_numbers(dir / "late" / "params_rank0.txt")) == 0.0);
+  CHECK(max_abs_diff(p1, e0) <= 1e-5);
+}
+
+TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
+  TempDir dir;
+  // grad_accum (-10) lets only window boundaries through to ddp (-7): one all-reduce per bucket
+  // per optimizer step.
   write_file(dir / "cfg.toml",
              config(dir / "run", "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"));
   auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
@@ -83,14 +124,30 @@ TEST_CASE("2 ranks x batch 16 x accumulation 2 train like 1 process x batch 64")
                        "trainer.output_dir=\"" + (dir / "one").string() + "\""});
   INFO(one.out << one.err);
   REQUIRE(one.exit_code == 0);
-  auto two = run_wick(
-      {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.batch_size=16"});
-  INFO(two.out << two.err);
-  REQUIRE(two.exit_code == 0);
-  CHECK(read_json(dir / "run" / "summary.json")["optimizer_steps"] == 16);
-  CHECK(two.err.find("16 all-reduced steps") != std::string::npos);
-  CHECK(max_abs_diff(read_numbers(dir / "one" / "params_rank0.txt"),
-                     read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
+  const auto reference = read_numbers(dir / "one" / "params_rank0.txt");
+
+  SECTION("batch 16 x 2 micro-batches, one bucket") {
+    auto two = run_wick(
+        {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.batch_size=16"});
+    INFO(two.out << two.err);
+    REQUIRE(two.exit_code == 0);
+    CHECK(read_json(dir / "run" / "summary.json")["optimizer_steps"] == 16);
+    CHECK(two.err.find("16 all-reduced steps in 1 bucket(s) of 797 floats max, 16 gradient") !=
+          std::string::npos);
+    CHECK(max_abs_diff(reference, read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
+  }
+  SECTION("batch 8 x 4 micro-batches, three buckets sent from the gradient hooks") {
+    // Hooks armed off the window's last micro-batch would send partial sums: more all-reduces
+    // than 3 buckets x 16 steps.
+    auto two = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set",
+                                       "trainer.batch_size=8", "--set", "hooks.grad_accum.steps=4"},
+                                      true));
+    INFO(two.out << two.err);
+    REQUIRE(two.exit_code == 0);
+    CHECK(two.err.find("16 all-reduced steps in 3 bucket(s) of 400 floats max, 48 gradient "
+                       "all-reduces (2.0 started") != std::string::npos);
+    CHECK(max_abs_diff(reference, read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
+  }
 }
 
 TEST_CASE("validation metrics of a 2-rank run are reduced over all validation samples") {

@@ -5,11 +5,21 @@
 // What it does, and where:
 // - before_fit: joins the process group, broadcasts rank 0's parameters and buffers, installs
 //   the trainer's all-reduce (validation metrics), stop agreement and barrier (checkpoints).
+// - Gradient buckets: the trainable parameters in reverse order (the order backward produces
+//   their gradients), cut into flat buckets as PyTorch's DDP does: a bucket closes once it
+//   holds first_bucket_mb (the first) or bucket_mb (the others). A small first bucket lets the
+//   first all-reduce start early; big later ones keep the number of all-reduces low, since on
+//   Gloo each costs ~1.6 ms of latency whatever its size.
+// - Overlap (overlap = true): a post-hook on each parameter's gradient accumulator copies the
+//   finished gradient into its bucket while backward goes on; a full bucket's all-reduce
+//   starts at once, on Gloo's threads, while backward computes the earlier layers. Buckets
+//   start strictly in index order on every rank (collectives must be issued in the same order
+//   everywhere), and only on the last micro-batch of an accumulation window (the backward
+//   stage handler arms the hooks). The last bucket always starts in the optimizer_step stage.
 // - optimizer_step stage, order -7: after grad_accum's boundary check (-10), before loss-scale
-//   unscaling (-5) and clipping (0), so it only runs on accumulation boundaries. Gradients are
-//   copied into flat buckets (bucket_mb each), every bucket's all-reduce is started, then all
-//   are awaited and the averaged gradients copied back: one all-reduce per bucket per
-//   optimizer step, usually one in all.
+//   unscaling (-5) and clipping (0). Packs what the hooks did not (parameters without a
+//   gradient on this rank contribute zeros), starts the remaining buckets, waits for all and
+//   copies the averaged gradients back: one all-reduce per bucket per optimizer step.
 // - Stop agreement without extra messages per step: the last bucket carries a trailer,
 //   [stop flag, compute ms of rank 0 .. world-1]. A stop requested on any rank before a step's
 //   all-reduce stops every rank after that step; one requested later rides on the next
@@ -19,11 +29,17 @@
 //   without this plugin); rank 0 writes, the others wait, so nobody runs ahead of a half-
 //   written checkpoint. Resuming needs the same world size (the data shards depend on it).
 // - Not supported: a CancelStep / CancelEpoch thrown on one rank alone, and nan_policy "skip"
-//   (both make ranks skip collectives the others run); they end in a timeout, not a hang.
+//   (both make ranks skip collectives the others run); they end in a timeout, not a hang. Two
+//   backward passes into the same gradients in one micro-batch need overlap = false.
 // - Timings (metrics, averaged over the log window): ddp/compute_ms (before_step to the
-//   all-reduce: forward, backward, hooks), ddp/comm_ms (pack, all-reduce, unpack),
-//   ddp/wait_ms (the part of comm_ms spent waiting for the slowest rank's compute).
-//   Logged on each all-reduced step as the mean since the last step record.
+//   optimizer_step stage: forward, backward with the overlapped all-reduces, hooks),
+//   ddp/comm_ms (the optimizer_step stage's part: pack, start, wait, unpack; the
+//   communication not hidden behind backward), ddp/wait_ms (the part of comm_ms spent waiting
+//   for the slowest rank's compute). Logged on each all-reduced step as the mean since the
+//   last step record.
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -40,6 +56,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 namespace {
 
@@ -48,46 +65,82 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+std::string fmt_ms(double ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", ms);
+  return b;
+}
+
 std::int64_t env_int(const char* name, std::int64_t def) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoll(v) : def;
 }
 
-// Consecutive tensors of one dtype and device, laid out in one flat buffer.
+// Tensors of one dtype and device, laid out in one flat buffer.
 struct Bucket {
   std::vector<at::Tensor> tensors;
   std::vector<std::int64_t> offsets;
-  std::int64_t numel = 0;  // of the tensors (the buffer may hold a trailer beyond it)
+  std::vector<std::size_t> ids;  // the tensors' indices in the list the buckets were made from
+  std::int64_t numel = 0;        // of the tensors (the buffer may hold a trailer beyond it)
   at::Tensor flat;
+  // Per optimizer step (gradient buckets only):
+  std::size_t pending = 0;  // tensors whose gradient is not packed yet
+  c10::intrusive_ptr<c10d::Work> work;
 };
 
-std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, std::int64_t max_bytes) {
+// Cuts `ts` (in that order) into buckets the way PyTorch's DDP does: a bucket closes once it
+// holds at least its cap (first_cap for the first one, cap after), or when dtype or device
+// change.
+std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, std::int64_t first_cap,
+                                 std::int64_t cap) {
   std::vector<Bucket> out;
-  for (const auto& t : ts) {
-    const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
-    bool fits =
-        !out.empty() && out.back().tensors.front().scalar_type() == t.scalar_type() &&
-        out.back().tensors.front().device() == t.device() &&
-        (out.back().numel * static_cast<std::int64_t>(t.element_size()) + bytes <= max_bytes);
-    if (!fits) out.emplace_back();
+  bool open = false;
+  for (std::size_t k = 0; k < ts.size(); ++k) {
+    const auto& t = ts[k];
+    if (open && (out.back().tensors.front().scalar_type() != t.scalar_type() ||
+                 out.back().tensors.front().device() != t.device()))
+      open = false;
+    if (!open) out.emplace_back();
+    open = true;
     auto& b = out.back();
     b.tensors.push_back(t);
     b.offsets.push_back(b.numel);
+    b.ids.push_back(k);
     b.numel += t.numel();
+    const std::int64_t bytes = b.numel * static_cast<std::int64_t>(t.element_size());
+    if (bytes >= (out.size() == 1 ? first_cap : cap)) open = false;
   }
   return out;
 }
+
+class Ddp;
+
+// Runs after a parameter's AccumulateGrad node, when the parameter's .grad is final for this
+// backward pass.
+struct GradReady : torch::autograd::FunctionPostHook {
+  GradReady(Ddp* d, std::size_t i) : ddp(d), index(i) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override;
+  Ddp* ddp;
+  std::size_t index;
+};
 
 class Ddp : public wick::Hook {
  public:
   explicit Ddp(const wick::Params& p)
       : bucket_mb_(p.get_float("bucket_mb")),
+        first_bucket_mb_(p.get_float("first_bucket_mb")),
         timeout_(std::chrono::milliseconds(
             static_cast<std::int64_t>(p.get_float("timeout_s") * 1000.0))),
-        broadcast_(p.get_bool("broadcast_parameters")) {
+        broadcast_(p.get_bool("broadcast_parameters")),
+        overlap_(p.get_bool("overlap")) {
     if (bucket_mb_ <= 0) throw p.error("bucket_mb", "must be > 0 (megabytes per bucket)");
+    if (first_bucket_mb_ <= 0)
+      throw p.error("first_bucket_mb", "must be > 0 (megabytes in the first bucket)");
     if (p.get_float("timeout_s") <= 0) throw p.error("timeout_s", "must be > 0 seconds");
   }
+
+  ~Ddp() override { remove_grad_hooks(); }
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) { setup(c); });
@@ -98,6 +151,18 @@ class Ddp : public wick::Hook {
     // the final model use rank 0's, as PyTorch's DDP does with broadcast_buffers.
     r.on(wick::Point::before_valid, [this](wick::Context&) { broadcast_buffers(); });
     r.on(wick::Point::after_fit, [this](wick::Context&) { broadcast_buffers(); });
+    // Arms the gradient hooks for the backward pass of a window's last micro-batch only.
+    r.stage(wick::Stage::backward, [this](wick::Context& c, wick::Next next) {
+      if (!pg_ || !overlap_ || !c.state().training() || !c.state().is_accum_boundary())
+        return next();
+      begin_step();
+      struct Disarm {
+        Ddp* d;
+        ~Disarm() { d->armed_ = false; }
+      } disarm{this};
+      armed_ = true;
+      return next();
+    });
     r.stage(wick::Stage::optimizer_step,
             [this](wick::Context& c, wick::Next next) { return reduce_gradients(c, next); });
     r.require_after(wick::Stage::optimizer_step, "grad_accum",
@@ -108,21 +173,48 @@ class Ddp : public wick::Hook {
     });
     r.on(wick::Point::after_fit, [this](wick::Context& c) {
       if (pg_ && c.state().is_main_process() && total_.steps > 0)
-        std::fprintf(stderr,
-                     "ddp: %d ranks, %lld all-reduced steps in %zu bucket(s) of %lld floats "
-                     "max: per step compute %.3f ms, comm %.3f ms (of which wait %.3f ms); "
-                     "%lld barrier(s)\n",
-                     world_, static_cast<long long>(total_.steps), grad_buckets_.size(),
-                     static_cast<long long>(max_bucket_numel_), total_.compute / total_.steps,
-                     total_.comm / total_.steps, total_.wait / total_.steps,
-                     static_cast<long long>(barriers_));
+        std::fprintf(
+            stderr,
+            "ddp: %d ranks, %lld all-reduced steps in %zu bucket(s) of %lld floats max, "
+            "%lld gradient all-reduces (%.1f started during backward per step, %.1f finished "
+            "before it ended): per step compute %.3f ms, comm %.3f ms (of which wait %.3f ms); "
+            "%lld barrier(s)\n",
+            world_, static_cast<long long>(total_.steps), grad_buckets_.size(),
+            static_cast<long long>(max_bucket_numel_), static_cast<long long>(all_reduces_),
+            total_.early / total_.steps, total_.hidden / total_.steps,
+            total_.compute / total_.steps, total_.comm / total_.steps, total_.wait / total_.steps,
+            static_cast<long long>(barriers_));
+      if (pg_ && c.state().is_main_process() && total_.steps > 0) {
+        std::string per_rank;
+        for (double ms : rank_compute_)
+          per_rank += (per_rank.empty() ? "" : ", ") + fmt_ms(ms / total_.steps);
+        std::fprintf(stderr, "ddp: compute per step by rank: %s ms\n", per_rank.c_str());
+      }
     });
+  }
+
+  // Called by GradReady on the thread running backward (the training thread on CPU).
+  void grad_ready(std::size_t i) {
+    if (!armed_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready_[i]) {
+      twice_ = i;  // reported by reduce_gradients, on the training thread
+      return;
+    }
+    ready_[i] = 1;
+    const Slot s = slot_[i];
+    Bucket& b = grad_buckets_[s.bucket];
+    pack_one(b, s.index, true);
+    if (--b.pending == 0) start_ready_buckets();
   }
 
  private:
   struct Times {
-    double compute = 0, comm = 0, wait = 0;
+    double compute = 0, comm = 0, wait = 0, early = 0, hidden = 0;
     std::int64_t steps = 0;
+  };
+  struct Slot {
+    std::size_t bucket = 0, index = 0;
   };
 
   void setup(wick::Context& c) {
@@ -131,7 +223,8 @@ class Ddp : public wick::Hook {
     rank_ = static_cast<int>(st.rank);
     agreed_stop_ = false;
     window_ = total_ = {};
-    barriers_ = 0;
+    barriers_ = all_reduces_ = 0;
+    remove_grad_hooks();
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
     if (c.trainer().options().nan_policy == "skip")
       throw wick::ConfigError(
@@ -179,31 +272,51 @@ class Ddp : public wick::Hook {
     }
 
     auto& model = c.model();
+    const std::int64_t cap = mib_to_bytes(bucket_mb_);
     std::vector<at::Tensor> buffers;
     for (auto& t : model.buffers()) buffers.push_back(t.detach());
-    buffer_buckets_ = make_buckets(buffers, bucket_bytes());
+    buffer_buckets_ = make_buckets(buffers, cap, cap);
     if (broadcast_) {
       // Every rank starts from rank 0's weights (and buffers such as batch-norm statistics).
       std::vector<at::Tensor> params;
       for (auto& t : model.parameters()) params.push_back(t.detach());
-      auto buckets = make_buckets(params, bucket_bytes());
+      auto buckets = make_buckets(params, cap, cap);
       broadcast(buckets);
       broadcast(buffer_buckets_);
     }
 
+    // Reverse order: backward produces the last layers' gradients first.
     std::vector<at::Tensor> params;
     for (auto& p : model.parameters())
       if (p.requires_grad()) params.push_back(p);
     if (params.empty()) throw std::runtime_error("ddp: the model has no trainable parameters");
-    grad_buckets_ = make_buckets(params, bucket_bytes());
+    std::reverse(params.begin(), params.end());
+    grad_buckets_ = make_buckets(params, mib_to_bytes(first_bucket_mb_), cap);
     max_bucket_numel_ = 0;
-    for (auto& b : grad_buckets_) max_bucket_numel_ = std::max(max_bucket_numel_, b.numel);
+    slot_.assign(params.size(), Slot{});
+    ready_.assign(params.size(), 0);
+    for (std::size_t bi = 0; bi < grad_buckets_.size(); ++bi) {
+      auto& b = grad_buckets_[bi];
+      max_bucket_numel_ = std::max(max_bucket_numel_, b.numel);
+      for (std::size_t k = 0; k < b.ids.size(); ++k) slot_[b.ids[k]] = Slot{bi, k};
+    }
     trailer_ = 1 + world_;
+    rank_compute_.assign(static_cast<std::size_t>(world_), 0.0);
     for (std::size_t i = 0; i < grad_buckets_.size(); ++i) {
       auto& b = grad_buckets_[i];
       const std::int64_t extra = i + 1 == grad_buckets_.size() ? trailer_ : 0;
       b.flat = torch::empty({b.numel + extra}, b.tensors.front().options().requires_grad(false));
     }
+    if (overlap_ && grad_buckets_.size() > 1) {
+      // Holding the accumulators keeps them (and the hooks on them) for every later graph.
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+        if (!acc) continue;  // not a leaf: its bucket is packed in the optimizer_step stage
+        const auto key = acc->add_post_hook(std::make_unique<GradReady>(this, i));
+        hooks_.emplace_back(std::move(acc), key);
+      }
+    }
+    begin_step();
 
     auto& trainer = c.trainer();
     device_ = dev;
@@ -222,6 +335,47 @@ class Ddp : public wick::Hook {
       if (agreed_stop_ && !local) ctx->request_stop("stop requested by another rank");
       return agreed_stop_;
     });
+  }
+
+  void remove_grad_hooks() {
+    for (auto& [acc, key] : hooks_) acc->del_post_hook(key);
+    hooks_.clear();
+  }
+
+  // Clears the per-step state. Works started for a step whose optimizer_step stage never ran
+  // on this rank are waited for first, so that no collective is left half done.
+  void begin_step() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& b : grad_buckets_) {
+      if (b.work) {
+        try {
+          b.work->wait(timeout_);
+        } catch (const c10::Error&) {
+        }
+        b.work.reset();
+      }
+      b.pending = b.tensors.size();
+    }
+    std::fill(ready_.begin(), ready_.end(), 0);
+    next_start_ = 0;
+    early_ = 0;
+    twice_ = kNone;
+  }
+
+  // Starts, in index order, the buckets whose gradients are all packed, except the last one
+  // (it carries the trailer and starts in the optimizer_step stage). Caller holds mu_.
+  void start_ready_buckets() {
+    while (next_start_ + 1 < grad_buckets_.size() && grad_buckets_[next_start_].pending == 0) {
+      start(grad_buckets_[next_start_]);
+      ++next_start_;
+      ++early_;
+    }
+  }
+
+  void start(Bucket& b) {
+    std::vector<at::Tensor> v{b.flat};
+    b.work = pg_->allreduce(v);
+    ++all_reduces_;
   }
 
   // Waits for a collective; c10d's error (with its C++ backtrace) becomes one line that says
@@ -252,7 +406,9 @@ class Ddp : public wick::Hook {
 
   void broadcast(std::vector<Bucket>& buckets) {
     for (auto& b : buckets) {
-      pack(b, false);
+      if (!b.flat.defined())
+        b.flat = torch::empty({b.numel}, b.tensors.front().options().requires_grad(false));
+      for (std::size_t i = 0; i < b.tensors.size(); ++i) pack_one(b, i, false);
       std::vector<at::Tensor> v{b.flat};
       wait(pg_->broadcast(v), "broadcast from rank 0");
       torch::NoGradGuard ng;
@@ -265,70 +421,86 @@ class Ddp : public wick::Hook {
     if (pg_) broadcast(buffer_buckets_);
   }
 
-  std::int64_t bucket_bytes() const {
-    return std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_mb_ * 1024 * 1024));
+  static std::int64_t mib_to_bytes(double mb) {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(mb * 1024 * 1024));
   }
 
-  // Copies a bucket's tensors (their grads when grads) into its flat buffer.
-  static void pack(Bucket& b, bool grads) {
-    if (!b.flat.defined())
-      b.flat = torch::empty({b.numel}, b.tensors.front().options().requires_grad(false));
-    for (std::size_t i = 0; i < b.tensors.size(); ++i) {
-      auto dst = b.flat.narrow(0, b.offsets[i], b.tensors[i].numel());
-      const at::Tensor& src = grads ? b.tensors[i].grad() : b.tensors[i];
-      if (src.defined())
-        dst.copy_(src.detach().reshape({-1}));
-      else
-        dst.zero_();  // a parameter unused on this rank contributes nothing
-    }
+  // Copies a bucket's i-th tensor (its gradient when grads) into the flat buffer.
+  static void pack_one(Bucket& b, std::size_t i, bool grads) {
+    auto dst = b.flat.narrow(0, b.offsets[i], b.tensors[i].numel());
+    const at::Tensor& src = grads ? b.tensors[i].grad() : b.tensors[i];
+    if (src.defined())
+      dst.copy_(src.detach().reshape({-1}));
+    else
+      dst.zero_();  // a parameter unused on this rank contributes nothing
   }
 
   bool reduce_gradients(wick::Context& c, const wick::Next& next) {
     if (!pg_ || !c.state().is_accum_boundary()) return next();
     const auto t0 = Clock::now();
     const double compute = ms_between(step_start_, t0);
-    for (auto& b : grad_buckets_) pack(b, true);
-    // Trailer: [this rank's stop flag, compute ms per rank (ours in our slot)].
-    auto& last = grad_buckets_.back();
-    auto trailer = last.flat.narrow(0, last.numel, trailer_);
-    trailer.zero_();
-    trailer[0] = c.stop_requested() ? 1.0 : 0.0;
-    trailer[1 + rank_] = compute;
-
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    works.reserve(grad_buckets_.size());
-    for (auto& b : grad_buckets_) {
-      std::vector<at::Tensor> v{b.flat};
-      works.push_back(pg_->allreduce(v));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (twice_ != kNone)
+      throw std::runtime_error(
+          "ddp: a parameter (bucket " + std::to_string(slot_[twice_].bucket) +
+          ") received its gradient twice in one backward stage, after its bucket was packed; "
+          "with more than one backward pass per micro-batch set [hooks.ddp] overlap = false");
+    double hidden = 0;
+    for (std::size_t i = 0; i < next_start_; ++i)
+      if (grad_buckets_[i].work->isCompleted()) ++hidden;
+    const double early = static_cast<double>(early_);
+    for (; next_start_ < grad_buckets_.size(); ++next_start_) {
+      auto& b = grad_buckets_[next_start_];
+      for (std::size_t k = 0; k < b.tensors.size(); ++k)
+        if (!ready_[b.ids[k]]) pack_one(b, k, true);
+      if (next_start_ + 1 == grad_buckets_.size()) {
+        // Trailer: [this rank's stop flag, compute ms per rank (ours in our slot)].
+        auto trailer = b.flat.narrow(0, b.numel, trailer_);
+        trailer.zero_();
+        trailer[0] = c.stop_requested() ? 1.0 : 0.0;
+        trailer[1 + rank_] = compute;
+      }
+      start(b);
     }
-    for (auto& w : works) wait(w, "gradient all-reduce");
+    for (auto& b : grad_buckets_) {
+      wait(b.work, "gradient all-reduce");
+      b.work.reset();
+    }
+    lock.unlock();
 
+    // Averaged while copied back: one pass over the gradients.
     const double inv = 1.0 / world_;
     for (auto& b : grad_buckets_) {
-      auto g = b.flat.narrow(0, 0, b.numel);
-      g.mul_(inv);
       for (std::size_t i = 0; i < b.tensors.size(); ++i) {
         auto& p = b.tensors[i];
-        auto src = g.narrow(0, b.offsets[i], p.numel()).view(p.sizes());
-        if (p.grad().defined())
-          p.mutable_grad().copy_(src);
+        auto src = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.sizes());
+        if (p.grad().defined() && p.grad().is_contiguous() && p.grad().sizes() == p.sizes())
+          at::mul_out(p.mutable_grad(), src, inv);
         else
-          p.mutable_grad() = src.clone();
+          p.mutable_grad() = src * inv;
       }
     }
-    auto tr = trailer.to(torch::kCPU, torch::kDouble).contiguous();
+    const auto& last = grad_buckets_.back();
+    auto tr =
+        last.flat.narrow(0, last.numel, trailer_).to(torch::kCPU, torch::kDouble).contiguous();
     const double* v = tr.data_ptr<double>();
     if (v[0] > 0) agreed_stop_ = true;
     double slowest = 0;
-    for (int r = 0; r < world_; ++r) slowest = std::max(slowest, v[1 + r]);
+    for (int r = 0; r < world_; ++r) {
+      slowest = std::max(slowest, v[1 + r]);
+      rank_compute_[static_cast<std::size_t>(r)] += v[1 + r];
+    }
     const double comm = ms_between(t0, Clock::now());
     const double wait = std::min(comm, std::max(0.0, slowest - compute));
     for (Times* t : {&window_, &total_}) {
       t->compute += compute;
       t->comm += comm;
       t->wait += wait;
+      t->early += early;
+      t->hidden += hidden;
       ++t->steps;
     }
+    begin_step();
     const double n = static_cast<double>(window_.steps);
     c.log("ddp/compute_ms", window_.compute / n);
     c.log("ddp/comm_ms", window_.comm / n);
@@ -336,28 +508,52 @@ class Ddp : public wick::Hook {
     return next();
   }
 
-  double bucket_mb_;
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  double bucket_mb_, first_bucket_mb_;
   std::chrono::milliseconds timeout_;
-  bool broadcast_;
+  bool broadcast_, overlap_;
   int world_ = 1, rank_ = 0;
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   torch::Device device_{torch::kCPU};
   std::vector<Bucket> grad_buckets_, buffer_buckets_;
   std::int64_t max_bucket_numel_ = 0, trailer_ = 0;
+  std::vector<double> rank_compute_;  // sum over steps of each rank's compute ms
   bool agreed_stop_ = false;
-  std::int64_t barriers_ = 0;
+  std::int64_t barriers_ = 0, all_reduces_ = 0;
   Clock::time_point step_start_ = Clock::now();
   Times window_, total_;
+  // Overlap state: hooks on the gradient accumulators, where each parameter sits, which
+  // parameters are packed this step, the next bucket to start. mu_ guards them against
+  // backward threads (CUDA); on CPU backward runs on the training thread.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> hooks_;
+  std::vector<Slot> slot_;
+  std::vector<char> ready_;
+  std::size_t next_start_ = 0, early_ = 0, twice_ = kNone;
+  bool armed_ = false;
+  std::mutex mu_;
 };
+
+torch::autograd::variable_list GradReady::operator()(const torch::autograd::variable_list& outputs,
+                                                     const torch::autograd::variable_list&) {
+  ddp->grad_ready(index);
+  return outputs;
+}
 
 }  // namespace
 
-WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "1.0.0",
+WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "1.1.0",
                                  "Data-parallel training on c10d (Gloo; NCCL on CUDA): "
-                                 "gradient all-reduce, metric reduction, stop agreement")
+                                 "gradient all-reduce overlapped with backward, metric reduction, "
+                                 "stop agreement")
                      .order(-7)
                      .param_float("bucket_mb", 25.0,
                                   "gradient bucket size in MiB; fewer buckets, fewer all-reduces")
+                     .param_float("first_bucket_mb", 1.0,
+                                  "size of the first gradient bucket (the last layers) in MiB; "
+                                  "small, so that its all-reduce starts early in backward")
+                     .param_bool("overlap", true,
+                                 "start each bucket's all-reduce as soon as backward has filled it")
                      .param_float("timeout_s", 300.0,
                                   "seconds before a collective (or the rendezvous) gives up on a "
                                   "peer")
