@@ -59,6 +59,7 @@ struct Settings {
   std::string config;            // parity workload config ("" = choose)
   int reps = 5;                  // parity repetitions per side (in-process)
   int child_reps = 3;            // parity repetitions per side (separate processes)
+  int ddp_rounds = 5;            // data-parallel scaling rounds per workload
   std::vector<std::string> notes;
 };
 
@@ -66,6 +67,7 @@ json run_parity(Settings& s);
 json run_dispatch(Settings& s);
 json run_callgrind(Settings& s);
 json run_startup(Settings& s);
+json run_ddp(Settings& s);
 
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,

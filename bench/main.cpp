@@ -1,11 +1,11 @@
 // wick_bench: is wick as fast as a hand-written LibTorch loop? Measures parity, dispatch,
-// start-up and memory in one run and writes results.json and a Markdown table (results.md
-// beside it, and stdout). Timings are noisy on a shared machine: every comparison is a ratio
-// of measurements taken in the same run, alternated and repeated; callgrind counts are the
-// stable evidence for dispatch.
+// start-up, memory and data-parallel scaling in one run and writes results.json and a Markdown
+// table (results.md beside it, and stdout). Timings are noisy on a shared machine: every comparison
+// is a ratio of measurements taken in the same run, alternated and repeated; callgrind counts are
+// the stable evidence for dispatch.
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
-//              [--only parity,dispatch,callgrind,startup]
+//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -81,6 +81,10 @@ std::vector<Target> targets(const json& r) {
   if (r.contains("startup")) {
     double d = num(r["startup"], "describe_wall_s", "median");
     t.push_back({"start-up: wick describe with 10 plugins, s", "<= 0.6", d, d >= 0 && d <= 0.6});
+  }
+  if (r.contains("ddp") && r["ddp"].contains("cnn")) {
+    double x = num(r["ddp"]["cnn"], "ratio", "median");
+    t.push_back({"ddp: CNN samples/s, 2 ranks / 1 rank (1 thread each)", ">= 1.6", x, x >= 1.6});
   }
   return t;
 }
@@ -175,6 +179,17 @@ std::string markdown(const json& r) {
        << fmt("%.3f", num(s, "plugins_and_config_s")) << " | "
        << pct(num(s, "describe_wall_s", "spread")) << ", "
        << pct(num(s, "version_wall_s", "spread")) << " | <= 0.6 | " << met(off) << " |\n";
+    ++off;
+  }
+  if (r.contains("ddp") && r["ddp"].contains("cnn")) {
+    const auto& c = r["ddp"]["cnn"];
+    md << "| data-parallel CNN (`bench/ddp_cnn.toml`), samples/s, 2 ranks vs 1 (1 thread each) | "
+       << fmt("%.0f", num(c, "two_ranks_samples_per_s", "median")) << " | "
+       << fmt("%.0f", num(c, "one_rank_samples_per_s", "median")) << " | "
+       << fmt("%.3f", num(c, "ratio", "median")) << " (rounds "
+       << fmt("%.3f", num(c, "ratio", "min")) << "–" << fmt("%.3f", num(c, "ratio", "max"))
+       << ") | " << pct(num(c, "two_ranks_samples_per_s", "spread")) << ", "
+       << pct(num(c, "one_rank_samples_per_s", "spread")) << " | >= 1.6 | " << met(off) << " |\n";
   }
 
   if (r.contains("dispatch")) {
@@ -214,6 +229,35 @@ std::string markdown(const json& r) {
          << (p.contains("ms") ? fmt("%.2f", p["ms"].get<double>()) : p.value("error", ""))
          << " |\n";
   }
+  if (r.contains("ddp") && r["ddp"].contains("cnn")) {
+    md << "\nData-parallel scaling (`wick fit --nproc 2` vs `wick fit`, one intra-op thread per "
+          "rank, same per-rank batch of 64; medians over rounds; the independent pair is two "
+          "1-rank fits at once, no communication: this machine's ceiling):\n\n"
+       << "| workload | 1 rank samples/s | 2 ranks samples/s | ratio (min–max) | independent "
+          "pair / 1 rank | buckets (largest, floats) | started during backward | per step "
+          "compute / comm / wait, ms |\n"
+       << "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const char* w : {"cnn", "mlp"}) {
+      if (!r["ddp"].contains(w)) continue;
+      const auto& c = r["ddp"][w];
+      md << "| " << w << " (" << c.value("rounds", 0) << " rounds, " << c.value("limit", 0)
+         << " samples) | " << fmt("%.0f", num(c, "one_rank_samples_per_s", "median")) << " | "
+         << fmt("%.0f", num(c, "two_ranks_samples_per_s", "median")) << " | "
+         << fmt("%.3f", num(c, "ratio", "median")) << " (" << fmt("%.3f", num(c, "ratio", "min"))
+         << "–" << fmt("%.3f", num(c, "ratio", "max")) << ") | "
+         << fmt("%.3f", num(c, "independent_pair_ratio", "median")) << " | ";
+      if (c.contains("ddp")) {
+        const auto& d = c["ddp"];
+        md << fmt("%.0f", num(d, "buckets")) << " (" << fmt("%.0f", num(d, "max_bucket_floats"))
+           << ") | " << fmt("%.1f", num(d, "started_during_backward_per_step")) << " | "
+           << fmt("%.2f", num(d, "compute_ms", "median")) << " / "
+           << fmt("%.2f", num(d, "comm_ms", "median")) << " / "
+           << fmt("%.2f", num(d, "wait_ms", "median")) << " |\n";
+      } else {
+        md << " | | |\n";
+      }
+    }
+  }
   if (!m["notes"].empty()) {
     md << "\nNotes:\n\n";
     for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
@@ -223,9 +267,10 @@ std::string markdown(const json& r) {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
-               "[--child-reps N] [--only parity,dispatch,callgrind,startup]\n");
+  std::fprintf(
+      stderr,
+      "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
+      "[--child-reps N] [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp]\n");
   return 2;
 }
 
@@ -290,6 +335,8 @@ int main(int argc, char** argv) {
         s.reps = std::stoi(value());
       else if (a == "--child-reps")
         s.child_reps = std::stoi(value());
+      else if (a == "--ddp-rounds")
+        s.ddp_rounds = std::stoi(value());
       else if (a == "--only") {
         std::stringstream ss(value());
         for (std::string x; std::getline(ss, x, ',');) only.insert(x);
@@ -333,6 +380,7 @@ int main(int argc, char** argv) {
       r["parity"] = run_parity(s);
       r["memory"] = r["parity"]["memory"];
     }
+    if (want("ddp")) r["ddp"] = run_ddp(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

@@ -75,9 +75,12 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
 
 // Tiny buckets: the synthetic MLP's gradients (reverse order: 5, 80, 16, 384, 24, 288 floats)
 // fall into 3 buckets, [5, 80] (first cap 26 floats), [16, 384] and [24, 288] (cap 131).
-static std::vector<std::string> small_buckets(std::vector<std::string> args, bool overlap) {
-  const std::string sets[] = {"hooks.ddp.first_bucket_mb=0.0001", "hooks.ddp.bucket_mb=0.0005",
-                              std::string("hooks.ddp.overlap=") + (overlap ? "true" : "false")};
+static std::vector<std::string> small_buckets(std::vector<std::string> args, bool overlap,
+                                              bool exchange = true) {
+  const std::string sets[] = {
+      "hooks.ddp.first_bucket_mb=0.0001", "hooks.ddp.bucket_mb=0.0005",
+      std::string("hooks.ddp.overlap=") + (overlap ? "true" : "false"),
+      std::string("hooks.ddp.two_rank_exchange_mb=") + (exchange ? "0.25" : "0")};
   for (const auto& s : sets) {
     args.push_back("--set");
     args.push_back(s);
@@ -85,7 +88,7 @@ static std::vector<std::string> small_buckets(std::vector<std::string> args, boo
   return args;
 }
 
-TEST_CASE("all-reduces started during backward give the same parameters as after it") {
+TEST_CASE("bucket all-reduces started during backward, after it, or by Gloo's ring agree") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
   auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
@@ -95,21 +98,35 @@ TEST_CASE("all-reduces started during backward give the same parameters as after
   INFO(early.out << early.err);
   REQUIRE(early.exit_code == 0);
   // Two of the three buckets start from the gradient hooks, on every one of the 16 steps.
-  CHECK(early.err.find("16 all-reduced steps in 3 bucket(s) of 400 floats max, 48 gradient "
-                       "all-reduces (2.0 started during backward per step") != std::string::npos);
-  auto late = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set",
-                                      "trainer.output_dir=\"" + (dir / "late").string() + "\""},
-                                     false));
+  CHECK(early.err.find(
+            "16 all-reduced steps in 3 bucket(s) of 400 floats max, 48 gradient "
+            "all-reduces (3 bucket(s) by exchange, 2.0 started during backward per step") !=
+        std::string::npos);
+  auto run_to = [&](const char* out) {
+    return std::vector<std::string>{
+        "fit",     (dir / "cfg.toml").string(),
+        "--nproc", "2",
+        "--set",   "trainer.output_dir=\"" + (dir / out).string() + "\""};
+  };
+  auto late = run_wick(small_buckets(run_to("late"), false));
   INFO(late.out << late.err);
   REQUIRE(late.exit_code == 0);
-  CHECK(late.err.find("in 3 bucket(s) of 400 floats max, 48 gradient all-reduces (0.0 started") !=
+  CHECK(late.err.find("48 gradient all-reduces (3 bucket(s) by exchange, 0.0 started") !=
+        std::string::npos);
+  auto ring = run_wick(small_buckets(run_to("ring"), true, false));
+  INFO(ring.out << ring.err);
+  REQUIRE(ring.exit_code == 0);
+  CHECK(ring.err.find("48 gradient all-reduces (0 bucket(s) by exchange, 2.0 started") !=
         std::string::npos);
 
   auto p1 = read_numbers(dir / "one" / "params_rank0.txt");
   auto e0 = read_numbers(dir / "run" / "params_rank0.txt");
   CHECK(max_abs_diff(e0, read_numbers(dir / "run" / "params_rank1.txt")) == 0.0);
-  // Same buckets, same sums: when they start changes nothing, bit for bit.
+  // Same buckets, same sums (a + b on both ranks): when and how they are sent changes
+  // nothing, bit for bit.
   CHECK(max_abs_diff(e0, read_numbers(dir / "late" / "params_rank0.txt")) == 0.0);
+  CHECK(max_abs_diff(e0, read_numbers(dir / "ring" / "params_rank0.txt")) == 0.0);
+  CHECK(max_abs_diff(e0, read_numbers(dir / "ring" / "params_rank1.txt")) == 0.0);
   CHECK(max_abs_diff(p1, e0) <= 1e-5);
 }
 
@@ -132,8 +149,8 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
     INFO(two.out << two.err);
     REQUIRE(two.exit_code == 0);
     CHECK(read_json(dir / "run" / "summary.json")["optimizer_steps"] == 16);
-    CHECK(two.err.find("16 all-reduced steps in 1 bucket(s) of 797 floats max, 16 gradient") !=
-          std::string::npos);
+    CHECK(two.err.find("16 all-reduced steps in 1 bucket(s) of 797 floats max, 16 gradient "
+                       "all-reduces (1 bucket(s) by exchange") != std::string::npos);
     CHECK(max_abs_diff(reference, read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
   }
   SECTION("batch 8 x 4 micro-batches, three buckets sent from the gradient hooks") {
@@ -145,7 +162,7 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
     INFO(two.out << two.err);
     REQUIRE(two.exit_code == 0);
     CHECK(two.err.find("16 all-reduced steps in 3 bucket(s) of 400 floats max, 48 gradient "
-                       "all-reduces (2.0 started") != std::string::npos);
+                       "all-reduces (3 bucket(s) by exchange, 2.0 started") != std::string::npos);
     CHECK(max_abs_diff(reference, read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
   }
 }
