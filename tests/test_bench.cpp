@@ -12,7 +12,7 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   REQUIRE(r.exit_code == 0);
   auto j = read_json(out);
   for (const char* key :
-       {"meta", "parity", "memory", "dispatch", "callgrind", "startup", "targets"})
+       {"meta", "parity", "memory", "dispatch", "callgrind", "startup", "ddp", "targets"})
     CHECK(j.contains(key));
   CHECK_FALSE(j.contains("error"));
 
@@ -45,7 +45,24 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(j["startup"]["describe_wall_s"]["median"].get<double>() > 0);
   CHECK(j["startup"]["per_plugin_load_ms"].size() >= 10);
 
-  REQUIRE(j["targets"].size() == 6);
+  // Data-parallel scaling: both workloads ran (the Fashion-MNIST data is one of the packages
+  // the install script puts in place), with the ddp plugin's breakdown.
+  REQUIRE(j.contains("ddp"));
+  INFO(j["ddp"].dump());
+  REQUIRE_FALSE(j["ddp"].contains("skipped"));
+  for (const char* w : {"cnn", "mlp"}) {
+    INFO(w);
+    CHECK(j["ddp"][w]["ratio"]["median"].get<double>() > 0);
+    CHECK(j["ddp"][w]["independent_pair_ratio"]["median"].get<double>() > 0);
+    CHECK(j["ddp"][w]["ddp"]["buckets"].get<double>() >= 1);
+    CHECK(j["ddp"][w]["ddp"]["compute_ms"]["median"].get<double>() > 0);
+  }
+  // The CNN's gradients: the fully connected layers in the first bucket, started during
+  // backward; the convolutions in the second.
+  CHECK(j["ddp"]["cnn"]["ddp"]["buckets"] == 2);
+  CHECK(j["ddp"]["cnn"]["ddp"]["started_during_backward_per_step"] == 1.0);
+
+  REQUIRE(j["targets"].size() == 7);
   for (const auto& t : j["targets"]) {
     CHECK(t.contains("name"));
     CHECK(t.contains("value"));

@@ -159,9 +159,8 @@ class Ddp : public wick::Hook {
       if (c.state().training()) step_start_ = Clock::now();
     });
     // Buffers (batch-norm statistics) are updated by each rank's own batches; validation and
-    // the final model use rank 0's, as PyTorch's DDP does with broadcast_buffers.
+    // the final model (after_fit) use rank 0's, as PyTorch's DDP does with broadcast_buffers.
     r.on(wick::Point::before_valid, [this](wick::Context&) { broadcast_buffers(); });
-    r.on(wick::Point::after_fit, [this](wick::Context&) { broadcast_buffers(); });
     // Arms the gradient hooks for the backward pass of a window's last micro-batch only.
     r.stage(wick::Stage::backward, [this](wick::Context& c, wick::Next next) {
       if (!pg_ || !overlap_ || !c.state().training() || !c.state().is_accum_boundary())
@@ -183,26 +182,25 @@ class Ddp : public wick::Hook {
       if (rec.kind == wick::Record::Kind::step) window_ = {};
     });
     r.on(wick::Point::after_fit, [this](wick::Context& c) {
-      if (pg_ && c.state().is_main_process() && total_.steps > 0)
-        std::fprintf(stderr,
-                     "ddp: %d ranks, %lld all-reduced steps in %zu bucket(s) of %lld floats max, "
-                     "%lld gradient all-reduces (%zu bucket(s) by exchange, %.1f started during "
-                     "backward per "
-                     "step): per step "
-                     "compute %.3f ms, comm %.3f ms (of which wait %.3f ms); %lld barrier(s)\n",
-                     world_, static_cast<long long>(total_.steps), grad_buckets_.size(),
-                     static_cast<long long>(max_bucket_numel_),
-                     static_cast<long long>(all_reduces_), exchanged_buckets_,
-                     total_.early / total_.steps, total_.compute / total_.steps,
-                     total_.comm / total_.steps, total_.wait / total_.steps,
-                     static_cast<long long>(barriers_));
-      if (pg_ && c.state().is_main_process() && total_.steps > 0) {
-        std::string per_rank;
-        for (double ms : rank_compute_)
-          per_rank += (per_rank.empty() ? "" : ", ") + fmt_ms(ms / total_.steps);
-        std::fprintf(stderr, "ddp: compute per step by rank: %s ms\n", per_rank.c_str());
-      }
+      broadcast_buffers();
+      if (pg_ && c.state().is_main_process() && total_.steps > 0) print_totals();
     });
+  }
+
+  void print_totals() const {
+    const double n = static_cast<double>(total_.steps);
+    std::string per_rank;
+    for (double ms : rank_compute_) per_rank += (per_rank.empty() ? "" : ", ") + fmt_ms(ms / n);
+    std::fprintf(stderr,
+                 "ddp: %d ranks, %lld all-reduced steps in %zu bucket(s) of %lld floats max, %lld "
+                 "gradient all-reduces (%zu bucket(s) by exchange, %.1f started during backward "
+                 "per step): per step compute %.3f ms, comm %.3f ms (of which wait %.3f ms); "
+                 "%lld barrier(s)\n"
+                 "ddp: compute per step by rank: %s ms\n",
+                 world_, static_cast<long long>(total_.steps), grad_buckets_.size(),
+                 static_cast<long long>(max_bucket_numel_), static_cast<long long>(all_reduces_),
+                 exchanged_buckets_, total_.early / n, total_.compute / n, total_.comm / n,
+                 total_.wait / n, static_cast<long long>(barriers_), per_rank.c_str());
   }
 
   // Called by GradReady on the thread running backward (the training thread on CPU).
