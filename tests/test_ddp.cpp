@@ -167,6 +167,51 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
   }
 }
 
+TEST_CASE("a parameter without a gradient on one rank holds its bucket back; ranks agree") {
+  TempDir dir;
+  // partial_use: trunk, head and an extra head used on rank 1 only. Reverse order in buckets:
+  // [extra.b, extra.w] (85 floats), [head.b, head.w] (85), [trunk.b, trunk.w] (208).
+  auto cfg = [&](const char* out, int extra_rank, bool overlap, bool ring = false) {
+    const fs::path f = dir / (std::string(out) + ".toml");
+    write_file(f,
+               "[trainer]\nepochs = 2\nseed = 3\nbatch_size = 32\nlog_every = 4\n"
+               "threads = 1\noutput_dir = \"" +
+                   (dir / out).string() + "\"\n[task]\nplugin = \"partial_use\"\nextra_rank = " +
+                   std::to_string(extra_rank) +
+                   "\n[optimizer]\nname = \"sgd\"\nlr = 0.2\nmomentum = 0.5\n"
+                   "[[hooks]]\nplugin = \"ddp\"\ntimeout_s = 20.0\nfirst_bucket_mb = 0.0001\n"
+                   "bucket_mb = 0.0002\noverlap = " +
+                   (overlap ? "true" : "false") + (ring ? "\ntwo_rank_exchange_mb = 0" : "") +
+                   "\n[[hooks]]\nplugin = \"ddp_probe\"\n" + test_plugins_toml());
+    auto r = run_wick({"fit", f.string(), "--nproc", "2"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  auto early = cfg("early", 1, true);
+  // Rank 0 (which prints) never fills the first bucket, so no bucket may start before it.
+  CHECK(early.err.find("8 all-reduced steps in 3 bucket(s) of 208 floats max, 24 gradient "
+                       "all-reduces (3 bucket(s) by exchange, 0.0 started during backward") !=
+        std::string::npos);
+  cfg("late", 1, false);
+  // Gloo's ring needs the same collective order on both ranks: rank 1 could start the head's
+  // bucket during backward, rank 0 only after it; both must start them in bucket order.
+  cfg("ring", 1, true, true);
+  cfg("unused", -1, true);  // nobody uses the extra head: it keeps its initial weights
+
+  auto e0 = read_numbers(dir / "early" / "params_rank0.txt");
+  REQUIRE(e0.size() == 16 * 12 + 16 + 5 * 16 + 5 + 5 * 16 + 5);
+  CHECK(max_abs_diff(e0, read_numbers(dir / "early" / "params_rank1.txt")) == 0.0);
+  CHECK(max_abs_diff(e0, read_numbers(dir / "late" / "params_rank0.txt")) == 0.0);
+  CHECK(max_abs_diff(e0, read_numbers(dir / "ring" / "params_rank0.txt")) == 0.0);
+  CHECK(max_abs_diff(e0, read_numbers(dir / "ring" / "params_rank1.txt")) == 0.0);
+  // The extra head (the last 85 numbers) trained from rank 1's gradients alone.
+  auto u0 = read_numbers(dir / "unused" / "params_rank0.txt");
+  const std::vector<double> extra_trained(e0.end() - 85, e0.end()),
+      extra_init(u0.end() - 85, u0.end());
+  CHECK(max_abs_diff(extra_trained, extra_init) > 1e-3);
+}
+
 TEST_CASE("validation metrics of a 2-rank run are reduced over all validation samples") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
