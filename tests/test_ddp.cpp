@@ -71,6 +71,18 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   CHECK(s2["samples_seen"] == s1["samples_seen"]);
   // Training moved the weights (the comparison is not between two untouched models).
   CHECK(s1["valid/loss"].get<double>() < std::log(5.0) - 0.1);  // chance level is log(5)
+
+  // train/loss in step and epoch records is the mean over both ranks' batches: the loss of
+  // the one process's batch of 64 (rank 0's half alone differs by ~1e-2 here).
+  auto losses = [](const fs::path& run) {
+    std::vector<double> v;
+    for (auto& l : read_jsonl(run / "metrics.jsonl"))
+      if (l.contains("train/loss")) v.push_back(l["train/loss"].get<double>());
+    return v;
+  };
+  auto l1 = losses(dir / "one"), l2 = losses(dir / "run");
+  REQUIRE(l1.size() == 6);  // 2 step records and 1 epoch record per epoch
+  CHECK(max_abs_diff(l1, l2) <= 1e-5);
 }
 
 // Tiny buckets: the synthetic MLP's gradients (reverse order: 5, 80, 16, 384, 24, 288 floats)

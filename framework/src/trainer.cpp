@@ -229,6 +229,7 @@ struct Trainer::Impl {
   ValidResult validation();
   void write_record(Record r);
   void maybe_log_step();
+  double mean_loss(std::size_t from);
   void add_pending(Record& r);
   double current_lr() const;
 };
@@ -621,14 +622,26 @@ void Trainer::Impl::train_step(const at::Tensor& indices) {
   emit(Point::after_step);
 }
 
+// Mean of this epoch's losses from index `from` on, over all ranks when data-parallel (every
+// rank logs at the same steps, with as many losses), so records show the global batch's loss.
+double Trainer::Impl::mean_loss(std::size_t from) {
+  auto local = torch::stack(at::TensorList(epoch_losses).slice(from));
+  if (!all_reduce || state.num_processes <= 1) return local.mean().item<double>();
+  auto packed = torch::stack({local.sum().to(torch::kDouble),
+                              torch::scalar_tensor(static_cast<double>(local.size(0)),
+                                                   local.options().dtype(torch::kDouble))})
+                    .cpu();
+  all_reduce(packed);
+  return packed[0].item<double>() / packed[1].item<double>();
+}
+
 void Trainer::Impl::maybe_log_step() {
   if (opt.log_every <= 0 || state.micro_step % opt.log_every != 0 ||
       epoch_losses.size() <= logged_upto)
     return;
   Record r;
   r.kind = Record::Kind::step;
-  auto recent = torch::stack(at::TensorList(epoch_losses).slice(logged_upto));
-  r.values.emplace_back("train/loss", recent.mean().item<double>());
+  r.values.emplace_back("train/loss", mean_loss(logged_upto));
   r.values.emplace_back("lr", current_lr());
   logged_upto = epoch_losses.size();
   write_record(std::move(r));
@@ -813,8 +826,7 @@ FitResult Trainer::fit() {
       I.last_valid = I.validation();
       Record r;
       r.kind = Record::Kind::epoch;
-      if (!I.epoch_losses.empty())
-        r.values.emplace_back("train/loss", torch::stack(I.epoch_losses).mean().item<double>());
+      if (!I.epoch_losses.empty()) r.values.emplace_back("train/loss", I.mean_loss(0));
       for (const auto& kv : I.last_valid.values) r.values.push_back(kv);
       r.values.emplace_back("lr", I.current_lr());
       const double dt = seconds_since(t_epoch);
