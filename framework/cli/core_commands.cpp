@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -93,8 +94,11 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
                   i.version.c_str(), i.kind == wick::PluginKind::task ? "task" : "hook",
                   i.main_process_only ? ", main process only" : "", i.default_order, i.api_major,
                   i.api_minor, i.description.c_str(), i.path.c_str());
+      int key_width = 18;  // widened to the longest key, so that the columns line up
       for (const auto& p : i.params)
-        std::printf("    %-18s %-12s %-16s %s\n", p.key.c_str(),
+        key_width = std::max(key_width, static_cast<int>(p.key.size()));
+      for (const auto& p : i.params)
+        std::printf("    %-*s %-12s %-16s %s\n", key_width, p.key.c_str(),
                     std::string(wick::to_string(p.type)).c_str(),
                     p.default_toml ? p.default_toml->c_str() : "(required)", p.help.c_str());
     }
