@@ -224,6 +224,39 @@ TEST_CASE("a parameter without a gradient on one rank holds its bucket back; ran
   CHECK(max_abs_diff(extra_trained, extra_init) > 1e-3);
 }
 
+TEST_CASE("two backward passes into the same gradients need overlap = false") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run", "backward_twice = true\n"));
+  // Overlapped, the first pass would already have sent the gradients the second one changes.
+  auto early = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2"}, true));
+  INFO(early.out << early.err);
+  CHECK(early.exit_code != 0);
+  CHECK(early.err.find("ddp: parameter '4.bias' received its gradient twice in one backward "
+                       "stage") != std::string::npos);
+  CHECK(early.err.find("set [hooks.ddp] overlap = false") != std::string::npos);
+  auto late = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2"}, false));
+  INFO(late.out << late.err);
+  CHECK(late.exit_code == 0);
+}
+
+TEST_CASE("ddp's parameters are checked before anything starts") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run"));
+  const std::pair<const char*, const char*> bad[] = {
+      {"bucket_mb=0", "'bucket_mb' in [hooks.ddp] (plugin 'ddp') must be > 0"},
+      {"first_bucket_mb=-1", "'first_bucket_mb' in [hooks.ddp] (plugin 'ddp') must be > 0"},
+      {"two_rank_exchange_mb=-0.5",
+       "'two_rank_exchange_mb' in [hooks.ddp] (plugin 'ddp') must be >= 0"},
+      {"timeout_s=0", "'timeout_s' in [hooks.ddp] (plugin 'ddp') must be > 0"}};
+  for (const auto& [set, message] : bad) {
+    auto r =
+        run_wick({"check", (dir / "cfg.toml").string(), "--set", std::string("hooks.ddp.") + set});
+    INFO(set << "\n" << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
+}
+
 TEST_CASE("validation metrics of a 2-rank run are reduced over all validation samples") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));

@@ -59,6 +59,7 @@
 #include <wick/trainer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -89,11 +90,22 @@ struct Bucket {
   std::vector<std::size_t> ids;  // the tensors' indices in the list the buckets were made from
   std::int64_t numel = 0;        // of the tensors (the buffer may hold a trailer beyond it)
   at::Tensor flat;
+  std::vector<at::Tensor> views;  // each tensor's place in flat, in its shape
+  std::vector<at::Tensor> io;     // {flat}, as the collectives take it
   // Per optimizer step (gradient buckets only):
   std::size_t pending = 0;  // tensors whose gradient is not packed yet
   c10::intrusive_ptr<c10d::Work> work, recv;
-  bool exchange = false;  // all-reduced by a two-rank exchange rather than Gloo's ring
-  at::Tensor peer;        // the other rank's buffer, in a two-rank exchange
+  bool exchange = false;         // all-reduced by a two-rank exchange rather than Gloo's ring
+  std::vector<at::Tensor> peer;  // {the other rank's buffer}, in a two-rank exchange
+
+  // The flat buffer (with `extra` elements beyond the tensors) and the views into it, made once.
+  void allocate(std::int64_t extra) {
+    flat = torch::empty({numel + extra}, tensors.front().options().requires_grad(false));
+    io = {flat};
+    views.clear();
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      views.push_back(flat.narrow(0, offsets[i], tensors[i].numel()).view(tensors[i].sizes()));
+  }
 };
 
 // Cuts `ts` (in that order) into buckets the way PyTorch's DDP does: a bucket closes once it
@@ -187,6 +199,22 @@ class Ddp : public wick::Hook {
     });
   }
 
+  // Called by GradReady on the thread running backward (the training thread on CPU).
+  void grad_ready(std::size_t i) {
+    if (!armed_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready_[i]) {
+      if (twice_ == kNone) twice_ = i;  // reported by reduce_gradients, on the training thread
+      return;
+    }
+    ready_[i] = 1;
+    const Slot s = slot_[i];
+    Bucket& b = grad_buckets_[s.bucket];
+    pack_one(b, s.index, true);
+    if (--b.pending == 0) start_ready_buckets();
+  }
+
+ private:
   void print_totals() const {
     const double n = static_cast<double>(total_.steps);
     std::string per_rank;
@@ -203,22 +231,6 @@ class Ddp : public wick::Hook {
                  total_.wait / n, static_cast<long long>(barriers_), per_rank.c_str());
   }
 
-  // Called by GradReady on the thread running backward (the training thread on CPU).
-  void grad_ready(std::size_t i) {
-    if (!armed_) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ready_[i]) {
-      twice_ = i;  // reported by reduce_gradients, on the training thread
-      return;
-    }
-    ready_[i] = 1;
-    const Slot s = slot_[i];
-    Bucket& b = grad_buckets_[s.bucket];
-    pack_one(b, s.index, true);
-    if (--b.pending == 0) start_ready_buckets();
-  }
-
- private:
   struct Times {
     double compute = 0, comm = 0, wait = 0, early = 0;
     std::int64_t steps = 0;
@@ -299,10 +311,18 @@ class Ddp : public wick::Hook {
 
     // Reverse order: backward produces the last layers' gradients first.
     std::vector<at::Tensor> params;
-    for (auto& p : model.parameters())
-      if (p.requires_grad()) params.push_back(p);
-    if (params.empty()) throw std::runtime_error("ddp: the model has no trainable parameters");
+    names_.clear();
+    for (auto& np : model.named_parameters())
+      if (np.value().requires_grad()) {
+        params.push_back(np.value());
+        names_.push_back(np.key());
+      }
+    if (params.empty())
+      throw std::runtime_error(
+          "ddp: the model has no trainable parameters, so there is nothing to all-reduce; "
+          "remove [hooks.ddp] or leave some parameters trainable");
     std::reverse(params.begin(), params.end());
+    std::reverse(names_.begin(), names_.end());
     grad_buckets_ = make_buckets(params, mib_to_bytes(first_bucket_mb_), cap);
     max_bucket_numel_ = 0;
     slot_.assign(params.size(), Slot{});
@@ -312,21 +332,24 @@ class Ddp : public wick::Hook {
       max_bucket_numel_ = std::max(max_bucket_numel_, b.numel);
       for (std::size_t k = 0; k < b.ids.size(); ++k) slot_[b.ids[k]] = Slot{bi, k};
     }
-    trailer_ = 1 + world_;
+    const std::int64_t trailer_len = 1 + world_;
     rank_compute_.assign(static_cast<std::size_t>(world_), 0.0);
     for (std::size_t i = 0; i < grad_buckets_.size(); ++i) {
       auto& b = grad_buckets_[i];
-      const std::int64_t extra = i + 1 == grad_buckets_.size() ? trailer_ : 0;
-      b.flat = torch::empty({b.numel + extra}, b.tensors.front().options().requires_grad(false));
+      const std::int64_t extra = i + 1 == grad_buckets_.size() ? trailer_len : 0;
+      b.allocate(extra);
       // Decided by size alone, so that every rank uses the same collective for each bucket.
       b.exchange =
           exchange_ && (b.numel + extra) * static_cast<std::int64_t>(b.flat.element_size()) <=
                            mib_to_bytes(exchange_mb_);
       if (b.exchange) {
-        b.peer = torch::empty_like(b.flat);
+        b.peer = {torch::empty_like(b.flat)};
         ++exchanged_buckets_;
       }
     }
+    const auto& last = grad_buckets_.back();
+    trailer_ = last.flat.narrow(0, last.numel, trailer_len);
+    trailer_host_ = torch::empty({trailer_len}, torch::kDouble);
     if (overlap_ && grad_buckets_.size() > 1) {
       // Holding the accumulators keeps them (and the hooks on them) for every later graph.
       for (std::size_t i = 0; i < params.size(); ++i) {
@@ -399,13 +422,11 @@ class Ddp : public wick::Hook {
       // Receive posted first, so that the peer's data lands in place as soon as it comes.
       const int peer = 1 - rank_;
       const int tag = static_cast<int>(&b - grad_buckets_.data());
-      std::vector<at::Tensor> in{b.peer}, out{b.flat};
-      b.recv = pg_->recv(in, peer, tag);
-      b.work = pg_->send(out, peer, tag);
+      b.recv = pg_->recv(b.peer, peer, tag);
+      b.work = pg_->send(b.io, peer, tag);
       return;
     }
-    std::vector<at::Tensor> v{b.flat};
-    b.work = pg_->allreduce(v);
+    b.work = pg_->allreduce(b.io);
   }
 
   // Waits for a bucket's all-reduce; the bucket then holds the sum over ranks.
@@ -416,7 +437,7 @@ class Ddp : public wick::Hook {
       wait(b.recv, "gradient receive");
       b.recv.reset();
       // Both ranks add the same two numbers (a + b == b + a): they stay equal bit for bit.
-      b.flat.add_(b.peer);
+      b.flat.add_(b.peer.front());
     }
   }
 
@@ -448,15 +469,11 @@ class Ddp : public wick::Hook {
 
   void broadcast(std::vector<Bucket>& buckets) {
     for (auto& b : buckets) {
-      if (!b.flat.defined())
-        b.flat = torch::empty({b.numel}, b.tensors.front().options().requires_grad(false));
+      if (!b.flat.defined()) b.allocate(0);
       for (std::size_t i = 0; i < b.tensors.size(); ++i) pack_one(b, i, false);
-      std::vector<at::Tensor> v{b.flat};
-      wait(pg_->broadcast(v), "broadcast from rank 0");
+      wait(pg_->broadcast(b.io), "broadcast from rank 0");
       torch::NoGradGuard ng;
-      for (std::size_t i = 0; i < b.tensors.size(); ++i)
-        b.tensors[i].copy_(
-            b.flat.narrow(0, b.offsets[i], b.tensors[i].numel()).view_as(b.tensors[i]));
+      for (std::size_t i = 0; i < b.tensors.size(); ++i) b.tensors[i].copy_(b.views[i]);
     }
   }
   void broadcast_buffers() {
@@ -469,12 +486,11 @@ class Ddp : public wick::Hook {
 
   // Copies a bucket's i-th tensor (its gradient when grads) into the flat buffer.
   static void pack_one(Bucket& b, std::size_t i, bool grads) {
-    auto dst = b.flat.narrow(0, b.offsets[i], b.tensors[i].numel());
     const at::Tensor& src = grads ? b.tensors[i].grad() : b.tensors[i];
     if (src.defined())
-      dst.copy_(src.detach().reshape({-1}));
+      b.views[i].copy_(src.detach());
     else
-      dst.zero_();  // a parameter unused on this rank contributes nothing
+      b.views[i].zero_();  // a parameter unused on this rank contributes nothing
   }
 
   bool reduce_gradients(wick::Context& c, const wick::Next& next) {
@@ -484,8 +500,8 @@ class Ddp : public wick::Hook {
     std::unique_lock<std::mutex> lock(mu_);
     if (twice_ != kNone)
       throw std::runtime_error(
-          "ddp: a parameter (bucket " + std::to_string(slot_[twice_].bucket) +
-          ") received its gradient twice in one backward stage, after its bucket was packed; "
+          "ddp: parameter '" + names_[twice_] +
+          "' received its gradient twice in one backward stage, after its bucket was packed; "
           "with more than one backward pass per micro-batch set [hooks.ddp] overlap = false");
     const double early = static_cast<double>(early_);
     for (; next_start_ < grad_buckets_.size(); ++next_start_) {
@@ -494,10 +510,11 @@ class Ddp : public wick::Hook {
         if (!ready_[b.ids[k]]) pack_one(b, k, true);
       if (next_start_ + 1 == grad_buckets_.size()) {
         // Trailer: [this rank's stop flag, compute ms per rank (ours in our slot)].
-        auto trailer = b.flat.narrow(0, b.numel, trailer_);
-        trailer.zero_();
-        trailer[0] = c.stop_requested() ? 1.0 : 0.0;
-        trailer[1 + rank_] = compute;
+        double* t = trailer_host_.data_ptr<double>();
+        std::fill(t, t + trailer_host_.numel(), 0.0);
+        t[0] = c.stop_requested() ? 1.0 : 0.0;
+        t[1 + rank_] = compute;
+        trailer_.copy_(trailer_host_);
       }
       start(b);
     }
@@ -509,17 +526,14 @@ class Ddp : public wick::Hook {
     for (auto& b : grad_buckets_) {
       for (std::size_t i = 0; i < b.tensors.size(); ++i) {
         auto& p = b.tensors[i];
-        auto src = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.sizes());
         if (p.grad().defined() && p.grad().is_contiguous() && p.grad().sizes() == p.sizes())
-          at::mul_out(p.mutable_grad(), src, inv);
+          at::mul_out(p.mutable_grad(), b.views[i], inv);
         else
-          p.mutable_grad() = src * inv;
+          p.mutable_grad() = b.views[i] * inv;
       }
     }
-    const auto& last = grad_buckets_.back();
-    auto tr =
-        last.flat.narrow(0, last.numel, trailer_).to(torch::kCPU, torch::kDouble).contiguous();
-    const double* v = tr.data_ptr<double>();
+    trailer_host_.copy_(trailer_);
+    const double* v = trailer_host_.data_ptr<double>();
     if (v[0] > 0) agreed_stop_ = true;
     double slowest = 0;
     for (int r = 0; r < world_; ++r) {
@@ -555,8 +569,9 @@ class Ddp : public wick::Hook {
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   torch::Device device_{torch::kCPU};
   std::vector<Bucket> grad_buckets_, buffer_buckets_;
-  std::int64_t max_bucket_numel_ = 0, trailer_ = 0;
-  std::vector<double> rank_compute_;  // sum over steps of each rank's compute ms
+  std::int64_t max_bucket_numel_ = 0;
+  at::Tensor trailer_, trailer_host_;  // the last bucket's trailer, and a CPU double copy
+  std::vector<double> rank_compute_;   // sum over steps of each rank's compute ms
   bool agreed_stop_ = false;
   std::int64_t barriers_ = 0, all_reduces_ = 0;
   Clock::time_point step_start_ = Clock::now();
@@ -566,9 +581,10 @@ class Ddp : public wick::Hook {
   // backward threads (CUDA); on CPU backward runs on the training thread.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> hooks_;
   std::vector<Slot> slot_;
+  std::vector<std::string> names_;  // of the gradient tensors, in bucket order (for errors)
   std::vector<char> ready_;
   std::size_t next_start_ = 0, early_ = 0, twice_ = kNone;
-  bool armed_ = false;
+  std::atomic<bool> armed_{false};
   std::mutex mu_;
 };
 

@@ -1,6 +1,7 @@
 // Test-only hook for the data-parallel tests: dumps each rank's final parameters and step
 // count, evaluates the whole validation set in one process (the reference for reduced
-// metrics), and injects faults (a rank kills itself, a rank alone asks to stop).
+// metrics), and injects faults (a rank kills itself, a rank alone asks to stop, two backward
+// passes per micro-batch).
 #include <wick/context.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
@@ -19,9 +20,16 @@ class DdpProbe : public wick::Hook {
         kill_at_step_(p.get_int("kill_at_step")),
         stop_rank_(p.get_int("stop_rank")),
         stop_at_step_(p.get_int("stop_at_step")),
-        stop_after_epoch_(p.get_int("stop_after_epoch")) {}
+        stop_after_epoch_(p.get_int("stop_after_epoch")),
+        backward_twice_(p.get_bool("backward_twice")) {}
 
   void connect(wick::Registrar& r) override {
+    // A second backward pass into the same gradients, before the stage's own.
+    if (backward_twice_)
+      r.stage(wick::Stage::backward, [](wick::Context& c, wick::Next next) {
+        c.backward_loss().backward({}, /*retain_graph=*/true);
+        return next();
+      });
     r.on(wick::Point::before_step, [this](wick::Context& c) {
       const auto& s = c.state();
       if (s.training() && s.rank == kill_rank_ && s.optimizer_step == kill_at_step_)
@@ -78,6 +86,7 @@ class DdpProbe : public wick::Hook {
   }
 
   std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_, stop_after_epoch_;
+  bool backward_twice_;
 };
 
 }  // namespace
@@ -90,4 +99,6 @@ WICK_PLUGIN(DdpProbe, wick::PluginDef("ddp_probe", "1.0.0",
                           .param_int("kill_at_step", 0, "optimizer step at which it does")
                           .param_int("stop_rank", -1, "rank that alone requests a stop")
                           .param_int("stop_at_step", -1, "optimizer step after which it does")
-                          .param_int("stop_after_epoch", -1, "or epoch after which it does"))
+                          .param_int("stop_after_epoch", -1, "or epoch after which it does")
+                          .param_bool("backward_twice", false,
+                                      "run backward once more before the backward stage's own"))
