@@ -138,4 +138,19 @@ std::map<std::string, double> read_callgrind_dumps(const std::string& dir) {
   return ir;
 }
 
+WickRun read_summary(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "summary.json");
+  if (!in) throw std::runtime_error("no summary.json in " + dir);
+  json j = json::parse(in);
+  if (j.value("status", "") != "completed")
+    throw std::runtime_error("wick run did not complete: " + j.dump());
+  WickRun r;
+  r.samples_per_s = j.at("train_samples_per_s").get<double>();
+  r.samples = j.at("samples_seen").get<std::int64_t>();
+  const double cpu = j.value("train_cpu_s", 0.0);
+  r.cpu_samples_per_s = cpu > 0 ? static_cast<double>(r.samples) / cpu : 0;
+  r.fingerprint = j.value("model_fingerprint", "");
+  return r;
+}
+
 }  // namespace wick::bench

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,6 +37,16 @@ struct ChildResult {
 // Runs argv (no shell) with extra environment entries "K=V", capturing both streams.
 ChildResult run_child(const std::vector<std::string>& argv,
                       const std::vector<std::string>& env = {});
+
+// What a `wick fit` run wrote to DIR/summary.json; throws unless it completed.
+struct WickRun {
+  double samples_per_s = 0;  // the trainer's own train_samples_per_s (wall time)
+  double cpu_samples_per_s = 0;
+  long faults = 0;  // minor page faults during fit() (validation included), when measured
+  std::int64_t samples = 0;
+  std::string fingerprint;
+};
+WickRun read_summary(const std::string& dir);
 
 // Peak resident set of this process so far, in MiB (VmHWM).
 double self_peak_rss_mb();

@@ -17,13 +17,7 @@ namespace fs = std::filesystem;
 namespace {
 
 double samples_per_s(const fs::path& run) {
-  std::ifstream in(run / "summary.json");
-  if (!in) throw std::runtime_error("ddp bench: no summary.json in " + run.string());
-  json j = json::parse(in);
-  if (j.value("status", "") != "completed")
-    throw std::runtime_error("ddp bench: run in " + run.string() + " ended " +
-                             j.value("status", "?") + ": " + j.value("error", ""));
-  return j.value("train_samples_per_s", 0.0);
+  return read_summary(run.string()).samples_per_s;
 }
 
 std::string quoted(const std::string& s) {
@@ -93,12 +87,15 @@ json measure(Settings& s, const std::string& name, const std::string& config, lo
       }
     }
     // Two independent one-rank fits at once (no communication).
+    // Each side's exit status is checked (a bare `wait` would hide a failure), and last round's
+    // summaries go first, so that a failed run cannot pass off an old number.
     std::string cmd;
     for (const char* side : {"pa", "pb"}) {
+      fs::remove(dir / side / "summary.json");
       for (const auto& a : fit_argv(dir / side, false)) cmd += quoted(a) + " ";
-      cmd += ">/dev/null 2>&1 & ";
+      cmd += std::string(">/dev/null 2>&1 & ") + side + "=$!; ";
     }
-    cmd += "wait";
+    cmd += "wait $pa && wait $pb";
     check(run_child({"/bin/sh", "-c", cmd}), "the independent pair");
     const double rp = samples_per_s(dir / "pa") + samples_per_s(dir / "pb");
     one.push_back(r1);

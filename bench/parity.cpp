@@ -217,29 +217,6 @@ Prepared prepare(const Workload& w, const fs::path& out_dir, const std::vector<s
   return p;
 }
 
-struct WickRun {
-  double samples_per_s = 0;  // the trainer's own train_samples_per_s (wall time)
-  double cpu_samples_per_s = 0;
-  long faults = 0;  // minor page faults during fit() (validation included)
-  std::int64_t samples = 0;
-  std::string fingerprint;
-};
-
-WickRun read_summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  if (!in) throw std::runtime_error("no summary.json in " + dir.string());
-  json j = json::parse(in);
-  if (j.value("status", "") != "completed")
-    throw std::runtime_error("wick run did not complete: " + j.dump());
-  WickRun r;
-  r.samples_per_s = j.at("train_samples_per_s").get<double>();
-  r.samples = j.at("samples_seen").get<std::int64_t>();
-  const double cpu = j.value("train_cpu_s", 0.0);
-  r.cpu_samples_per_s = cpu > 0 ? static_cast<double>(r.samples) / cpu : 0;
-  r.fingerprint = j.value("model_fingerprint", "");
-  return r;
-}
-
 WickRun wick_in_process(Prepared& p) {
   const long f0 = minor_faults();
   auto res = p.trainer->fit();

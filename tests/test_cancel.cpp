@@ -163,6 +163,7 @@ TEST_CASE("an exception in a hook fails the run with the plugin and the point na
   CHECK(r.summary["error"] == msg);
   CHECK(r.summary["optimizer_steps"] == 3);
   CHECK(r.err.find("wick: training failed: " + msg) != std::string::npos);
+  REQUIRE_FALSE(r.recorded.empty());
   CHECK(r.recorded.back() == "after_cancel 1 1");
   CHECK(count(r.recorded, "after_cancel 1 1") == 1);
 }
@@ -294,5 +295,7 @@ TEST_CASE("a second SIGINT ends `wick fit` at once with exit 130") {
   CHECK(exit_status(status) == 130);
   // It ended at once: no after_cancel, no summary.
   CHECK_FALSE(fs::exists(dir / "run" / "summary.json"));
-  CHECK(count(recorded(dir), "after_cancel 0 0") == 0);
+  const auto rec = recorded(dir);
+  REQUIRE_FALSE(rec.empty());  // the recorder ran, and wrote no after_cancel
+  CHECK(count(rec, "after_cancel 0 0") == 0);
 }

@@ -570,6 +570,10 @@ class Checkpoint : public wick::Hook {
   void save(wick::Context& c, const std::string& reason) {
     const auto name = name_of(pos_);
     if (name == last_saved_) return;  // this very position is saved already
+    if (!c.state().is_main_process()) {
+      last_saved_ = name;  // rank 0 writes, prunes and reports; the folder is shared
+      return;
+    }
     const auto t0 = Clock::now();
     const auto bytes = save_as(c, name, reason);
     last_saved_ = name;

@@ -52,15 +52,10 @@ class SpiralTask : public wick::Task {
   std::shared_ptr<wick::Dataset> train_data() override { return train_; }
   std::shared_ptr<wick::Dataset> valid_data() override { return valid_; }
   wick::Output train_step(const wick::Batch& b) override {
-    wick::Output o;
-    o.pred = net_->forward(b.input);
-    o.loss = torch::nn::functional::cross_entropy(o.pred, b.target);
-    return o;
+    return wick::classification_step(net_, b, /*with_accuracy=*/false);
   }
   wick::Output eval_step(const wick::Batch& b) override {
-    auto o = train_step(b);
-    o.metrics.emplace_back("accuracy", o.pred.argmax(1).eq(b.target).to(torch::kFloat).mean());
-    return o;
+    return wick::classification_step(net_, b, /*with_accuracy=*/true);
   }
 
  private:
