@@ -303,6 +303,14 @@ TEST_CASE("an optimizer_step handler that declines next: no step, and the step i
   CHECK(summary["micro_steps"] == 4);
 }
 
+TEST_CASE("TrainerOptions from a host program are checked like a config's") {
+  TempDir dir;
+  auto o = tiny_options(dir);
+  o.nan_policy = "skp";
+  CHECK_THROWS_WITH(wick::Trainer(o, std::make_shared<TinyTask>()),
+                    "trainer.nan_policy = \"skp\" is not one of \"error\", \"skip\", \"ignore\"");
+}
+
 TEST_CASE("an exception in a hook names the plugin, the instance and the point") {
   TempDir dir;
   wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());

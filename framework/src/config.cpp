@@ -539,9 +539,6 @@ bool Config::has_task() const {
 const std::string& Config::task_plugin() const {
   return impl_->task_plugin;
 }
-const std::vector<std::string>& Config::plugin_dirs() const {
-  return impl_->plugin_dirs;
-}
 
 std::vector<std::string> Config::search_path(const std::vector<std::string>& extra) const {
   std::vector<std::string> dirs = extra;

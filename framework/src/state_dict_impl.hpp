@@ -1,7 +1,7 @@
 // Private: storage behind wick::StateDict (needs LibTorch).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>

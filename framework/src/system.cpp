@@ -91,13 +91,15 @@ bool reference_blas_loaded() {
 
 void warn_if_reference_blas() {
   static bool warned = false;
-  if (warned || !reference_blas_loaded()) return;
+  if (warned) return;
+  const auto path = loaded_blas();
+  if (classify_blas_path(path) != BlasKind::reference) return;
   warned = true;
   std::fprintf(stderr,
                "wick: warning: LibTorch is using the reference BLAS (%s), which trains about 15x "
                "slower; install libopenblas0-openmp (scripts/install-deps.sh does); `wick doctor` "
                "shows the set-up\n",
-               loaded_blas().c_str());
+               path.c_str());
 }
 
 bool keep_freed_memory() {

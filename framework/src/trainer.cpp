@@ -247,6 +247,10 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
   if (!I.task) throw std::invalid_argument("Trainer: no task");
   if (I.opt.threads > 0) at::set_num_threads(static_cast<int>(I.opt.threads));
 
+  // The config checks this too; a host program building TrainerOptions itself gets it here.
+  if (I.opt.nan_policy != "error" && I.opt.nan_policy != "skip" && I.opt.nan_policy != "ignore")
+    throw ConfigError("trainer.nan_policy = \"" + I.opt.nan_policy +
+                      "\" is not one of \"error\", \"skip\", \"ignore\"");
   std::string dev = I.opt.device;
   if (dev == "auto") dev = torch::cuda::is_available() ? "cuda" : "cpu";
   I.device = torch::Device(dev);

@@ -35,9 +35,8 @@ class Config {
   bool has_optimizer() const;  // [optimizer] present
   bool has_task() const;       // [task] present
   const std::string& task_plugin() const;
-  // [plugins] path entries, made absolute relative to the config file's folder.
-  const std::vector<std::string>& plugin_dirs() const;
-  // The full search path: plugin_dirs(), WICK_PLUGIN_PATH, the install's plugin folder.
+  // The full search path: --plugin-path folders (extra), the [plugins] path entries (made
+  // absolute relative to the config file's folder), WICK_PLUGIN_PATH, the install's folder.
   std::vector<std::string> search_path(const std::vector<std::string>& extra = {}) const;
 
   // Loads the hook plugins, validates their tables and constructs them (config order;
