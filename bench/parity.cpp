@@ -69,7 +69,8 @@ std::pair<at::Tensor, at::Tensor> all_data(Dataset& ds, bool& copied) {
   // The same tensors the trainer indexes, without a copy when the task keeps them whole.
   if (auto* td = dynamic_cast<TensorDataset*>(&ds)) return {td->input(), td->target()};
   copied = true;
-  auto b = ds.get(torch::arange(ds.size(), torch::kLong));
+  Fetch f;
+  auto b = ds.get(torch::arange(ds.size(), torch::kLong), f);
   return {b.input, b.target};
 }
 

@@ -44,3 +44,19 @@ get_property(builtin GLOBAL PROPERTY WICK_BUILTIN_PLUGINS)
 add_dependencies(test_sdk_install wick_cli ${builtin})
 add_test(NAME sdk_install COMMAND test_sdk_install)
 set_tests_properties(sdk_install PROPERTIES LABELS "slow;install" TIMEOUT 900)
+
+# Every public SDK header compiles on its own, included first and alone (no reliance on what
+# another header happened to include): one generated translation unit per header, built with
+# the tests (no precompiled header, so nothing comes in from elsewhere).
+file(GLOB WICK_SDK_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/sdk/include/wick/*.hpp)
+set(WICK_HEADER_ALONE_SOURCES)
+foreach(header ${WICK_SDK_PUBLIC_HEADERS})
+  get_filename_component(stem ${header} NAME_WE)
+  set(tu ${CMAKE_CURRENT_BINARY_DIR}/header_alone/${stem}.cpp)
+  file(GENERATE OUTPUT ${tu} CONTENT "#include <wick/${stem}.hpp>\n")
+  list(APPEND WICK_HEADER_ALONE_SOURCES ${tu})
+endforeach()
+add_library(wick_sdk_headers_alone OBJECT ${WICK_HEADER_ALONE_SOURCES})
+target_link_libraries(wick_sdk_headers_alone PRIVATE wick)
+target_compile_options(wick_sdk_headers_alone PRIVATE ${WICK_WARNINGS})
+add_dependencies(wick_test_plugins wick_sdk_headers_alone)

@@ -4,7 +4,11 @@
 // checkpoints. Faults come from the test-only plugin tests/plugins/fault.cpp.
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
+#include <functional>
+#include <sstream>
 #include <map>
 
 #include "support.hpp"
@@ -21,7 +25,34 @@ std::string config(const TempDir& d, const std::string& checkpoint_keys,
          "output_dir = \"" +
          (d / "run").string() + "\"\n" +
          "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n" + task_keys +
+         "[[hooks]]\nplugin = \"metrics_log\"\n" +
          "[[hooks]]\nplugin = \"checkpoint\"\n" + checkpoint_keys + extra + test_plugins_toml();
+}
+
+// The rows of DIR/run/metrics.csv without the columns that hold timings.
+std::vector<std::string> csv_rows(const TempDir& d) {
+  std::istringstream in(read_file(d / "run" / "metrics.csv"));
+  std::string line;
+  std::vector<std::vector<std::string>> cells;
+  while (std::getline(in, line)) {
+    std::vector<std::string> row;
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, ',')) row.push_back(c);
+    if (!line.empty() && line.back() == ',') row.emplace_back();
+    cells.push_back(row);
+  }
+  std::vector<std::string> out;
+  if (cells.empty()) return out;
+  const auto& header = cells[0];
+  for (const auto& row : cells) {
+    std::string kept;
+    for (std::size_t i = 0; i < row.size() && i < header.size(); ++i)
+      if (header[i] != "time_s" && header[i] != "epoch_time_s" && header[i] != "samples_per_s")
+        kept += row[i] + ",";
+    out.push_back(kept);
+  }
+  return out;
 }
 
 std::string fault(const std::string& keys) {
@@ -60,6 +91,7 @@ RunResult run_wick_unprivileged(const std::vector<std::string>& args) {
 struct Reference {
   std::string fingerprint;
   std::vector<std::string> logged;
+  std::vector<std::string> csv;
 };
 
 // The uninterrupted run the interrupted ones must reproduce (computed once per process).
@@ -70,7 +102,8 @@ const Reference& reference() {
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
-    return Reference{read_json(d / "run" / "summary.json")["model_fingerprint"], logged_values(d)};
+    return Reference{read_json(d / "run" / "summary.json")["model_fingerprint"], logged_values(d),
+                     csv_rows(d)};
   }();
   return ref;
 }
@@ -83,8 +116,10 @@ void check_matches_reference(const TempDir& d) {
   CHECK(s["optimizer_steps"] == 24);
   CHECK(s["samples_seen"] == 768);
   CHECK(s["model_fingerprint"] == ref.fingerprint);
-  // The whole history, every step and epoch loss after the resume point included.
+  // The whole history, every step and epoch loss after the resume point included, in
+  // metrics.jsonl and in metrics.csv: each record exactly once.
   CHECK(logged_values(d) == ref.logged);
+  CHECK(csv_rows(d) == ref.csv);
 }
 
 }  // namespace
@@ -274,7 +309,63 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
           std::string::npos);
     CHECK(r.err.find("'" + good.string() + "': state.pt is missing") != std::string::npos);
     CHECK(r.err.find("--resume latest: no valid checkpoint in '" + ckpt_dir(d).string() +
-                     "' (2 skipped as corrupt)") != std::string::npos);
+                     "' (2 skipped as unusable)") != std::string::npos);
+  }
+  // The manifest is untrusted input: whatever it says, nothing outside the folder is opened,
+  // nothing unbounded is read, and `latest` skips it with the reason.
+  auto tamper = [&](const std::function<void(nlohmann::json&)>& f) {
+    auto m = read_json(bad / "manifest.json");
+    f(m);
+    write_file(bad / "manifest.json", m.dump(2));
+  };
+  auto refused = [&](const std::string& why) {
+    auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", bad.string()});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot resume from checkpoint '" + bad.string() + "': " + why) !=
+          std::string::npos);
+    auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+    INFO(r2.out << r2.err);
+    CHECK(r2.exit_code == 0);
+    CHECK(r2.err.find("warning: skipping checkpoint '" + bad.string() + "': " + why) !=
+          std::string::npos);
+    CHECK(r2.out.find("resumed from " + good.string()) != std::string::npos);
+    CHECK(hashes(good) == good_hashes);
+  };
+  SECTION("a file entry that leaves the folder") {
+    write_file(d / "secret.txt", "secret");
+    tamper([&](nlohmann::json& m) {
+      m["files"]["../../../secret.txt"] = {{"bytes", 6}, {"sha256", wick::sha256_hex("secret")}};
+    });
+    refused("manifest.json lists an unexpected file '../../../secret.txt'");
+  }
+  SECTION("a manifest that is a link to /dev/zero") {
+    fs::remove(bad / "manifest.json");
+    fs::create_symlink("/dev/zero", bad / "manifest.json");
+    refused("manifest.json is not a regular file (a link, FIFO or device)");
+  }
+  SECTION("a manifest that is a FIFO") {
+    fs::remove(bad / "manifest.json");
+    REQUIRE(::mkfifo((bad / "manifest.json").c_str(), 0600) == 0);
+    refused("manifest.json is not a regular file (a link, FIFO or device)");
+  }
+  SECTION("wrong JSON types") {
+    tamper([](nlohmann::json& m) { m["position"]["epoch"] = "two"; });
+    refused("manifest.json position 'epoch' is missing or not an integer");
+  }
+  SECTION("a negative epoch") {
+    tamper([](nlohmann::json& m) { m["position"]["epoch"] = -1; });
+    refused("manifest.json position 'epoch' is negative (-1)");
+  }
+  SECTION("a batch past the epoch") {
+    tamper([](nlohmann::json& m) { m["position"]["batch"] = 9; });
+    refused("its position (epoch 2, batch 9) is past the 8 batches of an epoch of this run");
+  }
+  SECTION("a record count of zero does not delete the logged history") {
+    const auto before = read_jsonl(d / "run" / "metrics.jsonl").size();
+    tamper([](nlohmann::json& m) { m["records"] = 0; });
+    refused("manifest.json does not agree with state.pt (records: 0 against 10)");
+    CHECK(read_jsonl(d / "run" / "metrics.jsonl").size() >= before);
   }
 }
 

@@ -26,10 +26,12 @@ class TinyTask : public wick::Task {
   }
   std::shared_ptr<wick::Dataset> train_data() override { return make(8, 1); }
   std::shared_ptr<wick::Dataset> valid_data() override { return make(4, 2); }
-  wick::Output train_step(const wick::Batch& b) override {
+  at::Tensor forward(wick::Context&, const wick::Batch& b) override {
+    return net_->forward(b.input);
+  }
+  wick::Output loss(wick::Context&, const at::Tensor& pred, const wick::Batch& b) override {
     wick::Output o;
-    o.pred = net_->forward(b.input);
-    o.loss = torch::mse_loss(o.pred, b.target);
+    o.loss = torch::mse_loss(pred, b.target);
     return o;
   }
 
@@ -306,9 +308,11 @@ TEST_CASE("an optimizer_step handler that declines next: no step, and the step i
 TEST_CASE("TrainerOptions from a host program are checked like a config's") {
   TempDir dir;
   auto o = tiny_options(dir);
-  o.nan_policy = "skp";
-  CHECK_THROWS_WITH(wick::Trainer(o, std::make_shared<TinyTask>()),
-                    "trainer.nan_policy = \"skp\" is not one of \"error\", \"skip\", \"ignore\"");
+  o.device = wick::Device{wick::DeviceType::cuda, 0};
+  if (!torch::cuda::is_available())
+    CHECK_THROWS_WITH(wick::Trainer(o, std::make_shared<TinyTask>()),
+                      "trainer.device = \"cuda:0\" but this LibTorch has no CUDA device; use "
+                      "\"cpu\" or \"auto\"");
 }
 
 TEST_CASE("an exception in a hook names the plugin, the instance and the point") {
@@ -527,4 +531,209 @@ TEST_CASE("a plugin handler that declines optimizer_step leaves the model as ini
         "recorder optimizer_step 0 1\nrecorder after_step 0 1\n"
         "recorder optimizer_step 1 0\nrecorder after_step 1 0\n"
         "recorder optimizer_step 1 1\nrecorder after_step 1 1\n");
+}
+
+// ---- SDK 2.0: each point means something --------------------------------------------------
+
+namespace {
+// TinyTask with training metrics, a counter in its checkpoint state, and a record of the
+// predictions its loss() saw.
+class MeteredTask : public TinyTask {
+ public:
+  wick::Output loss(wick::Context& c, const at::Tensor& pred, const wick::Batch& b) override {
+    seen_pred_sum.push_back(pred.sum().item<double>());
+    wick::Output o = TinyTask::loss(c, pred, b);
+    // A per-batch value known in advance: the batch index (0 and 1 in each epoch).
+    o.metrics.emplace_back("batch", torch::tensor(static_cast<double>(c.state().batch_idx)));
+    if (c.state().training()) ++steps;
+    return o;
+  }
+  bool has_state() const override { return true; }
+  void save_state(wick::StateDict& out) const override { out.set_int("steps", steps); }
+  void load_state(const wick::StateDict& in) override { steps = in.get_int("steps"); }
+
+  std::vector<double> seen_pred_sum;
+  std::int64_t steps = 0;
+};
+}  // namespace
+
+TEST_CASE("after_pred sits between forward and loss: a hook's prediction is the one the loss gets") {
+  TempDir dir;
+  auto task = std::make_shared<MeteredTask>();
+  wick::Trainer t(tiny_options(dir), task);
+  std::vector<std::string> order;
+  t.add_hook(entry("zero_pred", 0, [&](wick::Registrar& r) {
+    r.stage(Stage::forward, [&](wick::Context& c, wick::Next next) {
+      order.push_back(c.output().pred.defined() ? "forward: pred before" : "forward: none before");
+      const bool ok = next();
+      order.push_back(c.output().pred.defined() ? "forward: pred after" : "forward: none after");
+      return ok;
+    });
+    r.on(Point::after_pred, [&](wick::Context& c) {
+      order.push_back(c.output().loss.defined() ? "after_pred: loss" : "after_pred: no loss");
+      c.output().pred = torch::zeros_like(c.output().pred);
+    });
+    r.on(Point::after_loss, [&](wick::Context& c) {
+      order.push_back(c.output().loss.defined() ? "after_loss: loss" : "after_loss: no loss");
+    });
+  }));
+  REQUIRE(t.fit().status == wick::FitResult::Status::completed);
+  REQUIRE(order.size() >= 4);
+  CHECK(std::vector<std::string>(order.begin(), order.begin() + 4) ==
+        std::vector<std::string>{"forward: none before", "forward: pred after",
+                                 "after_pred: no loss", "after_loss: loss"});
+  // Every loss() call (training and validation) saw the replaced, all-zero prediction.
+  REQUIRE(task->seen_pred_sum.size() == 6);
+  for (double s : task->seen_pred_sum) CHECK(s == 0.0);
+}
+
+TEST_CASE("a hook at after_loss replaces the loss that backward differentiates") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  const auto before = params_of(t.model());
+  t.add_hook(entry("no_loss", 0, [](wick::Registrar& r) {
+    r.on(Point::after_loss, [](wick::Context& c) {
+      if (c.state().training()) c.output().loss = c.output().loss * 0.0;
+    });
+  }));
+  REQUIRE(t.fit().status == wick::FitResult::Status::completed);
+  // A zero loss gives zero gradients: Adam leaves the parameters where they were.
+  CHECK(params_of(t.model()) == before);
+}
+
+TEST_CASE("training metrics of a task are logged as train/NAME means, per window and epoch") {
+  TempDir dir;
+  auto o = tiny_options(dir);
+  o.log_every = 1;
+  wick::Trainer t(o, std::make_shared<MeteredTask>());
+  REQUIRE(t.fit().status == wick::FitResult::Status::completed);
+  auto records = read_jsonl(dir / "run" / "metrics.jsonl");
+  std::vector<double> step_values, epoch_values;
+  for (const auto& r : records)
+    (r["kind"] == "step" ? step_values : epoch_values).push_back(r["train/batch"].get<double>());
+  // Batches 0 and 1 of each epoch, one step record each; the epoch record is their mean.
+  CHECK(step_values == std::vector<double>{0, 1, 0, 1});
+  CHECK(epoch_values == std::vector<double>{0.5, 0.5});
+  // Validation has one batch (index 0) per epoch.
+  CHECK(records.back()["valid/batch"].get<double>() == 0.0);
+}
+
+TEST_CASE("a task's own state travels in the framework's checkpoint") {
+  TempDir dir;
+  auto first_task = std::make_shared<MeteredTask>();
+  auto o = tiny_options(dir);
+  o.epochs = 1;
+  wick::Trainer first(o, first_task);
+  REQUIRE(first.fit().status == wick::FitResult::Status::completed);
+  REQUIRE(first_task->steps == 2);
+  const auto saved = first.context().save_checkpoint((dir / "ckpt").string(), "test");
+  CHECK(saved.position == wick::Position{1, 0});
+  CHECK(saved.optimizer_step == 2);
+
+  auto second_task = std::make_shared<MeteredTask>();
+  o.epochs = 2;
+  wick::Trainer second(o, second_task);
+  second.add_hook(entry("restore", 0, [&](wick::Registrar& r) {
+    r.on(Point::before_fit, [&](wick::Context& c) {
+      const auto info = c.restore_checkpoint((dir / "ckpt").string());
+      CHECK(info.position == wick::Position{1, 0});
+      CHECK(second_task->steps == 2);
+    });
+  }));
+  REQUIRE(second.fit().status == wick::FitResult::Status::completed);
+  CHECK(second_task->steps == 4);  // resumed at epoch 1: two more steps
+  CHECK(second.state().optimizer_step == 4);
+}
+
+TEST_CASE("after_cancel tells what was cancelled and why") {
+  TempDir dir;
+  auto run_with = [&](std::function<void(wick::Context&)> at_step) {
+    wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+    std::vector<std::string> seen;
+    t.add_hook(entry("canceller", 0, [&](wick::Registrar& r) {
+      r.on(Point::after_backward, [&](wick::Context& c) {
+        if (c.state().epoch == 0 && c.state().batch_idx == 1) at_step(c);
+      });
+      r.on(Point::after_cancel, [&](wick::Context& c) {
+        const auto* why = c.cancellation();
+        REQUIRE(why != nullptr);
+        seen.push_back(std::string(wick::to_string(why->scope)) + " " +
+                       std::string(wick::to_string(why->reason)) + " " + why->message);
+      });
+      r.on(Point::after_epoch, [&](wick::Context& c) { CHECK(c.cancellation() == nullptr); });
+    }));
+    auto res = t.fit();
+    return std::make_pair(res, seen);
+  };
+  {
+    auto [res, seen] = run_with([](wick::Context&) { throw wick::CancelStep(); });
+    CHECK(res.status == wick::FitResult::Status::completed);
+    CHECK(seen == std::vector<std::string>{
+                      "step CancelStep plugin 'canceller' (instance 'canceller') at "
+                      "after_backward: CancelStep"});
+  }
+  {
+    auto [res, seen] = run_with([](wick::Context&) { throw wick::CancelFit(); });
+    CHECK(res.status == wick::FitResult::Status::cancelled);
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].rfind("fit CancelFit plugin 'canceller'", 0) == 0);
+  }
+  {
+    auto [res, seen] = run_with([](wick::Context&) { throw std::runtime_error("disk on fire"); });
+    CHECK(res.status == wick::FitResult::Status::failed);
+    CHECK(seen == std::vector<std::string>{"fit failure plugin 'canceller' (instance "
+                                           "'canceller') at after_backward: disk on fire"});
+  }
+  {
+    // Not a std::exception at all: still a failure that names its plugin, never a terminate.
+    auto [res, seen] = run_with([](wick::Context&) { throw 42; });
+    CHECK(res.status == wick::FitResult::Status::failed);
+    CHECK(res.error ==
+          "plugin 'canceller' (instance 'canceller') at after_backward: an exception that is "
+          "not a std::exception (a plugin threw a non-standard type)");
+  }
+}
+
+TEST_CASE("summary.json says running while a fit runs, never an earlier run's result") {
+  TempDir dir;
+  fs::create_directories(dir / "run");
+  write_file(dir / "run" / "summary.json", "{\"status\": \"completed\"}\n");
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  std::string during;
+  t.add_hook(entry("peek", 0, [&](wick::Registrar& r) {
+    r.on(Point::before_epoch, [&](wick::Context&) {
+      during = read_json(dir / "run" / "summary.json")["status"];
+    });
+  }));
+  REQUIRE(t.fit().status == wick::FitResult::Status::completed);
+  CHECK(during == "running");
+  CHECK(read_json(dir / "run" / "summary.json")["status"] == "completed");
+}
+
+TEST_CASE("stage order by capability: a handler that needs one runs after its providers") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  t.add_hook(entry("clipper", -3, [](wick::Registrar& r) {
+    r.stage(Stage::optimizer_step, [](wick::Context&, wick::Next n) { return n(); });
+    r.needs(Stage::optimizer_step, "reduced_gradients", "it must clip the all-reduced gradient");
+  }));
+  t.add_hook(entry("reducer", 4, [](wick::Registrar& r) {
+    r.stage(Stage::optimizer_step, [](wick::Context&, wick::Next n) { return n(); });
+    r.provides(Stage::optimizer_step, "reduced_gradients");
+  }));
+  CHECK_THROWS_WITH(t.connect(),
+                    "hook 'clipper' (order -3) runs before 'reducer' (order 4) in the "
+                    "optimizer_step stage, but it needs reduced_gradients, which 'reducer' "
+                    "provides (it must clip the all-reduced gradient); give 'clipper' an order "
+                    "greater than 4 (e.g. order = 5 in its [[hooks]] table)");
+}
+
+TEST_CASE("a hook reaches its task typed") {
+  TempDir dir;
+  auto task = std::make_shared<MeteredTask>();
+  wick::Trainer t(tiny_options(dir), task);
+  CHECK(&t.context().task<MeteredTask>() == task.get());
+  CHECK(&t.context().task<TinyTask>() == task.get());
+  wick::Trainer other(tiny_options(dir), std::make_shared<TinyTask>());
+  CHECK_THROWS_AS(other.context().task<MeteredTask>(), std::logic_error);
 }

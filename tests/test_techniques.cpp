@@ -43,23 +43,20 @@ class LinearTask : public Task {
   }
   std::shared_ptr<Dataset> train_data() override { return train_; }
   std::shared_ptr<Dataset> valid_data() override { return valid_; }
-  Output train_step(const Batch& b) override {
-    Output o;
-    o.pred = lin_->forward(b.input);
-    o.loss = torch::mse_loss(o.pred.to(torch::kFloat), b.target);
-    if (on_train) on_train(o);
-    return o;
+  at::Tensor forward(Context& c, const Batch& b) override {
+    auto pred = lin_->forward(b.input);
+    if (on_forward) on_forward(c, pred);
+    return pred;
   }
-  Output eval_step(const Batch& b) override {
+  Output loss(Context&, const at::Tensor& pred, const Batch& b) override {
     Output o;
-    o.pred = lin_->forward(b.input);
-    o.loss = torch::mse_loss(o.pred.to(torch::kFloat), b.target);
-    if (on_eval) on_eval(o);
+    o.loss = torch::mse_loss(pred.to(torch::kFloat), b.target);
     return o;
   }
 
   at::Tensor x_, y_;
-  std::function<void(const Output&)> on_train, on_eval;
+  // Sees each prediction as the model made it (inside the forward stage).
+  std::function<void(Context&, const at::Tensor&)> on_forward;
 
  private:
   std::shared_ptr<TensorDataset> train_, valid_;
@@ -116,10 +113,13 @@ OptimizerOptions optimizer(const std::string& name, double lr) {
   return o;
 }
 
-std::vector<at::Tensor> params_of(Trainer& t) {
+std::vector<at::Tensor> params_of(torch::nn::Module& m) {
   std::vector<at::Tensor> out;
-  for (const auto& p : t.model().parameters()) out.push_back(p.detach().clone());
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
   return out;
+}
+std::vector<at::Tensor> params_of(Trainer& t) {
+  return params_of(t.model());
 }
 
 double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
@@ -325,9 +325,9 @@ TEST_CASE("ema: shadow follows the recurrence, validates with it, swaps back",
       probe->stages = false;
       probe->points[Point::after_step] = [&](Context& c) {
         if (c.state().training())
-          after.push_back(params_of(c.trainer()));
+          after.push_back(params_of(c.model()));
         else if (seen_in_valid.empty())
-          seen_in_valid = params_of(c.trainer());
+          seen_in_valid = params_of(c.model());
       };
       t.add_hook(entry(probe, "probe", 50));
       auto p0 = params_of(t);
@@ -377,9 +377,10 @@ class ScriptedValid : public LinearTask {
  public:
   explicit ScriptedValid(std::vector<double> losses)
       : LinearTask(8, 4), losses_(std::move(losses)) {}
-  Output eval_step(const Batch& b) override {
-    Output o = LinearTask::eval_step(b);
-    o.loss = torch::tensor(losses_.at(static_cast<std::size_t>(calls_++)));
+  Output loss(Context& c, const at::Tensor& pred, const Batch& b) override {
+    Output o = LinearTask::loss(c, pred, b);
+    if (c.state().validating())
+      o.loss = torch::tensor(losses_.at(static_cast<std::size_t>(calls_++)));
     return o;
   }
 
@@ -495,11 +496,11 @@ TEST_CASE("mixed_precision fp16: scales the loss, unscales, skips an inf step",
   inject->points[Point::after_backward] = [&](Context& c) {
     raw.push_back(c.model().parameters()[0].grad().clone());
     scales.push_back(state_of(mp).get_float("scale"));
-    before = params_of(c.trainer());
+    before = params_of(c.model());
     if (c.state().batch_idx == 1) c.model().parameters()[0].mutable_grad()[0][0] = INFINITY;
   };
   inject->points[Point::after_step] = [&](Context& c) {
-    if (c.state().batch_idx == 1) params_kept = max_diff(before, params_of(c.trainer())) == 0;
+    if (c.state().batch_idx == 1) params_kept = max_diff(before, params_of(c.model())) == 0;
   };
   t.add_hook(entry(inject, "inject", 50));
   auto after_unscale = std::make_shared<Probe>();
@@ -564,8 +565,9 @@ TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 af
           "[techniques][amp]") {
   auto task = std::make_shared<LinearTask>(64, 16);
   std::vector<at::ScalarType> train_dtypes, eval_dtypes;
-  task->on_train = [&](const Output& o) { train_dtypes.push_back(o.pred.scalar_type()); };
-  task->on_eval = [&](const Output& o) { eval_dtypes.push_back(o.pred.scalar_type()); };
+  task->on_forward = [&](Context& c, const at::Tensor& pred) {
+    (c.state().training() ? train_dtypes : eval_dtypes).push_back(pred.scalar_type());
+  };
   Trainer t(options(16, 2), task, optimizer("adam", 0.05));
   for (auto& h : load_hooks("[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"bf16\"\n"))
     t.add_hook(std::move(h));
@@ -585,8 +587,8 @@ TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 af
   CHECK(t.model().parameters()[0].scalar_type() == at::kFloat);
   CHECK(t.validate().values.at(0).second < loss0);
   // Without the hook, the same forward is fp32.
-  CHECK(task->train_step({task->x_.slice(0, 0, 2), task->y_.slice(0, 0, 2)}).pred.scalar_type() ==
-        at::kFloat);
+  CHECK(task->forward(t.context(), {task->x_.slice(0, 0, 2), task->y_.slice(0, 0, 2)})
+            .scalar_type() == at::kFloat);
 }
 
 // ---- checkpoint state ---------------------------------------------------------------------
@@ -627,21 +629,19 @@ TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume
   REQUIRE(first.state().optimizer_step == 5);
   auto saved = states(first_hooks);
   CHECK(saved.size() == 4);
+  // The framework's snapshot of the stopped run (model, counters, every hook's state)...
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  first.context().save_checkpoint(ckpt, "test");
 
-  // ...and resumed in a fresh trainer with fresh hooks that load the saved state.
+  // ...restored in a fresh trainer with fresh hooks.
   Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
   auto second_hooks = load_hooks(toml);
-  for (auto& h : second_hooks) {
-    if (h.hook->has_state()) h.hook->load_state(saved.at(h.instance));
-    second.add_hook(h);
-  }
-  {
-    torch::NoGradGuard no_grad;
-    auto src = first.model().parameters(), dst = second.model().parameters();
-    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-  }
-  second.state().optimizer_step = 5;
-  second.set_start(1, 0);
+  for (auto& h : second_hooks) second.add_hook(h);
+  auto restorer = std::make_shared<Probe>();
+  restorer->stages = false;
+  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
+  second.add_hook(entry(restorer, "restorer", -200));
   REQUIRE(second.fit().status == FitResult::Status::completed);
 
   CHECK(max_diff(params_of(second), params_of(full)) < 1e-6);

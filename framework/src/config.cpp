@@ -12,6 +12,16 @@
 
 namespace wick {
 
+std::optional<Device> parse_device(const std::string& s) {
+  if (s == "cpu") return Device{};
+  if (s == "cuda") return Device{DeviceType::cuda, -1};
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 8 &&
+      s.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device{DeviceType::cuda, std::stoi(s.substr(5))};
+  return std::nullopt;
+}
+
+
 namespace fs = std::filesystem;
 
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates) {
@@ -373,8 +383,8 @@ void Config::Impl::validate_builtin() {
   trainer.max_steps = tp.get_int("max_steps");
   trainer.log_every = tp.get_int("log_every");
   trainer.threads = tp.get_int("threads");
-  trainer.device = tp.get_string("device");
-  trainer.nan_policy = tp.get_string("nan_policy");
+  const auto device = tp.get_string("device");
+  const auto nan_policy = tp.get_string("nan_policy");
   trainer.output_dir = tp.get_string("output_dir");
   auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg,
                    const char* section) {
@@ -389,13 +399,16 @@ void Config::Impl::validate_builtin() {
   check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0", "[trainer]");
   check(tp, "log_every", trainer.log_every >= 0, "must be >= 0", "[trainer]");
   check(tp, "threads", trainer.threads >= 0, "must be >= 0", "[trainer]");
-  check(tp, "nan_policy",
-        trainer.nan_policy == "error" || trainer.nan_policy == "skip" ||
-            trainer.nan_policy == "ignore",
+  check(tp, "nan_policy", nan_policy == "error" || nan_policy == "skip" || nan_policy == "ignore",
         "must be \"error\", \"skip\" or \"ignore\"", "[trainer]");
-  const auto& dev = trainer.device;
-  check(tp, "device", dev == "cpu" || dev == "auto" || dev.rfind("cuda", 0) == 0,
+  trainer.nan_policy = nan_policy == "skip"     ? NanPolicy::skip
+                       : nan_policy == "ignore" ? NanPolicy::ignore
+                                                : NanPolicy::error;
+  const auto parsed = parse_device(device);
+  check(tp, "device", device == "auto" || parsed.has_value(),
         "must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"", "[trainer]");
+  trainer.auto_device = device == "auto";
+  if (parsed) trainer.device = *parsed;
 
   const toml::table* ot = section_table("optimizer");
   has_optimizer = ot != nullptr;

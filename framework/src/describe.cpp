@@ -8,18 +8,19 @@ namespace wick {
 
 namespace {
 
-struct Requirement {
+// A capability a hook's handler provides or needs in a stage.
+struct Capability {
   Stage stage;
   const HookEntry* entry;
-  std::string after_plugin;
-  std::string why;
+  std::string name;
+  std::string why;  // needs only
 };
 
 class RecordingRegistrar : public Registrar {
  public:
   RecordingRegistrar(const HookEntry& h, HookSink* sink, ScheduleTable& t,
-                     std::vector<Requirement>& reqs)
-      : h_(h), sink_(sink), t_(t), reqs_(reqs) {}
+                     std::vector<Capability>& provided, std::vector<Capability>& needed)
+      : h_(h), sink_(sink), t_(t), provided_(provided), needed_(needed) {}
   void on(Point p, PointFn fn) override {
     t_.points[static_cast<std::size_t>(p)].push_back({h_.instance, h_.plugin, h_.order});
     if (sink_) sink_->on(h_, p, std::move(fn));
@@ -28,18 +29,25 @@ class RecordingRegistrar : public Registrar {
     t_.stages[static_cast<std::size_t>(s)].push_back({h_.instance, h_.plugin, h_.order});
     if (sink_) sink_->stage(h_, s, std::move(fn));
   }
-  void require_after(Stage s, const std::string& plugin, const std::string& why) override {
-    reqs_.push_back({s, &h_, plugin, why});
+  void provides(Stage s, const std::string& capability) override {
+    provided_.push_back({s, &h_, capability, {}});
+  }
+  void needs(Stage s, const std::string& capability, const std::string& why) override {
+    needed_.push_back({s, &h_, capability, why});
   }
   void on_record(std::function<void(const Record&)> fn) override {
     if (sink_) sink_->on_record(h_, std::move(fn));
+  }
+  void on_rewind(std::function<void(const std::vector<Record>&)> fn) override {
+    if (sink_) sink_->on_rewind(h_, std::move(fn));
   }
 
  private:
   const HookEntry& h_;
   HookSink* sink_;
   ScheduleTable& t_;
-  std::vector<Requirement>& reqs_;
+  std::vector<Capability>& provided_;
+  std::vector<Capability>& needed_;
 };
 
 }  // namespace
@@ -47,33 +55,40 @@ class RecordingRegistrar : public Registrar {
 void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, ScheduleTable& table) {
   std::stable_sort(hooks.begin(), hooks.end(),
                    [](const HookEntry& a, const HookEntry& b) { return a.order < b.order; });
-  std::vector<Requirement> reqs;
+  std::vector<Capability> provided, needed;
   for (const auto& h : hooks) {
     if (h.main_process_only && rank != 0) continue;
-    RecordingRegistrar r(h, sink, table, reqs);
+    RecordingRegistrar r(h, sink, table, provided, needed);
     h.hook->connect(r);
   }
-  for (const auto& req : reqs) {
-    const auto& chain = table.stages[static_cast<std::size_t>(req.stage)];
-    int mine = -1, theirs = -1;
-    for (std::size_t k = 0; k < chain.size(); ++k) {
-      if (mine < 0 && chain[k].instance == req.entry->instance) mine = static_cast<int>(k);
-      if (theirs < 0 && chain[k].plugin == req.after_plugin) theirs = static_cast<int>(k);
-    }
-    if (mine >= 0 && theirs >= 0 && mine < theirs) {
-      int their_order = chain[static_cast<std::size_t>(theirs)].order;
-      // Suggest an order that satisfies all of this instance's requirements in the stage.
-      int need = their_order;
-      for (const auto& other : reqs)
-        if (other.entry == req.entry && other.stage == req.stage)
-          for (const auto& c : chain)
-            if (c.plugin == other.after_plugin) need = std::max(need, c.order);
-      throw ConfigError("hook '" + req.entry->instance + "' (order " +
-                        std::to_string(req.entry->order) + ") runs before '" + req.after_plugin +
-                        "' (order " + std::to_string(their_order) + ") in the " +
-                        std::string(to_string(req.stage)) + " stage, but " + req.why + "; give '" +
-                        req.entry->instance + "' an order greater than " + std::to_string(need) +
-                        " (e.g. order = " + std::to_string(need + 1) + " in its [[hooks]] table)");
+  // Position of an instance in a stage's chain (call order), -1 when it has no handler there.
+  auto position = [&](Stage s, const HookEntry* e) {
+    const auto& chain = table.stages[static_cast<std::size_t>(s)];
+    for (std::size_t k = 0; k < chain.size(); ++k)
+      if (chain[k].instance == e->instance) return static_cast<int>(k);
+    return -1;
+  };
+  for (const auto& need : needed) {
+    const int mine = position(need.stage, need.entry);
+    for (const auto& prov : provided) {
+      if (prov.stage != need.stage || prov.name != need.name || prov.entry == need.entry) continue;
+      const int theirs = position(prov.stage, prov.entry);
+      if (mine < 0 || theirs < 0 || mine > theirs) continue;
+      // Suggest an order after every provider of everything this instance needs here.
+      int after = prov.entry->order;
+      for (const auto& n2 : needed)
+        if (n2.entry == need.entry && n2.stage == need.stage)
+          for (const auto& p2 : provided)
+            if (p2.stage == n2.stage && p2.name == n2.name && p2.entry != need.entry)
+              after = std::max(after, p2.entry->order);
+      throw ConfigError("hook '" + need.entry->instance + "' (order " +
+                        std::to_string(need.entry->order) + ") runs before '" +
+                        prov.entry->instance + "' (order " + std::to_string(prov.entry->order) +
+                        ") in the " + std::string(to_string(need.stage)) + " stage, but it needs " +
+                        need.name + ", which '" + prov.entry->instance + "' provides (" +
+                        need.why + "); give '" + need.entry->instance + "' an order greater than " +
+                        std::to_string(after) + " (e.g. order = " + std::to_string(after + 1) +
+                        " in its [[hooks]] table)");
     }
   }
 }
@@ -111,8 +126,9 @@ std::string describe_markdown(const ScheduleTable& t) {
       first = false;
     }
   }
-  static const char* kDefaults[kNumStages] = {
-      "default: loss.backward()", "default: optimizer.step()", "default: optimizer.zero_grad()"};
+  static const char* kDefaults[kNumStages] = {"default: task.forward()", "default: loss.backward()",
+                                              "default: optimizer.step()",
+                                              "default: optimizer.zero_grad()"};
   std::vector<std::string> chains;
   std::size_t w_stage = std::string("Stage").size(),
               w_chain = std::string("Chain (call order)").size();

@@ -4,7 +4,8 @@
 //
 // What it does, and where:
 // - before_fit: joins the process group, broadcasts rank 0's parameters and buffers, installs
-//   the trainer's all-reduce (validation metrics), stop agreement and barrier (checkpoints).
+//   its wick::Collectives on the Context: the all-reduce (metrics), stop agreement and barrier
+//   (checkpoints) that the trainer and other hooks use.
 // - Gradient buckets: the trainable parameters in reverse order (the order backward produces
 //   their gradients), cut into flat buckets as PyTorch's DDP does: a bucket closes once it
 //   holds first_bucket_mb (the first) or bucket_mb (the others). A small first bucket lets the
@@ -31,7 +32,7 @@
 //   all-reduce stops every rank after that step; one requested later rides on the next
 //   all-reduce. After each epoch one small all-reduce agrees on stops requested at epoch end
 //   (early stopping, main-process-only hooks). The compute times give each rank its wait.
-// - Checkpoints: hooks that write shared files call Trainer::barrier() on every rank (a no-op
+// - Checkpoints: hooks that write shared files call Context::barrier() on every rank (a no-op
 //   without this plugin); rank 0 writes, the others wait, so nobody runs ahead of a half-
 //   written checkpoint. Resuming needs the same world size (the data shards depend on it).
 // - Not supported: a CancelStep / CancelEpoch thrown on one rank alone, and nan_policy "skip"
@@ -53,10 +54,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <wick/context.hpp>
-#include <wick/plugin.hpp>
 #include <wick/task.hpp>
-#include <wick/trainer.hpp>
+#include <wick/wick.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -145,7 +144,7 @@ struct GradReady : torch::autograd::FunctionPostHook {
   std::size_t index;
 };
 
-class Ddp : public wick::Hook {
+class Ddp : public wick::Hook, public wick::Collectives {
  public:
   explicit Ddp(const wick::Params& p)
       : bucket_mb_(p.get_float("bucket_mb")),
@@ -187,8 +186,9 @@ class Ddp : public wick::Hook {
     });
     r.stage(wick::Stage::optimizer_step,
             [this](wick::Context& c, wick::Next next) { return reduce_gradients(c, next); });
-    r.require_after(wick::Stage::optimizer_step, "grad_accum",
-                    "gradients are all-reduced once per optimizer step, after accumulation");
+    r.needs(wick::Stage::optimizer_step, "accumulated_gradients",
+            "gradients are all-reduced once per optimizer step, after accumulation");
+    r.provides(wick::Stage::optimizer_step, "reduced_gradients");
     // The timings logged each step are means over the steps since the last step record.
     r.on_record([this](const wick::Record& rec) {
       if (rec.kind == wick::Record::Kind::step) window_ = {};
@@ -248,7 +248,7 @@ class Ddp : public wick::Hook {
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
-    if (c.trainer().options().nan_policy == "skip")
+    if (c.run().nan_policy == wick::NanPolicy::skip)
       throw wick::ConfigError(
           "[hooks.ddp] needs every rank to take part in every optimizer step, but "
           "trainer.nan_policy = \"skip\" skips steps on one rank alone; use \"error\"");
@@ -268,7 +268,7 @@ class Ddp : public wick::Hook {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(addr, so);
     auto store = c10::make_intrusive<c10d::PrefixStore>("wick", tcp);
 
-    const torch::Device dev(c.run().device.empty() ? "cpu" : c.run().device);
+    const torch::Device dev(c.run().device.str());
     if (dev.is_cuda()) {
 #ifdef WICK_DDP_NCCL
       auto o = c10d::ProcessGroupNCCL::Options::create();
@@ -361,23 +361,25 @@ class Ddp : public wick::Hook {
     }
     begin_step();
 
-    auto& trainer = c.trainer();
     device_ = dev;
-    trainer.set_all_reduce([this](at::Tensor& t) { sum_host_tensor(t); });
-    trainer.set_barrier([this] {
-      wait(pg_->barrier(), "barrier");
-      ++barriers_;
-    });
-    wick::Context* ctx = &c;
-    trainer.set_stop_agreement([this, ctx](bool local, bool epoch_end) {
-      if (epoch_end) {
-        auto flag = torch::full({1}, local ? 1.0 : 0.0, torch::kDouble);
-        sum_host_tensor(flag);
-        agreed_stop_ = agreed_stop_ || flag.item<double>() > 0;
-      }
-      if (agreed_stop_ && !local) ctx->request_stop("stop requested by another rank");
-      return agreed_stop_;
-    });
+    ctx_ = &c;
+    c.set_collectives(this);
+  }
+
+  // ---- wick::Collectives, installed on the Context for the trainer and other hooks ----------
+  void all_reduce_sum(at::Tensor& t) override { sum_host_tensor(t); }
+  void barrier() override {
+    wait(pg_->barrier(), "barrier");
+    ++barriers_;
+  }
+  bool agree_stop(bool local, bool epoch_end) override {
+    if (epoch_end) {
+      auto flag = torch::full({1}, local ? 1.0 : 0.0, torch::kDouble);
+      sum_host_tensor(flag);
+      agreed_stop_ = agreed_stop_ || flag.item<double>() > 0;
+    }
+    if (agreed_stop_ && !local) ctx_->request_stop("stop requested by another rank");
+    return agreed_stop_;
   }
 
   void remove_grad_hooks() {
@@ -573,6 +575,7 @@ class Ddp : public wick::Hook {
   at::Tensor trailer_, trailer_host_;  // the last bucket's trailer, and a CPU double copy
   std::vector<double> rank_compute_;   // sum over steps of each rank's compute ms
   bool agreed_stop_ = false;
+  wick::Context* ctx_ = nullptr;
   std::int64_t barriers_ = 0, all_reduces_ = 0;
   Clock::time_point step_start_ = Clock::now();
   Times window_, total_;
@@ -596,7 +599,7 @@ torch::autograd::variable_list GradReady::operator()(const torch::autograd::vari
 
 }  // namespace
 
-WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "1.1.0",
+WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "2.0.0",
                                  "Data-parallel training on c10d (Gloo; NCCL on CUDA): "
                                  "gradient all-reduce overlapped with backward, metric reduction, "
                                  "stop agreement")

@@ -3,9 +3,8 @@
 // gradient is the mean over the window; optimizer_step and zero_grad pass on only on the
 // last micro-batch of a window. Its optimizer_step handler runs first (order -10), so
 // unscaling, clipping and all-reduce further down the chain only see full windows.
-#include <wick/context.hpp>
-#include <wick/plugin.hpp>
 #include <wick/task.hpp>
+#include <wick/wick.hpp>
 
 namespace {
 
@@ -18,7 +17,7 @@ class GradAccum : public wick::Hook {
   void connect(wick::Registrar& r) override {
     const std::int64_t steps = steps_;
     r.on(wick::Point::before_fit,
-         [steps](wick::Context& c) { c.state().grad_accum_steps = steps; });
+         [steps](wick::Context& c) { c.set_accumulation(steps); });
     r.stage(wick::Stage::backward, [](wick::Context& c, wick::Next next) {
       const auto window = c.state().accum_window();
       if (window > 1) c.backward_loss() = c.backward_loss() / static_cast<double>(window);
@@ -28,6 +27,7 @@ class GradAccum : public wick::Hook {
     r.stage(wick::Stage::optimizer_step, [](wick::Context& c, wick::Next next) {
       return c.state().is_accum_boundary() ? next() : false;
     });
+    r.provides(wick::Stage::optimizer_step, "accumulated_gradients");
     r.stage(wick::Stage::zero_grad, [](wick::Context& c, wick::Next next) {
       return c.state().is_accum_boundary() ? next() : false;
     });
@@ -40,7 +40,7 @@ class GradAccum : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(GradAccum,
-            wick::PluginDef("grad_accum", "1.0.0",
+            wick::PluginDef("grad_accum", "2.0.0",
                             "Gradient accumulation: one optimizer step per N micro-batches")
                 .order(-10)
                 .param_required("steps", wick::ParamType::integer,

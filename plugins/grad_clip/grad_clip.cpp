@@ -29,10 +29,12 @@ class GradClip : public wick::Hook {
       clip(c);
       return next();
     });
-    r.require_after(wick::Stage::optimizer_step, "grad_accum",
-                    "clipping must only see the full accumulated gradient of a real step");
-    r.require_after(wick::Stage::optimizer_step, "mixed_precision",
-                    "gradients must be unscaled before they are clipped");
+    r.needs(wick::Stage::optimizer_step, "accumulated_gradients",
+            "clipping must only see the full accumulated gradient of a real step");
+    r.needs(wick::Stage::optimizer_step, "unscaled_gradients",
+            "gradients must be unscaled before they are clipped");
+    r.needs(wick::Stage::optimizer_step, "reduced_gradients",
+            "every process must clip the same, all-reduced gradient");
   }
 
  private:

@@ -19,7 +19,6 @@
 #include <wick/plugin.hpp>
 #include <wick/state_dict.hpp>
 #include <wick/task.hpp>
-#include <wick/trainer.hpp>
 
 namespace {
 
@@ -107,7 +106,7 @@ class LrSchedule : public wick::Hook {
     const std::int64_t per_epoch =
         (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
     std::int64_t t = s.epochs * per_epoch;
-    const auto max_steps = c.trainer().options().max_steps;
+    const auto max_steps = c.run().max_steps;
     if (max_steps > 0 && max_steps < t) t = max_steps;
     return std::max<std::int64_t>(t, warmup_ + 1);
   }

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "wick/outputs.hpp"
 
 namespace {
 
@@ -54,38 +53,53 @@ class MetricsLog : public wick::Hook {
       columns_ = kFixed;
       rows_.clear();
       fs::create_directories(path_.parent_path());
-      // A resumed run continues the table it left, as the core continues metrics.jsonl.
-      if (!c.run().resume.empty()) load_existing();
+      rewrite();
+    });
+    // A resumed run continues the table from its checkpoint: exactly the records the restored
+    // run had written, so that rows a killed run wrote after it are not kept twice.
+    r.on_rewind([this](const std::vector<wick::Record>& kept) {
+      columns_ = kFixed;
+      rows_.clear();
+      for (const auto& rec : kept) add_row(rec);
       rewrite();
     });
     r.on_record([this](const wick::Record& rec) {
-      if (path_.empty() || (!steps_ && rec.kind == wick::Record::Kind::step)) return;
-      std::vector<std::pair<std::string, std::string>> row = {
-          {"kind", rec.kind == wick::Record::Kind::step ? "step" : "epoch"},
-          {"epoch", std::to_string(rec.epoch)},
-          {"step", std::to_string(rec.step)},
-          {"samples_seen", std::to_string(rec.samples_seen)},
-          {"time_s", number(rec.time_s)}};
-      bool widened = false;
-      for (const auto& [k, v] : rec.values) {
-        row.emplace_back(k, number(v));
-        if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) {
-          columns_.push_back(k);
-          widened = true;
-        }
-      }
-      rows_.push_back(std::move(row));
-      if (widened) {
+      if (path_.empty()) return;
+      if (!add_row(rec)) return;
+      if (widened_) {
         rewrite();
       } else {
         std::ofstream out(path_, std::ios::app);
         out << line(rows_.back());
+        out.flush();
         if (!out) throw std::runtime_error("cannot append to '" + path_.string() + "'");
       }
     });
   }
 
  private:
+  // Adds the row of a record (false when this table leaves it out); widened_ tells whether it
+  // brought a new column.
+  bool add_row(const wick::Record& rec) {
+    widened_ = false;
+    if (!steps_ && rec.kind == wick::Record::Kind::step) return false;
+    std::vector<std::pair<std::string, std::string>> row = {
+          {"kind", rec.kind == wick::Record::Kind::step ? "step" : "epoch"},
+          {"epoch", std::to_string(rec.epoch)},
+          {"step", std::to_string(rec.step)},
+          {"samples_seen", std::to_string(rec.samples_seen)},
+          {"time_s", number(rec.time_s)}};
+    for (const auto& [k, v] : rec.values) {
+      row.emplace_back(k, number(v));
+      if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) {
+        columns_.push_back(k);
+        widened_ = true;
+      }
+    }
+    rows_.push_back(std::move(row));
+    return true;
+  }
+
   std::string header() const {
     std::string s;
     for (std::size_t i = 0; i < columns_.size(); ++i) s += (i ? "," : "") + cell(columns_[i]);
@@ -106,33 +120,11 @@ class MetricsLog : public wick::Hook {
   void rewrite() {
     std::string text = header();
     for (const auto& row : rows_) text += line(row);
-    wick::write_file_atomic(path_, text);
+    wick::write_file_atomic(path_.string(), text);
   }
-  // Reads back a table this plugin wrote (plain cells: keys and numbers need no quoting).
-  void load_existing() {
-    std::ifstream in(path_);
-    std::string text;
-    if (!in || !std::getline(in, text)) return;
-    auto split = [](const std::string& l) {
-      std::vector<std::string> out;
-      std::stringstream ss(l);
-      std::string c;
-      while (std::getline(ss, c, ',')) out.push_back(c);
-      if (!l.empty() && l.back() == ',') out.emplace_back();
-      return out;
-    };
-    columns_ = split(text);
-    while (std::getline(in, text)) {
-      auto cells = split(text);
-      std::vector<std::pair<std::string, std::string>> row;
-      for (std::size_t i = 0; i < cells.size() && i < columns_.size(); ++i)
-        if (!cells[i].empty()) row.emplace_back(columns_[i], cells[i]);
-      rows_.push_back(std::move(row));
-    }
-  }
-
   std::string file_;
   bool steps_;
+  bool widened_ = false;
   fs::path path_;
   std::vector<std::string> columns_;
   std::vector<std::vector<std::pair<std::string, std::string>>> rows_;
@@ -141,7 +133,7 @@ class MetricsLog : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(MetricsLog,
-            wick::PluginDef("metrics_log", "1.0.0",
+            wick::PluginDef("metrics_log", "2.0.0",
                             "metrics.csv beside metrics.jsonl (one row per step and epoch record)")
                 .order(90)
                 .main_process_only()

@@ -1,4 +1,5 @@
-// Mixed precision. bf16: autocast around the forward pass (CPU through
+// Mixed precision. bf16: autocast around the forward pass (a forward-stage handler; the
+// prediction leaves it as float32, so the task's loss is computed in full precision) (CPU through
 // at::autocast::set_cpu_enabled, CUDA through at::autocast::set_enabled), no loss scaling.
 // fp16: autocast on CUDA plus dynamic loss scaling: the backward loss is multiplied by the
 // scale; in optimizer_step the gradients are unscaled and checked, a step with an inf or
@@ -8,10 +9,8 @@
 
 #include <cstdio>
 
-#include <wick/context.hpp>
-#include <wick/plugin.hpp>
-#include <wick/state_dict.hpp>
 #include <wick/task.hpp>
+#include <wick/wick.hpp>
 
 #include "loss_scaler.hpp"
 
@@ -38,7 +37,7 @@ class MixedPrecision : public wick::Hook {
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
-      cuda_ = c.run().device.rfind("cuda", 0) == 0;
+      cuda_ = c.run().device.is_cuda();
       if (fp16_ && !cuda_ && !warned_) {
         std::fprintf(stderr,
                      "wick: mixed_precision: fp16 autocast needs CUDA (LibTorch 1.13 has no "
@@ -47,11 +46,18 @@ class MixedPrecision : public wick::Hook {
         warned_ = true;
       }
     });
-    r.on(wick::Point::before_step, [this](wick::Context&) { autocast_on(); });
-    // The task's step computes prediction and loss together; autocast ends with it.
-    r.on(wick::Point::after_pred, [this](wick::Context&) { autocast_off(); });
-    r.on(wick::Point::after_cancel, [this](wick::Context&) { autocast_off(); });
-    r.on(wick::Point::after_fit, [this](wick::Context&) { autocast_off(); });
+    r.stage(wick::Stage::forward, [this](wick::Context& c, wick::Next next) {
+      struct Scope {
+        MixedPrecision* mp;
+        ~Scope() { mp->autocast_off(); }
+      } scope{this};
+      autocast_on();
+      const bool r = next();
+      auto& pred = c.output().pred;
+      if (pred.defined() && (pred.scalar_type() == at::kBFloat16 || pred.scalar_type() == at::kHalf))
+        pred = pred.to(at::kFloat);
+      return r;
+    });
     if (!fp16_) return;
 
     r.stage(wick::Stage::backward, [this](wick::Context& c, wick::Next next) {
@@ -67,15 +73,18 @@ class MixedPrecision : public wick::Hook {
       const bool found_inf = scaler_.unscale_(grads).item<bool>();
       bool stepped = false;
       if (found_inf)
-        ++c.state().skipped_steps;
+        c.count_skipped_step();
       else
         stepped = next();
       scaler_.update(found_inf);
       c.log("loss_scale", scaler_.scale());
       return stepped;
     });
-    r.require_after(wick::Stage::optimizer_step, "grad_accum",
-                    "gradients must be unscaled once per real step, after accumulation");
+    r.needs(wick::Stage::optimizer_step, "accumulated_gradients",
+            "gradients must be unscaled once per real step, after accumulation");
+    r.needs(wick::Stage::optimizer_step, "reduced_gradients",
+            "every process must see the same non-finite check, on the all-reduced gradient");
+    r.provides(wick::Stage::optimizer_step, "unscaled_gradients");
   }
 
   bool has_state() const override { return fp16_; }
@@ -128,7 +137,7 @@ class MixedPrecision : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(MixedPrecision,
-            wick::PluginDef("mixed_precision", "1.0.0",
+            wick::PluginDef("mixed_precision", "2.0.0",
                             "bf16/fp16 autocast around the forward pass; fp16 loss scaling")
                 .order(-5)
                 .param_string("dtype", "bf16",

@@ -5,7 +5,7 @@
 
 namespace {
 
-class Synthetic : public wick::Task {
+class Synthetic : public wick::ClassificationTask {
  public:
   explicit Synthetic(const wick::Params& p)
       : samples_(p.get_int("samples")),
@@ -47,11 +47,8 @@ class Synthetic : public wick::Task {
   std::shared_ptr<wick::Dataset> train_data() override { return train_; }
   std::shared_ptr<wick::Dataset> valid_data() override { return valid_; }
 
-  wick::Output train_step(const wick::Batch& b) override {
-    return wick::classification_step(net_, b, /*with_accuracy=*/false);
-  }
-  wick::Output eval_step(const wick::Batch& b) override {
-    return wick::classification_step(net_, b, /*with_accuracy=*/true);
+  at::Tensor forward(wick::Context&, const wick::Batch& b) override {
+    return net_->forward(b.input);
   }
 
  private:

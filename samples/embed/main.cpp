@@ -30,7 +30,7 @@ struct SpiralNet : torch::nn::Module {
 };
 
 // Two interleaved spirals (class 0 and 1) with a little noise: not linearly separable.
-class SpiralTask : public wick::Task {
+class SpiralTask : public wick::ClassificationTask {
  public:
   explicit SpiralTask(std::int64_t n) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
@@ -51,11 +51,8 @@ class SpiralTask : public wick::Task {
   }
   std::shared_ptr<wick::Dataset> train_data() override { return train_; }
   std::shared_ptr<wick::Dataset> valid_data() override { return valid_; }
-  wick::Output train_step(const wick::Batch& b) override {
-    return wick::classification_step(net_, b, /*with_accuracy=*/false);
-  }
-  wick::Output eval_step(const wick::Batch& b) override {
-    return wick::classification_step(net_, b, /*with_accuracy=*/true);
+  at::Tensor forward(wick::Context&, const wick::Batch& b) override {
+    return net_->forward(b.input);
   }
 
  private:

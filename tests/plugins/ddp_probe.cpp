@@ -5,7 +5,6 @@
 #include <wick/context.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
-#include <wick/trainer.hpp>
 
 #include <csignal>
 #include <cstdio>
@@ -69,12 +68,15 @@ class DdpProbe : public wick::Hook {
     }
     // The whole validation set in one batch on this process alone: what a single-process run
     // with these weights reports.
-    auto valid = c.trainer().task().valid_data();
+    auto valid = c.task().valid_data();
     if (!valid || !s.is_main_process()) return;
     torch::NoGradGuard ng;
     c.model().eval();
-    auto batch = valid->get(torch::arange(valid->size(), torch::kLong));
-    auto out = c.trainer().task().eval_step(batch);
+    wick::Fetch fetch;
+    fetch.phase = wick::Phase::valid;
+    auto batch = valid->get(torch::arange(valid->size(), torch::kLong), fetch);
+    auto pred = c.task().forward(c, batch);
+    auto out = wick::classification_loss(pred, batch.target, /*with_accuracy=*/true);
     c.model().train();
     if (auto* f = std::fopen((dir / "full_eval.json").c_str(), "w")) {
       std::fprintf(f, "{\"valid/loss\": %.17g", out.loss.item<double>());

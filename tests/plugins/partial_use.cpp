@@ -34,16 +34,15 @@ class PartialUse : public wick::Task {
   std::shared_ptr<wick::Dataset> train_data() override { return train_; }
   std::shared_ptr<wick::Dataset> valid_data() override { return nullptr; }
 
-  wick::Output train_step(const wick::Batch& b) override {
+  at::Tensor forward(wick::Context&, const wick::Batch& b) override {
     auto h = torch::relu(net_->trunk(b.input));
     auto logits = net_->head(h);
     if (use_extra_) logits = logits + net_->extra(h);
-    wick::Output o;
-    o.pred = logits;
-    o.loss = torch::nn::functional::cross_entropy(logits, b.target);
-    return o;
+    return logits;
   }
-  wick::Output eval_step(const wick::Batch& b) override { return train_step(b); }
+  wick::Output loss(wick::Context&, const at::Tensor& pred, const wick::Batch& b) override {
+    return wick::classification_loss(pred, b.target, false);
+  }
 
  private:
   std::int64_t extra_rank_;

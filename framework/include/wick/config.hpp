@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ class Config {
 // Everything `wick fit` builds from a config: task, optimizer, hooks, trainer.
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder,
                                       RunInfo run = {});
+
+// "cpu", "cuda" or "cuda:N" as a Device; nullopt for anything else ("auto" included).
+std::optional<Device> parse_device(const std::string& s);
 
 // Suggests the closest candidate to a mistyped key ("" when none is close).
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates);

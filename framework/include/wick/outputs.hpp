@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "wick/files.hpp"
 #include "wick/metrics.hpp"
 
 namespace wick {
@@ -31,9 +32,11 @@ struct Summary {
 };
 
 std::string record_to_json(const Record& r);
+// The inverse, for a line of metrics.jsonl (null values become NaN). Throws on a line that
+// is not a record.
+Record record_from_json(const std::string& line);
 // Written to a temporary file and renamed, so a reader never sees half a summary.
 void write_summary(const std::filesystem::path& file, const Summary& s);
-// Writes bytes to file atomically (temporary file, fsync, rename, fsync of the folder).
-void write_file_atomic(const std::filesystem::path& file, const std::string& bytes);
+// write_file_atomic is in the SDK (wick/files.hpp).
 
 }  // namespace wick

@@ -41,15 +41,18 @@ class HookSink {
   virtual void on(const HookEntry& h, Point p, PointFn fn) = 0;
   virtual void stage(const HookEntry& h, Stage s, StageFn fn) = 0;
   virtual void on_record(const HookEntry& h, std::function<void(const Record&)> fn) = 0;
+  virtual void on_rewind(const HookEntry& h,
+                         std::function<void(const std::vector<Record>&)> fn) = 0;
 };
 
 // Stable-sorts hooks by order (ties keep their given order), calls connect() on each (skipping
 // main-process-only hooks when rank != 0), forwards subscriptions to sink (may be null) and
-// fills table. Throws ConfigError when a require_after() cannot hold, naming the orders to use.
+// fills table. Throws ConfigError when a handler that needs a capability runs before one that
+// provides it in the same stage, naming the orders to use.
 void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, ScheduleTable& table);
 
 // The Markdown schedule: every lifecycle point with its hooks ("(none)" where empty), then the
-// three stage chains in call order.
+// stage chains in call order.
 std::string describe_markdown(const ScheduleTable& table);
 
 }  // namespace wick

@@ -11,6 +11,7 @@
 
 #include "wick/context.hpp"
 #include "wick/hook.hpp"
+#include "wick/run.hpp"
 #include "wick/schedule.hpp"
 #include "wick/state.hpp"
 
@@ -29,8 +30,9 @@ struct TrainerOptions {
   std::int64_t max_steps = 0;        // stop after this many optimizer steps (0: no limit)
   std::int64_t log_every = 50;       // write a step record every N training batches (0: never)
   std::int64_t threads = 0;          // intra-op threads (0: LibTorch's default)
-  std::string device = "cpu";        // "cpu", "cuda", "cuda:N", "auto"
-  std::string nan_policy = "error";  // non-finite loss: "error" stops, "skip" skips the step
+  Device device;                     // cpu, cuda, cuda:N
+  bool auto_device = false;          // "auto": cuda when available, else cpu (overrides device)
+  NanPolicy nan_policy = NanPolicy::error;
   std::string output_dir = "runs/default";
   bool write_outputs = true;  // metrics.jsonl and summary.json in output_dir
 };
@@ -85,7 +87,7 @@ class Trainer {
   // The Markdown schedule: every point with its hooks, then the three stage chains.
   std::string describe();
 
-  // For hooks that save or restore the run (checkpoints, data-parallel set-up).
+  // For host programs and tests: the loop's state and what it trains.
   StepState& state();
   const TrainerOptions& options() const;
   const RunInfo& run() const;
@@ -93,32 +95,10 @@ class Trainer {
   torch::nn::Module& model();
   torch::optim::Optimizer& optimizer();
   Context& context();
-  // Hooks with checkpoint state, by instance name.
-  std::vector<std::pair<std::string, Hook*>> stateful_hooks();
+
   // The seed of the sample order of an epoch; the order is a function of (seed, epoch) alone
   // so that a resumed run sees the same batches.
   std::uint64_t epoch_seed(std::int64_t epoch) const;
-  // Where fit() starts: set by a hook in before_fit (resume). batch is within the epoch.
-  void set_start(std::int64_t epoch, std::int64_t batch);
-  // The loop's own resumable state (the current epoch's losses not yet folded into its epoch
-  // record, counters), so that a run resumed mid-epoch logs what an uninterrupted one would.
-  void save_loop_state(StateDict& out) const;
-  void load_loop_state(const StateDict& in);
-  // During the after_cancel that ends a fit (failure, CancelFit, SIGINT): how it ends.
-  // nullptr at any other time, including the after_cancel of a CancelStep or CancelEpoch.
-  const FitResult* ending() const;
-
-  // Data-parallel support, installed by a hook (the ddp plugin): a sum all-reduce over a
-  // float64 CPU tensor, used to reduce validation metrics and agree on stop requests.
-  void set_all_reduce(std::function<void(at::Tensor&)> sum);
-  // Whether all ranks stop now, given this rank's stop flag; called after every training step
-  // (epoch_end false) and after every epoch (true) on every rank. Without it the local flag
-  // decides. Installed by the ddp plugin, which makes all ranks stop at the same step.
-  void set_stop_agreement(std::function<bool(bool local, bool epoch_end)> agree);
-  // Waits until every rank has called it (no-op when none is installed, e.g. one process).
-  // Hooks that write shared files (checkpoints) call it on every rank around the write.
-  void set_barrier(std::function<void()> fn);
-  void barrier();
 
   // sha256 over the bytes of all parameters and buffers, in order (hex).
   std::string model_fingerprint();
@@ -133,7 +113,6 @@ class Trainer {
   struct Impl;
 
  private:
-  friend class Context;
   std::unique_ptr<Impl> impl_;
 };
 

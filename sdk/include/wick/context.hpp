@@ -1,14 +1,18 @@
-// What a hook sees when it is called. Torch types are only forward-declared here; a hook
-// that touches tensors includes <torch/torch.h> (or wick/task.hpp) itself.
+// What a hook, a stage handler or a task sees of the run: the host's services, through SDK
+// types only. Torch types are only forward-declared here; code that touches tensors includes
+// <torch/torch.h> (or wick/task.hpp) itself.
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
+#include "wick/checkpoint.hpp"
+#include "wick/collectives.hpp"
 #include "wick/metrics.hpp"
+#include "wick/run.hpp"
 #include "wick/state.hpp"
-
 #include "wick/version.hpp"
 
 namespace at {
@@ -27,56 +31,121 @@ namespace wick {
 
 struct Batch;
 struct Output;
-class Trainer;
+class Task;
 
-// Facts about the run, fixed for its duration.
-struct RunInfo {
-  std::string config_path;  // absolute path of the config file ("" for a host program)
-  std::string output_dir;   // absolute path of the run directory
-  std::string resume;       // "", "latest" or a checkpoint path, from --resume
-  std::string device;       // "cpu", "cuda", "cuda:1"
-  std::int64_t seed = 0;
+// Why a scope was cancelled; told to after_cancel hooks by Context::cancellation().
+enum class CancelScope : std::uint8_t { step, epoch, fit };
+enum class CancelReason : std::uint8_t {
+  cancel_step,   // a hook threw CancelStep
+  cancel_epoch,  // a hook threw CancelEpoch
+  cancel_fit,    // a hook threw CancelFit (or a Cancel outside its scope)
+  interrupt,     // SIGINT
+  failure        // an exception: message says which plugin, where and what
 };
+struct CancelInfo {
+  CancelScope scope = CancelScope::fit;
+  CancelReason reason = CancelReason::failure;
+  std::string message;
+  bool ends_fit() const { return scope == CancelScope::fit; }
+};
+std::string_view to_string(CancelScope s);
+std::string_view to_string(CancelReason r);
 
 class WICK_EXPORT Context {
  public:
-  StepState& state() { return *state_; }
-  const RunInfo& run() const { return *run_; }
-  Trainer& trainer() { return *trainer_; }
+  struct Host;  // the framework's side, opaque to plugins
+  explicit Context(Host* host) : host_(host) {}
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 
-  // The current batch and what the task's step returned for it (valid from after_pred on).
-  Batch& batch() { return *batch_; }
-  Output& output() { return *output_; }
+  // ---- where the loop is, and the run's facts --------------------------------------------
+  const StepState& state() const;
+  const RunInfo& run() const;
+
+  // ---- the step -----------------------------------------------------------------------
+  // The current batch, on the run's device (valid from the forward stage of a step on).
+  Batch& batch();
+  // The step's prediction (output().pred, from after_pred on), loss and per-batch metrics
+  // (from after_loss on). Hooks at after_pred may replace the prediction, hooks at after_loss
+  // the loss (label smoothing): the trainer uses what is there afterwards.
+  Output& output();
   // The loss the backward stage differentiates. It starts as output().loss each step;
   // handlers may rescale it (accumulation, loss scaling) without touching the logged loss.
-  at::Tensor& backward_loss() { return *backward_loss_; }
+  at::Tensor& backward_loss();
 
-  torch::nn::Module& model() { return *model_; }
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // ---- what is trained -------------------------------------------------------------------
+  torch::nn::Module& model();
+  Task& task();
+  // The task as its own class, for a hook built with it (same library): throws
+  // std::logic_error naming the wanted type when the run's task is another one.
+  template <class T>
+  T& task();
+  // The optimizer the running stage works for; outside a stage, the first optimizer.
+  torch::optim::Optimizer& optimizer();
 
+  // ---- what stage handlers may change ------------------------------------------------------
+  // Micro-batches per optimizer step (grad_accum sets it in before_fit).
+  void set_accumulation(std::int64_t steps);
+  // An optimizer_step handler that declines the step for a reason the run should count
+  // (non-finite gradients) calls this and returns false without calling next().
+  void count_skipped_step();
+
+  // ---- records ----------------------------------------------------------------------------
   // Adds a value to the next metrics record. The tensor overload defers the device sync to
   // when the record is written, so logging per step costs no sync per step.
   void log(std::string_view key, double value);
   void log(std::string_view key, const at::Tensor& scalar);
+  // The latest record written (empty before the first one).
+  const Record& last_record() const;
 
+  // ---- stopping and cancelling -------------------------------------------------------------
   // Asks the trainer to stop at the end of the current step (graceful: after_epoch is not
   // cut short and the run counts as completed). Safe to call from any point.
   void request_stop(std::string_view reason);
   bool stop_requested() const;
+  // During after_cancel: what was cancelled and why. nullptr at any other point.
+  const CancelInfo* cancellation() const;
 
-  // The latest record written (empty before the first one).
-  const Record& last_record() const;
+  // ---- data-parallel ----------------------------------------------------------------------
+  // A data-parallel plugin installs its collectives in before_fit (it keeps ownership and
+  // must outlive the fit, or install nullptr again). nullptr: one process.
+  void set_collectives(Collectives* c);
+  Collectives* collectives() const;
+  // Collectives::barrier when installed, else nothing: call it on every process.
+  void barrier();
+
+  // ---- checkpoints (see wick/checkpoint.hpp) ------------------------------------------------
+  // The position the loop is at. Meaningful between steps: at before_epoch, before_step
+  // (before any work of that step), before_valid, after_epoch, after_fit.
+  Position position() const;
+  // True where a checkpoint continues the run exactly: between training steps, not in
+  // validation, not inside a step (after_cancel of a failure mid-step is false).
+  bool between_steps() const;
+  // Writes a checkpoint of the run at position() into `folder` (absolute, or relative to
+  // the run directory), atomically: a temporary folder, every file fsynced, renamed into
+  // place (replacing an older folder of that name only once the new one is complete).
+  // Rank 0 writes; other ranks return at once. Throws std::runtime_error naming the folder
+  // and the cause (full disk, permissions); earlier checkpoints are never touched.
+  CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason);
+  // Checks a checkpoint folder as untrusted input (manifest types, plain file names inside
+  // the folder, regular files only, sizes, sha256, a position this run can continue from)
+  // without loading it. Throws CheckpointError with the reason.
+  CheckpointInfo inspect_checkpoint(const std::string& folder) const;
+  // Restores everything a checkpoint holds and makes fit() continue at its position; only
+  // in before_fit. Metrics records (metrics.jsonl and every record sink) are rewound to the
+  // checkpoint's count. Throws CheckpointError (unusable) or std::runtime_error (a model,
+  // optimizer or run that does not match: seed, batch size, world size, shuffle, drop_last).
+  CheckpointInfo restore_checkpoint(const std::string& folder);
 
  private:
-  friend class Trainer;
-  StepState* state_ = nullptr;
-  const RunInfo* run_ = nullptr;
-  Trainer* trainer_ = nullptr;
-  Batch* batch_ = nullptr;
-  Output* output_ = nullptr;
-  at::Tensor* backward_loss_ = nullptr;
-  torch::nn::Module* model_ = nullptr;
-  torch::optim::Optimizer* optimizer_ = nullptr;
+  Task* task_ptr();
+  Host* host_;
 };
+
+template <class T>
+T& Context::task() {
+  if (auto* t = dynamic_cast<T*>(task_ptr())) return *t;
+  throw std::logic_error("Context::task<T>(): the run's task is not of the requested type");
+}
 
 }  // namespace wick

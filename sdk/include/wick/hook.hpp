@@ -58,12 +58,19 @@ class Registrar {
   // Add a handler to stage s, at this hook instance's order (lower runs first, nearer the
   // caller; the default runs last).
   virtual void stage(Stage s, StageFn fn) = 0;
-  // This instance's handler in stage s must come after the named plugin's handler when both
-  // are enabled (e.g. clipping after unscaling); checked once at start, with the fix named.
-  virtual void require_after(Stage s, const std::string& plugin, const std::string& why) = 0;
+  // Ordering by capability: this instance's handler in stage s makes `capability` true for
+  // the handlers after it ("accumulated_gradients", "unscaled_gradients",
+  // "reduced_gradients"). A handler that needs it must come after every enabled provider;
+  // checked once at start, with the orders to use. Without a provider the need holds.
+  virtual void provides(Stage s, const std::string& capability) = 0;
+  virtual void needs(Stage s, const std::string& capability, const std::string& why) = 0;
   // Receive every metrics record (per logged step and per epoch) after it is written to
   // metrics.jsonl: the one extension point for metrics sinks (CSV, progress displays).
   virtual void on_record(std::function<void(const Record&)> fn) = 0;
+  // A sink that writes files also says how to rewind them: on resume, fn gets the records
+  // the restored run had written (in order; read back from metrics.jsonl) and must leave its
+  // output holding exactly those, so that nothing is logged twice.
+  virtual void on_rewind(std::function<void(const std::vector<Record>&)> fn) = 0;
 };
 
 class Hook {

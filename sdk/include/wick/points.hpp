@@ -25,9 +25,11 @@ enum class Point : std::uint8_t {
 inline constexpr std::size_t kNumPoints = 11;
 
 // Work the trainer never does itself: each stage is a chain of handlers ending in a default
-// (loss.backward(), optimizer.step(), optimizer.zero_grad()).
-enum class Stage : std::uint8_t { backward, optimizer_step, zero_grad };
-inline constexpr std::size_t kNumStages = 3;
+// (the task's forward, loss.backward(), optimizer.step(), optimizer.zero_grad()). A handler
+// wraps what comes after it: autocast or a memory format around the forward, loss scaling
+// around backward, accumulation, unscaling, clipping and all-reduce before the step.
+enum class Stage : std::uint8_t { forward, backward, optimizer_step, zero_grad };
+inline constexpr std::size_t kNumStages = 4;
 
 std::string_view to_string(Point p);
 std::string_view to_string(Stage s);

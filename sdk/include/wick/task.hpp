@@ -1,14 +1,20 @@
 // The task contract: what `wick fit` needs beside the hooks. A task plugin (or a host
-// program) provides the model, the data and the forward step; the trainer does the rest.
+// program) provides the model, the data, the forward pass and the loss; the trainer does the
+// rest (backward, optimizer steps, validation, checkpoints), with the hooks.
 // This header includes LibTorch.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "wick/context.hpp"
+#include "wick/state.hpp"
+#include "wick/state_dict.hpp"
 
 namespace wick {
 
@@ -20,20 +26,31 @@ struct Batch {
 };
 
 struct Output {
-  at::Tensor pred;
+  at::Tensor pred;  // what Task::forward returned (hooks at after_pred may replace it)
   at::Tensor loss;  // scalar, mean over the batch
-  // Per-batch means the trainer averages over validation (weighted by batch size) and logs as
-  // "valid/NAME", e.g. {"accuracy", (pred.argmax(1) == target).to(kFloat).mean()}.
+  // Per-batch means of the batch's samples, e.g. {"accuracy", (pred.argmax(1) ==
+  // target).to(kFloat).mean()}. Training steps: logged as "train/NAME", the mean over each
+  // step record's window and over the epoch. Validation: "valid/NAME", weighted by batch size.
   std::vector<std::pair<std::string, at::Tensor>> metrics;
 };
 
-// A data set held so that a whole batch can be cut by index (no per-sample work).
+// What a Dataset::get call is for. Draw random augmentation from `generator`, not from the
+// global generator: it is seeded from (run seed, phase, epoch, batch), so the same batch gets
+// the same draws whatever the resume point and whichever thread loads it.
+struct Fetch {
+  Phase phase = Phase::train;
+  std::int64_t epoch = 0;
+  std::int64_t batch = 0;  // index of the batch within its epoch and phase
+  at::Generator generator;
+};
+
+// A data set from which a whole batch is cut by index.
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual std::int64_t size() const = 0;
   // indices: 1-D int64 CPU tensor of sample positions. Returns CPU tensors.
-  virtual Batch get(const at::Tensor& indices) = 0;
+  virtual Batch get(const at::Tensor& indices, Fetch& fetch) = 0;
 };
 
 // Datasets that are whole tensors in memory: get() is one index_select per tensor.
@@ -42,7 +59,7 @@ class TensorDataset : public Dataset {
   TensorDataset(at::Tensor input, at::Tensor target)
       : input_(std::move(input)), target_(std::move(target)) {}
   std::int64_t size() const override { return input_.size(0); }
-  Batch get(const at::Tensor& indices) override {
+  Batch get(const at::Tensor& indices, Fetch&) override {
     return {input_.index_select(0, indices), target_.index_select(0, indices)};
   }
   const at::Tensor& input() const { return input_; }
@@ -51,18 +68,6 @@ class TensorDataset : public Dataset {
  private:
   at::Tensor input_, target_;
 };
-
-// The step of a classifier: forward, cross-entropy against integer labels and, for
-// validation, "accuracy". net is a module holder (e.g. torch::nn::Sequential).
-template <class Net>
-Output classification_step(Net& net, const Batch& b, bool with_accuracy) {
-  Output o;
-  o.pred = net->forward(b.input);
-  o.loss = torch::nn::functional::cross_entropy(o.pred, b.target);
-  if (with_accuracy)
-    o.metrics.emplace_back("accuracy", o.pred.argmax(1).eq(b.target).to(torch::kFloat).mean());
-  return o;
-}
 
 // The optimizer used when the config has no [optimizer] table.
 struct OptimizerDefaults {
@@ -73,15 +78,42 @@ struct OptimizerDefaults {
 class Task {
  public:
   virtual ~Task() = default;
-  // Built once, before the optimizer. The trainer moves it to the run's device.
+  // Built once, after the run's seed is set and before the optimizer. The trainer moves it
+  // to the run's device, switches train/eval, checkpoints it and fingerprints it.
   virtual std::shared_ptr<torch::nn::Module> model() = 0;
   virtual std::shared_ptr<Dataset> train_data() = 0;
   virtual std::shared_ptr<Dataset> valid_data() { return nullptr; }
-  // Forward and loss for one batch (already on the model's device). No backward here.
-  virtual Output train_step(const Batch& batch) = 0;
-  // Runs under torch::NoGradGuard with the model in eval mode.
-  virtual Output eval_step(const Batch& batch) { return train_step(batch); }
+  // The prediction for a batch (already on the model's device). The trainer runs it inside
+  // the forward stage (autocast and the like wrap it) and fires after_pred after it.
+  virtual at::Tensor forward(Context& ctx, const Batch& batch) = 0;
+  // The loss (and per-batch metrics) of a prediction; after_loss fires after it. In
+  // validation both run under torch::NoGradGuard with the model in eval mode;
+  // ctx.state().validating() tells which phase it is.
+  virtual Output loss(Context& ctx, const at::Tensor& pred, const Batch& batch) = 0;
   virtual OptimizerDefaults default_optimizer() const { return {}; }
+  // Checkpoint state of the task itself (a counter, a stream position), as hooks have.
+  virtual bool has_state() const { return false; }
+  virtual void save_state(StateDict& /*out*/) const {}
+  virtual void load_state(const StateDict& /*in*/) {}
+};
+
+// Cross-entropy of logits against integer labels and, when with_accuracy, "accuracy".
+inline Output classification_loss(const at::Tensor& logits, const at::Tensor& target,
+                                  bool with_accuracy) {
+  Output o;
+  o.loss = torch::nn::functional::cross_entropy(logits, target);
+  if (with_accuracy)
+    o.metrics.emplace_back("accuracy", logits.argmax(1).eq(target).to(torch::kFloat).mean());
+  return o;
+}
+
+// A classifier: the task writes model(), the data and forward(); the loss is cross-entropy
+// against integer labels, with "accuracy" in validation.
+class ClassificationTask : public Task {
+ public:
+  Output loss(Context& ctx, const at::Tensor& pred, const Batch& batch) override {
+    return classification_loss(pred, batch.target, ctx.state().validating());
+  }
 };
 
 }  // namespace wick

@@ -4,10 +4,12 @@
 // a major breaks it.
 //   1.0  the first SDK
 //   1.1  Params::get_path
+//   2.0  host services through Context only (no Trainer), typed run facts, collectives,
+//        framework-built checkpoints, forward/loss task contract, forward stage, task state
 #pragma once
 
-#define WICK_API_MAJOR 1
-#define WICK_API_MINOR 1
+#define WICK_API_MAJOR 2
+#define WICK_API_MINOR 0
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

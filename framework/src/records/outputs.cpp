@@ -29,7 +29,34 @@ std::string record_to_json(const Record& r) {
   return j.dump();
 }
 
-void write_file_atomic(const std::filesystem::path& file, const std::string& bytes) {
+Record record_from_json(const std::string& line) {
+  const auto j = nlohmann::json::parse(line);
+  if (!j.is_object()) throw std::runtime_error("not a JSON object");
+  Record r;
+  const auto kind = j.at("kind").get<std::string>();
+  if (kind != "step" && kind != "epoch") throw std::runtime_error("kind '" + kind + "'");
+  r.kind = kind == "step" ? Record::Kind::step : Record::Kind::epoch;
+  r.epoch = j.at("epoch").get<std::int64_t>();
+  r.step = j.at("step").get<std::int64_t>();
+  r.samples_seen = j.at("samples_seen").get<std::int64_t>();
+  r.time_s = j.at("time_s").get<double>();
+  // nlohmann's json keeps keys sorted; the record's own order comes from the line.
+  nlohmann::ordered_json o = nlohmann::ordered_json::parse(line);
+  for (const auto& [k, v] : o.items()) {
+    if (k == "kind" || k == "epoch" || k == "step" || k == "samples_seen" || k == "time_s")
+      continue;
+    if (v.is_null())
+      r.values.emplace_back(k, std::nan(""));
+    else if (v.is_number())
+      r.values.emplace_back(k, v.get<double>());
+    else
+      throw std::runtime_error("value of '" + k + "' is not a number");
+  }
+  return r;
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::filesystem::path file(path);
   const auto tmp = file.string() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));

@@ -1,0 +1,50 @@
+#include "data/sampler.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Functions.h>
+
+#include <algorithm>
+
+namespace wick {
+
+namespace {
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::uint64_t epoch_seed(std::int64_t seed, std::int64_t epoch) {
+  return mix(static_cast<std::uint64_t>(seed) * 0x9E3779B97F4A7C15ull +
+             static_cast<std::uint64_t>(epoch) + 1);
+}
+
+std::uint64_t fetch_seed(std::int64_t seed, Phase phase, std::int64_t epoch, std::int64_t batch) {
+  const std::uint64_t e = epoch_seed(seed, epoch) ^ (phase == Phase::valid ? 0x5641ull : 0);
+  return mix(e + 0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(batch) + 1));
+}
+
+at::Tensor train_order(std::int64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle,
+                       Sharding s) {
+  at::Tensor order;
+  if (shuffle) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(epoch_seed(seed, epoch));
+    order = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
+  } else {
+    order = at::arange(n, at::kLong);
+  }
+  if (s.world <= 1) return order;
+  const std::int64_t total = (n + s.world - 1) / s.world * s.world;
+  if (total > n) order = at::cat({order, order.slice(0, 0, total - n)});
+  return order.slice(0, s.rank, total, s.world).contiguous();
+}
+
+at::Tensor valid_order(std::int64_t n, Sharding s) {
+  at::Tensor order = at::arange(n, at::kLong);
+  if (s.world <= 1) return order;
+  const std::int64_t per = (n + s.world - 1) / s.world;
+  return order.slice(0, std::min(n, s.rank * per), std::min(n, (s.rank + 1) * per));
+}
+
+}  // namespace wick

@@ -1,0 +1,199 @@
+// The host's services as plugins reach them through the Context.
+#include <filesystem>
+
+#include "loop/trainer_impl.hpp"
+#include "state/snapshot.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+namespace {
+Trainer::Impl& impl(Context::Host* h) {
+  return *static_cast<Trainer::Impl*>(h);
+}
+}  // namespace
+
+const StepState& Context::state() const {
+  return impl(host_).state;
+}
+const RunInfo& Context::run() const {
+  return impl(host_).run;
+}
+Batch& Context::batch() {
+  return impl(host_).batch;
+}
+Output& Context::output() {
+  return impl(host_).output;
+}
+at::Tensor& Context::backward_loss() {
+  return impl(host_).backward_loss;
+}
+torch::nn::Module& Context::model() {
+  return *impl(host_).model;
+}
+Task& Context::task() {
+  return *impl(host_).task;
+}
+Task* Context::task_ptr() {
+  return impl(host_).task.get();
+}
+torch::optim::Optimizer& Context::optimizer() {
+  return *impl(host_).optimizer;
+}
+
+void Context::set_accumulation(std::int64_t steps) {
+  if (steps < 1) throw std::invalid_argument("set_accumulation: steps must be >= 1");
+  impl(host_).state.grad_accum_steps = steps;
+}
+void Context::count_skipped_step() {
+  ++impl(host_).state.skipped_steps;
+}
+
+void Context::log(std::string_view key, double value) {
+  impl(host_).records.log(key, value);
+}
+void Context::log(std::string_view key, const at::Tensor& scalar) {
+  impl(host_).records.log(key, scalar);
+}
+const Record& Context::last_record() const {
+  return impl(host_).records.last();
+}
+
+void Context::request_stop(std::string_view reason) {
+  auto& I = impl(host_);
+  if (!I.stop) I.stop_reason = std::string(reason);
+  I.stop = true;
+}
+bool Context::stop_requested() const {
+  return impl(host_).stop;
+}
+const CancelInfo* Context::cancellation() const {
+  return impl(host_).cancel;
+}
+
+void Context::set_collectives(Collectives* c) {
+  impl(host_).collectives = c;
+}
+Collectives* Context::collectives() const {
+  return impl(host_).collectives;
+}
+void Context::barrier() {
+  if (auto* c = impl(host_).collectives) c->barrier();
+}
+
+Position Context::position() const {
+  return impl(host_).pos;
+}
+bool Context::between_steps() const {
+  const auto& I = impl(host_);
+  return I.in_fit && !I.in_step && I.state.training();
+}
+
+namespace {
+
+fs::path resolve(const Trainer::Impl& I, const std::string& folder) {
+  fs::path p(folder);
+  return p.is_absolute() ? p : fs::path(I.run.output_dir) / p;
+}
+
+CheckpointInfo info_of(const fs::path& dir, const Manifest& m, std::uint64_t bytes) {
+  CheckpointInfo info;
+  info.path = fs::absolute(dir).lexically_normal().string();
+  info.position = m.position;
+  info.optimizer_step = m.optimizer_step;
+  info.records = m.records;
+  info.reason = m.reason;
+  info.bytes = bytes;
+  return info;
+}
+
+// A position this run can continue from: inside its data (a batch index past the epoch's
+// batches is a damaged or foreign checkpoint).
+void check_position(const Trainer::Impl& I, const Manifest& m) {
+  const std::int64_t nb = I.train_batches();
+  if (m.position.batch > nb)
+    throw CheckpointError("its position (epoch " + std::to_string(m.position.epoch) + ", batch " +
+                          std::to_string(m.position.batch) + ") is past the " +
+                          std::to_string(nb) + " batches of an epoch of this run");
+  if (m.micro_step < m.optimizer_step)
+    throw CheckpointError("it counts more optimizer steps (" + std::to_string(m.optimizer_step) +
+                          ") than batches (" + std::to_string(m.micro_step) + ")");
+}
+
+}  // namespace
+
+CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::string& reason) {
+  auto& I = impl(host_);
+  const auto dir = resolve(I, folder);
+  Manifest m = snapshot_manifest(I, reason);
+  if (!I.state.is_main_process()) return info_of(dir, m, 0);  // replicas hold the same state
+  const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(I));
+  return info_of(dir, m, bytes);
+}
+
+CheckpointInfo Context::inspect_checkpoint(const std::string& folder) const {
+  const auto& I = impl(host_);
+  const auto dir = resolve(I, folder);
+  Files files;
+  Manifest m = read_checkpoint(dir, &files);
+  check_position(I, m);
+  check_agreement(m, files);
+  std::uint64_t bytes = 0;
+  for (const auto& f : files) bytes += f.second.size();
+  return info_of(dir, m, bytes);
+}
+
+CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
+  auto& I = impl(host_);
+  if (I.dispatch.where() != "before_fit")
+    throw std::logic_error("restore_checkpoint is only possible in before_fit");
+  const auto dir = resolve(I, folder);
+  const auto where = "checkpoint '" + dir.string() + "'";
+  Files files;
+  Manifest m;
+  try {
+    m = read_checkpoint(dir, &files);
+    check_position(I, m);
+    check_agreement(m, files);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError("cannot resume from " + where + ": " + e.what());
+  }
+  // The data order is a function of (seed, epoch) and the batch geometry: a resume with
+  // another of these would not continue the same run.
+  const RunIdentity now{I.opt.seed, I.opt.batch_size, I.state.num_processes, I.opt.shuffle,
+                        I.opt.drop_last};
+  std::string diff;
+  auto cmp = [&](const char* key, auto then, auto mine) {
+    if (then != mine)
+      diff += "\n  " + std::string(key) + ": checkpoint " + std::to_string(then) + ", this run " +
+              std::to_string(mine);
+  };
+  cmp("seed", m.run.seed, now.seed);
+  cmp("batch_size", m.run.batch_size, now.batch_size);
+  cmp("world_size", m.run.world_size, now.world_size);
+  cmp("shuffle", m.run.shuffle, now.shuffle);
+  cmp("drop_last", m.run.drop_last, now.drop_last);
+  if (!diff.empty())
+    throw std::runtime_error(where + " was written by a run with other settings:" + diff +
+                             "\na resume must use the checkpoint's seed, batch_size, world size, "
+                             "shuffle and drop_last (they fix the data order)");
+  if (m.position.epoch > I.opt.epochs)
+    throw std::runtime_error(where + " is at epoch " + std::to_string(m.position.epoch) +
+                             ", past this run's trainer.epochs = " + std::to_string(I.opt.epochs) +
+                             "; raise trainer.epochs to continue it");
+  restore_files(I, m, files, where);
+  // The run continues its own metrics history from the checkpoint: records a killed run
+  // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
+  // before_fit is over (every sink is set up by then).
+  I.rewind_records = m.records;
+  I.start = m.position;
+  I.pos = m.position;
+  I.resumed = true;
+  I.resumed_mid_epoch = m.position.batch > 0;
+  std::uint64_t bytes = 0;
+  for (const auto& f : files) bytes += f.second.size();
+  return info_of(dir, m, bytes);
+}
+
+}  // namespace wick

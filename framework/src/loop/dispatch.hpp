@@ -1,0 +1,103 @@
+// Private: the dispatcher of lifecycle points and stage chains. One Boost.Signals2 signal per
+// point, slots grouped by order; one chain of handlers per stage, ending in a default. It
+// records whose code runs, so that an error names its plugin and point.
+#pragma once
+
+#include <array>
+#include <boost/signals2.hpp>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wick/context.hpp"
+#include "wick/hook.hpp"
+#include "wick/schedule.hpp"
+
+namespace wick {
+
+// Calls the slots in order and, before each, notes whose hook it is (for error messages).
+struct BlameCombiner {
+  using result_type = void;
+  const HookEntry** current = nullptr;
+  const HookEntry* const* hooks = nullptr;  // the hook of each slot, in call order
+  template <class It>
+  void operator()(It first, It last) const {
+    for (std::size_t k = 0; first != last; ++first, ++k) {
+      *current = hooks[k];
+      *first;
+    }
+  }
+};
+
+struct Next::Chain {
+  std::vector<StageFn> handlers;
+  std::function<bool(Context&)> terminal;
+};
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(Context& ctx) : ctx_(ctx) {}
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  void add_hook(HookEntry entry);
+  const std::vector<HookEntry>& hooks() const { return hooks_; }
+  // Sorts hooks once, connects their points and handlers (main-process-only hooks on rank 0
+  // only), checks capability order. Throws ConfigError on an impossible order.
+  void connect(std::int64_t rank);
+  bool connected() const { return connected_; }
+  const ScheduleTable& table() const { return table_; }
+
+  // The default at the end of stage s; it runs on no plugin's behalf.
+  void set_terminal(Stage s, std::function<bool(Context&)> fn);
+
+  void emit(Point p) {
+    const auto i = static_cast<std::size_t>(p);
+    // A point nobody subscribed to costs one test (Signals2's empty emit is not free).
+    if (blame_order_[i].empty()) return;
+    where_ = to_string(p);
+    signals_[i](ctx_);
+    current_ = nullptr;
+  }
+  bool run_stage(Stage s);
+
+  // Where the loop is, for messages: static strings only (set often, never copied).
+  void set_where(std::string_view w) {
+    where_ = w;
+    current_ = nullptr;
+  }
+  std::string_view where() const { return where_; }
+  // "plugin 'x' (instance 'y') at POINT: what", or "POINT: what" when no hook was running.
+  std::string blame(const std::string& what) const;
+
+  const std::vector<std::function<void(const Record&)>>& record_sinks() const { return sinks_; }
+  const std::vector<std::function<void(const std::vector<Record>&)>>& rewinds() const {
+    return rewinds_;
+  }
+  // Hooks with checkpoint state, by instance name.
+  std::vector<std::pair<std::string, Hook*>> stateful_hooks() const;
+
+ private:
+  class Sink;
+  using Signal = boost::signals2::signal_type<
+      void(Context&), boost::signals2::keywords::mutex_type<boost::signals2::dummy_mutex>,
+      boost::signals2::keywords::group_type<int>,
+      boost::signals2::keywords::combiner_type<BlameCombiner>>::type;
+
+  Context& ctx_;
+  std::vector<HookEntry> hooks_;
+  bool connected_ = false;
+  // The loop is single-threaded per process, so the signals need no mutex (measured faster).
+  std::array<Signal, kNumPoints> signals_;
+  std::array<std::vector<const HookEntry*>, kNumPoints> blame_order_;
+  std::array<Next::Chain, kNumStages> chains_;
+  ScheduleTable table_;
+  std::vector<std::function<void(const Record&)>> sinks_;
+  std::vector<std::function<void(const std::vector<Record>&)>> rewinds_;
+  const HookEntry* current_ = nullptr;
+  std::string_view where_ = "start";
+};
+
+}  // namespace wick

@@ -1,0 +1,698 @@
+// The loop: fit and validate, the phases of an epoch and of a step.
+#include <ATen/CPUGeneratorImpl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+#include "loop/trainer_impl.hpp"
+#include "optim/optimizers.hpp"
+#include "wick/config.hpp"
+#include "wick/outputs.hpp"
+#include "wick/params.hpp"
+#include "wick/sha256.hpp"
+#include "wick/system.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_interrupts{0};
+
+void on_sigint(int) {
+  // Second Ctrl-C: the user wants out now.
+  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+}
+
+// Installs the SIGINT handler for the duration of a fit and restores the previous one.
+class SigintScope {
+ public:
+  SigintScope() {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
+
+ private:
+  struct sigaction old_ {};
+};
+
+struct Interrupted {};
+
+// Whether a scalar loss is finite. On the CPU the value is read in place: item() goes through
+// the dispatcher and costs about a microsecond per step (measured by wick_bench); on a GPU it
+// is the device sync that nan_policy needs anyway.
+bool loss_is_finite(const at::Tensor& loss) {
+  if (loss.device().is_cpu() && loss.numel() == 1 && loss.layout() == at::kStrided) {
+    if (loss.scalar_type() == at::kFloat) return std::isfinite(*loss.data_ptr<float>());
+    if (loss.scalar_type() == at::kDouble) return std::isfinite(*loss.data_ptr<double>());
+  }
+  return std::isfinite(loss.item<double>());
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// CPU time of the process, all threads: a throughput measure that waiting for a busy
+// machine's cores does not distort (summary.json's train_cpu_s).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+torch::Device to_torch(const Device& d) {
+  return d.is_cpu() ? torch::Device(torch::kCPU)
+                    : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+}
+
+}  // namespace
+
+bool interrupt_requested() {
+  return g_interrupts.load(std::memory_order_relaxed) > 0;
+}
+void request_interrupt() {
+  g_interrupts.store(1);
+}
+void clear_interrupt() {
+  g_interrupts.store(0);
+}
+
+int FitResult::exit_code() const {
+  if (interrupted) return 130;
+  return status == Status::failed ? 1 : 0;
+}
+
+const char* to_string(FitResult::Status s) {
+  switch (s) {
+    case FitResult::Status::completed:
+      return "completed";
+    case FitResult::Status::cancelled:
+      return "cancelled";
+    case FitResult::Status::failed:
+      return "failed";
+  }
+  return "?";
+}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOptions optimizer,
+                 RunInfo run)
+    : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  I.self = this;
+  I.opt = std::move(options);
+  I.optim_opt = std::move(optimizer);
+  I.task = std::move(task);
+  if (!I.task) throw std::invalid_argument("Trainer: no task");
+  if (I.opt.threads > 0) at::set_num_threads(static_cast<int>(I.opt.threads));
+
+  Device dev = I.opt.device;
+  if (I.opt.auto_device) dev = torch::cuda::is_available() ? Device{DeviceType::cuda, -1} : Device{};
+  if (dev.is_cuda() && !torch::cuda::is_available())
+    throw ConfigError("trainer.device = \"" + dev.str() +
+                      "\" but this LibTorch has no CUDA device; use \"cpu\" or \"auto\"");
+  I.device = to_torch(dev);
+
+  // The run's facts, as plugins see them.
+  I.run = std::move(run);
+  I.run.device = dev;
+  I.run.seed = I.opt.seed;
+  I.run.epochs = I.opt.epochs;
+  I.run.max_steps = I.opt.max_steps;
+  I.run.batch_size = I.opt.batch_size;
+  I.run.valid_batch_size = I.opt.valid_batch_size > 0 ? I.opt.valid_batch_size : I.opt.batch_size;
+  I.run.shuffle = I.opt.shuffle;
+  I.run.drop_last = I.opt.drop_last;
+  I.run.nan_policy = I.opt.nan_policy;
+  if (I.run.output_dir.empty()) I.run.output_dir = fs::absolute(I.opt.output_dir).string();
+
+  // Data-parallel ranks come from the launcher's torchrun-style variables.
+  if (const char* ws = std::getenv("WORLD_SIZE"))
+    I.state.num_processes = std::max(1L, std::atol(ws));
+  if (const char* rk = std::getenv("RANK")) I.state.rank = std::atol(rk);
+  I.run.world_size = I.state.num_processes;
+  I.run.rank = I.state.rank;
+
+  torch::manual_seed(static_cast<std::uint64_t>(I.opt.seed));
+  I.model = I.task->model();
+  if (!I.model) throw std::runtime_error("task returned no model");
+  I.model->to(I.device);
+  I.train_ds = I.task->train_data();
+  if (!I.train_ds) throw std::runtime_error("task returned no training data");
+  I.valid_ds = I.task->valid_data();
+  I.optimizer = make_optimizer(I.optim_opt, I.model->parameters());
+  I.state.epochs = I.opt.epochs;
+
+  // The defaults at the end of each stage chain.
+  Impl* impl = &I;
+  I.dispatch.set_terminal(Stage::forward, [impl](Context& c) {
+    impl->output.pred = impl->task->forward(c, impl->batch);
+    return true;
+  });
+  I.dispatch.set_terminal(Stage::backward, [](Context& c) {
+    c.backward_loss().backward();
+    return true;
+  });
+  I.dispatch.set_terminal(Stage::optimizer_step, [impl](Context&) {
+    impl->optimizer->step();
+    return true;
+  });
+  // Gradients are set to none rather than zeroed: less memory traffic, same result.
+  I.dispatch.set_terminal(Stage::zero_grad, [impl](Context&) {
+    for (auto& group : impl->optimizer->param_groups())
+      for (auto& p : group.params()) p.mutable_grad() = at::Tensor();
+    return true;
+  });
+  I.records.set_sinks(&I.dispatch.record_sinks(), &I.dispatch.rewinds());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_hook(HookEntry entry) {
+  impl_->dispatch.add_hook(std::move(entry));
+}
+const std::vector<HookEntry>& Trainer::hooks() const {
+  return impl_->dispatch.hooks();
+}
+void Trainer::connect() {
+  impl_->dispatch.connect(impl_->state.rank);
+}
+const ScheduleTable& Trainer::schedule() const {
+  return impl_->dispatch.table();
+}
+std::string Trainer::describe() {
+  connect();
+  return describe_markdown(impl_->dispatch.table());
+}
+void Trainer::emit_for_benchmark(const std::vector<Point>& points, std::int64_t repeats) {
+  connect();
+  for (std::int64_t r = 0; r < repeats; ++r)
+    for (Point p : points) impl_->dispatch.emit(p);
+}
+
+StepState& Trainer::state() {
+  return impl_->state;
+}
+const TrainerOptions& Trainer::options() const {
+  return impl_->opt;
+}
+const RunInfo& Trainer::run() const {
+  return impl_->run;
+}
+Task& Trainer::task() {
+  return *impl_->task;
+}
+torch::nn::Module& Trainer::model() {
+  return *impl_->model;
+}
+torch::optim::Optimizer& Trainer::optimizer() {
+  return *impl_->optimizer;
+}
+Context& Trainer::context() {
+  return impl_->ctx;
+}
+
+std::uint64_t Trainer::epoch_seed(std::int64_t epoch) const {
+  return wick::epoch_seed(impl_->opt.seed, epoch);
+}
+
+std::string Trainer::model_fingerprint() {
+  Sha256 h;
+  auto feed = [&](const at::Tensor& t) {
+    auto c = t.detach().to(torch::kCPU).contiguous();
+    h.update(c.data_ptr(), c.numel() * c.element_size());
+  };
+  for (const auto& p : impl_->model->parameters()) feed(p);
+  for (const auto& b : impl_->model->buffers()) feed(b);
+  return h.hex();
+}
+
+// ---- the loop ----------------------------------------------------------------------------
+
+Sharding Trainer::Impl::sharding() const {
+  return {state.num_processes, state.rank};
+}
+
+std::int64_t Trainer::Impl::train_batches() const {
+  const std::int64_t n = train_ds->size();
+  const std::int64_t w = state.num_processes;
+  const std::int64_t local = w > 1 ? (n + w - 1) / w : n;
+  return batches_of(local, opt.batch_size, opt.drop_last);
+}
+
+Batch Trainer::Impl::fetch(Dataset& ds, const at::Tensor& indices, Phase phase, std::int64_t b) {
+  Fetch f;
+  f.phase = phase;
+  f.epoch = state.epoch;
+  f.batch = b;
+  f.generator = at::make_generator<at::CPUGeneratorImpl>(fetch_seed(opt.seed, phase, f.epoch, b));
+  return to_device(ds.get(indices, f));
+}
+
+Batch Trainer::Impl::to_device(Batch b) const {
+  if (device.is_cpu()) return b;
+  b.input = b.input.to(device, /*non_blocking=*/true);
+  b.target = b.target.to(device, true);
+  return b;
+}
+
+double Trainer::Impl::current_lr() const {
+  const auto& groups = optimizer->param_groups();
+  return groups.empty() ? 0.0 : groups[0].options().get_lr();
+}
+
+// The forward stage (the task's forward, wrapped by handlers), after_pred, the task's loss,
+// after_loss: what training and validation steps share.
+void Trainer::Impl::forward_and_loss() {
+  output = Output{};
+  dispatch.run_stage(Stage::forward);
+  if (!output.pred.defined())
+    throw std::runtime_error("the task's forward() returned no prediction");
+  dispatch.emit(Point::after_pred);
+  dispatch.set_where("the task's loss()");
+  at::Tensor pred = output.pred;
+  Output o = task->loss(ctx, pred, batch);
+  output.loss = std::move(o.loss);
+  output.metrics = std::move(o.metrics);
+  if (!output.loss.defined()) throw std::runtime_error("the task's loss() returned no loss");
+  dispatch.emit(Point::after_loss);
+}
+
+void Trainer::Impl::train_step(const at::Tensor& indices) {
+  state.batch_size = indices.size(0);
+  state.stepped = false;
+  in_step = true;
+  dispatch.emit(Point::before_step);
+  // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
+  dispatch.set_where("the training data's get()");
+  batch = fetch(*train_ds, indices, Phase::train, state.batch_idx);
+  forward_and_loss();
+
+  bool finite = true;
+  if (opt.nan_policy != NanPolicy::ignore) finite = loss_is_finite(output.loss);
+  if (!finite && opt.nan_policy == NanPolicy::error)
+    throw std::runtime_error("non-finite loss (" + std::to_string(output.loss.item<double>()) +
+                             ") at epoch " + std::to_string(state.epoch) + ", batch " +
+                             std::to_string(state.batch_idx) + ", optimizer step " +
+                             std::to_string(state.optimizer_step) +
+                             "; set trainer.nan_policy = \"skip\" to skip such steps");
+  if (finite) {
+    backward_loss = output.loss;
+    dispatch.run_stage(Stage::backward);
+    dispatch.emit(Point::after_backward);
+    state.stepped = dispatch.run_stage(Stage::optimizer_step);
+    if (state.stepped) ++state.optimizer_step;
+    dispatch.run_stage(Stage::zero_grad);
+    epoch.losses.push_back(output.loss.detach());
+    for (const auto& [k, v] : output.metrics) epoch.add_metric(k, v);
+  } else {
+    ++state.skipped_steps;
+    dispatch.run_stage(Stage::zero_grad);
+  }
+  ++state.micro_step;
+  state.samples_seen += state.batch_size * state.num_processes;
+  samples_this_run += state.batch_size * state.num_processes;
+  // The step's record is written before after_step, so that a hook there (a checkpoint) sees
+  // the step complete, its record included.
+  log_step_if_due();
+  in_step = false;
+  pos = {state.epoch, state.batch_idx + 1};
+  dispatch.emit(Point::after_step);
+}
+
+std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whole_epoch) {
+  // [sum, count] per value: the loss, then each training metric; one all-reduce for all.
+  std::vector<at::Tensor> parts;
+  auto add = [&](const std::vector<at::Tensor>& v, std::size_t from) {
+    if (from >= v.size()) {
+      parts.push_back(torch::zeros({2}, torch::kDouble));
+      return;
+    }
+    auto s = torch::stack(at::TensorList(v).slice(from)).to(torch::kDouble).sum().cpu();
+    parts.push_back(torch::stack({s, torch::scalar_tensor(static_cast<double>(v.size() - from),
+                                                          torch::kDouble)}));
+  };
+  add(epoch.losses, whole_epoch ? 0 : epoch.logged_loss);
+  for (std::size_t k = 0; k < epoch.names.size(); ++k)
+    add(epoch.metrics[k], whole_epoch ? 0 : epoch.logged_metric[k]);
+  auto packed = torch::cat(parts);
+  if (distributed()) collectives->all_reduce_sum(packed);
+  auto a = packed.accessor<double, 1>();
+  std::vector<std::pair<std::string, double>> out;
+  if (a[1] > 0) out.emplace_back("train/loss", a[0] / a[1]);
+  for (std::size_t k = 0; k < epoch.names.size(); ++k) {
+    const auto i = static_cast<std::int64_t>(2 * (k + 1));
+    if (a[i + 1] > 0) out.emplace_back("train/" + epoch.names[k], a[i] / a[i + 1]);
+  }
+  return out;
+}
+
+void Trainer::Impl::log_step_if_due() {
+  if (opt.log_every <= 0 || state.micro_step % opt.log_every != 0 ||
+      epoch.losses.size() <= epoch.logged_loss)
+    return;
+  Record r;
+  r.kind = Record::Kind::step;
+  r.values = train_means(/*whole_epoch=*/false);
+  r.values.emplace_back("lr", current_lr());
+  epoch.logged_loss = epoch.losses.size();
+  for (std::size_t k = 0; k < epoch.names.size(); ++k)
+    epoch.logged_metric[k] = epoch.metrics[k].size();
+  r.epoch = state.epoch;
+  r.step = state.optimizer_step;
+  r.samples_seen = state.samples_seen;
+  r.time_s = seconds_since(fit_start);
+  records.write(std::move(r));
+}
+
+void Trainer::Impl::train_epoch(std::int64_t first_batch) {
+  model->train();
+  state.phase = Phase::train;
+  at::Tensor order =
+      train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding());
+  const std::int64_t local = order.size(0), bs = opt.batch_size;
+  const std::int64_t nb = batches_of(local, bs, opt.drop_last);
+  state.batches_in_epoch = nb;
+  state.batch_idx = first_batch;
+  // Resumed mid-epoch: the epoch's earlier values (restored) count in its records as they
+  // would have.
+  if (!(first_batch > 0 && resumed_mid_epoch)) epoch.clear();
+  resumed_mid_epoch = false;
+  epoch.losses.reserve(static_cast<std::size_t>(nb));
+  pos = {state.epoch, first_batch};
+
+  const auto t0 = Clock::now();
+  const double c0 = process_cpu_seconds();
+  try {
+    dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
+    for (std::int64_t b = first_batch; b < nb; ++b) {
+      if (interrupt_requested()) throw Interrupted{};
+      state.batch_idx = b;
+      try {
+        train_step(order.slice(0, b * bs, std::min(local, (b + 1) * bs)));
+      } catch (const CancelStep&) {
+        ++cancelled_steps;
+        CancelInfo info{CancelScope::step, CancelReason::cancel_step, dispatch.blame("CancelStep")};
+        cancel = &info;
+        dispatch.emit(Point::after_cancel);
+        cancel = nullptr;
+        in_step = false;
+        pos = {state.epoch, b + 1};
+      }
+      // max_steps is reached at the same step on every rank; other stop requests may come
+      // from one rank alone, so data-parallel runs agree on them first.
+      const bool max_reached = opt.max_steps > 0 && state.optimizer_step >= opt.max_steps;
+      if (max_reached && !stop) {
+        stop = true;
+        stop_reason = "max_steps (" + std::to_string(opt.max_steps) + ") reached";
+      }
+      if (max_reached || agreed_stop(false)) break;
+    }
+  } catch (const CancelEpoch&) {
+    ++cancelled_epochs;
+    CancelInfo info{CancelScope::epoch, CancelReason::cancel_epoch, dispatch.blame("CancelEpoch")};
+    cancel = &info;
+    in_step = false;
+    dispatch.emit(Point::after_cancel);
+    cancel = nullptr;
+  }
+  train_seconds += seconds_since(t0);
+  train_cpu_seconds += process_cpu_seconds() - c0;
+}
+
+ValidResult Trainer::Impl::validation() {
+  ValidResult res;
+  if (!valid_ds) return res;
+  torch::NoGradGuard no_grad;
+  model->eval();
+  state.phase = Phase::valid;
+  const std::int64_t saved_batch = state.batch_idx, saved_nb = state.batches_in_epoch;
+  at::Tensor order = valid_order(valid_ds->size(), sharding());
+  const std::int64_t local = order.size(0);
+  const std::int64_t bs = run.valid_batch_size;
+  state.batches_in_epoch = (local + bs - 1) / bs;
+  state.batch_idx = 0;
+
+  at::Tensor loss_sum;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> sums;
+  std::int64_t count = 0;
+  // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
+  try {
+    dispatch.emit(Point::before_valid);
+    for (std::int64_t b = 0; b < state.batches_in_epoch; ++b) {
+      state.batch_idx = b;
+      try {
+        auto idx = order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+        const std::int64_t m = idx.size(0);
+        state.batch_size = m;
+        dispatch.emit(Point::before_step);
+        dispatch.set_where("the validation data's get()");
+        batch = fetch(*valid_ds, idx, Phase::valid, b);
+        forward_and_loss();
+        auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
+        loss_sum = loss_sum.defined() ? loss_sum + l : l;
+        for (const auto& [k, v] : output.metrics) {
+          std::size_t i = 0;
+          while (i < names.size() && names[i] != k) ++i;
+          auto x = v.detach().to(torch::kDouble) * static_cast<double>(m);
+          if (i == names.size()) {
+            names.push_back(k);
+            sums.push_back(x);
+          } else {
+            sums[i] = sums[i] + x;
+          }
+        }
+        count += m;
+        dispatch.emit(Point::after_step);
+      } catch (const CancelStep&) {
+        ++cancelled_steps;
+        CancelInfo info{CancelScope::step, CancelReason::cancel_step, dispatch.blame("CancelStep")};
+        cancel = &info;
+        dispatch.emit(Point::after_cancel);
+        cancel = nullptr;
+      }
+    }
+  } catch (const CancelEpoch&) {
+    ++cancelled_epochs;
+    CancelInfo info{CancelScope::epoch, CancelReason::cancel_epoch, dispatch.blame("CancelEpoch")};
+    cancel = &info;
+    dispatch.emit(Point::after_cancel);
+    cancel = nullptr;
+  }
+  // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
+  std::vector<at::Tensor> parts;
+  parts.push_back(loss_sum.defined() ? loss_sum.reshape({1}).cpu()
+                                     : torch::zeros({1}, torch::kDouble));
+  for (auto& s : sums) parts.push_back(s.reshape({1}).cpu());
+  parts.push_back(torch::full({1}, static_cast<double>(count), torch::kDouble));
+  auto packed = torch::cat(parts);
+  if (distributed()) collectives->all_reduce_sum(packed);
+  auto acc = packed.accessor<double, 1>();
+  const double total = acc[packed.size(0) - 1];
+  res.samples = static_cast<std::int64_t>(total);
+  if (total > 0) {
+    res.values.emplace_back("valid/loss", acc[0] / total);
+    for (std::size_t k = 0; k < names.size(); ++k)
+      res.values.emplace_back("valid/" + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
+  }
+  model->train();
+  state.phase = Phase::train;
+  state.batch_idx = saved_batch;
+  state.batches_in_epoch = saved_nb;
+  return res;
+}
+
+void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before) {
+  Record r;
+  r.kind = Record::Kind::epoch;
+  r.values = train_means(/*whole_epoch=*/true);
+  for (const auto& kv : last_valid.values) r.values.push_back(kv);
+  r.values.emplace_back("lr", current_lr());
+  const double dt = seconds_since(t_epoch);
+  r.values.emplace_back("epoch_time_s", dt);
+  r.values.emplace_back(
+      "samples_per_s", dt > 0 ? static_cast<double>(samples_this_run - samples_before) / dt : 0.0);
+  r.epoch = state.epoch;
+  r.step = state.optimizer_step;
+  r.samples_seen = state.samples_seen;
+  r.time_s = seconds_since(fit_start);
+  records.write(std::move(r));
+}
+
+void Trainer::Impl::open_outputs() {
+  if (!opt.write_outputs) return;
+  const fs::path dir(run.output_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw std::runtime_error("cannot create output_dir '" + dir.string() + "': " + ec.message() +
+                             "; set trainer.output_dir to a writable folder");
+  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
+  if (state.rank != 0) return;
+  // A resumed run appends to the history it continues (cut back to its checkpoint when the
+  // checkpoint is restored); a new run starts it afresh.
+  records.open(dir / "metrics.jsonl", /*append=*/!run.resume.empty());
+}
+
+// summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
+// kill) never leaves an earlier run's "completed" behind; the end writes the truth.
+void Trainer::Impl::write_summary_file(const FitResult* res) {
+  if (!opt.write_outputs || run.output_dir.empty() || state.rank != 0) return;
+  Summary s;
+  s.status = res ? to_string(res->status) : "running";
+  if (res) {
+    s.error = res->error;
+    s.stop_reason = res->stop_reason;
+  }
+  s.epochs = state.epoch + (res && res->status == FitResult::Status::completed ? 1 : 0);
+  if (start.epoch >= opt.epochs) s.epochs = opt.epochs;
+  s.optimizer_steps = state.optimizer_step;
+  s.micro_steps = state.micro_step;
+  s.samples_seen = state.samples_seen;
+  s.skipped_steps = state.skipped_steps;
+  s.cancelled_steps = cancelled_steps;
+  s.cancelled_epochs = cancelled_epochs;
+  s.num_processes = state.num_processes;
+  s.wall_s = seconds_since(fit_start);
+  s.train_samples_per_s =
+      train_seconds > 0 ? static_cast<double>(samples_this_run) / train_seconds : 0.0;
+  s.valid = last_valid.values;
+  s.train_cpu_s = train_cpu_seconds;
+  if (res) s.model_fingerprint = self->model_fingerprint();
+  std::error_code ec;
+  fs::create_directories(run.output_dir, ec);
+  write_summary(fs::path(run.output_dir) / "summary.json", s);
+}
+
+FitResult Trainer::fit() {
+  auto& I = *impl_;
+  FitResult res;
+  I.fit_start = Clock::now();
+  I.stop = false;
+  I.in_fit = true;
+  clear_interrupt();
+  SigintScope sigint;
+  I.dispatch.set_where("start");
+  // What ends the fit other than completion, and how after_cancel hears of it.
+  CancelInfo ending;
+  auto end_with = [&](FitResult::Status st, CancelReason why, std::string msg) {
+    res.status = st;
+    (st == FitResult::Status::failed ? res.error : res.stop_reason) = msg;
+    ending = {CancelScope::fit, why, std::move(msg)};
+  };
+  try {
+    connect();
+    warn_if_reference_blas();
+    I.open_outputs();
+    I.write_summary_file(nullptr);
+    I.dispatch.set_where("before_fit");
+    I.rewind_records = -1;
+    I.dispatch.emit(Point::before_fit);
+    if (I.rewind_records >= 0 && !I.opt.write_outputs) I.records.set_count(I.rewind_records);
+    if (I.rewind_records >= 0 && I.opt.write_outputs) {
+      I.dispatch.set_where("rewinding the metrics records to the checkpoint");
+      I.records.rewind(fs::path(I.run.output_dir) / "metrics.jsonl", I.rewind_records,
+                       /*truncate=*/I.state.is_main_process());
+    }
+    if (I.state.num_processes > 1 && !I.collectives)
+      throw ConfigError("WORLD_SIZE is " + std::to_string(I.state.num_processes) +
+                        " but no hook set up data-parallel training, so the ranks would train "
+                        "apart; add [[hooks]] plugin = \"ddp\" to the config");
+    if (!I.run.resume.empty() && !I.resumed)
+      throw std::runtime_error("--resume " + I.run.resume +
+                               " was given but no hook restored a checkpoint; enable one with "
+                               "[[hooks]] plugin = \"checkpoint\"");
+    for (std::int64_t e = I.start.epoch; e < I.opt.epochs; ++e) {
+      I.state.epoch = e;
+      const auto t_epoch = Clock::now();
+      const auto samples_before = I.samples_this_run;
+      I.train_epoch(e == I.start.epoch ? I.start.batch : 0);
+      if (interrupt_requested()) throw Interrupted{};
+      I.last_valid = I.validation();
+      I.write_epoch_record(t_epoch, samples_before);
+      I.pos = {e + 1, 0};
+      I.dispatch.emit(Point::after_epoch);
+      I.state.batch_idx = 0;
+      // A Ctrl-C during validation or after_epoch (the last epoch's included) still counts.
+      if (interrupt_requested()) throw Interrupted{};
+      if (I.agreed_stop(true)) break;
+    }
+    I.dispatch.emit(Point::after_fit);
+    res.stop_reason = I.stop_reason;
+  } catch (const CancelFit&) {
+    end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame("CancelFit"));
+  } catch (const Interrupted&) {
+    res.interrupted = true;
+    end_with(FitResult::Status::cancelled, CancelReason::interrupt, "interrupted (SIGINT)");
+  } catch (const Cancel& c) {
+    // A CancelStep or CancelEpoch thrown outside its scope (e.g. in before_fit) ends the fit.
+    end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame(c.what()));
+  } catch (const std::exception& e) {
+    end_with(FitResult::Status::failed, CancelReason::failure, I.dispatch.blame(e.what()));
+  } catch (...) {
+    end_with(FitResult::Status::failed, CancelReason::failure,
+             I.dispatch.blame("an exception that is not a std::exception (a plugin threw a "
+                              "non-standard type)"));
+  }
+  if (res.status != FitResult::Status::completed) {
+    // after_cancel runs once on the way out; an error inside it is reported, not rethrown.
+    auto report = [&](const std::string& msg) {
+      res.error = res.error.empty() ? msg : res.error + "; then " + msg;
+      res.status = FitResult::Status::failed;
+    };
+    I.cancel = &ending;
+    try {
+      I.dispatch.emit(Point::after_cancel);
+    } catch (const std::exception& e) {
+      report(I.dispatch.blame(e.what()));
+    } catch (...) {
+      report(I.dispatch.blame("an exception that is not a std::exception"));
+    }
+    I.cancel = nullptr;
+  }
+  I.dispatch.set_where("end");
+  I.in_fit = false;
+  try {
+    I.write_summary_file(&res);
+  } catch (const std::exception& e) {
+    // The run's record of itself could not be written: it must not look like a success.
+    res.status = FitResult::Status::failed;
+    res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
+    std::fprintf(stderr, "wick: %s\n", e.what());
+  }
+  return res;
+}
+
+ValidResult Trainer::validate() {
+  connect();
+  return impl_->validation();
+}
+
+std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder, RunInfo run) {
+  // Hooks first: they are cheap to build and their config errors should not wait for data.
+  auto hooks = cfg.make_hooks(finder);
+  // The task after seeding, so that random draws in its constructor are reproducible.
+  torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
+  auto task = cfg.make_task(finder);
+  OptimizerOptions o = cfg.optimizer();
+  if (!cfg.has_optimizer()) {
+    auto d = task->default_optimizer();
+    o.name = d.name;
+    o.lr = d.lr;
+  }
+  run.config_path = cfg.path();
+  auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), o, std::move(run));
+  for (auto& h : hooks) t->add_hook(std::move(h));
+  return t;
+}
+
+}  // namespace wick

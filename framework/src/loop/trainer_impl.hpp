@@ -1,0 +1,115 @@
+// Private: the Trainer's state, shared by the files of the loop (trainer.cpp: fit and its
+// phases; context.cpp: the services plugins reach through the Context) and of the snapshot
+// (state/snapshot.cpp).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/sampler.hpp"
+#include "loop/dispatch.hpp"
+#include "records/record_writer.hpp"
+#include "wick/task.hpp"
+#include "wick/trainer.hpp"
+
+namespace wick {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-batch values of the current training epoch: detached, not synced until a record needs
+// them (no host sync per step).
+struct EpochValues {
+  std::vector<at::Tensor> losses;
+  std::vector<std::string> names;                // Output::metrics of training steps
+  std::vector<std::vector<at::Tensor>> metrics;  // [name][step]
+  std::size_t logged_loss = 0;                   // values already folded into a step record
+  std::vector<std::size_t> logged_metric;
+
+  void clear() {
+    losses.clear();
+    names.clear();
+    metrics.clear();
+    logged_loss = 0;
+    logged_metric.clear();
+  }
+  void add_metric(const std::string& name, const at::Tensor& v) {
+    std::size_t k = 0;
+    while (k < names.size() && names[k] != name) ++k;
+    if (k == names.size()) {
+      names.push_back(name);
+      metrics.emplace_back();
+      logged_metric.push_back(0);
+    }
+    metrics[k].push_back(v.detach());
+  }
+};
+
+struct Context::Host {
+  virtual ~Host() = default;
+};
+
+struct Trainer::Impl : Context::Host {
+  Trainer* self = nullptr;
+  TrainerOptions opt;
+  OptimizerOptions optim_opt;
+  RunInfo run;
+  std::shared_ptr<Task> task;
+  std::shared_ptr<torch::nn::Module> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::shared_ptr<Dataset> train_ds, valid_ds;
+  torch::Device device{torch::kCPU};
+
+  StepState state;
+  Context ctx{this};
+  Dispatcher dispatch{ctx};
+  RecordWriter records;
+  Batch batch;
+  Output output;
+  at::Tensor backward_loss;
+  EpochValues epoch;
+
+  Clock::time_point fit_start = Clock::now();
+  double train_seconds = 0, train_cpu_seconds = 0;
+  std::int64_t samples_this_run = 0;
+  ValidResult last_valid;
+
+  bool stop = false;
+  std::string stop_reason;
+  std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
+  Position start;                 // where fit() begins (a restored checkpoint's position)
+  bool resumed = false;           // a checkpoint was restored
+  bool resumed_mid_epoch = false; // `epoch` holds the resumed epoch's earlier values
+  std::int64_t rewind_records = -1;  // after before_fit: rewind the records to this count
+  Position pos;                   // where the loop is between steps
+  bool in_step = false;           // inside a training step (before_step .. its end)
+  bool in_fit = false;
+  const CancelInfo* cancel = nullptr;  // set during after_cancel
+  Collectives* collectives = nullptr;
+
+  bool agreed_stop(bool epoch_end) {
+    return collectives ? collectives->agree_stop(stop, epoch_end) : stop;
+  }
+  bool distributed() const { return collectives && state.num_processes > 1; }
+
+  Sharding sharding() const;
+  std::int64_t train_batches() const;  // batches of a training epoch on this rank
+  Batch fetch(Dataset& ds, const at::Tensor& indices, Phase phase, std::int64_t b);
+  Batch to_device(Batch b) const;
+  void open_outputs();
+  void train_epoch(std::int64_t first_batch);
+  void train_step(const at::Tensor& indices);
+  void forward_and_loss();
+  ValidResult validation();
+  void log_step_if_due();
+  void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
+  // Means of the epoch's values from the logged marks on (or all of them), over all ranks.
+  std::vector<std::pair<std::string, double>> train_means(bool whole_epoch);
+  double current_lr() const;
+  void write_summary_file(const FitResult* res);
+};
+
+}  // namespace wick

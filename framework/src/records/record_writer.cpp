@@ -1,0 +1,141 @@
+#include "records/record_writer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include "wick/outputs.hpp"
+#include "wick/state_dict.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+RecordWriter::~RecordWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RecordWriter::open(const fs::path& file, bool append) {
+  if (fd_ >= 0) ::close(fd_);
+  file_ = file;
+  fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd_ < 0)
+    throw std::runtime_error("cannot write '" + file.string() + "': " + std::strerror(errno) +
+                             "; set trainer.output_dir to a writable folder");
+  if (append) ::lseek(fd_, 0, SEEK_END);
+}
+
+void RecordWriter::log(std::string_view key, double value) {
+  for (auto& [k, v] : pending_)
+    if (k == key) {
+      v = value;
+      return;
+    }
+  pending_.emplace_back(std::string(key), value);
+}
+
+void RecordWriter::log(std::string_view key, const at::Tensor& scalar) {
+  for (auto& [k, v] : pending_)
+    if (k == key) {
+      v = scalar.detach();
+      return;
+    }
+  pending_.emplace_back(std::string(key), scalar.detach());
+}
+
+void RecordWriter::write(Record r) {
+  for (auto& [k, v] : pending_) {
+    const double x = std::holds_alternative<double>(v) ? std::get<double>(v)
+                                                       : std::get<at::Tensor>(v).item<double>();
+    // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule):
+    // a record holds each key once.
+    auto same = std::find_if(r.values.begin(), r.values.end(),
+                             [&](const auto& kv) { return kv.first == k; });
+    if (same != r.values.end())
+      same->second = x;
+    else
+      r.values.emplace_back(k, x);
+  }
+  pending_.clear();
+  if (fd_ >= 0) {
+    const std::string line = record_to_json(r) + "\n";
+    std::size_t off = 0;
+    while (off < line.size()) {
+      const ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw std::runtime_error("cannot append to '" + file_.string() +
+                                 "': " + std::strerror(errno) +
+                                 " (free space or fix permissions, then resume)");
+      off += static_cast<std::size_t>(n);
+    }
+  }
+  ++count_;
+  last_ = std::move(r);
+  if (sinks_)
+    for (const auto& sink : *sinks_) sink(last_);
+}
+
+void RecordWriter::rewind(const fs::path& file, std::int64_t n, bool truncate) {
+  std::vector<Record> kept;
+  std::uint64_t keep_bytes = 0;
+  std::error_code ec;
+  if (fs::is_regular_file(file, ec)) {
+    std::ifstream in(file, std::ios::binary);
+    std::string line;
+    while (static_cast<std::int64_t>(kept.size()) < n && std::getline(in, line)) {
+      if (in.eof()) break;  // a last line without its newline is an unfinished write
+      keep_bytes += line.size() + 1;
+      try {
+        kept.push_back(record_from_json(line));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("'" + file.string() + "' line " +
+                                 std::to_string(kept.size() + 1) +
+                                 " is not a metrics record: " + e.what());
+      }
+    }
+  }
+  if (static_cast<std::int64_t>(kept.size()) < n)
+    std::fprintf(stderr,
+                 "wick: warning: '%s' holds %zu records, the checkpoint counts %lld; the "
+                 "history continues from what is there\n",
+                 file.c_str(), kept.size(), static_cast<long long>(n));
+  if (truncate && fd_ >= 0) {
+    if (::ftruncate(fd_, static_cast<off_t>(keep_bytes)) != 0)
+      throw std::runtime_error("cannot cut '" + file_.string() +
+                               "' back to the checkpoint: " + std::strerror(errno));
+    ::lseek(fd_, 0, SEEK_END);
+  }
+  count_ = static_cast<std::int64_t>(kept.size());
+  last_ = kept.empty() ? Record{} : kept.back();
+  if (rewinds_)
+    for (const auto& fn : *rewinds_) fn(kept);
+}
+
+void RecordWriter::save_pending(StateDict& out) const {
+  out.set_int("pending", static_cast<std::int64_t>(pending_.size()));
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    const auto& [k, v] = pending_[i];
+    out.set_string("pending_key." + std::to_string(i), k);
+    out.set_float("pending_value." + std::to_string(i),
+                  std::holds_alternative<double>(v) ? std::get<double>(v)
+                                                    : std::get<at::Tensor>(v).item<double>());
+  }
+}
+
+void RecordWriter::load_pending(const StateDict& in) {
+  pending_.clear();
+  const std::int64_t n = in.has("pending") ? in.get_int("pending") : 0;
+  if (n < 0 || n > 100000) throw std::runtime_error("pending record values: bad count");
+  for (std::int64_t i = 0; i < n; ++i)
+    pending_.emplace_back(in.get_string("pending_key." + std::to_string(i)),
+                          in.get_float("pending_value." + std::to_string(i)));
+}
+
+}  // namespace wick

@@ -1,0 +1,72 @@
+// Private: the record writer. Collects the values logged for the next record, writes each
+// record to metrics.jsonl (rank 0) and hands it to the record sinks; counts the records, so
+// that a checkpoint knows how many were written and a resume rewinds every sink to it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "wick/metrics.hpp"
+
+namespace wick {
+
+class StateDict;
+
+class RecordWriter {
+ public:
+  using Sinks = std::vector<std::function<void(const Record&)>>;
+  using Rewinds = std::vector<std::function<void(const std::vector<Record>&)>>;
+
+  RecordWriter() = default;
+  ~RecordWriter();
+  RecordWriter(const RecordWriter&) = delete;
+  RecordWriter& operator=(const RecordWriter&) = delete;
+
+  // metrics.jsonl: appended to when `append` (a resume), else started afresh. Throws naming
+  // the file and the fix when it cannot be written.
+  void open(const std::filesystem::path& file, bool append);
+  void set_sinks(const Sinks* sinks, const Rewinds* rewinds) {
+    sinks_ = sinks;
+    rewinds_ = rewinds;
+  }
+
+  // Values for the next record; a key logged twice keeps the last value. The tensor overload
+  // defers the device sync to write().
+  void log(std::string_view key, double value);
+  void log(std::string_view key, const at::Tensor& scalar);
+
+  // Adds the pending values (replacing a value of the same key), writes the record and hands
+  // it to the sinks. A write that fails (full disk) throws: the run must not report success.
+  void write(Record r);
+  std::int64_t count() const { return count_; }
+  const Record& last() const { return last_; }
+
+  // Resume: keeps the first n records of `file` (metrics.jsonl; truncated when this writer has
+  // it open, i.e. on rank 0; every rank reads them back) and hands them to every rewind
+  // callback; the count continues from there.
+  void rewind(const std::filesystem::path& file, std::int64_t n, bool truncate);
+
+  // The values logged but not yet written (a checkpoint between two records carries them).
+  void save_pending(StateDict& out) const;
+  void load_pending(const StateDict& in);
+  void set_count(std::int64_t n) { count_ = n; }
+
+ private:
+  std::vector<std::pair<std::string, std::variant<double, at::Tensor>>> pending_;
+  std::filesystem::path file_;
+  int fd_ = -1;
+  std::int64_t count_ = 0;
+  Record last_;
+  const Sinks* sinks_ = nullptr;
+  const Rewinds* rewinds_ = nullptr;
+};
+
+}  // namespace wick

@@ -1,0 +1,198 @@
+#include "state/checkpoint_folder.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "wick/files.hpp"
+#include "wick/sha256.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kFormat = 2;
+constexpr std::uint64_t kMaxManifestBytes = 1 << 20;
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Reads a regular file (never following a symlink, never opening a FIFO or device) of at
+// most `limit` bytes; `expected` (when set) must be its size.
+std::string read_regular(const fs::path& p, std::uint64_t limit, const std::string& name) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) throw CheckpointError(name + " is missing");
+  if (!S_ISREG(st.st_mode))
+    throw CheckpointError(name + " is not a regular file (a link, FIFO or device)");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > limit)
+    throw CheckpointError(name + " has " + std::to_string(size) + " bytes, more than " +
+                          std::to_string(limit));
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) throw CheckpointError(name + " cannot be read: " + std::strerror(errno));
+  std::string bytes(size, '\0');
+  std::size_t off = 0;
+  while (off < size) {
+    const ssize_t n = ::read(fd, bytes.data() + off, size - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (off != size) throw CheckpointError(name + " changed while it was read");
+  return bytes;
+}
+
+std::int64_t get_count(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j.at(key).is_number_integer())
+    throw CheckpointError(where + " '" + key + "' is missing or not an integer");
+  const auto v = j.at(key).get<std::int64_t>();
+  if (v < 0) throw CheckpointError(where + " '" + key + "' is negative (" + std::to_string(v) + ")");
+  return v;
+}
+
+bool get_flag(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j.at(key).is_boolean())
+    throw CheckpointError(where + " '" + key + "' is missing or not true/false");
+  return j.at(key).get<bool>();
+}
+
+}  // namespace
+
+std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, const Files& files) {
+  const auto parent = dir.parent_path();
+  const auto name = dir.filename().string();
+  const auto tmp = parent / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  std::uint64_t total = 0;
+  try {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) throw std::runtime_error("cannot create '" + tmp.string() + "': " + ec.message());
+    json listed = json::object();
+    for (const auto& [file, bytes] : files) {
+      write_file_atomic((tmp / file).string(), bytes);
+      listed[file] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+      total += bytes.size();
+    }
+    json j = {{"format", kFormat},
+              {"reason", m.reason},
+              {"position", {{"epoch", m.position.epoch}, {"batch", m.position.batch}}},
+              {"optimizer_step", m.optimizer_step},
+              {"micro_step", m.micro_step},
+              {"samples_seen", m.samples_seen},
+              {"records", m.records},
+              {"run",
+               {{"seed", m.run.seed},
+                {"batch_size", m.run.batch_size},
+                {"world_size", m.run.world_size},
+                {"shuffle", m.run.shuffle},
+                {"drop_last", m.run.drop_last}}},
+              {"files", listed}};
+    // The manifest last: a folder without one is an unfinished write.
+    write_file_atomic((tmp / "manifest.json").string(), j.dump(2) + "\n");
+    fsync_dir(tmp);
+    if (fs::exists(dir, ec)) {
+      // Replacing (best, or a position an earlier run also saved): move the old one aside,
+      // put the new one in place, then drop the old one.
+      const auto old = parent / (".old-" + name + "-" + std::to_string(::getpid()));
+      fs::remove_all(old, ec);
+      fs::rename(dir, old);
+      fs::rename(tmp, dir);
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, dir);
+    }
+    fsync_dir(parent);
+    return total;
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw std::runtime_error("cannot save checkpoint '" + dir.string() + "': " + e.what() +
+                             "; the earlier checkpoints in '" + parent.string() +
+                             "' are untouched (free space or fix permissions, then resume)");
+  }
+}
+
+Manifest read_checkpoint(const fs::path& dir, Files* files) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw CheckpointError("not a checkpoint folder");
+  if (::lstat((dir / "manifest.json").c_str(), &st) != 0)
+    throw CheckpointError("no manifest.json (an unfinished write?)");
+  json j;
+  try {
+    j = json::parse(read_regular(dir / "manifest.json", kMaxManifestBytes, "manifest.json"));
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(std::string("manifest.json is unreadable: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("format") || !j.at("format").is_number_integer() ||
+      j.at("format").get<std::int64_t>() != kFormat)
+    throw CheckpointError("manifest.json is not a wick checkpoint manifest of format " +
+                          std::to_string(kFormat));
+  Manifest m;
+  const std::string mf = "manifest.json";
+  if (j.contains("reason") && j.at("reason").is_string()) m.reason = j.at("reason");
+  if (!j.contains("position") || !j.at("position").is_object())
+    throw CheckpointError(mf + " has no position");
+  m.position.epoch = get_count(j.at("position"), "epoch", mf + " position");
+  m.position.batch = get_count(j.at("position"), "batch", mf + " position");
+  m.optimizer_step = get_count(j, "optimizer_step", mf);
+  m.micro_step = get_count(j, "micro_step", mf);
+  m.samples_seen = get_count(j, "samples_seen", mf);
+  m.records = get_count(j, "records", mf);
+  if (!j.contains("run") || !j.at("run").is_object()) throw CheckpointError(mf + " has no run");
+  const auto& r = j.at("run");
+  m.run.seed = r.contains("seed") && r.at("seed").is_number_integer()
+                   ? r.at("seed").get<std::int64_t>()
+                   : throw CheckpointError(mf + " run 'seed' is missing or not an integer");
+  m.run.batch_size = get_count(r, "batch_size", mf + " run");
+  m.run.world_size = get_count(r, "world_size", mf + " run");
+  m.run.shuffle = get_flag(r, "shuffle", mf + " run");
+  m.run.drop_last = get_flag(r, "drop_last", mf + " run");
+
+  if (!j.contains("files") || !j.at("files").is_object())
+    throw CheckpointError(mf + " lists no files");
+  const auto& listed = j.at("files");
+  for (const char* need : kCheckpointFiles)
+    if (!listed.contains(need)) throw CheckpointError(mf + " lists no " + need);
+  for (const auto& [name, info] : listed.items()) {
+    // Only the known plain names: never a path that leaves the folder.
+    if (std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
+                     [&](const char* k) { return name == k; }) == std::end(kCheckpointFiles))
+      throw CheckpointError(mf + " lists an unexpected file '" + name + "'");
+    if (!info.is_object() || !info.contains("bytes") || !info.at("bytes").is_number_unsigned() ||
+        !info.contains("sha256") || !info.at("sha256").is_string())
+      throw CheckpointError(mf + " entry of " + name + " needs 'bytes' and 'sha256'");
+    const auto want = info.at("bytes").get<std::uint64_t>();
+    const auto p = dir / name;
+    if (::lstat(p.c_str(), &st) != 0) throw CheckpointError(name + " is missing");
+    if (!S_ISREG(st.st_mode))
+      throw CheckpointError(name + " is not a regular file (a link, FIFO or device)");
+    if (static_cast<std::uint64_t>(st.st_size) != want)
+      throw CheckpointError(name + " has " + std::to_string(st.st_size) +
+                            " bytes, the manifest says " + std::to_string(want) + " (truncated?)");
+    auto bytes = read_regular(p, want, name);
+    if (sha256_hex(bytes) != info.at("sha256").get<std::string>())
+      throw CheckpointError(name + " does not match its sha256 in the manifest (corrupted)");
+    if (files) files->emplace_back(name, std::move(bytes));
+  }
+  return m;
+}
+
+}  // namespace wick

@@ -1,0 +1,48 @@
+// Private: a checkpoint folder on disk. Written atomically (a hidden temporary folder, every
+// file fsynced, a manifest of sizes and sha256 hashes written last, renamed into place);
+// read as untrusted input (see read_checkpoint).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "wick/checkpoint.hpp"
+
+namespace wick {
+
+// What a checkpoint must match to be continued by a run: the data order depends on these.
+struct RunIdentity {
+  std::int64_t seed = 0, batch_size = 0, world_size = 1;
+  bool shuffle = true, drop_last = false;
+};
+
+struct Manifest {
+  std::string reason;
+  Position position;
+  std::int64_t optimizer_step = 0, micro_step = 0, samples_seen = 0, records = 0;
+  RunIdentity run;
+};
+
+// name -> bytes, in the order written.
+using Files = std::vector<std::pair<std::string, std::string>>;
+
+// The files every checkpoint has.
+inline const char* const kCheckpointFiles[] = {"model.pt", "optimizer.pt", "state.pt"};
+
+// Writes `files` and the manifest into `dir` atomically; replaces an existing folder of that
+// name only once the new one is complete. Returns the bytes written. Throws
+// std::runtime_error naming the folder and the cause; nothing else in the parent is touched.
+std::uint64_t write_checkpoint_folder(const std::filesystem::path& dir, const Manifest& m,
+                                      const Files& files);
+
+// Reads a checkpoint folder as untrusted input: manifest.json a regular file of bounded size
+// with the expected JSON types; each listed file a plain name among kCheckpointFiles, a
+// regular file (no symlink, FIFO or device) whose real size equals the manifest's and whose
+// sha256 matches; counts and position non-negative. Throws CheckpointError with the reason.
+// `files` receives the verified bytes (nullptr: verify only).
+Manifest read_checkpoint(const std::filesystem::path& dir, Files* files);
+
+}  // namespace wick

@@ -1,0 +1,381 @@
+#include "state/snapshot.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "wick/state_dict.hpp"
+
+namespace wick {
+
+namespace {
+
+// str -> any: what pickle_save writes for a dict of mixed values.
+using IDict = c10::impl::GenericDict;
+IDict new_dict() {
+  return IDict(c10::StringType::get(), c10::AnyType::get());
+}
+
+std::string pickle(const c10::IValue& v) {
+  auto b = torch::pickle_save(v);
+  return std::string(b.begin(), b.end());
+}
+
+IDict unpickle_dict(const std::string& bytes, const std::string& what) {
+  c10::IValue v;
+  try {
+    v = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(what + " does not load: " + e.what_without_backtrace());
+  }
+  if (!v.isGenericDict()) throw std::runtime_error(what + " is not a dictionary");
+  return v.toGenericDict();
+}
+
+IDict to_ivalue(const StateDict& sd) {
+  IDict d = new_dict();
+  for (const auto& k : sd.keys()) {
+    switch (sd.kind(k)) {
+      case StateDict::Kind::integer:
+        d.insert(k, sd.get_int(k));
+        break;
+      case StateDict::Kind::floating:
+        d.insert(k, sd.get_float(k));
+        break;
+      case StateDict::Kind::string:
+        d.insert(k, sd.get_string(k));
+        break;
+      case StateDict::Kind::tensor:
+        d.insert(k, sd.get_tensor(k));
+        break;
+    }
+  }
+  return d;
+}
+
+StateDict from_ivalue(const c10::IValue& v, const std::string& what) {
+  if (!v.isGenericDict()) throw std::runtime_error(what + " is not a dictionary");
+  StateDict sd;
+  for (const auto& kv : v.toGenericDict()) {
+    if (!kv.key().isString()) throw std::runtime_error(what + " has a key that is not a string");
+    const auto key = kv.key().toStringRef();
+    const auto x = kv.value();
+    if (x.isInt())
+      sd.set_int(key, x.toInt());
+    else if (x.isDouble())
+      sd.set_float(key, x.toDouble());
+    else if (x.isString())
+      sd.set_string(key, x.toStringRef());
+    else if (x.isTensor())
+      sd.set_tensor(key, x.toTensor());
+    else
+      throw std::runtime_error(what + " '" + key + "' has an unsupported type");
+  }
+  return sd;
+}
+
+c10::IValue get(const IDict& d, const std::string& key) {
+  auto it = d.find(key);
+  if (it == d.end()) throw std::runtime_error("state.pt has no '" + key + "'");
+  return it->value();
+}
+
+std::string shape_str(const at::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+// The loop's own resumable state: the current epoch's values not yet folded into its epoch
+// record, counters, values logged for the next record.
+StateDict loop_state(const Trainer::Impl& I) {
+  StateDict out;
+  const auto& e = I.epoch;
+  if (!e.losses.empty()) out.set_tensor("epoch_losses", torch::stack(e.losses));
+  out.set_int("logged_upto", static_cast<std::int64_t>(e.logged_loss));
+  out.set_int("metrics", static_cast<std::int64_t>(e.names.size()));
+  for (std::size_t k = 0; k < e.names.size(); ++k) {
+    const auto i = std::to_string(k);
+    out.set_string("metric_name." + i, e.names[k]);
+    if (!e.metrics[k].empty()) out.set_tensor("metric_values." + i, torch::stack(e.metrics[k]));
+    out.set_int("metric_logged." + i, static_cast<std::int64_t>(e.logged_metric[k]));
+  }
+  out.set_int("cancelled_steps", I.cancelled_steps);
+  out.set_int("cancelled_epochs", I.cancelled_epochs);
+  I.records.save_pending(out);
+  return out;
+}
+
+void load_loop_state(Trainer::Impl& I, const StateDict& in) {
+  auto& e = I.epoch;
+  e.clear();
+  auto unstack = [](const at::Tensor& t) {
+    std::vector<at::Tensor> v;
+    for (std::int64_t i = 0; i < t.size(0); ++i) v.push_back(t[i]);
+    return v;
+  };
+  if (in.has("epoch_losses")) e.losses = unstack(in.get_tensor("epoch_losses"));
+  e.logged_loss = std::min(static_cast<std::size_t>(std::max<std::int64_t>(0, in.get_int("logged_upto"))),
+                           e.losses.size());
+  const std::int64_t n = in.has("metrics") ? in.get_int("metrics") : 0;
+  if (n < 0 || n > 10000) throw std::runtime_error("loop state: bad metric count");
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto i = std::to_string(k);
+    e.names.push_back(in.get_string("metric_name." + i));
+    e.metrics.push_back(in.has("metric_values." + i) ? unstack(in.get_tensor("metric_values." + i))
+                                                     : std::vector<at::Tensor>{});
+    e.logged_metric.push_back(std::min(
+        static_cast<std::size_t>(std::max<std::int64_t>(0, in.get_int("metric_logged." + i))),
+        e.metrics.back().size()));
+  }
+  I.cancelled_steps = in.get_int("cancelled_steps");
+  I.cancelled_epochs = in.get_int("cancelled_epochs");
+  I.records.load_pending(in);
+}
+
+void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& where) {
+  auto dict = unpickle_dict(bytes, where + ": model.pt");
+  std::vector<std::pair<std::string, at::Tensor>> mine;
+  for (const auto& kv : I.model->named_parameters()) mine.emplace_back(kv.key(), kv.value());
+  for (const auto& kv : I.model->named_buffers()) mine.emplace_back(kv.key(), kv.value());
+  // Every mismatch at once, so that one look tells what changed.
+  std::string bad;
+  for (const auto& [name, t] : mine) {
+    auto it = dict.find(name);
+    if (it == dict.end() || !it->value().isTensor()) {
+      bad += "\n  " + name + ": expected " + shape_str(t) + ", not in the checkpoint";
+      continue;
+    }
+    const auto found = it->value().toTensor();
+    if (found.sizes() != t.sizes() || found.scalar_type() != t.scalar_type())
+      bad += "\n  " + name + ": expected " + shape_str(t) + " " +
+             std::string(c10::toString(t.scalar_type())) + ", found " + shape_str(found) + " " +
+             std::string(c10::toString(found.scalar_type()));
+  }
+  for (const auto& kv : dict) {
+    const auto name = kv.key().toStringRef();
+    if (std::none_of(mine.begin(), mine.end(), [&](const auto& x) { return x.first == name; }))
+      bad += "\n  " + name + ": found " +
+             (kv.value().isTensor() ? shape_str(kv.value().toTensor()) : std::string("a non-tensor")) +
+             " in the checkpoint, not in this model";
+  }
+  if (!bad.empty())
+    throw std::runtime_error(where +
+                             " does not match the model of this config (tensor: expected shape, "
+                             "found shape):" +
+                             bad +
+                             "\nresume with the model configuration the checkpoint was trained "
+                             "with");
+  torch::NoGradGuard ng;
+  for (auto& [name, t] : mine) t.copy_(dict.at(name).toTensor());
+}
+
+void set_rng(const StateDict& rng) {
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng.get_tensor("cpu"));
+  }
+  for (std::int64_t i = 0; rng.has("cuda" + std::to_string(i)); ++i) {
+    if (i >= static_cast<std::int64_t>(torch::cuda::device_count())) break;
+    auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng.get_tensor("cuda" + std::to_string(i)));
+  }
+}
+
+}  // namespace
+
+Manifest snapshot_manifest(const Trainer::Impl& I, const std::string& reason) {
+  Manifest m;
+  m.reason = reason;
+  m.position = I.pos;
+  m.optimizer_step = I.state.optimizer_step;
+  m.micro_step = I.state.micro_step;
+  m.samples_seen = I.state.samples_seen;
+  m.records = I.records.count();
+  m.run = {I.opt.seed, I.opt.batch_size, I.state.num_processes, I.opt.shuffle, I.opt.drop_last};
+  return m;
+}
+
+Files snapshot_files(Trainer::Impl& I) {
+  Files files;
+  {
+    IDict model = new_dict();
+    for (const auto& kv : I.model->named_parameters())
+      model.insert(kv.key(), kv.value().detach().cpu());
+    for (const auto& kv : I.model->named_buffers()) model.insert(kv.key(), kv.value().detach().cpu());
+    files.emplace_back("model.pt", pickle(model));
+  }
+  {
+    torch::serialize::OutputArchive a;
+    I.optimizer->save(a);
+    std::ostringstream out;
+    a.save_to(out);
+    files.emplace_back("optimizer.pt", out.str());
+  }
+  IDict d = new_dict();
+  // The position and counts again inside the hashed files: the manifest is only a summary, and
+  // a manifest edited to say otherwise is caught (check_agreement).
+  StateDict step;
+  step.set_int("epoch", I.pos.epoch);
+  step.set_int("batch", I.pos.batch);
+  step.set_int("records", I.records.count());
+  step.set_int("optimizer_step", I.state.optimizer_step);
+  step.set_int("micro_step", I.state.micro_step);
+  step.set_int("samples_seen", I.state.samples_seen);
+  step.set_int("skipped_steps", I.state.skipped_steps);
+  d.insert("step", to_ivalue(step));
+
+  StateDict rng;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng.set_tensor("cpu", gen.get_state());
+  }
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(torch::cuda::device_count()); ++i) {
+    auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng.set_tensor("cuda" + std::to_string(i), gen.get_state());
+  }
+  d.insert("rng", to_ivalue(rng));
+  d.insert("loop", to_ivalue(loop_state(I)));
+
+  // Gradients pending inside an accumulation window (a save between micro-batches).
+  IDict grads = new_dict();
+  for (const auto& kv : I.model->named_parameters())
+    if (kv.value().grad().defined()) grads.insert(kv.key(), kv.value().grad().detach().cpu());
+  d.insert("grads", grads);
+
+  if (I.task->has_state()) {
+    StateDict sd;
+    I.task->save_state(sd);
+    d.insert("task", to_ivalue(sd));
+  }
+  IDict hooks = new_dict();
+  for (auto& [instance, hook] : I.dispatch.stateful_hooks()) {
+    StateDict sd;
+    hook->save_state(sd);
+    hooks.insert(instance, to_ivalue(sd));
+  }
+  d.insert("hooks", hooks);
+  files.emplace_back("state.pt", pickle(d));
+  return files;
+}
+
+namespace {
+const std::string& bytes_of(const Files& files, const char* name) {
+  for (const auto& [n, b] : files)
+    if (n == name) return b;
+  throw CheckpointError(std::string("no ") + name);
+}
+}  // namespace
+
+void check_agreement(const Manifest& m, const Files& files) {
+  StateDict step;
+  try {
+    step = from_ivalue(get(unpickle_dict(bytes_of(files, "state.pt"), "state.pt"), "step"), "step");
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(e.what());
+  }
+  const std::pair<const char*, std::int64_t> mine[] = {{"epoch", m.position.epoch},
+                                                       {"batch", m.position.batch},
+                                                       {"records", m.records},
+                                                       {"optimizer_step", m.optimizer_step},
+                                                       {"micro_step", m.micro_step},
+                                                       {"samples_seen", m.samples_seen}};
+  for (const auto& [key, v] : mine) {
+    if (!step.has(key) || step.kind(key) != StateDict::Kind::integer)
+      throw CheckpointError(std::string("state.pt has no integer '") + key + "'");
+    if (step.get_int(key) != v)
+      throw CheckpointError("manifest.json does not agree with state.pt (" + std::string(key) +
+                            ": " + std::to_string(v) + " against " +
+                            std::to_string(step.get_int(key)) + ")");
+  }
+}
+
+void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
+                   const std::string& where) {
+  auto bytes_of = [&](const char* name) -> const std::string& {
+    return wick::bytes_of(files, name);
+  };
+  load_model(I, bytes_of("model.pt"), where);
+  try {
+    std::istringstream in(bytes_of("optimizer.pt"));
+    torch::serialize::InputArchive a;
+    a.load_from(in);
+    I.optimizer->load(a);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(where +
+                             ": the optimizer state does not load (another optimizer in the "
+                             "config?): " +
+                             e.what_without_backtrace());
+  }
+  auto d = unpickle_dict(bytes_of("state.pt"), where + ": state.pt");
+  auto step = from_ivalue(get(d, "step"), "step");
+  auto& s = I.state;
+  s.epoch = m.position.epoch;
+  s.batch_idx = m.position.batch;
+  s.optimizer_step = step.get_int("optimizer_step");
+  s.micro_step = step.get_int("micro_step");
+  s.samples_seen = step.get_int("samples_seen");
+  s.skipped_steps = step.get_int("skipped_steps");
+  set_rng(from_ivalue(get(d, "rng"), "rng"));
+  load_loop_state(I, from_ivalue(get(d, "loop"), "loop"));
+
+  auto gv = get(d, "grads");
+  if (!gv.isGenericDict()) throw std::runtime_error(where + ": state.pt grads is not a dict");
+  auto grads = gv.toGenericDict();
+  for (auto& kv : I.model->named_parameters()) {
+    auto it = grads.find(kv.key());
+    if (it != grads.end() && (!it->value().isTensor() ||
+                              it->value().toTensor().sizes() != kv.value().sizes()))
+      throw std::runtime_error(where + ": the pending gradient of '" + kv.key() +
+                               "' does not fit the parameter");
+    kv.value().mutable_grad() =
+        it == grads.end() ? at::Tensor() : it->value().toTensor().to(kv.value().device());
+  }
+
+  if (I.task->has_state()) {
+    auto it = d.find("task");
+    if (it == d.end())
+      std::fprintf(stderr, "wick: warning: %s has no state for the task; it starts afresh\n",
+                   where.c_str());
+    else
+      try {
+        I.task->load_state(from_ivalue(it->value(), "task state"));
+      } catch (const std::exception& e) {
+        throw std::runtime_error(where + ": the task cannot load its state: " + e.what());
+      }
+  }
+
+  auto hv = get(d, "hooks");
+  if (!hv.isGenericDict()) throw std::runtime_error(where + ": state.pt hooks is not a dict");
+  auto hooks = hv.toGenericDict();
+  std::vector<std::string> used;
+  for (auto& [instance, hook] : I.dispatch.stateful_hooks()) {
+    auto it = hooks.find(instance);
+    if (it == hooks.end()) {
+      std::fprintf(stderr, "wick: warning: %s has no state for hook '%s'; it starts afresh\n",
+                   where.c_str(), instance.c_str());
+      continue;
+    }
+    try {
+      hook->load_state(from_ivalue(it->value(), "hook '" + instance + "' state"));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(where + ": hook '" + instance +
+                               "' cannot load its state: " + e.what());
+    }
+    used.push_back(instance);
+  }
+  for (const auto& kv : hooks)
+    if (std::find(used.begin(), used.end(), kv.key().toStringRef()) == used.end())
+      std::fprintf(stderr,
+                   "wick: warning: %s holds state for hook '%s', which this config does not "
+                   "enable; it is ignored\n",
+                   where.c_str(), kv.key().toStringRef().c_str());
+}
+
+}  // namespace wick

@@ -1,0 +1,25 @@
+// Private: the framework's snapshot of a run between steps, and its restore. A snapshot is
+// the files of a checkpoint:
+//   model.pt      parameters and buffers by name (torch::pickle_save of a dict, torch.load-able)
+//   optimizer.pt  the optimizer's own archive (torch::optim::Optimizer::save)
+//   state.pt      step counters, RNG state, the loop's epoch values and pending record values,
+//                 pending gradients, the task's state and every stateful hook's state
+// and a manifest (position, counts, the run's identity).
+#pragma once
+
+#include "loop/trainer_impl.hpp"
+#include "state/checkpoint_folder.hpp"
+
+namespace wick {
+
+Manifest snapshot_manifest(const Trainer::Impl& I, const std::string& reason);
+Files snapshot_files(Trainer::Impl& I);
+// Throws CheckpointError when the manifest's position or counts differ from the ones in the
+// hashed state.pt (a manifest edited by hand or by an attacker).
+void check_agreement(const Manifest& m, const Files& files);
+// Loads verified files into the run; `where` names the checkpoint in messages. Throws
+// std::runtime_error for a model, optimizer or state that does not fit this run.
+void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
+                   const std::string& where);
+
+}  // namespace wick
