@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas0-openmp
   dataset-fashion-mnist
   zlib1g-dev gnuplot-nox
+  nettle-dev
 )
 
 missing=()

@@ -6,3 +6,5 @@ wick_add_test(test_cancel SOURCES test_cancel.cpp SANITIZE)
 wick_add_test(test_loader SOURCES test_loader.cpp SANITIZE)
 wick_add_test(test_config SOURCES test_config.cpp SANITIZE)
 wick_add_test(test_describe SOURCES test_describe.cpp)
+# SHA-256 (nettle) against the NIST example vectors.
+wick_add_test(test_sha256 SOURCES test_sha256.cpp SANITIZE)

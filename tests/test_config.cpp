@@ -204,6 +204,62 @@ TEST_CASE("overrides given with --set are typed by the schema") {
   }
 }
 
+TEST_CASE("a choice parameter takes only its declared choices, from the file and from --set") {
+  // tests/plugins/choice.cpp: mode, one of "fast", "slow", "exact" (default "fast").
+  const std::string hook = "[[hooks]]\nplugin = \"choice\"\nname = \"pick\"\n";
+  const std::string task = "[task]\nplugin = \"synthetic\"\n";
+
+  SECTION("a value not among the choices, with a suggestion, placed at the value") {
+    Case c(with_plugins(hook + "mode = \"slw\"\n" + task));
+    CHECK(c.error() == c.at(6, 8) +
+                           "'slw' is not one of \"fast\", \"slow\", \"exact\" for 'mode' in "
+                           "[hooks.pick]; did you mean \"slow\"?");
+  }
+  SECTION("nothing close: no suggestion") {
+    Case c(with_plugins(hook + "mode = \"turbo\"\n" + task));
+    CHECK(c.error() == c.at(6, 8) +
+                           "'turbo' is not one of \"fast\", \"slow\", \"exact\" for 'mode' in "
+                           "[hooks.pick]");
+  }
+  SECTION("a wrong --set is checked the same way") {
+    Case c(with_plugins(hook + task));
+    CHECK(c.error({"hooks.pick.mode=exat"}) ==
+          "--set hooks.pick.mode=exat: 'exat' is not one of \"fast\", \"slow\", \"exact\" for "
+          "'mode' in [hooks.pick]; did you mean \"exact\"?");
+    CHECK(c.error({"hooks.pick.mode=3"}) ==
+          "--set hooks.pick.mode=3: '3' is not one of \"fast\", \"slow\", \"exact\" for 'mode' "
+          "in [hooks.pick]");
+  }
+  SECTION("a value that is not a string") {
+    Case c(with_plugins(hook + "mode = 2\n" + task));
+    CHECK(c.error() == c.at(6, 8) + "'mode' in [hooks.pick] must be a string, not an integer (2)");
+  }
+  SECTION("wick fit refuses a wrong value with the same message and exit code 2") {
+    TempDir out;
+    Case c(with_plugins(hook + "mode = \"Fats\"\n" + task + "[trainer]\noutput_dir = \"" +
+                        (out / "run").string() + "\"\n"));
+    const std::string msg = c.error();
+    CHECK(msg == c.at(6, 8) +
+                     "'Fats' is not one of \"fast\", \"slow\", \"exact\" for 'mode' in "
+                     "[hooks.pick]; did you mean \"fast\"?");
+    auto r = run_wick({"fit", c.file.string()});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "wick: " + msg + "\n");
+    CHECK_FALSE(fs::exists(out / "run"));
+  }
+  SECTION("the choices themselves, the default and quoted or bare --set values pass") {
+    Case c(with_plugins(hook + "mode = \"exact\"\n" + task));
+    CHECK_NOTHROW(check_config(c.file));
+    CHECK_NOTHROW(check_config(c.file, {"hooks.pick.mode=slow"}));
+    CHECK_NOTHROW(check_config(c.file, {"hooks.pick.mode=\"fast\""}));
+    Case d(with_plugins(hook + task));
+    CHECK_NOTHROW(check_config(d.file));
+    auto r = run_wick({"check", c.file.string(), "--set", "hooks.pick.mode=slow"});
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+  }
+}
+
 TEST_CASE("did_you_mean suggests only close keys") {
   const std::vector<std::string> keys = {"epochs", "seed", "batch_size", "max_norm"};
   CHECK(wick::did_you_mean("max_nrom", keys) == "max_norm");

@@ -206,3 +206,30 @@ TEST_CASE("`wick plugins` and `wick check` report bad libraries without crashing
   CHECK(has(c.err, "wick: " + (dir / "cfg.toml").string() +
                        ":4:10: wrong SDK API version on plugin 'api_major'"));
 }
+
+TEST_CASE("a choice parameter declared wrongly is a bug of the plugin, named as such") {
+  const auto bad_default = fs::canonical(kBad / "choice_default" / "wick_choice_default.so");
+  const auto no_choices = fs::canonical(kBad / "choice_none" / "wick_choice_none.so");
+  const std::string default_msg = "plugin 'choice_default' (" + bad_default.string() +
+                                  ") declares choice parameter 'mode' with default \"quick\", "
+                                  "which is not one of its choices \"fast\", \"slow\" (a bug in "
+                                  "the plugin: fix its param_choice)";
+  CHECK(refused(Kind::bad_param, [&] { wick::load_plugin_library(bad_default.string()); }) ==
+        default_msg);
+  CHECK(refused(Kind::bad_param, [&] { wick::load_plugin_library(no_choices.string()); }) ==
+        "plugin 'choice_none' (" + no_choices.string() +
+            ") declares choice parameter 'mode' without choices (a bug in the plugin: fix its "
+            "param_choice)");
+
+  auto r = run_wick({"plugins", "--plugin-path", bad_default.parent_path().string()});
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.err, "wick: skipped: " + default_msg + "\n"));
+
+  // A config that uses it stops at the plugin's name (exit 2), not at a value of the user's.
+  TempDir dir;
+  write_file(dir / "cfg.toml", "[plugins]\npath = \"" + bad_default.parent_path().string() +
+                                   "\"\n[[hooks]]\nplugin = \"choice_default\"\nmode = \"fast\"\n");
+  r = run_wick({"check", (dir / "cfg.toml").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "wick: " + (dir / "cfg.toml").string() + ":4:10: " + default_msg + "\n");
+}

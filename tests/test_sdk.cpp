@@ -4,6 +4,7 @@
 #include <wick/version.hpp>
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "support.hpp"
@@ -131,6 +132,44 @@ TEST_CASE("Params::get_path takes a relative value relative to the config file's
                 "hooks.path_probe.file=\"" + abs + "\""});
   REQUIRE(r.exit_code == 0);
   CHECK(read_file(abs) == abs);
+}
+
+TEST_CASE("param_choice: wick plugins lists the choices, and the plugin reads the one chosen") {
+  // tests/plugins/choice.cpp: mode, one of "fast", "slow", "exact" (default "fast"); it logs
+  // "choice/<mode>" = the index it found the value at.
+  auto r = run_wick({"plugins", "--plugin-path", WICK_TEST_PLUGIN_DIR});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("\n    mode               choice       \"fast\"           how to "
+                             "run\n                       one of \"fast\", \"slow\", "
+                             "\"exact\"\n    scale              float        1.0              "
+                             "a float beside it\n"));
+
+  TempDir dir;
+  const std::string hook = "[[hooks]]\nplugin = \"choice\"\n";
+  write_file(dir / "default.toml", synthetic_toml(dir, 1) + hook);
+  write_file(dir / "exact.toml", synthetic_toml(dir, 1) + hook + "mode = \"exact\"\n");
+  int runs = 0;
+  auto read_back = [&](const std::string& config, const std::vector<std::string>& sets) {
+    const auto out = dir / ("run" + std::to_string(++runs));
+    std::vector<std::string> args = {"fit",           (dir / config).string(),
+                                     "--plugin-path", WICK_TEST_PLUGIN_DIR,
+                                     "--set",         "trainer.output_dir=" + out.string()};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    auto f = run_wick(args);
+    INFO(f.out << f.err);
+    REQUIRE(f.exit_code == 0);
+    std::map<std::string, double> seen;
+    for (const auto& l : read_jsonl(out / "metrics.jsonl"))
+      for (const auto& [k, v] : l.items())
+        if (k.rfind("choice/", 0) == 0) seen[k] = v.get<double>();
+    return seen;
+  };
+  using Seen = std::map<std::string, double>;
+  CHECK(read_back("default.toml", {}) == Seen{{"choice/fast", 0.0}});
+  CHECK(read_back("exact.toml", {}) == Seen{{"choice/exact", 2.0}});
+  CHECK(read_back("exact.toml", {"hooks.choice.mode=slow"}) == Seen{{"choice/slow", 1.0}});
 }
 
 TEST_CASE("wick new-plugin checks the name and the folder, and writes the renamed example") {

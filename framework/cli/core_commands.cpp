@@ -97,10 +97,15 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
       int key_width = 18;  // widened to the longest key, so that the columns line up
       for (const auto& p : i.params)
         key_width = std::max(key_width, static_cast<int>(p.key.size()));
-      for (const auto& p : i.params)
+      for (const auto& p : i.params) {
         std::printf("    %-*s %-12s %-16s %s\n", key_width, p.key.c_str(),
                     std::string(wick::to_string(p.type)).c_str(),
                     p.default_toml ? p.default_toml->c_str() : "(required)", p.help.c_str());
+        if (p.choices.empty()) continue;
+        std::string listed;  // under the type column
+        for (const auto& c : p.choices) listed += (listed.empty() ? "\"" : ", \"") + c + "\"";
+        std::printf("    %-*s one of %s\n", key_width, "", listed.c_str());
+      }
     }
     for (const auto& msg : scan.problems) std::fprintf(stderr, "wick: skipped: %s\n", msg.c_str());
     if (scan.plugins.empty()) std::printf("\n(no plugins found)\n");

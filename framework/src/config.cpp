@@ -85,6 +85,7 @@ const char* type_phrase(ParamType t) {
     case ParamType::floating:
       return "a number";
     case ParamType::string:
+    case ParamType::choice:
       return "a string";
     case ParamType::int_list:
       return "an array of integers";
@@ -172,7 +173,7 @@ struct Config::Impl {
                                  ", not " + node_type_name(n) + " (" + toml_text(n) + ")");
     };
     // A --set value is typed by the schema: "--set task.model=mlp" is a string.
-    if (t == ParamType::string && !n.is_string())
+    if ((t == ParamType::string || t == ParamType::choice) && !n.is_string())
       if (auto it = overrides.find(&n); it != overrides.end()) return it->second.second;
     switch (t) {
       case ParamType::boolean:
@@ -185,6 +186,7 @@ struct Config::Impl {
         if (n.is_integer() || n.is_floating_point()) return *n.value<double>();
         throw bad();
       case ParamType::string:
+      case ParamType::choice:  // its value is checked against the choices by validate()
         if (n.is_string()) return *n.value<std::string>();
         throw bad();
       case ParamType::int_list: {
@@ -230,6 +232,19 @@ struct Config::Impl {
     throw bad();
   }
 
+  // A choice parameter's value must be one of its choices (its default was checked when the
+  // plugin was loaded).
+  void check_choice(const std::string& value, const ParamInfo& p, const toml::node& n,
+                    const std::string& section) const {
+    if (std::find(p.choices.begin(), p.choices.end(), value) != p.choices.end()) return;
+    std::string msg = "'" + value + "' is not one of ";
+    for (std::size_t i = 0; i < p.choices.size(); ++i)
+      msg += (i ? ", \"" : "\"") + p.choices[i] + "\"";
+    msg += " for '" + p.key + "' in " + section;
+    if (auto s = did_you_mean(value, p.choices); !s.empty()) msg += "; did you mean \"" + s + "\"?";
+    throw error(where(n), msg);
+  }
+
   // Validates a table against a schema: unknown keys (with a suggestion), types, required
   // keys. Keys in `reserved` are allowed and skipped.
   Params validate(const toml::table& tbl, const std::vector<ParamInfo>& schema,
@@ -263,6 +278,8 @@ struct Config::Impl {
       Params::Impl::Entry e;
       e.type = it->type;
       e.value = convert(v, it->type, key, section);
+      if (it->type == ParamType::choice)
+        check_choice(std::get<std::string>(e.value), *it, v, section);
       e.where = where(v);
       e.set = true;
       P.entries[key] = std::move(e);

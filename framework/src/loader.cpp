@@ -40,6 +40,33 @@ std::string octal_mode(mode_t m) {
   return buf;
 }
 
+// A choice parameter's allowed values. Its default must be one of them: a plugin bug otherwise,
+// reported naming the plugin (before any config is read against it).
+void read_choices(const wick_param_info& cp, ParamInfo& pi, const std::string& plugin,
+                  const std::string& path) {
+  std::string listed;
+  for (std::uint32_t i = 0; cp.choices && i < cp.num_choices; ++i) {
+    pi.choices.push_back(cp.choices[i] ? cp.choices[i] : "");
+    listed += (i ? ", \"" : "\"") + pi.choices.back() + "\"";
+  }
+  auto bug = [&](const std::string& what) {
+    return PluginError(PluginError::Kind::bad_param,
+                       "plugin '" + plugin + "' (" + path + ") declares choice parameter '" +
+                           pi.key + "' " + what + " (a bug in the plugin: fix its param_choice)");
+  };
+  if (pi.choices.empty()) throw bug("without choices");
+  if (!pi.default_toml) return;
+  // The default is a TOML basic string, as PluginDef writes it: "..." with \" and \\ escaped.
+  std::string quoted;
+  for (const auto& c : pi.choices) {
+    quoted = "\"";
+    for (char ch : c)
+      quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+    if (*pi.default_toml == quoted + "\"") return;
+  }
+  throw bug("with default " + *pi.default_toml + ", which is not one of its choices " + listed);
+}
+
 }  // namespace
 
 void check_not_world_writable(const std::string& path, const char* what) {
@@ -156,6 +183,7 @@ std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path
     pi.type = static_cast<ParamType>(cp.type);
     if (cp.default_toml) pi.default_toml = cp.default_toml;
     pi.help = cp.help ? cp.help : "";
+    if (pi.type == ParamType::choice) read_choices(cp, pi, name, p);
     info.params.push_back(std::move(pi));
   }
   auto lib = std::make_shared<const PluginLibrary>(std::move(info), std::move(handle));

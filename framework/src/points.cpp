@@ -76,6 +76,8 @@ std::string_view to_string(ParamType t) {
       return "float list";
     case ParamType::string_list:
       return "string list";
+    case ParamType::choice:
+      return "choice";
   }
   return "?";
 }

@@ -23,6 +23,7 @@ struct ParamInfo {
   ParamType type;
   std::optional<std::string> default_toml;  // nullopt: required
   std::string help;
+  std::vector<std::string> choices = {};  // ParamType::choice: the allowed values
 };
 
 struct PluginInfo {
@@ -46,7 +47,8 @@ class WICK_EXPORT PluginError : public std::runtime_error {
     duplicate,
     unsafe_path,
     wrong_kind,
-    name_mismatch
+    name_mismatch,
+    bad_param  // a parameter declared inconsistently (a choice default not among its choices)
   };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
   Kind kind;

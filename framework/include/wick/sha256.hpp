@@ -1,4 +1,5 @@
-// SHA-256 (FIPS 180-4), for model fingerprints and checkpoint manifests.
+// SHA-256 (FIPS 180-4), for model fingerprints and checkpoint manifests. Computed by nettle
+// (Debian's libnettle); this header keeps nettle out of its users' includes.
 #pragma once
 
 #include <array>
@@ -12,15 +13,12 @@ class Sha256 {
  public:
   Sha256();
   void update(const void* data, std::size_t len);
-  std::array<std::uint8_t, 32> digest();  // finishes the hash
-  std::string hex();                      // finishes the hash
+  std::array<std::uint8_t, 32> digest();  // finishes the hash (and starts a new one)
+  std::string hex();                      // finishes the hash (and starts a new one)
 
  private:
-  void block(const std::uint8_t* p);
-  std::array<std::uint32_t, 8> h_;
-  std::array<std::uint8_t, 64> buf_{};
-  std::size_t buf_len_ = 0;
-  std::uint64_t total_ = 0;
+  // nettle's struct sha256_ctx, held in place (its size is checked in sha256.cpp).
+  alignas(8) unsigned char ctx_[128];
 };
 
 std::string sha256_hex(const std::string& bytes);

@@ -22,6 +22,7 @@ enum class ParamType : std::uint8_t {
   int_list,
   float_list,
   string_list,
+  choice,  // a string restricted to the choices the plugin declared (PluginDef::param_choice)
 };
 std::string_view to_string(ParamType t);
 
@@ -47,7 +48,7 @@ class WICK_EXPORT Params {
   bool get_bool(std::string_view key) const;
   std::int64_t get_int(std::string_view key) const;
   double get_float(std::string_view key) const;
-  std::string get_string(std::string_view key) const;
+  std::string get_string(std::string_view key) const;  // a string or a choice
   std::vector<std::int64_t> get_int_list(std::string_view key) const;
   std::vector<double> get_float_list(std::string_view key) const;
   std::vector<std::string> get_string_list(std::string_view key) const;

@@ -25,6 +25,8 @@ struct wick_param_info {
   std::uint32_t type;        // wick::ParamType
   const char* default_toml;  // TOML literal of the default, or nullptr when required
   const char* help;
+  const char* const* choices;  // type choice: the allowed values (plain strings); else nullptr
+  std::uint32_t num_choices;   // type choice: how many; else 0
 };
 struct wick_plugin_info {
   std::uint32_t magic;  // WICK_INFO_MAGIC
@@ -95,17 +97,32 @@ class PluginDef {
     for (std::size_t i = 0; i < def.size(); ++i) s += (i ? ", " : "") + quote(def[i]);
     return add(std::move(key), ParamType::string_list, s + "]", std::move(help));
   }
+  // A string restricted to a fixed set: param_choice("mode", {"fast", "exact"}, "fast", ...).
+  // The config's value must be one of `choices` (checked by wick, with a suggestion for a near
+  // miss); read it with get_string. The default must be one of them too.
+  PluginDef& param_choice(std::string key, std::vector<std::string> choices, std::string def,
+                          std::string help) {
+    params_.push_back(
+        {std::move(key), ParamType::choice, quote(def), true, std::move(help), std::move(choices)});
+    return *this;
+  }
   // A key the config must set; it has no default.
   PluginDef& param_required(std::string key, ParamType type, std::string help) {
-    params_.push_back({std::move(key), type, std::string(), false, std::move(help)});
+    params_.push_back({std::move(key), type, std::string(), false, std::move(help), {}});
     return *this;
   }
 
   const wick_plugin_info* info(PluginKind kind) {
     c_params_.clear();
-    for (const auto& p : params_)
+    c_choices_.assign(params_.size(), {});
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i];
+      for (const auto& c : p.choices) c_choices_[i].push_back(c.c_str());
       c_params_.push_back({p.key.c_str(), static_cast<std::uint32_t>(p.type),
-                           p.has_default ? p.def.c_str() : nullptr, p.help.c_str()});
+                           p.has_default ? p.def.c_str() : nullptr, p.help.c_str(),
+                           c_choices_[i].empty() ? nullptr : c_choices_[i].data(),
+                           static_cast<std::uint32_t>(c_choices_[i].size())});
+    }
     info_ = {WICK_INFO_MAGIC,
              WICK_API_MAJOR,
              WICK_API_MINOR,
@@ -127,9 +144,10 @@ class PluginDef {
     std::string def;
     bool has_default;
     std::string help;
+    std::vector<std::string> choices;  // type choice only
   };
   PluginDef& add(std::string key, ParamType type, std::string def, std::string help) {
-    params_.push_back({std::move(key), type, std::move(def), true, std::move(help)});
+    params_.push_back({std::move(key), type, std::move(def), true, std::move(help), {}});
     return *this;
   }
   static std::string quote(const std::string& s) {
@@ -147,6 +165,7 @@ class PluginDef {
   std::uint32_t flags_ = 0;
   std::vector<Param> params_;
   std::vector<wick_param_info> c_params_;
+  std::vector<std::vector<const char*>> c_choices_;  // per parameter, into params_[i].choices
   wick_plugin_info info_{};
 };
 
