@@ -571,7 +571,7 @@ TEST_CASE("after_pred sits between forward and loss: a hook's prediction is the 
     });
     r.on(Point::after_pred, [&](wick::Context& c) {
       order.push_back(c.output().loss.defined() ? "after_pred: loss" : "after_pred: no loss");
-      c.output().pred = torch::zeros_like(c.output().pred);
+      c.output().pred = c.output().pred * 0.0;  // still differentiable
     });
     r.on(Point::after_loss, [&](wick::Context& c) {
       order.push_back(c.output().loss.defined() ? "after_loss: loss" : "after_loss: no loss");
@@ -632,7 +632,9 @@ TEST_CASE("a task's own state travels in the framework's checkpoint") {
 
   auto second_task = std::make_shared<MeteredTask>();
   o.epochs = 2;
-  wick::Trainer second(o, second_task);
+  wick::RunInfo resume;
+  resume.resume = (dir / "ckpt").string();  // continues metrics.jsonl rather than starting it
+  wick::Trainer second(o, second_task, {}, resume);
   second.add_hook(entry("restore", 0, [&](wick::Registrar& r) {
     r.on(Point::before_fit, [&](wick::Context& c) {
       const auto info = c.restore_checkpoint((dir / "ckpt").string());

@@ -71,13 +71,13 @@ TEST_CASE("the minimal example stops the fit at its target and checks its parame
 }
 
 TEST_CASE("version rule: same major and an older or equal minor load, others are refused") {
-  static_assert(WICK_API_MINOR >= 1, "the older-minor case needs a host minor above 0");
   const int M = WICK_API_MAJOR, m = WICK_API_MINOR;
+  const int older = m > 0 ? m - 1 : 0;  // at minor 0 the oldest minor is the host's own
   auto r = run_wick({"plugins", "--plugin-path", WICK_SDK_TEST_PLUGIN_DIR});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out,
-             Catch::Contains("v_older_minor 1.0.0 (hook, order 0, SDK " + version(M, m - 1)));
+             Catch::Contains("v_older_minor 1.0.0 (hook, order 0, SDK " + version(M, older)));
   CHECK_THAT(r.out, Catch::Contains("v_same_minor 1.0.0 (hook, order 0, SDK " + version(M, m)));
   const std::string supports = ", this wick supports " + version(M, 0) + " to " + version(M, m) +
                                " (same major, minor not newer); ";

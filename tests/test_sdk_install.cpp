@@ -72,6 +72,51 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
     CHECK(runpath(prefix / "lib/wick/plugins/wick_synthetic.so") == "$ORIGIN/../..");
   }
 
+  // Every built-in plugin's folder, as it stands, built against the installed package alone
+  // (find_package(wick) + the folder's own wick_add_plugin), with only SDK headers included.
+  {
+    const std::regex inc(R"re(#include\s+[<"]wick/([^>"]+)[>"])re");
+    const fs::path sdk_include = fs::path(WICK_SOURCE_DIR) / "sdk" / "include" / "wick";
+    std::string subdirs;
+    for (const auto& e : fs::directory_iterator(fs::path(WICK_SOURCE_DIR) / "plugins")) {
+      if (!fs::exists(e.path() / "CMakeLists.txt")) continue;
+      subdirs += "add_subdirectory(\"" + e.path().string() + "\" " +
+                 e.path().filename().string() + ")\n";
+      for (const auto& f : fs::directory_iterator(e.path())) {
+        const auto text = read_file(f.path());
+        for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {
+          INFO(f.path().string() << " includes wick/" << (*it)[1]);
+          CHECK(fs::exists(sdk_include / (*it)[1].str()));
+        }
+      }
+    }
+    const auto project = kScratch / "builtins";
+    fs::create_directories(project);
+    // One precompiled <torch/torch.h> for all of them (wick_add_plugin uses wick_use_pch when
+    // the project defines it), to keep this test's build short.
+    write_file(project / "CMakeLists.txt",
+               "cmake_minimum_required(VERSION 3.18)\nproject(builtins CXX)\n"
+               "find_package(wick CONFIG REQUIRED)\n"
+               "file(WRITE ${CMAKE_BINARY_DIR}/pch.cpp \"\")\n"
+               "add_library(builtins_pch OBJECT ${CMAKE_BINARY_DIR}/pch.cpp)\n"
+               "target_link_libraries(builtins_pch PRIVATE wick::wick)\n"
+               "set_target_properties(builtins_pch PROPERTIES CXX_STANDARD 17 "
+               "CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON "
+               "POSITION_INDEPENDENT_CODE ON)\n"
+               "target_precompile_headers(builtins_pch PRIVATE <torch/torch.h>)\n"
+               "function(wick_use_pch target)\n"
+               "  target_precompile_headers(${target} REUSE_FROM builtins_pch)\n"
+               "endfunction()\n" +
+                   subdirs);
+    build_project(project, project / "build", prefix);
+    for (const auto& e : fs::directory_iterator(fs::path(WICK_SOURCE_DIR) / "plugins")) {
+      if (!fs::exists(e.path() / "CMakeLists.txt")) continue;
+      const auto name = e.path().filename().string();
+      INFO(name);
+      CHECK(fs::exists(project / "build" / name / ("wick_" + name + ".so")));
+    }
+  }
+
   // The sample project, and a project fresh from `wick new-plugin`, unedited.
   const auto ext_build = kScratch / "external_plugin";
   build_project(fs::path(WICK_SOURCE_DIR) / "samples" / "external_plugin", ext_build, prefix);

@@ -785,14 +785,15 @@ TEST_CASE("wick describe shows the composed chains", "[techniques][compose][cli]
   auto r = wick::test::run_wick({"describe", (dir / "c.toml").string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  // bf16 needs no loss scaling: mixed_precision works at points only, not in the chains.
+  // bf16 needs no loss scaling: mixed_precision wraps the forward only.
+  CHECK_THAT(r.out, Catch::Contains("| forward        | mixed_precision(-5) -> "
+                                    "default: task.forward()"));
   CHECK_THAT(r.out, Catch::Contains("| optimizer_step | grad_accum(-10) -> grad_clip(0) -> "
                                     "default: optimizer.step()"));
   CHECK_THAT(r.out,
              Catch::Contains("| backward       | grad_accum(-10) -> default: loss.backward()"));
   CHECK_THAT(r.out, Catch::Contains(
                         "| zero_grad      | grad_accum(-10) -> default: optimizer.zero_grad()"));
-  CHECK_THAT(r.out, Catch::Contains("| after_pred      | mixed_precision |    -5 |"));
   CHECK_THAT(r.out, Catch::Contains("| before_valid    | ema             |   -20 |"));
   // fp16 scales the loss in backward and unscales in optimizer_step, between the two.
   auto fp16 = wick::test::run_wick(
@@ -827,6 +828,16 @@ TEST_CASE("order conflicts are refused at start with the orders to use", "[techn
     CHECK_THROWS_WITH(t.connect(), Catch::Contains("'mixed_precision' (order -12)") &&
                                        Catch::Contains("'grad_accum' (order -10)") &&
                                        Catch::Contains("order = -9"));
+  }
+  SECTION("clipping before the all-reduce (ddp ordered after grad_clip)") {
+    Trainer t(options(8), std::make_shared<LinearTask>(16));
+    for (auto& h : load_hooks("[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 1.0\n"
+                              "[[hooks]]\nplugin = \"ddp\"\norder = 3\n"))
+      t.add_hook(std::move(h));
+    CHECK_THROWS_WITH(t.connect(), Catch::Contains("'grad_clip' (order 0) runs before 'ddp' "
+                                                   "(order 3)") &&
+                                       Catch::Contains("reduced_gradients") &&
+                                       Catch::Contains("order = 4"));
   }
   SECTION("through wick describe: exit 2 and the message") {
     TempDir dir;

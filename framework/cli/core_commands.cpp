@@ -38,6 +38,9 @@ int guarded(const std::function<int()>& body) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick: error: %s\n", e.what());
     return kFailed;
+  } catch (...) {
+    std::fprintf(stderr, "wick: error: an exception that is not a std::exception\n");
+    return kFailed;
   }
 }
 

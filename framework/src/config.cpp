@@ -306,7 +306,27 @@ struct Config::Impl {
   Params plugin_params(const toml::table& tbl, const PluginInfo& info, const std::string& section,
                        const std::vector<std::string>& reserved,
                        const std::string& instance) const {
-    return validate(tbl, info.params, section, reserved, info.name, instance);
+    Params p = validate(tbl, info.params, section, reserved, info.name, instance);
+    p.impl().run = run_facts();
+    return p;
+  }
+  // What a plugin's constructor may know of the run (Params::run).
+  RunInfo run_facts() const {
+    RunInfo r;
+    r.config_path = path;
+    r.output_dir = std::filesystem::absolute(trainer.output_dir).lexically_normal().string();
+    r.device = trainer.device;
+    r.seed = trainer.seed;
+    r.epochs = trainer.epochs;
+    r.max_steps = trainer.max_steps;
+    r.batch_size = trainer.batch_size;
+    r.valid_batch_size = trainer.valid_batch_size > 0 ? trainer.valid_batch_size : trainer.batch_size;
+    r.shuffle = trainer.shuffle;
+    r.drop_last = trainer.drop_last;
+    r.nan_policy = trainer.nan_policy;
+    if (const char* ws = std::getenv("WORLD_SIZE")) r.world_size = std::max(1L, std::atol(ws));
+    if (const char* rk = std::getenv("RANK")) r.rank = std::atol(rk);
+    return r;
   }
 };
 

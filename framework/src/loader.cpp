@@ -79,12 +79,27 @@ void check_not_world_writable(const std::string& path, const char* what) {
                           "), so anyone could plant code in it; run: chmod o-w '" + path + "'");
 }
 
+// Runs the plugin's factory. A constructor's std::exception (a ConfigError from p.error, say)
+// passes through; anything else it throws becomes an error naming the plugin, not a terminate.
+void* PluginLibrary::construct(const Params& p) const {
+  try {
+    return handle_->create(p);
+  } catch (const std::exception&) {
+    throw;
+  } catch (...) {
+    throw PluginError(PluginError::Kind::load_failed,
+                      "plugin '" + info_.name + "' (" + info_.path +
+                          "): its constructor threw an exception that is not a std::exception "
+                          "(a bug in the plugin: throw std::runtime_error or p.error(...))");
+  }
+}
+
 std::shared_ptr<Hook> PluginLibrary::create_hook(const Params& p) const {
   if (info_.kind != PluginKind::hook)
     throw PluginError(PluginError::Kind::wrong_kind,
                       "plugin '" + info_.name + "' (" + info_.path +
                           ") is a task plugin; use it as [task] plugin = \"" + info_.name + "\"");
-  auto* raw = static_cast<Hook*>(handle_->create(p));
+  auto* raw = static_cast<Hook*>(construct(p));
   if (!raw)
     throw PluginError(PluginError::Kind::missing_factory,
                       "plugin '" + info_.name + "' factory returned nothing");
@@ -99,7 +114,7 @@ std::shared_ptr<Task> PluginLibrary::create_task(const Params& p) const {
     throw PluginError(PluginError::Kind::wrong_kind,
                       "plugin '" + info_.name + "' (" + info_.path +
                           ") is a hook plugin; enable it under [[hooks]], not as [task] plugin");
-  auto* raw = static_cast<Task*>(handle_->create(p));
+  auto* raw = static_cast<Task*>(construct(p));
   if (!raw)
     throw PluginError(PluginError::Kind::missing_factory,
                       "plugin '" + info_.name + "' factory returned nothing");

@@ -72,6 +72,16 @@ std::string Params::get_path(std::string_view key) const {
   return std::filesystem::absolute(p).lexically_normal().string();
 }
 
+const RunInfo& Params::run() const {
+  return impl_->run;
+}
+
+ConfigError Params::error(std::string_view message) const {
+  std::string section = impl_->section.empty() ? "[hooks." + impl_->instance + "]" : impl_->section;
+  return ConfigError((impl_->table_where.empty() ? std::string() : impl_->table_where + ": ") +
+                     section + " (plugin '" + impl_->plugin + "') " + std::string(message));
+}
+
 ConfigError Params::error(std::string_view key, std::string_view message) const {
   std::string where;
   auto it = impl_->entries.find(key);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "wick/params.hpp"
+#include "wick/run.hpp"
 
 namespace wick {
 
@@ -26,6 +27,7 @@ struct Params::Impl {
   std::string section;      // "[task]", "[hooks.NAME]", for messages
   std::string base_dir;     // folder of the config file: get_path() resolves against it
   std::map<std::string, Entry, std::less<>> entries;  // every declared key
+  RunInfo run;  // the run's facts as the config gives them (Params::run)
 };
 
 }  // namespace wick

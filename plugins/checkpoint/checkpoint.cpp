@@ -43,7 +43,6 @@ class Checkpoint : public wick::Hook {
     if (every_n_steps_ < 0) throw p.error("every_n_steps", "must be >= 0 (0: never)");
     if (every_n_epochs_ < 0) throw p.error("every_n_epochs", "must be >= 0 (0: never)");
     if (keep_last_ < 0) throw p.error("keep_last", "must be >= 0 (0: keep all)");
-    if (mode_ != "min" && mode_ != "max") throw p.error("mode", "must be \"min\" or \"max\"");
   }
 
   void connect(wick::Registrar& r) override {
@@ -342,4 +341,4 @@ WICK_PLUGIN(
         .param_bool("at_end", true, "save when the fit ends")
         .param_string("monitor", "",
                       "epoch metric for checkpoints/best, e.g. \"valid/loss\" (\"\": no best)")
-        .param_string("mode", "min", "\"min\" or \"max\": which monitor value is best"))
+        .param_choice("mode", {"min", "max"}, "min", "which monitor value is best"))

@@ -160,6 +160,11 @@ class Ddp : public wick::Hook, public wick::Collectives {
     if (first_bucket_mb_ <= 0)
       throw p.error("first_bucket_mb", "must be > 0 (megabytes in the first bucket)");
     if (p.get_float("timeout_s") <= 0) throw p.error("timeout_s", "must be > 0 seconds");
+    // A conflict with [trainer], caught by `wick check` as well as `wick fit` (exit 2).
+    if (p.run().nan_policy == wick::NanPolicy::skip)
+      throw p.error(
+          "needs every rank to take part in every optimizer step, but trainer.nan_policy = "
+          "\"skip\" skips steps on one rank alone; use \"error\"");
   }
 
   ~Ddp() override { remove_grad_hooks(); }
@@ -248,10 +253,6 @@ class Ddp : public wick::Hook, public wick::Collectives {
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
-    if (c.run().nan_policy == wick::NanPolicy::skip)
-      throw wick::ConfigError(
-          "[hooks.ddp] needs every rank to take part in every optimizer step, but "
-          "trainer.nan_policy = \"skip\" skips steps on one rank alone; use \"error\"");
     const char* addr = std::getenv("MASTER_ADDR");
     const std::int64_t port = env_int("MASTER_PORT", -1);
     if (!addr || port <= 0 || port > 65535)

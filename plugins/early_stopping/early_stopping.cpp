@@ -17,13 +17,7 @@ class EarlyStopping : public wick::Hook {
       : monitor_(p.get_string("monitor")),
         patience_(p.get_int("patience")),
         min_delta_(p.get_float("min_delta")) {
-    const auto mode = p.get_string("mode");
-    if (mode == "min")
-      maximize_ = false;
-    else if (mode == "max")
-      maximize_ = true;
-    else
-      throw p.error("mode", "unknown mode '" + mode + "'; use \"min\" or \"max\"");
+    maximize_ = p.get_string("mode") == "max";
     if (patience_ < 1) throw p.error("patience", "must be >= 1 (epochs without improvement)");
     if (min_delta_ < 0) throw p.error("min_delta", "must be >= 0");
   }
@@ -94,6 +88,6 @@ WICK_PLUGIN(EarlyStopping,
                             "Stops training when a validation metric stops improving")
                 .order(10)
                 .param_string("monitor", "valid/loss", "epoch metric to watch")
-                .param_string("mode", "min", "\"min\" (lower is better) or \"max\"")
+                .param_choice("mode", {"min", "max"}, "min", "min: lower is better; max: higher")
                 .param_int("patience", 3, "epochs without improvement before stopping")
                 .param_float("min_delta", 0.0, "smallest change that counts as an improvement"))

@@ -44,11 +44,8 @@ class LrSchedule : public wick::Hook {
       kind_ = Kind::cosine;
     else if (k == "step")
       kind_ = Kind::step;
-    else if (k == "onecycle")
+    else  // the last of the declared choices
       kind_ = Kind::onecycle;
-    else
-      throw p.error("kind",
-                    "unknown schedule '" + k + "'; use constant, linear, cosine, step or onecycle");
     if (warmup_ < 0) throw p.error("warmup_steps", "must be >= 0");
     if (total_ < 0) throw p.error("total_steps", "must be >= 0 (0: derive from the run)");
     if (min_lr_ < 0) throw p.error("min_lr", "must be >= 0");
@@ -163,7 +160,8 @@ WICK_PLUGIN(LrSchedule,
             wick::PluginDef("lr_schedule", "1.0.0",
                             "Learning-rate schedule per optimizer step, with linear warm-up")
                 .order(5)
-                .param_string("kind", "constant", "constant, linear, cosine, step or onecycle")
+                .param_choice("kind", {"constant", "linear", "cosine", "step", "onecycle"}, "constant",
+                              "the schedule's shape")
                 .param_int("warmup_steps", 0, "optimizer steps of linear warm-up to the base lr")
                 .param_int("total_steps", 0,
                            "optimizer steps the schedule spans (0: epochs x steps per epoch, "

@@ -22,12 +22,7 @@ class MixedPrecision : public wick::Hook {
       : scaler_(p.get_float("init_scale"), p.get_float("growth_factor"),
                 p.get_float("backoff_factor"), p.get_int("growth_interval")) {
     const auto dtype = p.get_string("dtype");
-    if (dtype == "bf16" || dtype == "bfloat16")
-      fp16_ = false;
-    else if (dtype == "fp16" || dtype == "float16")
-      fp16_ = true;
-    else
-      throw p.error("dtype", "unknown dtype '" + dtype + "'; use \"bf16\" or \"fp16\"");
+    fp16_ = dtype == "fp16" || dtype == "float16";
     if (!(p.get_float("init_scale") > 0)) throw p.error("init_scale", "must be > 0");
     if (!(p.get_float("growth_factor") > 1)) throw p.error("growth_factor", "must be > 1");
     const double b = p.get_float("backoff_factor");
@@ -140,9 +135,9 @@ WICK_PLUGIN(MixedPrecision,
             wick::PluginDef("mixed_precision", "2.0.0",
                             "bf16/fp16 autocast around the forward pass; fp16 loss scaling")
                 .order(-5)
-                .param_string("dtype", "bf16",
-                              "\"bf16\" (autocast, CPU or CUDA) or \"fp16\" "
-                              "(autocast on CUDA + dynamic loss scaling)")
+                .param_choice("dtype", {"bf16", "fp16", "bfloat16", "float16"}, "bf16",
+                              "bf16: autocast, CPU or CUDA; fp16: autocast on CUDA + dynamic "
+                              "loss scaling")
                 .param_float("init_scale", 65536.0, "fp16: initial loss scale")
                 .param_float("growth_factor", 2.0,
                              "fp16: scale multiplier after growth_interval "

@@ -39,8 +39,6 @@ class Progress : public wick::Hook {
         mode_(p.get_string("mode")) {
     if (every_ < 1) throw p.error("every", "must be >= 1");
     if (redraw_s_ < 0) throw p.error("redraw_s", "must be >= 0");
-    if (mode_ != "auto" && mode_ != "tty" && mode_ != "plain")
-      throw p.error("mode", "unknown mode '" + mode_ + "'; use \"auto\", \"tty\" or \"plain\"");
   }
 
   void connect(wick::Registrar& r) override {
@@ -179,5 +177,5 @@ WICK_PLUGIN(Progress,
                 .main_process_only()
                 .param_int("every", 100, "without a terminal: print a line every N steps")
                 .param_float("redraw_s", 0.25, "on a terminal: redraw at most this often (s)")
-                .param_string("mode", "auto",
-                              "\"auto\" (terminal if stdout is one), \"tty\" or \"plain\""))
+                .param_choice("mode", {"auto", "tty", "plain"}, "auto",
+                              "auto: a live line if stdout is a terminal, else plain lines"))

@@ -66,6 +66,7 @@ class PluginLibrary {
       : info_(std::move(info)), handle_(std::move(h)) {}
 
  private:
+  void* construct(const Params& p) const;
   PluginInfo info_;
   std::shared_ptr<Handle> handle_;
 };

@@ -55,8 +55,9 @@ struct FitResult {
   Status status = Status::completed;
   std::string error;         // "plugin 'x' at after_step: message" when failed
   std::string stop_reason;   // why a graceful stop was requested, or why the fit was cancelled
-  bool interrupted = false;  // SIGINT
-  int exit_code() const;     // 0, 1 (failed) or 130 (interrupted)
+  bool interrupted = false;   // SIGINT
+  bool config_error = false;  // failed on a configuration error found only at run time
+  int exit_code() const;      // 0, 1 (failed), 2 (configuration error) or 130 (interrupted)
 };
 const char* to_string(FitResult::Status s);
 

@@ -88,7 +88,8 @@ void clear_interrupt() {
 
 int FitResult::exit_code() const {
   if (interrupted) return 130;
-  return status == Status::failed ? 1 : 0;
+  if (status == Status::failed) return config_error ? 2 : 1;
+  return 0;
 }
 
 const char* to_string(FitResult::Status s) {
@@ -636,6 +637,10 @@ FitResult Trainer::fit() {
   } catch (const Cancel& c) {
     // A CancelStep or CancelEpoch thrown outside its scope (e.g. in before_fit) ends the fit.
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame(c.what()));
+  } catch (const ConfigError& e) {
+    // Every configuration error exits 2, whichever layer finds it.
+    end_with(FitResult::Status::failed, CancelReason::failure, I.dispatch.blame(e.what()));
+    res.config_error = true;
   } catch (const std::exception& e) {
     end_with(FitResult::Status::failed, CancelReason::failure, I.dispatch.blame(e.what()));
   } catch (...) {

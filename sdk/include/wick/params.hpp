@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wick/run.hpp"
 #include "wick/version.hpp"
 
 namespace wick {
@@ -56,6 +57,14 @@ class WICK_EXPORT Params {
   // relative to the config file's folder (as [plugins] path is), not the current directory.
   // Since SDK 1.1.
   std::string get_path(std::string_view key) const;
+
+  // The run's facts as the config gives them, for checks that involve other sections (the
+  // device and data-parallel rank are not resolved yet: device "auto" reads as cpu). Since 2.0.
+  const RunInfo& run() const;
+
+  // An error about the table as a whole (a conflict with another section), placed at the
+  // table: throw p.error("needs trainer.nan_policy = \"error\""). Since 2.0.
+  ConfigError error(std::string_view message) const;
 
   // An error about a value, placed at the key's position: throw p.error("max_norm", "must
   // be > 0"). Use it for checks the declared type cannot express.
