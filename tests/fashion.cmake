@@ -13,3 +13,6 @@ target_link_libraries(test_fashion_task PRIVATE wick_idx)
 wick_add_test(test_fashion_tools SOURCES test_fashion_tools.cpp
               DEPENDS synthetic progress metrics_log)
 target_link_libraries(test_fashion_tools PRIVATE util)
+
+# The DCGAN sample: two optimizers under manual optimization, exact resume after kill -9.
+wick_add_test(test_gan SOURCES test_gan.cpp DEPENDS gan metrics_log checkpoint)

@@ -95,7 +95,7 @@ TEST_CASE("unknown keys are reported where they are, with a suggestion") {
   SECTION("nothing close: the known keys are listed") {
     Case c("[optimizer]\nxyzzy = 1\n");
     CHECK(c.error() == c.at(2, 1) +
-                           "unknown key 'xyzzy' in [optimizer]; known keys: name lr "
+                           "unknown key 'xyzzy' in [optimizer]; known keys: groups name lr "
                            "weight_decay betas eps amsgrad momentum dampening nesterov");
   }
   SECTION("a misspelt section") {

@@ -45,10 +45,28 @@ TEST_CASE("wick describe prints the schedule table exactly") {
       "| forward        | default: task.forward()                           |\n"
       "| backward       | trace(0) -> default: loss.backward()              |\n"
       "| optimizer_step | trace(0) -> audit(5) -> default: optimizer.step() |\n"
-      "| zero_grad      | audit(5) -> default: optimizer.zero_grad()        |\n";
+      "| zero_grad      | audit(5) -> default: optimizer.zero_grad()        |\n"
+      "\n"
+      "Optimizer: the task's default\n";
   const auto libs = r.out.find("\nLibraries:\n");
   REQUIRE(libs != std::string::npos);
   CHECK(r.out.substr(0, libs) == table);
+
+  // With [optimizers.NAME] and groups, the optimizers the chains run for, in order.
+  write_file(dir / "opt.toml",
+             read_file(dir / "cfg.toml") +
+                 "[optimizers.generator]\nname = \"adam\"\nlr = 0.0002\n"
+                 "[optimizers.discriminator]\nname = \"sgd\"\nlr = 0.01\n"
+                 "[[optimizers.discriminator.groups]]\nparams = \"discriminator.head.*\"\n"
+                 "lr = 0.001\n");
+  auto o = run_wick({"describe", (dir / "opt.toml").string()});
+  INFO(o.out << o.err);
+  REQUIRE(o.exit_code == 0);
+  CHECK_THAT(o.out, Catch::Contains("| Optimizer | Over | Kind | lr | Groups |\n"
+                                    "| --- | --- | --- | --- | --- |\n"
+                                    "| generator | module generator | adam | 0.0002 | - |\n"
+                                    "| discriminator | module discriminator | sgd | 0.01 | "
+                                    "discriminator.head.* lr 0.001000 |\n"));
 
   // Then the absolute path of each hook's library, in schedule order.
   const std::string d = fs::canonical(WICK_TEST_PLUGIN_DIR).string();

@@ -634,7 +634,7 @@ TEST_CASE("a task's own state travels in the framework's checkpoint") {
   o.epochs = 2;
   wick::RunInfo resume;
   resume.resume = (dir / "ckpt").string();  // continues metrics.jsonl rather than starting it
-  wick::Trainer second(o, second_task, {}, resume);
+  wick::Trainer second(o, second_task, wick::OptimizerOptions{}, resume);
   second.add_hook(entry("restore", 0, [&](wick::Registrar& r) {
     r.on(Point::before_fit, [&](wick::Context& c) {
       const auto info = c.restore_checkpoint((dir / "ckpt").string());

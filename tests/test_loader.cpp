@@ -81,7 +81,8 @@ TEST_CASE("an SDK API version mismatch names both versions and the fix") {
     auto msg = refused(Kind::api_mismatch, [&] { wick::load_plugin_library(p); });
     const auto got = std::to_string(WICK_API_MAJOR + 1) + "." + std::to_string(WICK_API_MINOR);
     CHECK(msg == "wrong SDK API version on plugin 'api_major' (" + p + "): got version " + got +
-                     ", this wick supports 1.0 to 1." + std::to_string(WICK_API_MINOR) +
+                     ", this wick supports " + std::to_string(WICK_API_MAJOR) + ".0 to " +
+                     std::to_string(WICK_API_MAJOR) + "." + std::to_string(WICK_API_MINOR) +
                      " (same major, minor not newer); rebuild the plugin against this wick's "
                      "SDK (find_package(wick) and wick_add_plugin)");
   }

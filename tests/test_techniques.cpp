@@ -852,3 +852,195 @@ TEST_CASE("order conflicts are refused at start with the orders to use", "[techn
                           Catch::Contains("order = -4"));
   }
 }
+
+// ---- several optimizers, parameter groups, manual optimization ----------------------------
+
+namespace {
+
+// Two named modules, "gen" and "disc", as a GAN has: each gets its own optimizer.
+struct TwoNets : torch::nn::Module {
+  TwoNets() {
+    gen = register_module("gen", torch::nn::Linear(kIn, kOut));
+    disc = register_module("disc", torch::nn::Linear(kOut, 1));
+  }
+  torch::nn::Linear gen{nullptr}, disc{nullptr};
+};
+
+// Regression through gen; in manual mode a second, adversarial-style loss trains disc alone.
+class TwoNetTask : public Task {
+ public:
+  explicit TwoNetTask(bool manual) : manual_(manual), data_(32) {}
+  std::shared_ptr<torch::nn::Module> model() override {
+    net_ = std::make_shared<TwoNets>();
+    return net_;
+  }
+  std::shared_ptr<Dataset> train_data() override { return data_.train_data(); }
+  at::Tensor forward(Context&, const Batch& b) override { return net_->gen(b.input); }
+  Output loss(Context&, const at::Tensor& pred, const Batch& b) override {
+    Output o;
+    o.loss = torch::mse_loss(pred, b.target) + 0.0 * net_->disc(pred).sum();
+    return o;
+  }
+  bool manual_optimization() const override { return manual_; }
+  Output train_step(Context& c, const Batch& b) override {
+    // disc: tell real targets (1) from gen's predictions (0), gen's output detached.
+    auto fake = net_->gen(b.input);
+    auto d_loss = torch::mse_loss(net_->disc(b.target), torch::ones({b.target.size(0), 1})) +
+                  torch::mse_loss(net_->disc(fake.detach()), torch::zeros({b.target.size(0), 1}));
+    c.backward(d_loss, "disc");
+    c.step("disc");
+    // gen: regression; its backward also reaches disc's weights, which disc's next step must
+    // not see: cleared explicitly, as a GAN's discriminator gradients are.
+    auto g_loss = torch::mse_loss(fake, b.target) + 0.1 * net_->disc(fake).pow(2).mean();
+    c.backward(g_loss, "gen");
+    c.step("gen");
+    c.zero_grad("disc");
+    Output o;
+    o.loss = g_loss.detach();
+    o.metrics.emplace_back("d_loss", d_loss.detach());
+    return o;
+  }
+
+ private:
+  bool manual_;
+  LinearTask data_;
+  std::shared_ptr<TwoNets> net_;
+};
+
+OptimizerOptions on_module(const std::string& module, const std::string& name, double lr) {
+  auto o = optimizer(name, lr);
+  o.module = module;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("parameter groups: each group gets its lr and weight decay, lr_schedule scales each",
+          "[techniques][optim]") {
+  auto o = optimizer("sgd", 0.1);
+  ParamGroupOptions g;
+  g.params = "weight";
+  g.lr = 0.01;
+  g.weight_decay = 0.5;
+  o.groups.push_back(g);
+  Trainer t(options(8, 2), std::make_shared<LinearTask>(16), o);
+  // The unclaimed parameters (bias) form the first group with the optimizer's options.
+  auto& groups = t.optimizer().param_groups();
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].options().get_lr() == Approx(0.1));
+  CHECK(groups[1].options().get_lr() == Approx(0.01));
+  CHECK(static_cast<torch::optim::SGDOptions&>(groups[1].options()).weight_decay() == 0.5);
+  CHECK(groups[1].params()[0].sizes() == t.model().named_parameters()["weight"].sizes());
+  // Halved every epoch: each group from its own base.
+  for (auto& h : load_hooks("[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"step\"\nunit = "
+                            "\"epochs\"\nstep_size = 1\ngamma = 0.5\n"))
+    t.add_hook(std::move(h));
+  std::vector<std::pair<double, double>> seen;
+  auto probe = std::make_shared<Probe>();
+  probe->stages = false;
+  probe->points[Point::after_epoch] = [&](Context& c) {
+    seen.emplace_back(c.optimizer().param_groups()[0].options().get_lr(),
+                      c.optimizer().param_groups()[1].options().get_lr());
+  };
+  t.add_hook(entry(probe, "probe", 50));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].first == Approx(0.1));
+  CHECK(seen[0].second == Approx(0.01));
+  CHECK(seen[1].first == Approx(0.05));
+  CHECK(seen[1].second == Approx(0.005));
+
+  SECTION("a glob that matches nothing, or a parameter two groups claim") {
+    auto bad = optimizer("sgd", 0.1);
+    ParamGroupOptions nothing;
+    nothing.params = "backbone.*";
+    nothing.where = "cfg.toml:9:1";
+    bad.groups.push_back(nothing);
+    CHECK_THROWS_WITH(Trainer(options(8), std::make_shared<LinearTask>(16), bad),
+                      "cfg.toml:9:1: params = \"backbone.*\" matches no parameter of the model "
+                      "(its parameters: weight, bias)");
+    auto twice = optimizer("sgd", 0.1);
+    ParamGroupOptions a, b;
+    a.params = "*";
+    a.where = "cfg.toml:9:1";
+    b.params = "w*";
+    b.where = "cfg.toml:12:1";
+    twice.groups = {a, b};
+    CHECK_THROWS_WITH(Trainer(options(8), std::make_shared<LinearTask>(16), twice),
+                      "cfg.toml:12:1: parameter 'weight' matches this group's params = \"w*\" "
+                      "and the group at cfg.toml:9:1; a parameter belongs to one group: make "
+                      "the globs disjoint");
+  }
+}
+
+TEST_CASE("several optimizers: one per module, each stage chain runs per optimizer",
+          "[techniques][optim]") {
+  const std::vector<OptimizerOptions> opts = {on_module("gen", "adam", 0.01),
+                                              on_module("disc", "sgd", 0.1)};
+  SECTION("automatic: one backward, each optimizer steps through its chain") {
+    Trainer t(options(8), std::make_shared<TwoNetTask>(false), opts);
+    std::vector<std::string> chain;
+    auto probe = std::make_shared<Probe>();
+    probe->stage_fn = [&](Context& c, Stage s) {
+      if (s != Stage::backward) chain.push_back(std::string(to_string(s)) + " " + c.optimizer_name());
+    };
+    t.add_hook(entry(probe, "probe", 0));
+    CHECK(t.context().optimizer_names() == std::vector<std::string>{"gen", "disc"});
+    CHECK(t.context().optimizer("disc").param_groups()[0].options().get_lr() == Approx(0.1));
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    CHECK(t.state().optimizer_step == 4);
+    REQUIRE(chain.size() == 16);
+    CHECK(std::vector<std::string>(chain.begin(), chain.begin() + 4) ==
+          std::vector<std::string>{"optimizer_step gen", "zero_grad gen", "optimizer_step disc",
+                                   "zero_grad disc"});
+  }
+  SECTION("manual: the task drives backward and steps; both trained, resumed exactly") {
+    auto run = [&](Trainer& t) { REQUIRE(t.fit().status == FitResult::Status::completed); };
+    Trainer full(options(8, 2), std::make_shared<TwoNetTask>(true), opts);
+    const auto gen0 = params_of(*full.model().named_children()["gen"]);
+    const auto disc0 = params_of(*full.model().named_children()["disc"]);
+    std::vector<std::string> chain;
+    auto probe = std::make_shared<Probe>();
+    probe->stage_fn = [&](Context& c, Stage s) {
+      if (c.state().epoch == 0 && c.state().batch_idx == 0)
+        chain.push_back(std::string(to_string(s)) + " " + c.optimizer_name());
+    };
+    full.add_hook(entry(probe, "probe", 0));
+    run(full);
+    CHECK(full.state().optimizer_step == 8);  // once per batch, though two optimizers stepped
+    CHECK(chain == std::vector<std::string>{"backward disc", "optimizer_step disc",
+                                            "zero_grad disc", "backward gen",
+                                            "optimizer_step gen", "zero_grad gen",
+                                            "zero_grad disc"});
+    CHECK(max_diff(params_of(*full.model().named_children()["gen"]), gen0) > 1e-4);
+    CHECK(max_diff(params_of(*full.model().named_children()["disc"]), disc0) > 1e-4);
+
+    // Stopped after one epoch, checkpointed, resumed: both optimizers' states come back.
+    TempDir tmp;
+    Trainer first(options(8, 1), std::make_shared<TwoNetTask>(true), opts);
+    run(first);
+    first.context().save_checkpoint((tmp / "ckpt").string(), "test");
+    Trainer second(options(8, 2), std::make_shared<TwoNetTask>(true), opts);
+    auto restorer = std::make_shared<Probe>();
+    restorer->stages = false;
+    restorer->points[Point::before_fit] = [&](Context& c) {
+      c.restore_checkpoint((tmp / "ckpt").string());
+    };
+    second.add_hook(entry(restorer, "restorer", -200));
+    run(second);
+    CHECK(second.model_fingerprint() == full.model_fingerprint());
+  }
+  SECTION("an optimizer for a module the model lacks, and a module without one") {
+    auto typo = opts;
+    typo[1].module = "dics";
+    typo[1].where = "cfg.toml:7:1";
+    CHECK_THROWS_WITH(Trainer(options(8), std::make_shared<TwoNetTask>(false), typo),
+                      "cfg.toml:7:1: [optimizers.dics] names no module of the task's model (its "
+                      "modules: gen, disc); did you mean 'disc'?");
+    auto missing = std::vector<OptimizerOptions>{opts[0]};
+    missing[0].where = "cfg.toml:3:1";
+    CHECK_THROWS_WITH(Trainer(options(8), std::make_shared<TwoNetTask>(false), missing),
+                      "cfg.toml:3:1: module 'disc' has trainable parameters but no optimizer; "
+                      "add an [optimizers.disc] table (or freeze it)");
+  }
+}

@@ -46,6 +46,27 @@ int guarded(const std::function<int()>& body) {
 
 namespace {
 
+// The optimizers the stage chains run for (each optimizer_step / zero_grad chain runs once per
+// optimizer, in this order), with their parameter groups.
+void print_optimizers(const wick::Config& cfg) {
+  if (!cfg.has_optimizer()) {
+    std::printf("\nOptimizer: the task's default\n");
+    return;
+  }
+  std::printf("\n| Optimizer | Over | Kind | lr | Groups |\n| --- | --- | --- | --- | --- |\n");
+  for (const auto& o : cfg.optimizers()) {
+    std::string groups;
+    for (const auto& g : o.groups) {
+      groups += (groups.empty() ? "" : "; ") + g.params;
+      if (g.lr) groups += " lr " + std::to_string(*g.lr);
+      if (g.weight_decay) groups += " wd " + std::to_string(*g.weight_decay);
+    }
+    std::printf("| %s | %s | %s | %g | %s |\n", o.module.empty() ? "optimizer" : o.module.c_str(),
+                o.module.empty() ? "the model" : ("module " + o.module).c_str(), o.name.c_str(),
+                o.lr, groups.empty() ? "-" : groups.c_str());
+  }
+}
+
 void print_libraries(const std::vector<wick::HookEntry>& hooks, const std::string& task_lib) {
   std::printf("\nLibraries:\n");
   if (!task_lib.empty()) std::printf("  task: %s\n", task_lib.c_str());
@@ -65,6 +86,7 @@ int cmd_describe(const ConfigArgs& a) {
     wick::ScheduleTable table;
     wick::connect_hooks(hooks, 0, nullptr, table);
     std::fputs(wick::describe_markdown(table).c_str(), stdout);
+    print_optimizers(cfg);
     print_libraries(hooks, task_lib);
     return kOk;
   });
@@ -131,8 +153,10 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
   auto res = trainer->fit();
   const auto& st = trainer->state();
   const auto& rec = trainer->context().last_record();
-  // The run's summary.json says it best (wall time, samples/s); without outputs, the state.
-  const std::string line = run_summary_line(trainer->run().output_dir);
+  // The run's summary.json says it best (wall time, samples/s); without outputs, or on a
+  // rank other than 0 (rank 0 writes the summary), the state.
+  const bool main = trainer->run().is_main_process();
+  const std::string line = main ? run_summary_line(trainer->run().output_dir) : std::string();
   if (!line.empty() && trainer->options().write_outputs) {
     std::printf("%s", line.c_str());
   } else {

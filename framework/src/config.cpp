@@ -136,7 +136,17 @@ std::vector<ParamInfo> optimizer_schema() {
   };
 }
 
-const std::vector<std::string> kTopLevel = {"trainer", "task", "optimizer", "hooks", "plugins"};
+const std::vector<std::string> kTopLevel = {"trainer", "task",  "optimizer",
+                                            "optimizers", "hooks", "plugins"};
+
+std::vector<ParamInfo> group_schema() {
+  return {
+      {"params", ParamType::string, std::nullopt, "glob over parameter names, e.g. \"backbone.*\""},
+      {"lr", ParamType::floating, "0.0", "this group's learning rate (default: the optimizer's)"},
+      {"weight_decay", ParamType::floating, "0.0",
+       "this group's weight decay (default: the optimizer's)"},
+  };
+}
 const std::vector<std::string> kHookReserved = {"plugin", "name", "order", "enabled"};
 const std::vector<std::string> kTaskReserved = {"plugin"};
 
@@ -148,7 +158,7 @@ struct Config::Impl {
   // --set values: node -> ("--set k=v", raw value text), for messages and string coercion.
   std::map<const toml::node*, std::pair<std::string, std::string>> overrides;
   TrainerOptions trainer;
-  OptimizerOptions optimizer;
+  std::vector<OptimizerOptions> optimizers;  // one, or one per [optimizers.NAME]
   bool has_optimizer = false;
   std::string task_plugin;
   std::vector<std::string> plugin_dirs;
@@ -300,6 +310,76 @@ struct Config::Impl {
     return params;
   }
 
+  // One optimizer's table: its options and its [[...groups]].
+  OptimizerOptions read_optimizer(const toml::table* ot, const std::string& section,
+                                  const std::string& module) const {
+    const toml::table empty;
+    OptimizerOptions o;
+    o.module = module;
+    o.where = ot ? where(ot->source()) : path;
+    Params op = validate(ot ? *ot : empty, optimizer_schema(), section, {"groups"}, "optimizer",
+                         module.empty() ? "optimizer" : module);
+    o.name = op.get_string("name");
+    o.lr = op.get_float("lr");
+    o.weight_decay = op.get_float("weight_decay");
+    o.weight_decay_set = ot && ot->contains("weight_decay");
+    o.betas = op.get_float_list("betas");
+    o.eps = op.get_float("eps");
+    o.amsgrad = op.get_bool("amsgrad");
+    o.momentum = op.get_float("momentum");
+    o.dampening = op.get_float("dampening");
+    o.nesterov = op.get_bool("nesterov");
+    auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg) {
+      if (ok) return;
+      const auto& e = p.impl().entries.at(key);
+      throw error(e.where.empty() ? o.where : e.where,
+                  std::string("'") + key + "' in " + section + " " + msg);
+    };
+    const auto& name = o.name;
+    check(op, "name", name == "adam" || name == "adamw" || name == "sgd",
+          "must be \"adam\", \"adamw\" or \"sgd\"");
+    check(op, "lr", o.lr > 0, "must be > 0");
+    check(op, "betas", o.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]");
+    if (ot) {
+      const std::vector<std::string> adam_only = {"betas", "eps", "amsgrad"};
+      const std::vector<std::string> sgd_only = {"momentum", "dampening", "nesterov"};
+      const auto& wrong = name == "sgd" ? adam_only : sgd_only;
+      for (const auto& k : wrong)
+        if (auto* n = ot->get(k))
+          throw error(where(*n), "'" + k + "' in " + section + " does not apply to " + name +
+                                     " (it is for " + (name == "sgd" ? "adam and adamw" : "sgd") +
+                                     "); remove it or change name");
+    }
+    if (const auto* g = ot ? ot->get("groups") : nullptr) {
+      const auto* arr = g->as_array();
+      if (!arr || !arr->is_array_of_tables())
+        throw error(where(*g), "'groups' in " + section +
+                                   " must be tables: [[" + section.substr(1, section.size() - 2) +
+                                   ".groups]] with params = \"glob\"");
+      const std::string gsection = "[[" + section.substr(1, section.size() - 2) + ".groups]]";
+      for (auto& n : *arr) {
+        const auto& t = *n.as_table();
+        Params gp = validate(t, group_schema(), gsection, {}, "optimizer", "group");
+        ParamGroupOptions go;
+        go.params = gp.get_string("params");
+        go.where = where(t.source());
+        if (t.contains("lr")) {
+          go.lr = gp.get_float("lr");
+          if (!(*go.lr > 0)) throw error(where(*t.get("lr")), "'lr' in " + gsection + " must be > 0");
+        }
+        if (t.contains("weight_decay")) {
+          go.weight_decay = gp.get_float("weight_decay");
+          if (!(*go.weight_decay >= 0))
+            throw error(where(*t.get("weight_decay")),
+                        "'weight_decay' in " + gsection + " must be >= 0");
+        }
+        if (go.params.empty()) throw error(where(*t.get("params")), "'params' must not be empty");
+        o.groups.push_back(std::move(go));
+      }
+    }
+    return o;
+  }
+
   void apply_set(const std::string& set);
   void validate_builtin();
   const toml::table* hook_table(std::size_t i) const;
@@ -350,7 +430,13 @@ void Config::Impl::apply_set(const std::string& set) {
   }
   toml::table* target = nullptr;
   std::string key;
-  if (parts.size() == 2 && parts[0] != "hooks") {
+  if (parts.size() == 3 && parts[0] == "optimizers") {
+    auto* all = root.get("optimizers") ? root.get("optimizers")->as_table() : nullptr;
+    target = all && all->get(parts[1]) ? all->get(parts[1])->as_table() : nullptr;
+    if (!target)
+      throw ConfigError(label + ": no [optimizers." + parts[1] + "] table in " + path);
+    key = parts[2];
+  } else if (parts.size() == 2 && parts[0] != "hooks") {
     if (std::find(kTopLevel.begin(), kTopLevel.end(), parts[0]) == kTopLevel.end()) {
       std::string msg = label + ": unknown section '" + parts[0] + "'";
       if (auto s = did_you_mean(parts[0], kTopLevel); !s.empty())
@@ -377,7 +463,9 @@ void Config::Impl::apply_set(const std::string& set) {
                         (names.empty() ? "" : " (instances:" + names + ")"));
     key = parts[2];
   } else {
-    throw ConfigError(label + ": expected SECTION.KEY=VALUE or hooks.INSTANCE.KEY=VALUE");
+    throw ConfigError(label +
+                      ": expected SECTION.KEY=VALUE, hooks.INSTANCE.KEY=VALUE or "
+                      "optimizers.NAME.KEY=VALUE");
   }
   toml::table parsed;
   try {
@@ -397,7 +485,8 @@ void Config::Impl::validate_builtin() {
     if (auto s = did_you_mean(key, kTopLevel); !s.empty())
       msg += "; did you mean '" + s + "'?";
     else
-      msg += "; a config has [trainer], [task], [optimizer], [[hooks]] and [plugins]";
+      msg += "; a config has [trainer], [task], [optimizer] or [optimizers.NAME], [[hooks]] and "
+             "[plugins]";
     throw error(where(k.source()), msg);
   }
   auto section_table = [&](const std::string& name) -> const toml::table* {
@@ -447,35 +536,34 @@ void Config::Impl::validate_builtin() {
   trainer.auto_device = device == "auto";
   if (parsed) trainer.device = *parsed;
 
+  // [optimizer] (one optimizer over the model) or [optimizers.NAME] (one per named module).
   const toml::table* ot = section_table("optimizer");
-  has_optimizer = ot != nullptr;
-  Params op =
-      validate(ot ? *ot : empty, optimizer_schema(), "[optimizer]", {}, "optimizer", "optimizer");
-  optimizer.name = op.get_string("name");
-  optimizer.lr = op.get_float("lr");
-  optimizer.weight_decay = op.get_float("weight_decay");
-  optimizer.weight_decay_set = ot && ot->contains("weight_decay");
-  optimizer.betas = op.get_float_list("betas");
-  optimizer.eps = op.get_float("eps");
-  optimizer.amsgrad = op.get_bool("amsgrad");
-  optimizer.momentum = op.get_float("momentum");
-  optimizer.dampening = op.get_float("dampening");
-  optimizer.nesterov = op.get_bool("nesterov");
-  const auto& name = optimizer.name;
-  check(op, "name", name == "adam" || name == "adamw" || name == "sgd",
-        "must be \"adam\", \"adamw\" or \"sgd\"", "[optimizer]");
-  check(op, "lr", optimizer.lr > 0, "must be > 0", "[optimizer]");
-  check(op, "betas", optimizer.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]",
-        "[optimizer]");
-  if (ot) {
-    const std::vector<std::string> adam_only = {"betas", "eps", "amsgrad"};
-    const std::vector<std::string> sgd_only = {"momentum", "dampening", "nesterov"};
-    const auto& wrong = name == "sgd" ? adam_only : sgd_only;
-    for (const auto& k : wrong)
-      if (auto* n = ot->get(k))
-        throw error(where(*n), "'" + k + "' in [optimizer] does not apply to " + name +
-                                   " (it is for " + (name == "sgd" ? "adam and adamw" : "sgd") +
-                                   "); remove it or change name");
+  const toml::table* all = section_table("optimizers");
+  if (ot && all)
+    throw error(where(all->source()),
+                "[optimizers.NAME] tables and an [optimizer] table together; use [optimizer] "
+                "for one optimizer over the model, or one [optimizers.NAME] per module");
+  has_optimizer = ot != nullptr || all != nullptr;
+  optimizers.clear();
+  optimizers.push_back(read_optimizer(ot, "[optimizer]", ""));
+  if (all) {
+    optimizers.clear();
+    // In the order the file gives them (toml++ keeps a table's keys sorted by name).
+    std::vector<std::pair<std::string, const toml::node*>> named;
+    for (auto&& [k, v] : *all) named.emplace_back(std::string(k.str()), &v);
+    std::stable_sort(named.begin(), named.end(), [](const auto& a, const auto& b) {
+      const auto &x = a.second->source().begin, &y = b.second->source().begin;
+      return x.line != y.line ? x.line < y.line : x.column < y.column;
+    });
+    for (const auto& [name, v] : named) {
+      const auto* t = v->as_table();
+      if (!t)
+        throw error(where(*v), "[optimizers." + name + "] must be a table: [optimizers." + name +
+                                   "] with name = \"adam\", lr = ...");
+      optimizers.push_back(read_optimizer(t, "[optimizers." + name + "]", name));
+    }
+    if (optimizers.empty())
+      throw error(where(all->source()), "[optimizers] names no optimizer; add [optimizers.NAME]");
   }
 
   if (const toml::table* pt = section_table("plugins")) {
@@ -578,7 +666,10 @@ const TrainerOptions& Config::trainer() const {
   return impl_->trainer;
 }
 const OptimizerOptions& Config::optimizer() const {
-  return impl_->optimizer;
+  return impl_->optimizers.front();
+}
+const std::vector<OptimizerOptions>& Config::optimizers() const {
+  return impl_->optimizers;
 }
 bool Config::has_optimizer() const {
   return impl_->has_optimizer;

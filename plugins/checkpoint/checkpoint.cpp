@@ -192,14 +192,11 @@ class Checkpoint : public wick::Hook {
     const auto dir = find(c, what);
     const auto info = c.restore_checkpoint(dir.string());
     last_saved_ = dir.filename().string();
-    if (c.run().is_main_process()) {
-      std::printf(
-          "wick: resumed from %s (epoch %lld, batch %lld, optimizer step %lld) in %.1f ms\n",
-          info.path.c_str(), static_cast<long long>(info.position.epoch),
-          static_cast<long long>(info.position.batch),
-          static_cast<long long>(info.optimizer_step), ms_since(t0));
-      std::fflush(stdout);
-    }
+    std::printf("wick: resumed from %s (epoch %lld, batch %lld, optimizer step %lld) in %.1f ms\n",
+                info.path.c_str(), static_cast<long long>(info.position.epoch),
+                static_cast<long long>(info.position.batch),
+                static_cast<long long>(info.optimizer_step), ms_since(t0));
+    std::fflush(stdout);
   }
 
   // ---- saving -----------------------------------------------------------------------------

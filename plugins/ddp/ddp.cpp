@@ -253,6 +253,14 @@ class Ddp : public wick::Hook, public wick::Collectives {
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
+    // The buckets cover the whole model and are reduced once per optimizer_step: with several
+    // optimizers a batch would step (and reduce) more than once.
+    if (c.optimizer_names().size() > 1)
+      throw wick::ConfigError(
+          "[hooks.ddp] supports one optimizer; this run has " +
+          std::to_string(c.optimizer_names().size()) +
+          " ([optimizers.NAME]): train it in one process, or use one [optimizer] with "
+          "parameter groups");
     const char* addr = std::getenv("MASTER_ADDR");
     const std::int64_t port = env_int("MASTER_PORT", -1);
     if (!addr || port <= 0 || port > 65535)

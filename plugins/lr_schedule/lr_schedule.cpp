@@ -34,7 +34,10 @@ class LrSchedule : public wick::Hook {
         gamma_(p.get_float("gamma")),
         pct_start_(p.get_float("pct_start")),
         div_factor_(p.get_float("div_factor")),
-        final_div_factor_(p.get_float("final_div_factor")) {
+        final_div_factor_(p.get_float("final_div_factor")),
+        optimizer_(p.get_string("optimizer")),
+        instance_(p.instance()),
+        per_epoch_(p.get_string("unit") == "epochs") {
     const auto k = p.get_string("kind");
     if (k == "constant")
       kind_ = Kind::constant;
@@ -65,18 +68,30 @@ class LrSchedule : public wick::Hook {
   }
 
   void connect(wick::Registrar& r) override {
+    r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      if (optimizer_.empty()) return;
+      std::string known;
+      for (const auto& n : c.optimizer_names()) {
+        if (n == optimizer_) return;
+        known += (known.empty() ? "" : ", ") + n;
+      }
+      throw wick::ConfigError("hooks." + instance_ + ".optimizer = \"" + optimizer_ +
+                              "\" names no optimizer of this run; its optimizers: " + known);
+    });
     // The number of batches is known from before_epoch on.
     r.on(wick::Point::before_epoch, [this](wick::Context& c) {
       if (base_.empty())
-        for (const auto& g : c.optimizer().param_groups()) base_.push_back(g.options().get_lr());
+        for (auto* g : groups(c)) base_.push_back(g->options().get_lr());
       if (total_ == 0) total_ = derive_total(c);
       apply(c);
     });
+    // t counts real optimizer steps, or finished epochs with unit = "epochs".
     r.on(wick::Point::after_step, [this](wick::Context& c) {
-      if (!c.state().training() || !c.state().stepped) return;
+      if (per_epoch_ || !c.state().training() || !c.state().stepped) return;
       ++steps_;
       apply(c);
     });
+    if (per_epoch_) r.on(wick::Point::after_epoch, [this](wick::Context&) { ++steps_; });
   }
 
   bool has_state() const override { return true; }
@@ -96,10 +111,20 @@ class LrSchedule : public wick::Hook {
   }
 
  private:
+  // The parameter groups this schedule drives: every optimizer's, or the named one's.
+  std::vector<torch::optim::OptimizerParamGroup*> groups(wick::Context& c) const {
+    std::vector<torch::optim::OptimizerParamGroup*> out;
+    for (const auto& name : c.optimizer_names())
+      if (optimizer_.empty() || name == optimizer_)
+        for (auto& g : c.optimizer(name).param_groups()) out.push_back(&g);
+    return out;
+  }
+
   // epochs x optimizer steps per epoch (the last, short accumulation window steps too),
-  // capped by trainer.max_steps.
+  // capped by trainer.max_steps; with unit = "epochs", the epochs.
   std::int64_t derive_total(wick::Context& c) const {
     const auto& s = c.state();
+    if (per_epoch_) return std::max<std::int64_t>(s.epochs, warmup_ + 1);
     const std::int64_t per_epoch =
         (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
     std::int64_t t = s.epochs * per_epoch;
@@ -137,11 +162,11 @@ class LrSchedule : public wick::Hook {
   }
 
   void apply(wick::Context& c) {
-    auto& groups = c.optimizer().param_groups();
-    for (std::size_t i = 0; i < groups.size() && i < base_.size(); ++i) {
+    auto gs = groups(c);
+    for (std::size_t i = 0; i < gs.size() && i < base_.size(); ++i) {
       const double lr = lr_at(base_[i], steps_);
-      groups[i].options().set_lr(lr);
-      if (i == 0) c.log("lr", lr);
+      gs[i]->options().set_lr(lr);
+      if (i == 0 && optimizer_.empty()) c.log("lr", lr);
     }
   }
 
@@ -152,6 +177,8 @@ class LrSchedule : public wick::Hook {
   double gamma_, pct_start_, div_factor_, final_div_factor_;
   std::int64_t steps_ = 0;
   std::vector<double> base_;
+  std::string optimizer_, instance_;
+  bool per_epoch_;
 };
 
 }  // namespace
@@ -162,6 +189,11 @@ WICK_PLUGIN(LrSchedule,
                 .order(5)
                 .param_choice("kind", {"constant", "linear", "cosine", "step", "onecycle"}, "constant",
                               "the schedule's shape")
+                .param_choice("unit", {"steps", "epochs"}, "steps",
+                              "what warmup_steps, total_steps and step_size count: optimizer "
+                              "steps, or epochs (the lr then changes at each epoch's start)")
+                .param_string("optimizer", "",
+                              "the optimizer to schedule, by name (\"\": every optimizer)")
                 .param_int("warmup_steps", 0, "optimizer steps of linear warm-up to the base lr")
                 .param_int("total_steps", 0,
                            "optimizer steps the schedule spans (0: epochs x steps per epoch, "

@@ -32,8 +32,10 @@ class Config {
 
   const std::string& path() const;  // absolute
   const TrainerOptions& trainer() const;
-  const OptimizerOptions& optimizer() const;
-  bool has_optimizer() const;  // [optimizer] present
+  const OptimizerOptions& optimizer() const;  // the first of optimizers()
+  // [optimizer] (one entry, module "") or one entry per [optimizers.NAME], in config order.
+  const std::vector<OptimizerOptions>& optimizers() const;
+  bool has_optimizer() const;  // [optimizer] or [optimizers] present
   bool has_task() const;       // [task] present
   const std::string& task_plugin() const;
   // The full search path: --plugin-path folders (extra), the [plugins] path entries (made

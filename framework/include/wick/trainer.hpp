@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,17 @@ struct TrainerOptions {
   bool write_outputs = true;  // metrics.jsonl and summary.json in output_dir
 };
 
+// Parameters (by a glob over their names) with options of their own inside one optimizer.
+struct ParamGroupOptions {
+  std::string params;  // glob, e.g. "backbone.*"
+  std::optional<double> lr, weight_decay;
+  std::string where;  // FILE:LINE:COL of its table, for messages
+};
+
 struct OptimizerOptions {
+  std::string module;   // "" : the whole model; else a top-level module of it ([optimizers.NAME])
+  std::string where;    // FILE:LINE:COL of its table, for messages ("" in host programs)
+  std::vector<ParamGroupOptions> groups;  // the parameters no group claims form the first group
   std::string name = "adam";  // adam, adamw, sgd
   double lr = 1e-3;
   double weight_decay = 0.0;  // 0.01 is the default for adamw when not set
@@ -70,6 +81,10 @@ class Trainer {
  public:
   Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOptions optimizer = {},
           RunInfo run = {});
+  // Several optimizers, each over one top-level module of the task's model (module names),
+  // or one optimizer (module "") over the whole model.
+  Trainer(TrainerOptions options, std::shared_ptr<Task> task,
+          std::vector<OptimizerOptions> optimizers, RunInfo run = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

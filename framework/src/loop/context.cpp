@@ -39,7 +39,46 @@ Task* Context::task_ptr() {
   return impl(host_).task.get();
 }
 torch::optim::Optimizer& Context::optimizer() {
-  return *impl(host_).optimizer;
+  return impl(host_).optim();
+}
+const std::string& Context::optimizer_name() const {
+  const auto& I = impl(host_);
+  return I.optimizers[I.current_opt].name;
+}
+std::vector<std::string> Context::optimizer_names() const {
+  std::vector<std::string> out;
+  for (const auto& o : impl(host_).optimizers) out.push_back(o.name);
+  return out;
+}
+torch::optim::Optimizer& Context::optimizer(std::string_view name) {
+  auto& I = impl(host_);
+  return *I.optimizers[I.optimizer_index(name)].optimizer;
+}
+
+namespace {
+Trainer::Impl& manual_step(Context::Host* h, const char* call) {
+  auto& I = impl(h);
+  if (!I.manual || !I.in_step || !I.state.training())
+    throw std::logic_error(std::string("Context::") + call +
+                           " is for a task's train_step under manual optimization "
+                           "(Task::manual_optimization() returning true)");
+  return I;
+}
+}  // namespace
+
+void Context::backward(const at::Tensor& loss, std::string_view optimizer) {
+  auto& I = manual_step(host_, "backward");
+  I.backward(loss, I.optimizer_index(optimizer));
+}
+bool Context::step(std::string_view optimizer) {
+  auto& I = manual_step(host_, "step");
+  const bool stepped = I.step_optimizer(I.optimizer_index(optimizer));
+  if (stepped) I.state.stepped = true;
+  return stepped;
+}
+void Context::zero_grad(std::string_view optimizer) {
+  auto& I = manual_step(host_, "zero_grad");
+  I.zero_grad_optimizer(I.optimizer_index(optimizer));
 }
 
 void Context::set_accumulation(std::int64_t steps) {

@@ -106,11 +106,16 @@ const char* to_string(FitResult::Status s) {
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOptions optimizer,
                  RunInfo run)
+    : Trainer(std::move(options), std::move(task),
+              std::vector<OptimizerOptions>{std::move(optimizer)}, std::move(run)) {}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
+                 std::vector<OptimizerOptions> optimizers, RunInfo run)
     : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;
   I.self = this;
   I.opt = std::move(options);
-  I.optim_opt = std::move(optimizer);
+  I.optim_specs = std::move(optimizers);
   I.task = std::move(task);
   if (!I.task) throw std::invalid_argument("Trainer: no task");
   if (I.opt.threads > 0) at::set_num_threads(static_cast<int>(I.opt.threads));
@@ -149,7 +154,8 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
   I.train_ds = I.task->train_data();
   if (!I.train_ds) throw std::runtime_error("task returned no training data");
   I.valid_ds = I.task->valid_data();
-  I.optimizer = make_optimizer(I.optim_opt, I.model->parameters());
+  I.optimizers = make_optimizers(I.optim_specs, *I.model);
+  I.manual = I.task->manual_optimization();
   I.state.epochs = I.opt.epochs;
 
   // The defaults at the end of each stage chain.
@@ -163,12 +169,12 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOp
     return true;
   });
   I.dispatch.set_terminal(Stage::optimizer_step, [impl](Context&) {
-    impl->optimizer->step();
+    impl->optim().step();
     return true;
   });
   // Gradients are set to none rather than zeroed: less memory traffic, same result.
   I.dispatch.set_terminal(Stage::zero_grad, [impl](Context&) {
-    for (auto& group : impl->optimizer->param_groups())
+    for (auto& group : impl->optim().param_groups())
       for (auto& p : group.params()) p.mutable_grad() = at::Tensor();
     return true;
   });
@@ -215,7 +221,7 @@ torch::nn::Module& Trainer::model() {
   return *impl_->model;
 }
 torch::optim::Optimizer& Trainer::optimizer() {
-  return *impl_->optimizer;
+  return *impl_->optimizers.front().optimizer;
 }
 Context& Trainer::context() {
   return impl_->ctx;
@@ -266,8 +272,62 @@ Batch Trainer::Impl::to_device(Batch b) const {
 }
 
 double Trainer::Impl::current_lr() const {
-  const auto& groups = optimizer->param_groups();
+  const auto& groups = optimizers.front().optimizer->param_groups();
   return groups.empty() ? 0.0 : groups[0].options().get_lr();
+}
+
+// "lr": the first group's of the first optimizer; with several optimizers also "lr/NAME".
+void Trainer::Impl::add_lrs(Record& r) const {
+  r.values.emplace_back("lr", current_lr());
+  if (optimizers.size() < 2) return;
+  for (const auto& o : optimizers) {
+    const auto& groups = o.optimizer->param_groups();
+    if (!groups.empty()) r.values.emplace_back("lr/" + o.name, groups[0].options().get_lr());
+  }
+}
+
+std::size_t Trainer::Impl::optimizer_index(std::string_view name) const {
+  std::string known;
+  for (std::size_t i = 0; i < optimizers.size(); ++i) {
+    if (optimizers[i].name == name) return i;
+    known += (i ? ", " : "") + optimizers[i].name;
+  }
+  throw std::invalid_argument("no optimizer named '" + std::string(name) +
+                              "'; the run's optimizers: " + known);
+}
+
+void Trainer::Impl::backward(const at::Tensor& loss, std::size_t i) {
+  if (opt.nan_policy != NanPolicy::ignore && !loss_is_finite(loss)) {
+    if (opt.nan_policy == NanPolicy::error)
+      throw std::runtime_error(
+          "non-finite loss (" + std::to_string(loss.item<double>()) + ")" +
+          (optimizers.size() > 1 ? " for optimizer '" + optimizers[i].name + "'" : "") +
+          " at epoch " + std::to_string(state.epoch) + ", batch " +
+          std::to_string(state.batch_idx) + ", optimizer step " +
+          std::to_string(state.optimizer_step) +
+          "; set trainer.nan_policy = \"skip\" to skip such steps");
+    skip_batch = true;
+    return;
+  }
+  current_opt = i;
+  backward_loss = loss;
+  dispatch.run_stage(Stage::backward);
+  dispatch.emit(Point::after_backward);
+  current_opt = 0;
+}
+
+bool Trainer::Impl::step_optimizer(std::size_t i) {
+  current_opt = i;
+  const bool stepped = !skip_batch && dispatch.run_stage(Stage::optimizer_step);
+  dispatch.run_stage(Stage::zero_grad);
+  current_opt = 0;
+  return stepped;
+}
+
+void Trainer::Impl::zero_grad_optimizer(std::size_t i) {
+  current_opt = i;
+  dispatch.run_stage(Stage::zero_grad);
+  current_opt = 0;
 }
 
 // The forward stage (the task's forward, wrapped by handlers), after_pred, the task's loss,
@@ -295,28 +355,26 @@ void Trainer::Impl::train_step(const at::Tensor& indices) {
   // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
   dispatch.set_where("the training data's get()");
   batch = fetch(*train_ds, indices, Phase::train, state.batch_idx);
-  forward_and_loss();
-
-  bool finite = true;
-  if (opt.nan_policy != NanPolicy::ignore) finite = loss_is_finite(output.loss);
-  if (!finite && opt.nan_policy == NanPolicy::error)
-    throw std::runtime_error("non-finite loss (" + std::to_string(output.loss.item<double>()) +
-                             ") at epoch " + std::to_string(state.epoch) + ", batch " +
-                             std::to_string(state.batch_idx) + ", optimizer step " +
-                             std::to_string(state.optimizer_step) +
-                             "; set trainer.nan_policy = \"skip\" to skip such steps");
-  if (finite) {
-    backward_loss = output.loss;
-    dispatch.run_stage(Stage::backward);
-    dispatch.emit(Point::after_backward);
-    state.stepped = dispatch.run_stage(Stage::optimizer_step);
-    if (state.stepped) ++state.optimizer_step;
-    dispatch.run_stage(Stage::zero_grad);
-    epoch.losses.push_back(output.loss.detach());
-    for (const auto& [k, v] : output.metrics) epoch.add_metric(k, v);
+  skip_batch = false;
+  if (manual) {
+    // The task runs backward and steps itself, through the Context (same stage chains).
+    dispatch.set_where("the task's train_step()");
+    output = task->train_step(ctx, batch);
+    dispatch.emit(Point::after_pred);
+    dispatch.emit(Point::after_loss);
   } else {
+    forward_and_loss();
+    backward(output.loss, 0);
+    // One backward, then each optimizer's step (several: one per module) through its chain.
+    for (std::size_t i = 0; i < optimizers.size(); ++i)
+      if (step_optimizer(i)) state.stepped = true;
+  }
+  if (state.stepped) ++state.optimizer_step;
+  if (skip_batch) {
     ++state.skipped_steps;
-    dispatch.run_stage(Stage::zero_grad);
+  } else {
+    if (output.loss.defined()) epoch.losses.push_back(output.loss.detach());
+    for (const auto& [k, v] : output.metrics) epoch.add_metric(k, v);
   }
   ++state.micro_step;
   state.samples_seen += state.batch_size * state.num_processes;
@@ -363,7 +421,7 @@ void Trainer::Impl::log_step_if_due() {
   Record r;
   r.kind = Record::Kind::step;
   r.values = train_means(/*whole_epoch=*/false);
-  r.values.emplace_back("lr", current_lr());
+  add_lrs(r);
   epoch.logged_loss = epoch.losses.size();
   for (std::size_t k = 0; k < epoch.names.size(); ++k)
     epoch.logged_metric[k] = epoch.metrics[k].size();
@@ -517,7 +575,7 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   r.kind = Record::Kind::epoch;
   r.values = train_means(/*whole_epoch=*/true);
   for (const auto& kv : last_valid.values) r.values.push_back(kv);
-  r.values.emplace_back("lr", current_lr());
+  add_lrs(r);
   const double dt = seconds_since(t_epoch);
   r.values.emplace_back("epoch_time_s", dt);
   r.values.emplace_back(
@@ -688,14 +746,15 @@ std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& fin
   // The task after seeding, so that random draws in its constructor are reproducible.
   torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
   auto task = cfg.make_task(finder);
-  OptimizerOptions o = cfg.optimizer();
+  auto optimizers = cfg.optimizers();
   if (!cfg.has_optimizer()) {
     auto d = task->default_optimizer();
-    o.name = d.name;
-    o.lr = d.lr;
+    optimizers.front().name = d.name;
+    optimizers.front().lr = d.lr;
   }
   run.config_path = cfg.path();
-  auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), o, std::move(run));
+  auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), std::move(optimizers),
+                                     std::move(run));
   for (auto& h : hooks) t->add_hook(std::move(h));
   return t;
 }

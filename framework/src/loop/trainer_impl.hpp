@@ -12,6 +12,7 @@
 
 #include "data/sampler.hpp"
 #include "loop/dispatch.hpp"
+#include "optim/optimizers.hpp"
 #include "records/record_writer.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
@@ -55,11 +56,13 @@ struct Context::Host {
 struct Trainer::Impl : Context::Host {
   Trainer* self = nullptr;
   TrainerOptions opt;
-  OptimizerOptions optim_opt;
+  std::vector<OptimizerOptions> optim_specs;
   RunInfo run;
   std::shared_ptr<Task> task;
   std::shared_ptr<torch::nn::Module> model;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<NamedOptimizer> optimizers;
+  std::size_t current_opt = 0;  // the optimizer the running stage works for
+  bool manual = false;          // the task drives backward and steps (manual optimization)
   std::shared_ptr<Dataset> train_ds, valid_ds;
   torch::Device device{torch::kCPU};
 
@@ -86,9 +89,18 @@ struct Trainer::Impl : Context::Host {
   std::int64_t rewind_records = -1;  // after before_fit: rewind the records to this count
   Position pos;                   // where the loop is between steps
   bool in_step = false;           // inside a training step (before_step .. its end)
+  bool skip_batch = false;        // a non-finite loss under nan_policy "skip": no step
   bool in_fit = false;
   const CancelInfo* cancel = nullptr;  // set during after_cancel
   Collectives* collectives = nullptr;
+
+  torch::optim::Optimizer& optim() { return *optimizers[current_opt].optimizer; }
+  // The index of an optimizer by name; throws naming the known ones.
+  std::size_t optimizer_index(std::string_view name) const;
+  // Runs the optimizer_step and zero_grad chains for optimizer i; true when it stepped.
+  bool step_optimizer(std::size_t i);
+  void zero_grad_optimizer(std::size_t i);
+  void backward(const at::Tensor& loss, std::size_t i);
 
   bool agreed_stop(bool epoch_end) {
     return collectives ? collectives->agree_stop(stop, epoch_end) : stop;
@@ -109,6 +121,7 @@ struct Trainer::Impl : Context::Host {
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.
   std::vector<std::pair<std::string, double>> train_means(bool whole_epoch);
   double current_lr() const;
+  void add_lrs(Record& r) const;
   void write_summary_file(const FitResult* res);
 };
 

@@ -1,16 +1,27 @@
-// Private: builds the optimizer an OptimizerOptions describes.
+// Private: builds the run's optimizers: one over the whole model, or one per named top-level
+// module of it ([optimizers.NAME]); inside each, parameter groups chosen by globs.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "wick/trainer.hpp"
 
 namespace wick {
 
-// Throws ConfigError for an unknown name or options it cannot use.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o,
-                                                        std::vector<at::Tensor> params);
+struct NamedOptimizer {
+  std::string name;  // "optimizer" for the single one; else the module's name
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+// Throws ConfigError, placed at the optimizer's or group's table, for an unknown optimizer
+// name, a module the model does not have (with a suggestion), a module with trainable
+// parameters but no optimizer, a group glob that matches nothing, or a parameter two groups
+// claim.
+std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>& specs,
+                                            torch::nn::Module& model);
 
 }  // namespace wick

@@ -208,8 +208,13 @@ Files snapshot_files(Trainer::Impl& I) {
     files.emplace_back("model.pt", pickle(model));
   }
   {
+    // One archive, each optimizer's state under its name.
     torch::serialize::OutputArchive a;
-    I.optimizer->save(a);
+    for (auto& o : I.optimizers) {
+      torch::serialize::OutputArchive sub;
+      o.optimizer->save(sub);
+      a.write(o.name, sub);
+    }
     std::ostringstream out;
     a.save_to(out);
     files.emplace_back("optimizer.pt", out.str());
@@ -306,7 +311,13 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
     std::istringstream in(bytes_of("optimizer.pt"));
     torch::serialize::InputArchive a;
     a.load_from(in);
-    I.optimizer->load(a);
+    for (auto& o : I.optimizers) {
+      torch::serialize::InputArchive sub;
+      if (!a.try_read(o.name, sub))
+        throw std::runtime_error(where + ": optimizer.pt holds no state for optimizer '" + o.name +
+                                 "' (the checkpoint was trained with other optimizers)");
+      o.optimizer->load(sub);
+    }
   } catch (const c10::Error& e) {
     throw std::runtime_error(where +
                              ": the optimizer state does not load (another optimizer in the "

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wick/checkpoint.hpp"
 #include "wick/collectives.hpp"
@@ -82,6 +83,25 @@ class WICK_EXPORT Context {
   T& task();
   // The optimizer the running stage works for; outside a stage, the first optimizer.
   torch::optim::Optimizer& optimizer();
+  // Its name: "optimizer" for a config's single [optimizer], else the module's name of its
+  // [optimizers.NAME] table.
+  const std::string& optimizer_name() const;
+  // Every optimizer's name, in config order, and an optimizer by name (throws
+  // std::invalid_argument naming the known ones).
+  std::vector<std::string> optimizer_names() const;
+  torch::optim::Optimizer& optimizer(std::string_view name);
+
+  // ---- manual optimization (a task whose manual_optimization() is true) ----------------
+  // In the task's train_step: runs the backward stage chain on `loss` for the named
+  // optimizer (accumulation, loss scaling...), then after_backward. A non-finite loss follows
+  // trainer.nan_policy (error: throws; skip: no backward, the step counts as skipped).
+  void backward(const at::Tensor& loss, std::string_view optimizer);
+  // Runs the optimizer_step chain (accumulation, unscaling, clipping...) and then the
+  // zero_grad chain for the named optimizer; true when it really stepped.
+  bool step(std::string_view optimizer);
+  // Runs the zero_grad chain for the named optimizer (gradients another backward left on
+  // its parameters, e.g. the discriminator's after the generator's backward).
+  void zero_grad(std::string_view optimizer);
 
   // ---- what stage handlers may change ------------------------------------------------------
   // Micro-batches per optimizer step (grad_accum sets it in before_fit).

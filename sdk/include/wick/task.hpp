@@ -91,6 +91,16 @@ class Task {
   // ctx.state().validating() tells which phase it is.
   virtual Output loss(Context& ctx, const at::Tensor& pred, const Batch& batch) = 0;
   virtual OptimizerDefaults default_optimizer() const { return {}; }
+  // Manual optimization ("several backward passes and optimizer steps per batch", a GAN):
+  // when true, the trainer calls train_step for each training batch instead of forward,
+  // loss, backward and step; the task drives them through ctx.backward(loss, "name") and
+  // ctx.step("name"), so the stage chains run per optimizer. Its Output (loss, metrics) is
+  // logged as for any step, after_pred and after_loss fire after it returns. Validation
+  // still uses forward and loss.
+  virtual bool manual_optimization() const { return false; }
+  virtual Output train_step(Context& /*ctx*/, const Batch& /*batch*/) {
+    throw std::logic_error("manual_optimization() is true but the task has no train_step()");
+  }
   // Checkpoint state of the task itself (a counter, a stream position), as hooks have.
   virtual bool has_state() const { return false; }
   virtual void save_state(StateDict& /*out*/) const {}
