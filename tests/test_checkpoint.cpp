@@ -8,8 +8,8 @@
 
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <map>
+#include <sstream>
 
 #include "support.hpp"
 #include "wick/sha256.hpp"
@@ -25,8 +25,8 @@ std::string config(const TempDir& d, const std::string& checkpoint_keys,
          "output_dir = \"" +
          (d / "run").string() + "\"\n" +
          "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n" + task_keys +
-         "[[hooks]]\nplugin = \"metrics_log\"\n" +
-         "[[hooks]]\nplugin = \"checkpoint\"\n" + checkpoint_keys + extra + test_plugins_toml();
+         "[[hooks]]\nplugin = \"metrics_log\"\n" + "[[hooks]]\nplugin = \"checkpoint\"\n" +
+         checkpoint_keys + extra + test_plugins_toml();
 }
 
 // The rows of DIR/run/metrics.csv without the columns that hold timings.

@@ -65,8 +65,8 @@ TEST_CASE("optimizer tables that do not fit the model's modules are refused befo
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
     INFO(r.out << r.err);
     CHECK(r.exit_code == 2);
-    const auto line = std::count(cfg.begin(), cfg.begin() + cfg.find("[optimizers.discriminatr]"),
-                                 '\n') + 1;
+    const auto line =
+        std::count(cfg.begin(), cfg.begin() + cfg.find("[optimizers.discriminatr]"), '\n') + 1;
     CHECK(r.err.find((d / "cfg.toml").string() + ":" + std::to_string(line) +
                      ":1: [optimizers.discriminatr] names no module of the task's model (its "
                      "modules: generator, discriminator); did you mean 'discriminator'?") !=

@@ -557,7 +557,8 @@ class MeteredTask : public TinyTask {
 };
 }  // namespace
 
-TEST_CASE("after_pred sits between forward and loss: a hook's prediction is the one the loss gets") {
+TEST_CASE(
+    "after_pred sits between forward and loss: a hook's prediction is the one the loss gets") {
   TempDir dir;
   auto task = std::make_shared<MeteredTask>();
   wick::Trainer t(tiny_options(dir), task);
@@ -670,9 +671,9 @@ TEST_CASE("after_cancel tells what was cancelled and why") {
   {
     auto [res, seen] = run_with([](wick::Context&) { throw wick::CancelStep(); });
     CHECK(res.status == wick::FitResult::Status::completed);
-    CHECK(seen == std::vector<std::string>{
-                      "step CancelStep plugin 'canceller' (instance 'canceller') at "
-                      "after_backward: CancelStep"});
+    CHECK(seen ==
+          std::vector<std::string>{"step CancelStep plugin 'canceller' (instance 'canceller') at "
+                                   "after_backward: CancelStep"});
   }
   {
     auto [res, seen] = run_with([](wick::Context&) { throw wick::CancelFit(); });
@@ -703,9 +704,8 @@ TEST_CASE("summary.json says running while a fit runs, never an earlier run's re
   wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
   std::string during;
   t.add_hook(entry("peek", 0, [&](wick::Registrar& r) {
-    r.on(Point::before_epoch, [&](wick::Context&) {
-      during = read_json(dir / "run" / "summary.json")["status"];
-    });
+    r.on(Point::before_epoch,
+         [&](wick::Context&) { during = read_json(dir / "run" / "summary.json")["status"]; });
   }));
   REQUIRE(t.fit().status == wick::FitResult::Status::completed);
   CHECK(during == "running");

@@ -80,8 +80,8 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
     std::string subdirs;
     for (const auto& e : fs::directory_iterator(fs::path(WICK_SOURCE_DIR) / "plugins")) {
       if (!fs::exists(e.path() / "CMakeLists.txt")) continue;
-      subdirs += "add_subdirectory(\"" + e.path().string() + "\" " +
-                 e.path().filename().string() + ")\n";
+      subdirs +=
+          "add_subdirectory(\"" + e.path().string() + "\" " + e.path().filename().string() + ")\n";
       for (const auto& f : fs::directory_iterator(e.path())) {
         const auto text = read_file(f.path());
         for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {

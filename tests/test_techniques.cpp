@@ -982,7 +982,8 @@ TEST_CASE("several optimizers: one per module, each stage chain runs per optimiz
     std::vector<std::string> chain;
     auto probe = std::make_shared<Probe>();
     probe->stage_fn = [&](Context& c, Stage s) {
-      if (s != Stage::backward) chain.push_back(std::string(to_string(s)) + " " + c.optimizer_name());
+      if (s != Stage::backward)
+        chain.push_back(std::string(to_string(s)) + " " + c.optimizer_name());
     };
     t.add_hook(entry(probe, "probe", 0));
     CHECK(t.context().optimizer_names() == std::vector<std::string>{"gen", "disc"});
@@ -1009,9 +1010,8 @@ TEST_CASE("several optimizers: one per module, each stage chain runs per optimiz
     run(full);
     CHECK(full.state().optimizer_step == 8);  // once per batch, though two optimizers stepped
     CHECK(chain == std::vector<std::string>{"backward disc", "optimizer_step disc",
-                                            "zero_grad disc", "backward gen",
-                                            "optimizer_step gen", "zero_grad gen",
-                                            "zero_grad disc"});
+                                            "zero_grad disc", "backward gen", "optimizer_step gen",
+                                            "zero_grad gen", "zero_grad disc"});
     CHECK(max_diff(params_of(*full.model().named_children()["gen"]), gen0) > 1e-4);
     CHECK(max_diff(params_of(*full.model().named_children()["disc"]), disc0) > 1e-4);
 

@@ -21,7 +21,6 @@ std::optional<Device> parse_device(const std::string& s) {
   return std::nullopt;
 }
 
-
 namespace fs = std::filesystem;
 
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates) {
@@ -136,7 +135,7 @@ std::vector<ParamInfo> optimizer_schema() {
   };
 }
 
-const std::vector<std::string> kTopLevel = {"trainer", "task",  "optimizer",
+const std::vector<std::string> kTopLevel = {"trainer",    "task",  "optimizer",
                                             "optimizers", "hooks", "plugins"};
 
 std::vector<ParamInfo> group_schema() {
@@ -353,8 +352,8 @@ struct Config::Impl {
     if (const auto* g = ot ? ot->get("groups") : nullptr) {
       const auto* arr = g->as_array();
       if (!arr || !arr->is_array_of_tables())
-        throw error(where(*g), "'groups' in " + section +
-                                   " must be tables: [[" + section.substr(1, section.size() - 2) +
+        throw error(where(*g), "'groups' in " + section + " must be tables: [[" +
+                                   section.substr(1, section.size() - 2) +
                                    ".groups]] with params = \"glob\"");
       const std::string gsection = "[[" + section.substr(1, section.size() - 2) + ".groups]]";
       for (auto& n : *arr) {
@@ -365,7 +364,8 @@ struct Config::Impl {
         go.where = where(t.source());
         if (t.contains("lr")) {
           go.lr = gp.get_float("lr");
-          if (!(*go.lr > 0)) throw error(where(*t.get("lr")), "'lr' in " + gsection + " must be > 0");
+          if (!(*go.lr > 0))
+            throw error(where(*t.get("lr")), "'lr' in " + gsection + " must be > 0");
         }
         if (t.contains("weight_decay")) {
           go.weight_decay = gp.get_float("weight_decay");
@@ -400,7 +400,8 @@ struct Config::Impl {
     r.epochs = trainer.epochs;
     r.max_steps = trainer.max_steps;
     r.batch_size = trainer.batch_size;
-    r.valid_batch_size = trainer.valid_batch_size > 0 ? trainer.valid_batch_size : trainer.batch_size;
+    r.valid_batch_size =
+        trainer.valid_batch_size > 0 ? trainer.valid_batch_size : trainer.batch_size;
     r.shuffle = trainer.shuffle;
     r.drop_last = trainer.drop_last;
     r.nan_policy = trainer.nan_policy;
@@ -433,8 +434,7 @@ void Config::Impl::apply_set(const std::string& set) {
   if (parts.size() == 3 && parts[0] == "optimizers") {
     auto* all = root.get("optimizers") ? root.get("optimizers")->as_table() : nullptr;
     target = all && all->get(parts[1]) ? all->get(parts[1])->as_table() : nullptr;
-    if (!target)
-      throw ConfigError(label + ": no [optimizers." + parts[1] + "] table in " + path);
+    if (!target) throw ConfigError(label + ": no [optimizers." + parts[1] + "] table in " + path);
     key = parts[2];
   } else if (parts.size() == 2 && parts[0] != "hooks") {
     if (std::find(kTopLevel.begin(), kTopLevel.end(), parts[0]) == kTopLevel.end()) {
@@ -485,8 +485,9 @@ void Config::Impl::validate_builtin() {
     if (auto s = did_you_mean(key, kTopLevel); !s.empty())
       msg += "; did you mean '" + s + "'?";
     else
-      msg += "; a config has [trainer], [task], [optimizer] or [optimizers.NAME], [[hooks]] and "
-             "[plugins]";
+      msg +=
+          "; a config has [trainer], [task], [optimizer] or [optimizers.NAME], [[hooks]] and "
+          "[plugins]";
     throw error(where(k.source()), msg);
   }
   auto section_table = [&](const std::string& name) -> const toml::table* {

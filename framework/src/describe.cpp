@@ -85,8 +85,8 @@ void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, Sch
                         std::to_string(need.entry->order) + ") runs before '" +
                         prov.entry->instance + "' (order " + std::to_string(prov.entry->order) +
                         ") in the " + std::string(to_string(need.stage)) + " stage, but it needs " +
-                        need.name + ", which '" + prov.entry->instance + "' provides (" +
-                        need.why + "); give '" + need.entry->instance + "' an order greater than " +
+                        need.name + ", which '" + prov.entry->instance + "' provides (" + need.why +
+                        "); give '" + need.entry->instance + "' an order greater than " +
                         std::to_string(after) + " (e.g. order = " + std::to_string(after + 1) +
                         " in its [[hooks]] table)");
     }

@@ -180,11 +180,11 @@ class Checkpoint : public wick::Hook {
         ++skipped;
       }
     }
-    throw std::runtime_error(
-        "--resume latest: no valid checkpoint in '" + dir_.string() + "'" +
-        (skipped == 0 ? std::string(" (it has none)")
-                      : " (" + std::to_string(skipped) + " skipped as unusable)") +
-        "; run without --resume to start afresh");
+    throw std::runtime_error("--resume latest: no valid checkpoint in '" + dir_.string() + "'" +
+                             (skipped == 0
+                                  ? std::string(" (it has none)")
+                                  : " (" + std::to_string(skipped) + " skipped as unusable)") +
+                             "; run without --resume to start afresh");
   }
 
   void resume(wick::Context& c, const std::string& what) {
@@ -236,8 +236,7 @@ class Checkpoint : public wick::Hook {
       std::fprintf(stderr,
                    "wick: checkpoint: not saving on %s: it came in the middle of a %s; "
                    "the last checkpoint is %s\n",
-                   failed ? "failure" : "cancel",
-                   c.state().validating() ? "validation" : "step",
+                   failed ? "failure" : "cancel", c.state().validating() ? "validation" : "step",
                    last_saved_.empty() ? "(none)" : (dir_ / last_saved_).c_str());
       return;
     }

@@ -376,7 +376,9 @@ class Ddp : public wick::Hook, public wick::Collectives {
   }
 
   // ---- wick::Collectives, installed on the Context for the trainer and other hooks ----------
-  void all_reduce_sum(at::Tensor& t) override { sum_host_tensor(t); }
+  void all_reduce_sum(at::Tensor& t) override {
+    sum_host_tensor(t);
+  }
   void barrier() override {
     wait(pg_->barrier(), "barrier");
     ++barriers_;

@@ -16,8 +16,7 @@ class GradAccum : public wick::Hook {
 
   void connect(wick::Registrar& r) override {
     const std::int64_t steps = steps_;
-    r.on(wick::Point::before_fit,
-         [steps](wick::Context& c) { c.set_accumulation(steps); });
+    r.on(wick::Point::before_fit, [steps](wick::Context& c) { c.set_accumulation(steps); });
     r.stage(wick::Stage::backward, [](wick::Context& c, wick::Next next) {
       const auto window = c.state().accum_window();
       if (window > 1) c.backward_loss() = c.backward_loss() / static_cast<double>(window);

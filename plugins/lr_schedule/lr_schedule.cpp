@@ -187,8 +187,8 @@ WICK_PLUGIN(LrSchedule,
             wick::PluginDef("lr_schedule", "1.0.0",
                             "Learning-rate schedule per optimizer step, with linear warm-up")
                 .order(5)
-                .param_choice("kind", {"constant", "linear", "cosine", "step", "onecycle"}, "constant",
-                              "the schedule's shape")
+                .param_choice("kind", {"constant", "linear", "cosine", "step", "onecycle"},
+                              "constant", "the schedule's shape")
                 .param_choice("unit", {"steps", "epochs"}, "steps",
                               "what warmup_steps, total_steps and step_size count: optimizer "
                               "steps, or epochs (the lr then changes at each epoch's start)")

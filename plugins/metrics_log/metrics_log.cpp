@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -84,11 +83,11 @@ class MetricsLog : public wick::Hook {
     widened_ = false;
     if (!steps_ && rec.kind == wick::Record::Kind::step) return false;
     std::vector<std::pair<std::string, std::string>> row = {
-          {"kind", rec.kind == wick::Record::Kind::step ? "step" : "epoch"},
-          {"epoch", std::to_string(rec.epoch)},
-          {"step", std::to_string(rec.step)},
-          {"samples_seen", std::to_string(rec.samples_seen)},
-          {"time_s", number(rec.time_s)}};
+        {"kind", rec.kind == wick::Record::Kind::step ? "step" : "epoch"},
+        {"epoch", std::to_string(rec.epoch)},
+        {"step", std::to_string(rec.step)},
+        {"samples_seen", std::to_string(rec.samples_seen)},
+        {"time_s", number(rec.time_s)}};
     for (const auto& [k, v] : rec.values) {
       row.emplace_back(k, number(v));
       if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) {

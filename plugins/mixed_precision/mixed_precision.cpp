@@ -49,7 +49,8 @@ class MixedPrecision : public wick::Hook {
       autocast_on();
       const bool r = next();
       auto& pred = c.output().pred;
-      if (pred.defined() && (pred.scalar_type() == at::kBFloat16 || pred.scalar_type() == at::kHalf))
+      if (pred.defined() &&
+          (pred.scalar_type() == at::kBFloat16 || pred.scalar_type() == at::kHalf))
         pred = pred.to(at::kFloat);
       return r;
     });

@@ -19,9 +19,11 @@ nn::Sequential generator(std::int64_t latent, std::int64_t f) {
   return nn::Sequential(
       nn::ConvTranspose2d(nn::ConvTranspose2dOptions(latent, f * 4, 7).bias(false)),
       nn::BatchNorm2d(f * 4), nn::ReLU(),
-      nn::ConvTranspose2d(nn::ConvTranspose2dOptions(f * 4, f * 2, 4).stride(2).padding(1).bias(false)),
+      nn::ConvTranspose2d(
+          nn::ConvTranspose2dOptions(f * 4, f * 2, 4).stride(2).padding(1).bias(false)),
       nn::BatchNorm2d(f * 2), nn::ReLU(),
-      nn::ConvTranspose2d(nn::ConvTranspose2dOptions(f * 2, 1, 4).stride(2).padding(1)), nn::Tanh());
+      nn::ConvTranspose2d(nn::ConvTranspose2dOptions(f * 2, 1, 4).stride(2).padding(1)),
+      nn::Tanh());
 }
 
 // A logit per image: real (high) or generated (low).
@@ -123,7 +125,10 @@ class GanTask : public wick::Task {
     auto img = net_->generator->forward(fixed_noise_.to(ctx.batch().input.device())).cpu();
     net_->generator->train();
     const std::int64_t side = img.size(2), rows = 8, cols = img.size(0) / rows;
-    auto grid = img.add(1).mul(127.5).clamp(0, 255).to(torch::kUInt8)
+    auto grid = img.add(1)
+                    .mul(127.5)
+                    .clamp(0, 255)
+                    .to(torch::kUInt8)
                     .view({rows, cols, side, side})
                     .permute({0, 2, 1, 3})
                     .reshape({rows * side, cols * side})

@@ -18,8 +18,8 @@ void chunk(std::string& out, const char* type, const std::string& data) {
   put32(out, static_cast<std::uint32_t>(data.size()));
   const std::string body = std::string(type, 4) + data;
   out += body;
-  put32(out, static_cast<std::uint32_t>(
-                 crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()))));
+  put32(out, static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()),
+                                              static_cast<uInt>(body.size()))));
 }
 
 }  // namespace
@@ -34,7 +34,8 @@ void write_png(const std::string& path, const std::vector<std::uint8_t>& pixels,
   raw.reserve((row + 1) * static_cast<std::size_t>(height));
   for (int y = 0; y < height; ++y) {
     raw += '\0';
-    raw.append(reinterpret_cast<const char*>(pixels.data()) + static_cast<std::size_t>(y) * row, row);
+    raw.append(reinterpret_cast<const char*>(pixels.data()) + static_cast<std::size_t>(y) * row,
+               row);
   }
   uLongf size = compressBound(static_cast<uLong>(raw.size()));
   std::string deflated(size, '\0');

@@ -153,8 +153,8 @@ void check_position(const Trainer::Impl& I, const Manifest& m) {
   const std::int64_t nb = I.train_batches();
   if (m.position.batch > nb)
     throw CheckpointError("its position (epoch " + std::to_string(m.position.epoch) + ", batch " +
-                          std::to_string(m.position.batch) + ") is past the " +
-                          std::to_string(nb) + " batches of an epoch of this run");
+                          std::to_string(m.position.batch) + ") is past the " + std::to_string(nb) +
+                          " batches of an epoch of this run");
   if (m.micro_step < m.optimizer_step)
     throw CheckpointError("it counts more optimizer steps (" + std::to_string(m.optimizer_step) +
                           ") than batches (" + std::to_string(m.micro_step) + ")");

@@ -121,7 +121,8 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   if (I.opt.threads > 0) at::set_num_threads(static_cast<int>(I.opt.threads));
 
   Device dev = I.opt.device;
-  if (I.opt.auto_device) dev = torch::cuda::is_available() ? Device{DeviceType::cuda, -1} : Device{};
+  if (I.opt.auto_device)
+    dev = torch::cuda::is_available() ? Device{DeviceType::cuda, -1} : Device{};
   if (dev.is_cuda() && !torch::cuda::is_available())
     throw ConfigError("trainer.device = \"" + dev.str() +
                       "\" but this LibTorch has no CUDA device; use \"cpu\" or \"auto\"");
@@ -396,8 +397,8 @@ std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whol
       return;
     }
     auto s = torch::stack(at::TensorList(v).slice(from)).to(torch::kDouble).sum().cpu();
-    parts.push_back(torch::stack({s, torch::scalar_tensor(static_cast<double>(v.size() - from),
-                                                          torch::kDouble)}));
+    parts.push_back(torch::stack(
+        {s, torch::scalar_tensor(static_cast<double>(v.size() - from), torch::kDouble)}));
   };
   add(epoch.losses, whole_epoch ? 0 : epoch.logged_loss);
   for (std::size_t k = 0; k < epoch.names.size(); ++k)
@@ -432,11 +433,22 @@ void Trainer::Impl::log_step_if_due() {
   records.write(std::move(r));
 }
 
+// A CancelStep or CancelEpoch was caught: count it and tell the after_cancel hooks.
+void Trainer::Impl::cancelled(CancelScope scope) {
+  const bool step = scope == CancelScope::step;
+  ++(step ? cancelled_steps : cancelled_epochs);
+  CancelInfo info{scope, step ? CancelReason::cancel_step : CancelReason::cancel_epoch,
+                  dispatch.blame(step ? "CancelStep" : "CancelEpoch")};
+  in_step = false;
+  cancel = &info;
+  dispatch.emit(Point::after_cancel);
+  cancel = nullptr;
+}
+
 void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   model->train();
   state.phase = Phase::train;
-  at::Tensor order =
-      train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding());
+  at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding());
   const std::int64_t local = order.size(0), bs = opt.batch_size;
   const std::int64_t nb = batches_of(local, bs, opt.drop_last);
   state.batches_in_epoch = nb;
@@ -458,12 +470,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
       try {
         train_step(order.slice(0, b * bs, std::min(local, (b + 1) * bs)));
       } catch (const CancelStep&) {
-        ++cancelled_steps;
-        CancelInfo info{CancelScope::step, CancelReason::cancel_step, dispatch.blame("CancelStep")};
-        cancel = &info;
-        dispatch.emit(Point::after_cancel);
-        cancel = nullptr;
-        in_step = false;
+        cancelled(CancelScope::step);
         pos = {state.epoch, b + 1};
       }
       // max_steps is reached at the same step on every rank; other stop requests may come
@@ -476,12 +483,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
       if (max_reached || agreed_stop(false)) break;
     }
   } catch (const CancelEpoch&) {
-    ++cancelled_epochs;
-    CancelInfo info{CancelScope::epoch, CancelReason::cancel_epoch, dispatch.blame("CancelEpoch")};
-    cancel = &info;
-    in_step = false;
-    dispatch.emit(Point::after_cancel);
-    cancel = nullptr;
+    cancelled(CancelScope::epoch);
   }
   train_seconds += seconds_since(t0);
   train_cpu_seconds += process_cpu_seconds() - c0;
@@ -533,19 +535,11 @@ ValidResult Trainer::Impl::validation() {
         count += m;
         dispatch.emit(Point::after_step);
       } catch (const CancelStep&) {
-        ++cancelled_steps;
-        CancelInfo info{CancelScope::step, CancelReason::cancel_step, dispatch.blame("CancelStep")};
-        cancel = &info;
-        dispatch.emit(Point::after_cancel);
-        cancel = nullptr;
+        cancelled(CancelScope::step);
       }
     }
   } catch (const CancelEpoch&) {
-    ++cancelled_epochs;
-    CancelInfo info{CancelScope::epoch, CancelReason::cancel_epoch, dispatch.blame("CancelEpoch")};
-    cancel = &info;
-    dispatch.emit(Point::after_cancel);
-    cancel = nullptr;
+    cancelled(CancelScope::epoch);
   }
   // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
   std::vector<at::Tensor> parts;
@@ -578,8 +572,8 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   add_lrs(r);
   const double dt = seconds_since(t_epoch);
   r.values.emplace_back("epoch_time_s", dt);
-  r.values.emplace_back(
-      "samples_per_s", dt > 0 ? static_cast<double>(samples_this_run - samples_before) / dt : 0.0);
+  r.values.emplace_back("samples_per_s",
+                        dt > 0 ? static_cast<double>(samples_this_run - samples_before) / dt : 0.0);
   r.epoch = state.epoch;
   r.step = state.optimizer_step;
   r.samples_seen = state.samples_seen;

@@ -83,13 +83,13 @@ struct Trainer::Impl : Context::Host {
   bool stop = false;
   std::string stop_reason;
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
-  Position start;                 // where fit() begins (a restored checkpoint's position)
-  bool resumed = false;           // a checkpoint was restored
-  bool resumed_mid_epoch = false; // `epoch` holds the resumed epoch's earlier values
+  Position start;                    // where fit() begins (a restored checkpoint's position)
+  bool resumed = false;              // a checkpoint was restored
+  bool resumed_mid_epoch = false;    // `epoch` holds the resumed epoch's earlier values
   std::int64_t rewind_records = -1;  // after before_fit: rewind the records to this count
-  Position pos;                   // where the loop is between steps
-  bool in_step = false;           // inside a training step (before_step .. its end)
-  bool skip_batch = false;        // a non-finite loss under nan_policy "skip": no step
+  Position pos;                      // where the loop is between steps
+  bool in_step = false;              // inside a training step (before_step .. its end)
+  bool skip_batch = false;           // a non-finite loss under nan_policy "skip": no step
   bool in_fit = false;
   const CancelInfo* cancel = nullptr;  // set during after_cancel
   Collectives* collectives = nullptr;
@@ -113,6 +113,7 @@ struct Trainer::Impl : Context::Host {
   Batch to_device(Batch b) const;
   void open_outputs();
   void train_epoch(std::int64_t first_batch);
+  void cancelled(CancelScope scope);
   void train_step(const at::Tensor& indices);
   void forward_and_loss();
   ValidResult validation();

@@ -42,8 +42,8 @@ std::unique_ptr<torch::optim::OptimizerOptions> base_options(const OptimizerOpti
                                                           .dampening(o.dampening)
                                                           .weight_decay(o.weight_decay)
                                                           .nesterov(o.nesterov));
-  throw placed(o.where, "unknown optimizer '" + o.name + "' in " + table_of(o) +
-                            "; use adam, adamw or sgd");
+  throw placed(o.where,
+               "unknown optimizer '" + o.name + "' in " + table_of(o) + "; use adam, adamw or sgd");
 }
 
 // A group's options: the optimizer's, with the group's own lr and weight decay.
@@ -52,9 +52,12 @@ std::unique_ptr<torch::optim::OptimizerOptions> group_options(
   auto o = base.clone();
   if (g.lr) o->set_lr(*g.lr);
   if (g.weight_decay) {
-    if (auto* a = dynamic_cast<torch::optim::AdamOptions*>(o.get())) a->weight_decay(*g.weight_decay);
-    if (auto* a = dynamic_cast<torch::optim::AdamWOptions*>(o.get())) a->weight_decay(*g.weight_decay);
-    if (auto* a = dynamic_cast<torch::optim::SGDOptions*>(o.get())) a->weight_decay(*g.weight_decay);
+    if (auto* a = dynamic_cast<torch::optim::AdamOptions*>(o.get()))
+      a->weight_decay(*g.weight_decay);
+    if (auto* a = dynamic_cast<torch::optim::AdamWOptions*>(o.get()))
+      a->weight_decay(*g.weight_decay);
+    if (auto* a = dynamic_cast<torch::optim::SGDOptions*>(o.get()))
+      a->weight_decay(*g.weight_decay);
   }
   return o;
 }
@@ -68,8 +71,8 @@ std::unique_ptr<torch::optim::Optimizer> build(
   if (name == "adamw")
     return std::make_unique<torch::optim::AdamW>(
         std::move(groups), static_cast<const torch::optim::AdamWOptions&>(defaults));
-  return std::make_unique<torch::optim::SGD>(std::move(groups),
-                                             static_cast<const torch::optim::SGDOptions&>(defaults));
+  return std::make_unique<torch::optim::SGD>(
+      std::move(groups), static_cast<const torch::optim::SGDOptions&>(defaults));
 }
 
 using Named = std::vector<std::pair<std::string, at::Tensor>>;
@@ -83,8 +86,9 @@ std::unique_ptr<torch::optim::Optimizer> make_one(const OptimizerOptions& o, con
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (fnmatch(g.params.c_str(), params[i].first.c_str(), 0) != 0) continue;
       if (!claimed_by[i].empty())
-        throw placed(g.where, "parameter '" + params[i].first + "' matches this group's params = \"" +
-                                  g.params + "\" and the group at " + claimed_by[i] +
+        throw placed(g.where, "parameter '" + params[i].first +
+                                  "' matches this group's params = \"" + g.params +
+                                  "\" and the group at " + claimed_by[i] +
                                   "; a parameter belongs to one group: make the globs disjoint");
       claimed_by[i] = g.where.empty() ? "(an earlier group)" : g.where;
       mine.push_back(params[i].second);
@@ -132,13 +136,17 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
   };
   for (const auto& o : specs) {
     if (o.module.empty())
-      throw placed(o.where, "an optimizer without a module among several; name each "
-                            "[optimizers.NAME] after a module of the model");
+      throw placed(o.where,
+                   "an optimizer without a module among several; name each "
+                   "[optimizers.NAME] after a module of the model");
     auto it = std::find(modules.begin(), modules.end(), o.module);
     if (it == modules.end()) {
-      std::string msg = "[optimizers." + o.module + "] names no module of the task's model (its "
-                        "modules: " + list() + ")";
-      if (auto s = did_you_mean(o.module, modules); !s.empty()) msg += "; did you mean '" + s + "'?";
+      std::string msg = "[optimizers." + o.module +
+                        "] names no module of the task's model (its "
+                        "modules: " +
+                        list() + ")";
+      if (auto s = did_you_mean(o.module, modules); !s.empty())
+        msg += "; did you mean '" + s + "'?";
       throw placed(o.where, msg);
     }
     Named mine;
@@ -160,7 +168,8 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
                                        "can train it; put it in a module, or use one [optimizer]");
     throw placed(specs[0].where, "module '" + owner +
                                      "' has trainable parameters but no optimizer; add an "
-                                     "[optimizers." + owner + "] table (or freeze it)");
+                                     "[optimizers." +
+                                     owner + "] table (or freeze it)");
   }
   return out;
 }

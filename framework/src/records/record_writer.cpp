@@ -95,8 +95,7 @@ void RecordWriter::rewind(const fs::path& file, std::int64_t n, bool truncate) {
       try {
         kept.push_back(record_from_json(line));
       } catch (const std::exception& e) {
-        throw std::runtime_error("'" + file.string() + "' line " +
-                                 std::to_string(kept.size() + 1) +
+        throw std::runtime_error("'" + file.string() + "' line " + std::to_string(kept.size() + 1) +
                                  " is not a metrics record: " + e.what());
       }
     }

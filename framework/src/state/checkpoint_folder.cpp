@@ -60,7 +60,8 @@ std::int64_t get_count(const json& j, const char* key, const std::string& where)
   if (!j.contains(key) || !j.at(key).is_number_integer())
     throw CheckpointError(where + " '" + key + "' is missing or not an integer");
   const auto v = j.at(key).get<std::int64_t>();
-  if (v < 0) throw CheckpointError(where + " '" + key + "' is negative (" + std::to_string(v) + ")");
+  if (v < 0)
+    throw CheckpointError(where + " '" + key + "' is negative (" + std::to_string(v) + ")");
   return v;
 }
 

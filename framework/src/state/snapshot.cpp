@@ -115,8 +115,9 @@ void load_loop_state(Trainer::Impl& I, const StateDict& in) {
     return v;
   };
   if (in.has("epoch_losses")) e.losses = unstack(in.get_tensor("epoch_losses"));
-  e.logged_loss = std::min(static_cast<std::size_t>(std::max<std::int64_t>(0, in.get_int("logged_upto"))),
-                           e.losses.size());
+  e.logged_loss =
+      std::min(static_cast<std::size_t>(std::max<std::int64_t>(0, in.get_int("logged_upto"))),
+               e.losses.size());
   const std::int64_t n = in.has("metrics") ? in.get_int("metrics") : 0;
   if (n < 0 || n > 10000) throw std::runtime_error("loop state: bad metric count");
   for (std::int64_t k = 0; k < n; ++k) {
@@ -155,9 +156,10 @@ void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& w
   for (const auto& kv : dict) {
     const auto name = kv.key().toStringRef();
     if (std::none_of(mine.begin(), mine.end(), [&](const auto& x) { return x.first == name; }))
-      bad += "\n  " + name + ": found " +
-             (kv.value().isTensor() ? shape_str(kv.value().toTensor()) : std::string("a non-tensor")) +
-             " in the checkpoint, not in this model";
+      bad +=
+          "\n  " + name + ": found " +
+          (kv.value().isTensor() ? shape_str(kv.value().toTensor()) : std::string("a non-tensor")) +
+          " in the checkpoint, not in this model";
   }
   if (!bad.empty())
     throw std::runtime_error(where +
@@ -204,7 +206,8 @@ Files snapshot_files(Trainer::Impl& I) {
     IDict model = new_dict();
     for (const auto& kv : I.model->named_parameters())
       model.insert(kv.key(), kv.value().detach().cpu());
-    for (const auto& kv : I.model->named_buffers()) model.insert(kv.key(), kv.value().detach().cpu());
+    for (const auto& kv : I.model->named_buffers())
+      model.insert(kv.key(), kv.value().detach().cpu());
     files.emplace_back("model.pt", pickle(model));
   }
   {
@@ -285,12 +288,10 @@ void check_agreement(const Manifest& m, const Files& files) {
   } catch (const std::exception& e) {
     throw CheckpointError(e.what());
   }
-  const std::pair<const char*, std::int64_t> mine[] = {{"epoch", m.position.epoch},
-                                                       {"batch", m.position.batch},
-                                                       {"records", m.records},
-                                                       {"optimizer_step", m.optimizer_step},
-                                                       {"micro_step", m.micro_step},
-                                                       {"samples_seen", m.samples_seen}};
+  const std::pair<const char*, std::int64_t> mine[] = {
+      {"epoch", m.position.epoch},  {"batch", m.position.batch},
+      {"records", m.records},       {"optimizer_step", m.optimizer_step},
+      {"micro_step", m.micro_step}, {"samples_seen", m.samples_seen}};
   for (const auto& [key, v] : mine) {
     if (!step.has(key) || step.kind(key) != StateDict::Kind::integer)
       throw CheckpointError(std::string("state.pt has no integer '") + key + "'");
@@ -341,8 +342,8 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
   auto grads = gv.toGenericDict();
   for (auto& kv : I.model->named_parameters()) {
     auto it = grads.find(kv.key());
-    if (it != grads.end() && (!it->value().isTensor() ||
-                              it->value().toTensor().sizes() != kv.value().sizes()))
+    if (it != grads.end() &&
+        (!it->value().isTensor() || it->value().toTensor().sizes() != kv.value().sizes()))
       throw std::runtime_error(where + ": the pending gradient of '" + kv.key() +
                                "' does not fit the parameter");
     kv.value().mutable_grad() =
