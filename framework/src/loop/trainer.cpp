@@ -256,12 +256,22 @@ std::int64_t Trainer::Impl::train_batches() const {
   return batches_of(local, opt.batch_size, opt.drop_last);
 }
 
+namespace {
+thread_local at::Generator fetch_gen;
+}  // namespace
+
 Batch Trainer::Impl::fetch(Dataset& ds, const at::Tensor& indices, Phase phase, std::int64_t b) {
   Fetch f;
   f.phase = phase;
   f.epoch = state.epoch;
   f.batch = b;
-  f.generator = at::make_generator<at::CPUGeneratorImpl>(fetch_seed(opt.seed, phase, f.epoch, b));
+  // One generator, reseeded per batch: no allocation per step, the same draws for a batch.
+  if (!fetch_gen.defined()) fetch_gen = at::make_generator<at::CPUGeneratorImpl>();
+  {
+    std::lock_guard<std::mutex> lock(fetch_gen.mutex());
+    fetch_gen.set_current_seed(fetch_seed(opt.seed, phase, f.epoch, b));
+  }
+  f.generator = fetch_gen;
   return to_device(ds.get(indices, f));
 }
 

@@ -31,7 +31,7 @@ void fsync_dir(const fs::path& dir) {
 }
 
 // Reads a regular file (never following a symlink, never opening a FIFO or device) of at
-// most `limit` bytes; `expected` (when set) must be its size.
+// most `limit` bytes.
 std::string read_regular(const fs::path& p, std::uint64_t limit, const std::string& name) {
   struct stat st {};
   if (::lstat(p.c_str(), &st) != 0) throw CheckpointError(name + " is missing");
