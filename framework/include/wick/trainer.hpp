@@ -31,6 +31,8 @@ struct TrainerOptions {
   std::int64_t max_steps = 0;        // stop after this many optimizer steps (0: no limit)
   std::int64_t log_every = 50;       // write a step record every N training batches (0: never)
   std::int64_t threads = 0;          // intra-op threads (0: LibTorch's default)
+  std::int64_t num_workers = 0;      // threads loading batches ahead of the step (0: none)
+  std::int64_t steps_per_epoch = 0;  // batches per epoch (0: from the data; needed by streams)
   Device device;                     // cpu, cuda, cuda:N
   bool auto_device = false;          // "auto": cuda when available, else cpu (overrides device)
   NanPolicy nan_policy = NanPolicy::error;
