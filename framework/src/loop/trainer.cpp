@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "optim/optimizers.hpp"
 #include "wick/config.hpp"
@@ -150,6 +151,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   torch::manual_seed(static_cast<std::uint64_t>(I.opt.seed));
   I.model = I.task->model();
   if (!I.model) throw std::runtime_error("task returned no model");
+  check_model_parts(*I.model);
   I.model->to(I.device);
   I.train_ds = I.task->train_data();
   if (!I.train_ds) throw std::runtime_error("task returned no training data");
