@@ -79,6 +79,7 @@ json run_dispatch(Settings& s);
 json run_callgrind(Settings& s);
 json run_startup(Settings& s);
 json run_ddp(Settings& s);
+json run_loader(Settings& s);
 
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,

@@ -5,7 +5,7 @@
 // the stable evidence for dispatch.
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
-//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp]
+//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -85,6 +85,10 @@ std::vector<Target> targets(const json& r) {
   if (r.contains("ddp") && r["ddp"].contains("cnn")) {
     double x = num(r["ddp"]["cnn"], "ratio", "median");
     t.push_back({"ddp: CNN samples/s, 2 ranks / 1 rank (1 thread each)", ">= 1.6", x, x >= 1.6});
+  }
+  if (r.contains("loader")) {
+    double x = num(r["loader"], "ratio", "median");
+    t.push_back({"loader: samples/s, 1 ms/sample data, num_workers 2 / 0", ">= 1.7", x, x >= 1.7});
   }
   return t;
 }
@@ -258,6 +262,17 @@ std::string markdown(const json& r) {
       }
     }
   }
+  if (r.contains("loader")) {
+    const auto& l = r["loader"];
+    md << "\nLoader threads (MLP 784-256-128-10, batch 64, a torch::data per-sample dataset "
+          "whose get(i) takes 1 ms; "
+       << l.value("samples", 0) << " samples, " << l.value("rounds", 0)
+       << " alternated rounds): num_workers 0 "
+       << fmt("%.0f", num(l, "workers_0_samples_per_s", "median")) << " samples/s, 2 workers "
+       << fmt("%.0f", num(l, "workers_2_samples_per_s", "median")) << " samples/s, ratio "
+       << fmt("%.2f", num(l, "ratio", "median")) << " (" << fmt("%.2f", num(l, "ratio", "min"))
+       << "–" << fmt("%.2f", num(l, "ratio", "max")) << ").\n";
+  }
   if (!m["notes"].empty()) {
     md << "\nNotes:\n\n";
     for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
@@ -270,7 +285,7 @@ int usage() {
   std::fprintf(
       stderr,
       "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
-      "[--child-reps N] [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp]\n");
+      "[--child-reps N] [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader]\n");
   return 2;
 }
 
@@ -381,6 +396,7 @@ int main(int argc, char** argv) {
       r["memory"] = r["parity"]["memory"];
     }
     if (want("ddp")) r["ddp"] = run_ddp(s);
+    if (want("loader")) r["loader"] = run_loader(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

@@ -8,3 +8,5 @@ wick_add_test(test_config SOURCES test_config.cpp SANITIZE)
 wick_add_test(test_describe SOURCES test_describe.cpp)
 # SHA-256 (nettle) against the NIST example vectors.
 wick_add_test(test_sha256 SOURCES test_sha256.cpp SANITIZE)
+# Data loading: torch::data adapter, loader threads, streams, their exact resume.
+wick_add_test(test_data SOURCES test_data.cpp TORCH DEPENDS checkpoint)

@@ -204,3 +204,48 @@ TEST_CASE("wick new-plugin checks the name and the folder, and writes the rename
   CHECK_THAT(r.err, Catch::Contains("refusing to overwrite"));
   CHECK_FALSE(fs::exists(dir / "b" / "other.cpp"));
 }
+
+TEST_CASE("the minimal task template trains: model, TensorDataset, forward and loss") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", "[trainer]\nepochs = 8\nbatch_size = 32\noutput_dir = \"" +
+                                   (dir / "run").string() +
+                                   "\"\n[task]\nplugin = \"minimal_task\"\n" + sdk_plugins_toml());
+  auto r = run_wick({"fit", (dir / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["valid/loss"].get<double>() < 0.1);  // y = 3x - 1 with noise 0.1: learnt
+  CHECK(s.contains("valid/abs_error"));
+}
+
+TEST_CASE("wick new-plugin --kind task writes the renamed task template; metric is refused") {
+  TempDir dir;
+  auto r = run_wick({"new-plugin", "my_task", "--kind", "task", "--dir", (dir / "t").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto expected = read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "examples" / "minimal_task.cpp");
+  for (auto [from, to] : {std::pair{std::string("minimal_task"), std::string("my_task")},
+                          std::pair{std::string("MinimalTask"), std::string("MyTask")}})
+    for (auto pos = expected.find(from); pos != std::string::npos; pos = expected.find(from, pos))
+      expected.replace(pos, from.size(), to);
+  CHECK(read_file(dir / "t" / "my_task.cpp") == expected);
+  CHECK_THAT(read_file(dir / "t" / "CMakeLists.txt"),
+             Catch::Contains("wick_add_plugin(my_task SOURCES my_task.cpp)"));
+  const auto toml = read_file(dir / "t" / "my_task.toml");
+  CHECK_THAT(toml, Catch::Contains("[task]\nplugin = \"my_task\"\n"));
+  CHECK_THAT(read_file(dir / "t" / "README.md"), Catch::Contains("A wick task plugin"));
+
+  r = run_wick({"new-plugin", "my_metric", "--kind", "metric", "--dir", (dir / "m").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("metric plugins come with SDK 2.1"));
+  CHECK_FALSE(fs::exists(dir / "m"));
+  r = run_wick({"new-plugin", "x", "--kind", "loss", "--dir", (dir / "x").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown plugin kind 'loss': use hook, task or metric"));
+  // A name taken by a plugin of a multi-plugin library is taken as well.
+  r = run_wick({"new-plugin", "parts_probe", "--dir", (dir / "p").string()},
+               {"WICK_PLUGIN_PATH=" + (fs::path(WICK_BINARY_DIR) / "tests" / "parts").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("a plugin named 'parts_probe' already exists"));
+}

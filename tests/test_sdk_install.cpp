@@ -50,8 +50,11 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
   {  // the layout
     for (const char* f :
          {"bin/wick", "lib/libwick.so", "lib/wick/plugins/wick_synthetic.so",
-          "include/wick/wick.hpp", "include/wick/task.hpp", "include/wick/trainer.hpp",
-          "include/wick/config.hpp", "lib/cmake/wick/wickConfig.cmake",
+          // the sample task and configs the README's commands use
+          "lib/wick/plugins/wick_fashion_mnist.so", "share/wick/samples/fashion_mnist/mlp.toml",
+          "share/wick/samples/fashion_mnist/cnn.toml", "include/wick/jit.hpp",
+          "include/wick/tensor_module.hpp", "include/wick/wick.hpp", "include/wick/task.hpp",
+          "include/wick/trainer.hpp", "include/wick/config.hpp", "lib/cmake/wick/wickConfig.cmake",
           "lib/cmake/wick/wickConfigVersion.cmake", "lib/cmake/wick/wickTargets.cmake",
           "lib/cmake/wick/WickPlugin.cmake"}) {
       INFO(f);
@@ -70,6 +73,7 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
     // Relative RPATHs: the prefix can be moved as a whole.
     CHECK(runpath(prefix / "bin" / "wick") == "$ORIGIN/../lib");
     CHECK(runpath(prefix / "lib/wick/plugins/wick_synthetic.so") == "$ORIGIN/../..");
+    CHECK(runpath(prefix / "lib/wick/plugins/wick_fashion_mnist.so") == "$ORIGIN/../..");
   }
 
   // Every built-in plugin's folder, as it stands, built against the installed package alone

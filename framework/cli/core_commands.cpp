@@ -115,10 +115,14 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
     for (const auto& d : finder.dirs()) std::printf("  %s\n", d.c_str());
     for (const auto& lib : scan.plugins) {
       const auto& i = lib->info();
-      std::printf("\n%s %s (%s%s, order %d, SDK %d.%d)\n  %s\n  %s\n", i.name.c_str(),
+      // A plugin of a multi-plugin library says so: that file holds its siblings too.
+      const std::string of_library =
+          i.in_library ? " (one of " + std::to_string(i.library_size) + " plugins of this library)"
+                       : "";
+      std::printf("\n%s %s (%s%s, order %d, SDK %d.%d)\n  %s\n  %s%s\n", i.name.c_str(),
                   i.version.c_str(), i.kind == wick::PluginKind::task ? "task" : "hook",
                   i.main_process_only ? ", main process only" : "", i.default_order, i.api_major,
-                  i.api_minor, i.description.c_str(), i.path.c_str());
+                  i.api_minor, i.description.c_str(), i.path.c_str(), of_library.c_str());
       int key_width = 18;  // widened to the longest key, so that the columns line up
       for (const auto& p : i.params)
         key_width = std::max(key_width, static_cast<int>(p.key.size()));

@@ -1,6 +1,6 @@
-// `wick new-plugin NAME [--dir DIR]`: writes a plugin project that builds against the
-// installed wick package as it is: CMakeLists.txt, NAME.cpp (the SDK guide's minimal hook,
-// renamed), NAME.toml (enables it on the synthetic task) and a README.
+// `wick new-plugin NAME [--kind hook|task] [--dir DIR]`: writes a plugin project that builds
+// against the installed wick package as it is: CMakeLists.txt, NAME.cpp (the SDK guide's
+// minimal hook or task, renamed), NAME.toml (a run that uses it) and a README.
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -95,6 +95,44 @@ std::string cmake_text(const std::string& name) {
          name + " SOURCES " + name + ".cpp)\n";
 }
 
+// A kind new-plugin can write. The sources are the SDK's examples, built by the tests.
+struct Kind {
+  const char* source;      // the template's text
+  const char* from_snake;  // the template's plugin name, replaced by NAME
+  const char* from_camel;  // its class name
+};
+
+Kind kind_of(const std::string& kind) {
+  if (kind == "hook") return {kPluginTemplate, "minimal_hook", "MinimalHook"};
+  if (kind == "task") return {kTaskTemplate, "minimal_task", "MinimalTask"};
+  if (kind == "metric")
+    throw NewPluginError(
+        "metric plugins come with SDK 2.1; for now a hook logs values with ctx.log and reads "
+        "records with Registrar::on_record (--kind hook)");
+  throw NewPluginError("unknown plugin kind '" + kind + "': use hook, task or metric");
+}
+
+std::string task_toml_text(const std::string& name) {
+  return "# Trains the task " + name + ": `wick fit " + name +
+         ".toml` after building into ./build.\n"
+         "# Relative paths are relative to this file.\n"
+         "[trainer]\n"
+         "epochs = 10\n"
+         "batch_size = 32\n"
+         "output_dir = \"runs/" +
+         name +
+         "\"\n\n"
+         "[task]\n"
+         "plugin = \"" +
+         name +
+         "\"\n"
+         "samples = 512\n\n"
+         "[plugins]\n"
+         "path = [\"build\"]\n\n"
+         "[[hooks]]\n"
+         "plugin = \"progress\"\n";
+}
+
 std::string toml_text(const std::string& name) {
   return "# Trains wick's synthetic task with " + name + " enabled: `wick fit " + name +
          ".toml`\n"
@@ -117,8 +155,29 @@ std::string toml_text(const std::string& name) {
          "target = 0.5\n";
 }
 
-std::string readme_text(const std::string& name, const std::string& prefix) {
+std::string readme_text(const std::string& name, const std::string& prefix, bool task) {
   const std::string wick = prefix + "/bin/wick";
+  if (task)
+    return "# " + name +
+           "\n\n"
+           "A wick task plugin: a linear model fitted to y = 3x - 1 on data made in memory.\n"
+           "Made by `wick new-plugin --kind task`; the plugin guide is `sdk/README.md` in the wick "
+           "sources.\n\n"
+           "## Build and run\n\n"
+           "```sh\n"
+           "cmake -S . -B build -DCMAKE_PREFIX_PATH=" +
+           prefix + "\ncmake --build build              # -> build/wick_" + name + ".so\n" + wick +
+           " fit " + name +
+           ".toml\n"
+           "```\n\n"
+           "Replace the model, the data (`wick::TensorDataset`, or your own `wick::Dataset`), "
+           "`forward` and `loss`; the trainer does the rest.\n\n"
+           "## Files\n\n"
+           "- `" +
+           name +
+           ".cpp`: the task (model, data, forward, loss, one declared parameter).\n"
+           "- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
+           name + " ...)`.\n- `" + name + ".toml`: a run of the task.\n";
   return "# " + name +
          "\n\n"
          "A wick hook plugin: it stops the fit once the validation accuracy reaches `target`.\n"
@@ -152,30 +211,37 @@ std::string readme_text(const std::string& name, const std::string& prefix) {
          name + ".toml`: a run of the synthetic task with the hook enabled.\n";
 }
 
-int cmd_new_plugin(const std::string& name, const std::string& dir_opt) {
+int cmd_new_plugin(const std::string& name, const std::string& kind_name,
+                   const std::string& dir_opt) {
   try {
+    const Kind kind = kind_of(kind_name);
+    const bool task = kind_name == "task";
     check_name(name);
     const fs::path dir = fs::absolute(dir_opt.empty() ? name : dir_opt).lexically_normal();
     std::error_code ec;
     if (fs::exists(fs::symlink_status(dir, ec)))
       throw NewPluginError("refusing to overwrite '" + dir.string() +
                            "': it exists; remove it or pass --dir with a new folder");
-    // The generated TOML searches build/ and then the installed plugins: one name, one file.
-    const std::string file = "wick_" + name + ".so";
-    for (const auto& d : plugin_search_path({}))
-      if (fs::exists(fs::path(d) / file, ec))
-        throw NewPluginError("a plugin named '" + name + "' already exists (" +
-                             (fs::path(d) / file).string() +
+    // The generated TOML searches build/ and then the installed plugins: one name, one file
+    // (a wick_NAME.so, or a plugin of that name in a multi-plugin library).
+    try {
+      auto found = PluginFinder(plugin_search_path({})).find(name);
+      throw NewPluginError("a plugin named '" + name + "' already exists (" + found->info().path +
+                           "); two plugins may not share a name, pick another");
+    } catch (const PluginError& e) {
+      if (e.kind != PluginError::Kind::not_found)
+        throw NewPluginError("a plugin named '" + name + "' already exists (" + e.what() +
                              "); two plugins may not share a name, pick another");
+    }
 
     fs::create_directories(dir);
-    std::string src = replace_all(kPluginTemplate, "minimal_hook", name);
-    src = replace_all(src, "MinimalHook", camel_case(name));
+    std::string src = replace_all(kind.source, kind.from_snake, name);
+    src = replace_all(src, kind.from_camel, camel_case(name));
     const auto prefix = fs::path(executable_dir()).parent_path().lexically_normal().string();
     write(dir / "CMakeLists.txt", cmake_text(name));
     write(dir / (name + ".cpp"), src);
-    write(dir / (name + ".toml"), toml_text(name));
-    write(dir / "README.md", readme_text(name, prefix));
+    write(dir / (name + ".toml"), task ? task_toml_text(name) : toml_text(name));
+    write(dir / "README.md", readme_text(name, prefix, task));
 
     std::printf(
         "wick: wrote plugin project %s\n\n  cd %s\n"
@@ -195,15 +261,17 @@ int cmd_new_plugin(const std::string& name, const std::string& dir_opt) {
 }  // namespace
 
 void add_new_plugin_command(CLI::App& app, Registry& r) {
-  static std::string name, dir;
+  static std::string name, dir, kind = "hook";
   auto* cmd =
       app.add_subcommand("new-plugin",
-                         "write a plugin project (CMake, one hook, a TOML to try it) to build "
-                         "against the installed wick");
+                         "write a plugin project (CMake, one hook or task, a TOML to try it) to "
+                         "build against the installed wick");
   cmd->add_option("NAME", name, "plugin name: letters, digits and '_'")->required();
+  cmd->add_option("--kind", kind, "hook (default) or task; metric comes with SDK 2.1")
+      ->type_name("KIND");
   cmd->add_option("--dir", dir, "folder to create (default ./NAME); must not exist")
       ->type_name("DIR");
-  r.push_back({cmd, [] { return cmd_new_plugin(name, dir); }});
+  r.push_back({cmd, [] { return cmd_new_plugin(name, kind, dir); }});
 }
 
 }  // namespace wick::cli

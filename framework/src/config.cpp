@@ -3,10 +3,12 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "params_impl.hpp"
 
@@ -115,6 +117,8 @@ std::vector<ParamInfo> trainer_schema() {
       {"max_steps", ParamType::integer, "0", "stop after this many optimizer steps (0: off)"},
       {"log_every", ParamType::integer, "50", "write a step record every N batches (0: off)"},
       {"threads", ParamType::integer, "0", "intra-op threads (0: LibTorch default)"},
+      {"num_workers", ParamType::integer, "0", "threads loading batches ahead (0: none)"},
+      {"steps_per_epoch", ParamType::integer, "0", "batches per epoch (0: from the data)"},
       {"device", ParamType::string, "\"cpu\"", "cpu, cuda, cuda:N or auto"},
       {"nan_policy", ParamType::string, "\"error\"", "non-finite loss: error, skip or ignore"},
       {"output_dir", ParamType::string, "\"runs/default\"", "run directory"},
@@ -510,6 +514,8 @@ void Config::Impl::validate_builtin() {
   trainer.max_steps = tp.get_int("max_steps");
   trainer.log_every = tp.get_int("log_every");
   trainer.threads = tp.get_int("threads");
+  trainer.num_workers = tp.get_int("num_workers");
+  trainer.steps_per_epoch = tp.get_int("steps_per_epoch");
   const auto device = tp.get_string("device");
   const auto nan_policy = tp.get_string("nan_policy");
   trainer.output_dir = tp.get_string("output_dir");
@@ -526,6 +532,20 @@ void Config::Impl::validate_builtin() {
   check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0", "[trainer]");
   check(tp, "log_every", trainer.log_every >= 0, "must be >= 0", "[trainer]");
   check(tp, "threads", trainer.threads >= 0, "must be >= 0", "[trainer]");
+  check(tp, "num_workers", trainer.num_workers >= 0, "must be >= 0 (0: load on the main thread)",
+        "[trainer]");
+  check(tp, "steps_per_epoch", trainer.steps_per_epoch >= 0, "must be >= 0 (0: from the data)",
+        "[trainer]");
+  // More loader threads than cores only adds switching; allowed, as the user may know better.
+  if (const auto cores = static_cast<std::int64_t>(std::thread::hardware_concurrency());
+      cores > 0 && trainer.num_workers > cores) {
+    const auto& e = tp.impl().entries.at("num_workers");
+    std::fprintf(stderr,
+                 "wick: warning: %s: 'num_workers' in [trainer] is %lld, more than this "
+                 "machine's %lld cores\n",
+                 (e.where.empty() ? path : e.where).c_str(),
+                 static_cast<long long>(trainer.num_workers), static_cast<long long>(cores));
+  }
   check(tp, "nan_policy", nan_policy == "error" || nan_policy == "skip" || nan_policy == "ignore",
         "must be \"error\", \"skip\" or \"ignore\"", "[trainer]");
   trainer.nan_policy = nan_policy == "skip"     ? NanPolicy::skip

@@ -37,3 +37,11 @@ function(wick_add_plugin name)
     wick_use_pch(${name})
   endif()
 endfunction()
+
+# wick_add_plugin_library(NAME SOURCES src... [LIBRARIES libs...] [OUTPUT_DIRECTORY dir])
+# builds a library of several plugins (declared with WICK_PLUGINS) as wicklib_NAME.so, built
+# and placed as wick_add_plugin does. `wick` finds each plugin in it by the plugin's own name.
+function(wick_add_plugin_library name)
+  wick_add_plugin(${name} ${ARGN})
+  set_target_properties(${name} PROPERTIES OUTPUT_NAME "wicklib_${name}")
+endfunction()

@@ -34,6 +34,9 @@ struct PluginInfo {
   int api_major = 0, api_minor = 0;
   std::vector<ParamInfo> params;
   std::string path;  // absolute path of the library
+  // Declared in a multi-plugin library (WICK_PLUGINS) among `library_size` plugins.
+  bool in_library = false;
+  std::size_t library_size = 1;
 };
 
 class WICK_EXPORT PluginError : public std::runtime_error {
@@ -48,7 +51,8 @@ class WICK_EXPORT PluginError : public std::runtime_error {
     unsafe_path,
     wrong_kind,
     name_mismatch,
-    bad_param  // a parameter declared inconsistently (a choice default not among its choices)
+    bad_param,  // a parameter declared inconsistently (a choice default not among its choices)
+    malformed   // a record or plugin list that cannot be right (null name, absurd count)
   };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
   Kind kind;
@@ -73,7 +77,14 @@ class PluginLibrary {
 
 // Loads one library and checks it is a wick plugin of a compatible SDK version; the factory
 // is not run. The same file loaded twice gives the same object. Throws PluginError.
+// A multi-plugin library (WICK_PLUGINS) holding exactly one plugin is accepted too.
 std::shared_ptr<const PluginLibrary> load_plugin_library(const std::string& path);
+// Every plugin a library declares: one for WICK_PLUGIN, the list for WICK_PLUGINS (in its
+// order). The list is checked whole before any plugin of it is returned.
+std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(const std::string& path);
+
+// File names: wick_NAME.so holds the plugin NAME; wicklib_ANY.so holds a list of plugins.
+inline constexpr const char* kPluginLibraryPrefix = "wicklib_";
 
 // Refuses a world-writable file or folder (anyone could plant code there).
 void check_not_world_writable(const std::string& path, const char* what);
@@ -87,15 +98,18 @@ class PluginFinder {
  public:
   explicit PluginFinder(std::vector<std::string> dirs);
   const std::vector<std::string>& dirs() const { return dirs_; }
-  // The plugin named `name`: file wick_<name>.so in the search path. Errors when it is
-  // missing (listing the folders searched), found twice, or declares another name.
+  // The plugin named `name`: file wick_<name>.so in the search path, or a plugin of that
+  // name in a multi-plugin library (wicklib_*.so) there. Errors when it is missing (listing
+  // the folders searched), found twice (two files, or a file and a library's declaration),
+  // or wick_<name>.so declares another name. A broken multi-plugin library does not stop the
+  // search for a plugin found elsewhere; it is named when the plugin is not found.
   std::shared_ptr<const PluginLibrary> find(const std::string& name) const;
 
   struct Scan {
     std::vector<std::shared_ptr<const PluginLibrary>> plugins;
     std::vector<std::string> problems;  // one message per file that could not be used
   };
-  // Every *.so in the search path (for `wick plugins`).
+  // Every *.so in the search path, every plugin of a multi-plugin library (`wick plugins`).
   Scan scan() const;
 
  private:

@@ -27,12 +27,14 @@ struct TrainerOptions {
   std::int64_t batch_size = 32;
   std::int64_t valid_batch_size = 0;  // 0: same as batch_size
   bool shuffle = true;
-  bool drop_last = false;       // drop the last, short training batch of an epoch
-  std::int64_t max_steps = 0;   // stop after this many optimizer steps (0: no limit)
-  std::int64_t log_every = 50;  // write a step record every N training batches (0: never)
-  std::int64_t threads = 0;     // intra-op threads (0: LibTorch's default)
-  Device device;                // cpu, cuda, cuda:N
-  bool auto_device = false;     // "auto": cuda when available, else cpu (overrides device)
+  bool drop_last = false;            // drop the last, short training batch of an epoch
+  std::int64_t max_steps = 0;        // stop after this many optimizer steps (0: no limit)
+  std::int64_t log_every = 50;       // write a step record every N training batches (0: never)
+  std::int64_t threads = 0;          // intra-op threads (0: LibTorch's default)
+  std::int64_t num_workers = 0;      // threads loading batches ahead of the step (0: none)
+  std::int64_t steps_per_epoch = 0;  // batches per epoch (0: from the data; needed by streams)
+  Device device;                     // cpu, cuda, cuda:N
+  bool auto_device = false;          // "auto": cuda when available, else cpu (overrides device)
   NanPolicy nan_policy = NanPolicy::error;
   std::string output_dir = "runs/default";
   bool write_outputs = true;  // metrics.jsonl and summary.json in output_dir
@@ -46,10 +48,10 @@ struct ParamGroupOptions {
 };
 
 struct OptimizerOptions {
-  std::string module;  // "" : the whole model; else a top-level module of it ([optimizers.NAME])
-  std::string where;   // FILE:LINE:COL of its table, for messages ("" in host programs)
+  std::string module;   // "" : the whole model; else a top-level module of it ([optimizers.NAME])
+  std::string where;    // FILE:LINE:COL of its table, for messages ("" in host programs)
   std::vector<ParamGroupOptions> groups;  // the parameters no group claims form the first group
-  std::string name = "adam";              // adam, adamw, sgd
+  std::string name = "adam";  // adam, adamw, sgd
   double lr = 1e-3;
   double weight_decay = 0.0;  // 0.01 is the default for adamw when not set
   bool weight_decay_set = false;
@@ -64,8 +66,8 @@ struct OptimizerOptions {
 struct FitResult {
   enum class Status { completed, cancelled, failed };
   Status status = Status::completed;
-  std::string error;          // "plugin 'x' at after_step: message" when failed
-  std::string stop_reason;    // why a graceful stop was requested, or why the fit was cancelled
+  std::string error;         // "plugin 'x' at after_step: message" when failed
+  std::string stop_reason;   // why a graceful stop was requested, or why the fit was cancelled
   bool interrupted = false;   // SIGINT
   bool config_error = false;  // failed on a configuration error found only at run time
   int exit_code() const;      // 0, 1 (failed), 2 (configuration error) or 130 (interrupted)

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "optim/optimizers.hpp"
 #include "wick/config.hpp"
@@ -151,10 +152,26 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   torch::manual_seed(static_cast<std::uint64_t>(I.opt.seed));
   I.model = I.task->model();
   if (!I.model) throw std::runtime_error("task returned no model");
+  check_model_parts(*I.model);
   I.model->to(I.device);
   I.train_ds = I.task->train_data();
   if (!I.train_ds) throw std::runtime_error("task returned no training data");
   I.valid_ds = I.task->valid_data();
+  // A stream has no size: the config must say how long an epoch is.
+  const std::string cfg_at = I.run.config_path.empty() ? "" : I.run.config_path + ": ";
+  if (I.train_ds->size() == kUnsized && I.opt.steps_per_epoch <= 0)
+    throw ConfigError(cfg_at +
+                      "the task's training data is a stream (its size() is wick::kUnsized), so "
+                      "an epoch has no end; set trainer.steps_per_epoch to the batches an epoch "
+                      "should have");
+  if (I.train_ds->size() < 0 && I.train_ds->size() != kUnsized)
+    throw std::runtime_error("the task's training data has a negative size (" +
+                             std::to_string(I.train_ds->size()) +
+                             "); a stream's size() returns wick::kUnsized");
+  if (I.valid_ds && I.valid_ds->size() < 0)
+    throw ConfigError(cfg_at +
+                      "the task's validation data has no size (a stream); validation runs "
+                      "over a finite data set: give valid_data() one, or return nullptr");
   I.optimizers = make_optimizers(I.optim_specs, *I.model);
   I.manual = I.task->manual_optimization();
   I.state.epochs = I.opt.epochs;
@@ -250,29 +267,39 @@ Sharding Trainer::Impl::sharding() const {
 }
 
 std::int64_t Trainer::Impl::train_batches() const {
+  if (streaming()) return opt.steps_per_epoch;
   const std::int64_t n = train_ds->size();
   const std::int64_t w = state.num_processes;
   const std::int64_t local = w > 1 ? (n + w - 1) / w : n;
-  return batches_of(local, opt.batch_size, opt.drop_last);
+  const std::int64_t nb = batches_of(local, opt.batch_size, opt.drop_last);
+  return opt.steps_per_epoch > 0 ? std::min(nb, opt.steps_per_epoch) : nb;
 }
 
-namespace {
-thread_local at::Generator fetch_gen;
-}  // namespace
-
-Batch Trainer::Impl::fetch(Dataset& ds, const at::Tensor& indices, Phase phase, std::int64_t b) {
-  Fetch f;
-  f.phase = phase;
-  f.epoch = state.epoch;
-  f.batch = b;
-  // One generator, reseeded per batch: no allocation per step, the same draws for a batch.
-  if (!fetch_gen.defined()) fetch_gen = at::make_generator<at::CPUGeneratorImpl>();
-  {
-    std::lock_guard<std::mutex> lock(fetch_gen.mutex());
-    fetch_gen.set_current_seed(fetch_seed(opt.seed, phase, f.epoch, b));
+LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
+  LoadPlan p;
+  p.ds = train_ds.get();
+  p.phase = Phase::train;
+  p.seed = opt.seed;
+  p.epoch = state.epoch;
+  p.first = first_batch;
+  p.end = train_batches();
+  p.what = "the training data";
+  const std::int64_t bs = opt.batch_size;
+  if (streaming()) {
+    // Running sample numbers, dealt to ranks batch by batch (see wick::kUnsized).
+    const std::int64_t e = state.epoch, spe = opt.steps_per_epoch;
+    const std::int64_t w = state.num_processes, r = state.rank;
+    p.indices = [=](std::int64_t b) {
+      return at::arange(((e * spe + b) * w + r) * bs, ((e * spe + b) * w + r + 1) * bs, at::kLong);
+    };
+    return p;
   }
-  f.generator = fetch_gen;
-  return to_device(ds.get(indices, f));
+  at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding());
+  const std::int64_t local = order.size(0);
+  p.indices = [order, local, bs](std::int64_t b) {
+    return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+  };
+  return p;
 }
 
 Batch Trainer::Impl::to_device(Batch b) const {
@@ -358,14 +385,16 @@ void Trainer::Impl::forward_and_loss() {
   dispatch.emit(Point::after_loss);
 }
 
-void Trainer::Impl::train_step(const at::Tensor& indices) {
-  state.batch_size = indices.size(0);
+void Trainer::Impl::train_step(BatchLoader& loader) {
+  state.batch_size = loader.size_of(state.batch_idx);
   state.stepped = false;
   in_step = true;
   dispatch.emit(Point::before_step);
   // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
   dispatch.set_where("the training data's get()");
-  batch = fetch(*train_ds, indices, Phase::train, state.batch_idx);
+  Loaded got = loader.take(state.batch_idx);
+  if (got.state) data_state = std::move(got.state);
+  batch = to_device(std::move(got.batch));
   skip_batch = false;
   if (manual) {
     // The task runs backward and steps itself, through the Context (same stage chains).
@@ -458,9 +487,7 @@ void Trainer::Impl::cancelled(CancelScope scope) {
 void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   model->train();
   state.phase = Phase::train;
-  at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding());
-  const std::int64_t local = order.size(0), bs = opt.batch_size;
-  const std::int64_t nb = batches_of(local, bs, opt.drop_last);
+  const std::int64_t nb = train_batches();
   state.batches_in_epoch = nb;
   state.batch_idx = first_batch;
   // Resumed mid-epoch: the epoch's earlier values (restored) count in its records as they
@@ -472,13 +499,22 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
 
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
+  // The state the data starts the epoch with (restored, or as the task made it), before any
+  // loader thread moves it on.
+  if (train_ds->has_state() && !data_state) {
+    data_state = std::make_shared<StateDict>();
+    train_ds->save_state(*data_state);
+  }
   try {
     dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
+    // Started after before_epoch (hooks there may change the data's state); its threads are
+    // joined on every way out of this block.
+    BatchLoader loader(train_plan(first_batch), opt.num_workers);
     for (std::int64_t b = first_batch; b < nb; ++b) {
       if (interrupt_requested()) throw Interrupted{};
       state.batch_idx = b;
       try {
-        train_step(order.slice(0, b * bs, std::min(local, (b + 1) * bs)));
+        train_step(loader);
       } catch (const CancelStep&) {
         cancelled(CancelScope::step);
         pos = {state.epoch, b + 1};
@@ -511,6 +547,16 @@ ValidResult Trainer::Impl::validation() {
   const std::int64_t bs = run.valid_batch_size;
   state.batches_in_epoch = (local + bs - 1) / bs;
   state.batch_idx = 0;
+  LoadPlan plan;
+  plan.ds = valid_ds.get();
+  plan.phase = Phase::valid;
+  plan.seed = opt.seed;
+  plan.epoch = state.epoch;
+  plan.end = state.batches_in_epoch;
+  plan.what = "the validation data";
+  plan.indices = [order, local, bs](std::int64_t b) {
+    return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+  };
 
   at::Tensor loss_sum;
   std::vector<std::string> names;
@@ -519,15 +565,15 @@ ValidResult Trainer::Impl::validation() {
   // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
   try {
     dispatch.emit(Point::before_valid);
+    BatchLoader loader(std::move(plan), opt.num_workers);
     for (std::int64_t b = 0; b < state.batches_in_epoch; ++b) {
       state.batch_idx = b;
       try {
-        auto idx = order.slice(0, b * bs, std::min(local, (b + 1) * bs));
-        const std::int64_t m = idx.size(0);
+        const std::int64_t m = loader.size_of(b);
         state.batch_size = m;
         dispatch.emit(Point::before_step);
         dispatch.set_where("the validation data's get()");
-        batch = fetch(*valid_ds, idx, Phase::valid, b);
+        batch = to_device(loader.take(b).batch);
         forward_and_loss();
         auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
         loss_sum = loss_sum.defined() ? loss_sum + l : l;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/batch_loader.hpp"
 #include "data/sampler.hpp"
 #include "loop/dispatch.hpp"
 #include "optim/optimizers.hpp"
@@ -93,6 +94,9 @@ struct Trainer::Impl : Context::Host {
   bool in_fit = false;
   const CancelInfo* cancel = nullptr;  // set during after_cancel
   Collectives* collectives = nullptr;
+  // The training data's state after the last batch the loop consumed (has_state()): what a
+  // checkpoint keeps, whatever the loader threads have loaded ahead.
+  std::shared_ptr<StateDict> data_state;
 
   torch::optim::Optimizer& optim() { return *optimizers[current_opt].optimizer; }
   // The index of an optimizer by name; throws naming the known ones.
@@ -109,12 +113,13 @@ struct Trainer::Impl : Context::Host {
 
   Sharding sharding() const;
   std::int64_t train_batches() const;  // batches of a training epoch on this rank
-  Batch fetch(Dataset& ds, const at::Tensor& indices, Phase phase, std::int64_t b);
+  bool streaming() const { return train_ds->size() == kUnsized; }
+  LoadPlan train_plan(std::int64_t first_batch);  // the current epoch's training batches
   Batch to_device(Batch b) const;
   void open_outputs();
   void train_epoch(std::int64_t first_batch);
   void cancelled(CancelScope scope);
-  void train_step(const at::Tensor& indices);
+  void train_step(BatchLoader& loader);
   void forward_and_loss();
   ValidResult validation();
   void log_step_if_due();

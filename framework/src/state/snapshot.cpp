@@ -260,6 +260,15 @@ Files snapshot_files(Trainer::Impl& I) {
     I.task->save_state(sd);
     d.insert("task", to_ivalue(sd));
   }
+  // The training data's state as of the last consumed batch (loader threads may be ahead).
+  if (I.train_ds->has_state()) {
+    StateDict sd;
+    if (I.data_state)
+      sd = *I.data_state;
+    else
+      I.train_ds->save_state(sd);
+    d.insert("data", to_ivalue(sd));
+  }
   IDict hooks = new_dict();
   for (auto& [instance, hook] : I.dispatch.stateful_hooks()) {
     StateDict sd;
@@ -361,6 +370,23 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
       } catch (const std::exception& e) {
         throw std::runtime_error(where + ": the task cannot load its state: " + e.what());
       }
+  }
+
+  if (I.train_ds->has_state()) {
+    auto it = d.find("data");
+    if (it == d.end()) {
+      std::fprintf(stderr,
+                   "wick: warning: %s has no state for the training data; it starts afresh\n",
+                   where.c_str());
+    } else {
+      try {
+        auto sd = std::make_shared<StateDict>(from_ivalue(it->value(), "data state"));
+        I.train_ds->load_state(*sd);
+        I.data_state = std::move(sd);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(where + ": the training data cannot load its state: " + e.what());
+      }
+    }
   }
 
   auto hv = get(d, "hooks");

@@ -5,6 +5,13 @@
 //   WICK_PLUGIN(MyHook, wick::PluginDef("my_hook", "1.0.0", "What it does in one line")
 //                           .order(5)
 //                           .param_float("scale", 1.0, "what scale means"))
+//
+// Several plugins in one library (a task and the hooks that belong with it), since SDK 2.0:
+// WICK_PLUGINS exports a plain C list of the same records, each with its factory, and the
+// library is named wicklib_NAME.so (wick_add_plugin_library) so that wick can find it.
+//
+//   WICK_PLUGINS(WICK_ENTRY(MyTask, wick::PluginDef("my_task", "1.0.0", "...")),
+//                WICK_ENTRY(MyHook, wick::PluginDef("my_task_probe", "1.0.0", "...")))
 #pragma once
 
 #include <boost/dll/alias.hpp>
@@ -40,6 +47,28 @@ struct wick_plugin_info {
   std::uint32_t flags;  // bit 0: main process only
   const wick_param_info* params;
   std::uint32_t num_params;
+};
+}
+
+namespace wick {
+class Params;
+}
+
+extern "C" {
+// One plugin of a multi-plugin library: its record and its factory pair.
+struct wick_plugin_entry {
+  const wick_plugin_info* info;
+  void* (*create)(const wick::Params&);
+  void (*destroy)(void*);
+};
+// What WICK_PLUGINS exports: checked (signature, version, a sane count) before any entry is
+// read, and every entry's record is then checked as a single plugin's is.
+struct wick_plugin_list {
+  std::uint32_t magic;  // WICK_LIST_MAGIC
+  std::uint16_t api_major;
+  std::uint16_t api_minor;
+  std::uint32_t count;
+  const wick_plugin_entry* entries;
 };
 }
 
@@ -199,6 +228,7 @@ void destroy(void* p) {
 }  // namespace detail
 
 using InfoFn = const wick_plugin_info*();
+using ListFn = const wick_plugin_list*();
 using CreateFn = void*(const Params&);
 using DestroyFn = void(void*);
 
@@ -222,6 +252,32 @@ using DestroyFn = void(void*);
   BOOST_DLL_ALIAS(wick_info_impl_, wick_plugin_info)                                  \
   BOOST_DLL_ALIAS(wick_create_impl_, wick_plugin_create)                              \
   BOOST_DLL_ALIAS(wick_destroy_impl_, wick_plugin_destroy)
+
+namespace wick::detail {
+// One WICK_ENTRY: F is a lambda type unique to the entry, so each gets its own static def.
+template <class T, class F>
+wick_plugin_entry entry(F make_def) {
+  static ::wick::PluginDef def = make_def();
+  return {def.info(kind_of<T>()), &create<T>, &destroy<T>};
+}
+}  // namespace wick::detail
+
+// One plugin of a WICK_PLUGINS list.
+#define WICK_ENTRY(Class, definition) \
+  ::wick::detail::entry<Class>([]() -> ::wick::PluginDef { return (definition); })
+
+// The library's plugin list (one exported name, wick_plugin_list). The entries are built on
+// the host's first call, after the library is loaded, as WICK_PLUGIN's record is.
+#define WICK_PLUGINS(...)                                                                  \
+  namespace {                                                                              \
+  const wick_plugin_list* wick_list_impl_() {                                              \
+    static const wick_plugin_entry entries[] = {__VA_ARGS__};                              \
+    static const wick_plugin_list list = {WICK_LIST_MAGIC, WICK_API_MAJOR, WICK_API_MINOR, \
+                                          sizeof entries / sizeof entries[0], entries};    \
+    return &list;                                                                          \
+  }                                                                                        \
+  }                                                                                        \
+  BOOST_DLL_ALIAS(wick_list_impl_, wick_plugin_list)
 
 // Inline so that describing a plugin needs nothing from libwick. %.15g round-trips the
 // decimal literals people write (0.001, 1e-8); TOML wants a '.' or exponent in a float.

@@ -44,13 +44,34 @@ struct Fetch {
   at::Generator generator;
 };
 
-// A data set from which a whole batch is cut by index.
+// The generator of the batch the calling thread is loading (the same as its Fetch's), for
+// per-sample code that has no Fetch argument (a torch::data dataset's get(i), see
+// wick/torch_data.hpp). Throws std::logic_error outside a Dataset::get called by the trainer.
+at::Generator fetch_generator();
+
+// What Dataset::size() returns for a stream: data without a size. An epoch is then
+// trainer.steps_per_epoch batches, and get() receives running sample numbers: batch b of
+// epoch e holds (g * world + rank) * batch_size + [0, batch_size) with
+// g = e * steps_per_epoch + b, so every sample number is drawn once, in order, on one rank.
+constexpr std::int64_t kUnsized = -1;
+
+// A data set from which a whole batch is cut by index. With trainer.num_workers > 0, get()
+// runs on loader threads, several batches at once (one at a time and in batch order when
+// has_state()): it must not touch the model or a hook, and concurrent calls must be safe.
 class Dataset {
  public:
   virtual ~Dataset() = default;
+  // The number of samples, or kUnsized for a stream.
   virtual std::int64_t size() const = 0;
-  // indices: 1-D int64 CPU tensor of sample positions. Returns CPU tensors.
+  // indices: 1-D int64 CPU tensor of sample positions (running sample numbers for a stream).
+  // Returns CPU tensors.
   virtual Batch get(const at::Tensor& indices, Fetch& fetch) = 0;
+  // Checkpoint state of the training data (a stream's read position), as tasks and hooks
+  // have. save_state runs after every get(), so it should be cheap; what the checkpoint keeps
+  // is the state after the last batch the loop consumed, not after batches loaded ahead.
+  virtual bool has_state() const { return false; }
+  virtual void save_state(StateDict& /*out*/) const {}
+  virtual void load_state(const StateDict& /*in*/) {}
 };
 
 // Datasets that are whole tensors in memory: get() is one index_select per tensor.

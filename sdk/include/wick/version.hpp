@@ -13,6 +13,8 @@
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
+// "WKLS": the same for the plugin list of a multi-plugin library (WICK_PLUGINS).
+#define WICK_LIST_MAGIC 0x574B4C53u
 
 #if defined(_WIN32)
 #define WICK_EXPORT __declspec(dllexport)

@@ -1,0 +1,40 @@
+#include "loop/model_parts.hpp"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace wick {
+
+void check_model_parts(const torch::nn::Module& model) {
+  // JitModule lives in a header (wick/jit.hpp) that libwick does not include (it brings the
+  // TorchScript runtime), so its parts are recognised by the name its constructor gives.
+  // tensor -> (the part's prefix, the part's name for it)
+  std::map<const void*, std::pair<std::string, std::string>> owner;
+  for (const auto& m : model.named_modules("", /*include_self=*/true)) {
+    if (m.value()->name() != "wick::JitModule") continue;
+    const std::string prefix = m.key().empty() ? "" : m.key() + ".";
+    for (const auto& t : m.value()->named_parameters(true))
+      owner.emplace(t.value().unsafeGetTensorImpl(), std::make_pair(prefix, prefix + t.key()));
+    for (const auto& t : m.value()->named_buffers(true))
+      owner.emplace(t.value().unsafeGetTensorImpl(), std::make_pair(prefix, prefix + t.key()));
+  }
+  if (owner.empty()) return;
+  auto check = [&](const std::string& name, const at::Tensor& t) {
+    auto it = owner.find(t.unsafeGetTensorImpl());
+    // Within its own part a tensor may appear twice (weights tied inside the scripted module).
+    if (it == owner.end() || name.rfind(it->second.first, 0) == 0) return;
+    throw std::runtime_error(
+        "the model's tensor '" + name + "' is also '" + it->second.second +
+        "' of a TorchScript part (wick::JitModule): a part's parameters must be its own "
+        "(register the part once, and give the rest of the model its own tensors, e.g. "
+        "clone() them)");
+  };
+  for (const auto& t : model.named_parameters(true)) check(t.key(), t.value());
+  for (const auto& t : model.named_buffers(true)) check(t.key(), t.value());
+}
+
+}  // namespace wick

@@ -1,0 +1,15 @@
+// Checks on the parts of a task's model (TorchScript parts, wick/jit.hpp).
+#pragma once
+
+namespace torch::nn {
+class Module;
+}
+
+namespace wick {
+
+// Throws std::runtime_error when a TorchScript part's tensor (a wick::JitModule's parameter
+// or buffer) is also a tensor of the rest of the model: the optimizer would step it twice,
+// or train what the part says is frozen.
+void check_model_parts(const torch::nn::Module& model);
+
+}  // namespace wick

@@ -1,0 +1,91 @@
+// TorchScript parts of a task's model. A JitModule wraps a torch::jit::Module (a scripted or
+// traced model, loaded from a .pt file) as a torch::nn::Module: registered as a submodule of
+// the task's model, the trainer moves it to the run's device, switches it between train and
+// eval, checkpoints it and fingerprints it, as any layer.
+//
+//   wick::JitModule enc = register_module("enc", wick::JitModule(wick::JitModule::load(
+//       path), wick::JitMode::frozen));
+//   auto y = enc->forward(x);
+//
+// Frozen: its parameters are registered as buffers with requires_grad off (checkpointed,
+// never trained). Trainable: registered as parameters (the optimizer trains them). Either
+// way they are the TorchScript module's own tensors, shared, never copies; the tensors keep
+// the scripted module's names (enc.fc.weight). A part's tensors must be its own: one that is
+// also a tensor of the rest of the model is refused when the fit starts.
+// Use torch.jit.script or trace, not torch.jit.freeze (a frozen graph holds its weights as
+// constants, which no device move or checkpoint reaches). This header includes LibTorch and
+// its TorchScript runtime (<torch/script.h>).
+#pragma once
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wick {
+
+// Frozen: not trained (buffers); trainable: trained (parameters).
+enum class JitMode { frozen, trainable };
+
+class JitModuleImpl : public torch::nn::Module {
+ public:
+  JitModuleImpl(torch::jit::Module module, JitMode mode)
+      : torch::nn::Module("wick::JitModule"), jit_(std::move(module)), mode_(mode) {
+    mirror(*this, jit_, mode == JitMode::trainable);
+    jit_.train(is_training());
+  }
+
+  // Loads a TorchScript file onto the CPU (the trainer moves it with the rest of the model).
+  static torch::jit::Module load(const std::string& path) {
+    return torch::jit::load(path, torch::kCPU);
+  }
+
+  // torch::nn::Module::train is virtual: the trainer's train()/eval() reach the scripted
+  // module's own `training` flags (dropout, batch norm) through this.
+  void train(bool on = true) override {
+    torch::nn::Module::train(on);
+    jit_.train(on);
+  }
+
+  at::Tensor forward(const at::Tensor& x) { return jit_.forward({x}).toTensor(); }
+  // Any other signature: the scripted forward's arguments and result as IValues.
+  c10::IValue forward_values(std::vector<c10::IValue> inputs) {
+    return jit_.forward(std::move(inputs));
+  }
+
+  JitMode mode() const { return mode_; }
+  torch::jit::Module& jit() { return jit_; }
+
+ private:
+  // One plain module per scripted submodule, so that the names match the scripted ones.
+  struct Part : torch::nn::Module {
+    Part() : torch::nn::Module("wick::JitModule::Part") {}
+  };
+
+  // Registers the scripted module's tensors (the same tensors: moves and loads happen in
+  // place, so the scripted module sees them) on `into`, recursively.
+  static void mirror(torch::nn::Module& into, const torch::jit::Module& from, bool trainable) {
+    for (const auto& p : from.named_parameters(/*recurse=*/false)) {
+      if (trainable)
+        into.register_parameter(p.name, p.value, /*requires_grad=*/true);
+      else
+        into.register_buffer(p.name, p.value.set_requires_grad(false));
+    }
+    for (const auto& b : from.named_buffers(/*recurse=*/false))
+      into.register_buffer(b.name, b.value);
+    for (const auto& c : from.named_children()) {
+      auto part = std::make_shared<Part>();
+      mirror(*part, c.value, trainable);
+      into.register_module(c.name, part);
+    }
+  }
+
+  torch::jit::Module jit_;
+  JitMode mode_;
+};
+TORCH_MODULE(JitModule);
+
+}  // namespace wick

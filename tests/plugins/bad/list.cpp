@@ -1,0 +1,31 @@
+// A plugin list written by hand rather than by WICK_PLUGINS, so that it can be wrong on
+// purpose (LIST_* defines, see CMakeLists.txt): a null name, an absurd count, or a well-formed
+// list of one hook named LIST_NAME.
+#include <boost/dll/alias.hpp>
+#include <wick/plugin.hpp>
+
+#ifndef LIST_COUNT
+#define LIST_COUNT 1
+#endif
+
+namespace {
+
+struct Empty : wick::Hook {
+  explicit Empty(const wick::Params&) {}
+  void connect(wick::Registrar&) override {}
+};
+
+const wick_plugin_info infos[] = {{WICK_INFO_MAGIC, WICK_API_MAJOR, WICK_API_MINOR, LIST_NAME,
+                                   "0.0.1", 0, "hand-built list entry", 0, 0, nullptr, 0}};
+const wick_plugin_entry entries[] = {
+    {&infos[0], &wick::detail::create<Empty>, &wick::detail::destroy<Empty>}};
+
+const wick_plugin_list* list_fn() {
+  static const wick_plugin_list list = {WICK_LIST_MAGIC, WICK_API_MAJOR, WICK_API_MINOR, LIST_COUNT,
+                                        entries};
+  return &list;
+}
+
+}  // namespace
+
+BOOST_DLL_ALIAS(list_fn, wick_plugin_list)
