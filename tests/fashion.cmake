@@ -13,3 +13,8 @@ target_link_libraries(test_fashion_task PRIVATE wick_idx)
 wick_add_test(test_fashion_tools SOURCES test_fashion_tools.cpp
               DEPENDS synthetic progress metrics_log)
 target_link_libraries(test_fashion_tools PRIVATE util)
+
+# Hardening (issue 13): `wick plot` with hostile metric and folder names, the IDX reader
+# against headers that claim more than the file holds.
+wick_add_test(test_harden_data SOURCES test_harden_data.cpp)
+target_link_libraries(test_harden_data PRIVATE wick_idx)
