@@ -1,10 +1,16 @@
 #include "wick/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -13,6 +19,9 @@
 namespace wick {
 
 namespace fs = std::filesystem;
+
+// The largest config file read (a config is a few KiB; anything near this is not one).
+constexpr std::size_t kMaxConfigBytes = std::size_t{4} << 20;
 
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates) {
   auto lower = [](std::string s) {
@@ -123,6 +132,39 @@ std::vector<ParamInfo> optimizer_schema() {
       {"dampening", ParamType::floating, "0.0", "sgd: dampening"},
       {"nesterov", ParamType::boolean, "false", "sgd: Nesterov momentum"},
   };
+}
+
+// trainer.threads above this is refused: creating that many threads takes long and only slows.
+constexpr std::int64_t kMaxThreads = 1024;
+
+// "cpu", "auto", "cuda" or "cuda:N" with N from 0 to 127 (LibTorch's device index is 8 bits).
+bool valid_device(const std::string& d) {
+  if (d == "cpu" || d == "auto" || d == "cuda") return true;
+  if (d.rfind("cuda:", 0) != 0) return false;
+  const std::string n = d.substr(5);
+  if (n.empty() || n.size() > 3 ||
+      !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  return std::stoi(n) <= 127;
+}
+
+// An output folder that is empty or is the filesystem root, after "..", "." and symbolic
+// links (relative paths are taken from the current directory, as the trainer does).
+bool resolves_to_root(const std::string& dir) {
+  if (dir.empty()) return true;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(dir, ec);
+  if (ec) return false;
+  if (abs.lexically_normal() == abs.root_path()) return true;
+  const fs::path canon = fs::weakly_canonical(abs, ec);
+  return !ec && canon == canon.root_path();
+}
+
+// A value for a message: control characters shown as '?', at most 60 characters.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 60)) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  return s.size() > 60 ? out + "..." : out;
 }
 
 const std::vector<std::string> kTopLevel = {"trainer", "task", "optimizer", "hooks", "plugins"};
@@ -383,19 +425,38 @@ void Config::Impl::validate_builtin() {
     throw error(e.where.empty() ? where(tt ? tt->source() : toml::source_region{}) : e.where,
                 std::string("'") + key + "' in " + section + " " + msg);
   };
-  check(tp, "epochs", trainer.epochs >= 0, "must be >= 0", "[trainer]");
-  check(tp, "batch_size", trainer.batch_size >= 1, "must be >= 1", "[trainer]");
-  check(tp, "valid_batch_size", trainer.valid_batch_size >= 0, "must be >= 0", "[trainer]");
-  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0", "[trainer]");
-  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0", "[trainer]");
-  check(tp, "threads", trainer.threads >= 0, "must be >= 0", "[trainer]");
+  // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
+  // stops before any data is loaded.
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  check(tp, "epochs", trainer.epochs >= 1, "must be >= 1", "[trainer]");
+  // Batch sizes stay far from int64 overflow in the batch arithmetic.
+  check(tp, "batch_size", trainer.batch_size >= 1 && trainer.batch_size <= kIntMax,
+        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "valid_batch_size",
+        trainer.valid_batch_size >= 0 && trainer.valid_batch_size <= kIntMax,
+        "must be between 0 (same as batch_size) and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0 (0: no limit)", "[trainer]");
+  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0 (0: epoch records only)",
+        "[trainer]");
+  check(tp, "threads", trainer.threads >= 0 && trainer.threads <= kMaxThreads,
+        "must be between 0 (LibTorch's default) and " + std::to_string(kMaxThreads) +
+            "; more threads than cores only slows training, so set at most the number of cores "
+            "(`wick doctor` shows it)",
+        "[trainer]");
   check(tp, "nan_policy",
         trainer.nan_policy == "error" || trainer.nan_policy == "skip" ||
             trainer.nan_policy == "ignore",
         "must be \"error\", \"skip\" or \"ignore\"", "[trainer]");
-  const auto& dev = trainer.device;
-  check(tp, "device", dev == "cpu" || dev == "auto" || dev.rfind("cuda", 0) == 0,
-        "must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"", "[trainer]");
+  check(tp, "device", valid_device(trainer.device),
+        "must be \"cpu\", \"cuda\", \"cuda:N\" (N from 0 to 127) or \"auto\", not \"" +
+            printable(trainer.device) + "\"",
+        "[trainer]");
+  check(tp, "output_dir", !resolves_to_root(trainer.output_dir),
+        trainer.output_dir.empty()
+            ? std::string("must name a run folder, not be empty (e.g. \"runs/my-run\")")
+            : "must name a run folder, not the filesystem root (\"" +
+                  printable(trainer.output_dir) + "\" resolves to /)",
+        "[trainer]");
 
   const toml::table* ot = section_table("optimizer");
   has_optimizer = ot != nullptr;
@@ -414,9 +475,19 @@ void Config::Impl::validate_builtin() {
   const auto& name = optimizer.name;
   check(op, "name", name == "adam" || name == "adamw" || name == "sgd",
         "must be \"adam\", \"adamw\" or \"sgd\"", "[optimizer]");
-  check(op, "lr", optimizer.lr > 0, "must be > 0", "[optimizer]");
-  check(op, "betas", optimizer.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]",
-        "[optimizer]");
+  const auto& o = optimizer;
+  check(op, "lr", std::isfinite(o.lr) && o.lr > 0, "must be a finite number > 0", "[optimizer]");
+  check(op, "betas", o.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]", "[optimizer]");
+  check(op, "betas",
+        std::all_of(o.betas.begin(), o.betas.end(), [](double b) { return b >= 0 && b < 1; }),
+        "must each be in [0, 1), e.g. [0.9, 0.999]", "[optimizer]");
+  check(op, "eps", std::isfinite(o.eps) && o.eps > 0, "must be a finite number > 0", "[optimizer]");
+  check(op, "weight_decay", std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+        "must be a finite number >= 0", "[optimizer]");
+  check(op, "momentum", o.momentum >= 0 && o.momentum <= 1, "must be in [0, 1]", "[optimizer]");
+  check(op, "dampening", o.dampening >= 0 && o.dampening <= 1, "must be in [0, 1]", "[optimizer]");
+  check(op, "nesterov", !o.nesterov || (o.momentum > 0 && o.dampening == 0),
+        "needs momentum > 0 and dampening = 0", "[optimizer]");
   if (ot) {
     const std::vector<std::string> adam_only = {"betas", "eps", "amsgrad"};
     const std::vector<std::string> sgd_only = {"momentum", "dampening", "nesterov"};
@@ -487,6 +558,13 @@ void Config::Impl::validate_builtin() {
       if (auto* on = t.get("order"); on && !on->is_integer())
         throw error(where(*on), "'order' in [hooks." + inst + "] must be an integer, not " +
                                     node_type_name(*on));
+      if (auto* on = t.get("order")) {
+        const std::int64_t o = *on->value<std::int64_t>();
+        if (o < std::numeric_limits<int>::min() || o > std::numeric_limits<int>::max())
+          throw error(where(*on), "'order' in [hooks." + inst + "] must be between " +
+                                      std::to_string(std::numeric_limits<int>::min()) + " and " +
+                                      std::to_string(std::numeric_limits<int>::max()));
+      }
       if (auto* en = t.get("enabled"); en && !en->is_boolean())
         throw error(where(*en), "'enabled' in [hooks." + inst + "] must be true or false");
       if (auto it = seen.find(inst); it != seen.end())
@@ -514,11 +592,31 @@ Config Config::parse(const std::string& text, const std::string& path,
 }
 
 Config Config::load(const std::string& path, const std::vector<std::string>& sets) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot read the config file (does it exist?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path, sets);
+  // Opened without blocking (a FIFO would wait for a writer), then only a regular file of at
+  // most kMaxConfigBytes is read: /dev/zero or a FIFO would never end.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(path + ": cannot read the config file (does it exist?)");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw ConfigError(path + ": not a regular file; a config must be a TOML file");
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ConfigError(path + ": cannot read the config file: " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxConfigBytes)
+      throw ConfigError(path + ": the config file is larger than " +
+                        std::to_string(kMaxConfigBytes >> 20) +
+                        " MiB, the most wick reads; is it the right file?");
+  }
+  return parse(text, path, sets);
 }
 
 const std::string& Config::path() const {
