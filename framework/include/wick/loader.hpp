@@ -46,7 +46,8 @@ class WICK_EXPORT PluginError : public std::runtime_error {
     duplicate,
     unsafe_path,
     wrong_kind,
-    name_mismatch
+    name_mismatch,
+    bad_info  // null or unreadable strings, counts, types or defaults in the info record
   };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
   Kind kind;
