@@ -10,3 +10,6 @@ wick_add_test(test_describe SOURCES test_describe.cpp)
 wick_add_test(test_sha256 SOURCES test_sha256.cpp SANITIZE)
 # Data loading: torch::data adapter, loader threads, streams, their exact resume.
 wick_add_test(test_data SOURCES test_data.cpp TORCH DEPENDS checkpoint)
+# Hardening (issue 13): config files that are not regular or too big, values wrong on their
+# face, broken plugin info records, and `wick check` running the task's own checks.
+wick_add_test(test_harden SOURCES test_harden.cpp SANITIZE DEPENDS synthetic)

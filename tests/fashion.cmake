@@ -16,3 +16,7 @@ target_link_libraries(test_fashion_tools PRIVATE util)
 
 # The DCGAN sample: two optimizers under manual optimization, exact resume after kill -9.
 wick_add_test(test_gan SOURCES test_gan.cpp DEPENDS gan metrics_log checkpoint)
+# Hardening (issue 13): `wick plot` with hostile metric and folder names, the IDX reader
+# against headers that claim more than the file holds.
+wick_add_test(test_harden_data SOURCES test_harden_data.cpp)
+target_link_libraries(test_harden_data PRIVATE wick_idx)

@@ -188,7 +188,7 @@ TEST_CASE("overrides given with --set are typed by the schema") {
   SECTION("a string where a string is declared may need no quotes, but must be valid") {
     CHECK(c.error({"trainer.device=gpu"}) ==
           "--set trainer.device=gpu: 'device' in [trainer] must be \"cpu\", \"cuda\", \"cuda:N\" "
-          "or \"auto\"");
+          "(N from 0 to 127) or \"auto\", not \"gpu\"");
   }
   SECTION("unknown keys, sections and instances") {
     CHECK(c.error({"trainer.epohcs=1"}) ==

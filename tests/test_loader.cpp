@@ -211,16 +211,19 @@ TEST_CASE("`wick plugins` and `wick check` report bad libraries without crashing
 TEST_CASE("a choice parameter declared wrongly is a bug of the plugin, named as such") {
   const auto bad_default = fs::canonical(kBad / "choice_default" / "wick_choice_default.so");
   const auto no_choices = fs::canonical(kBad / "choice_none" / "wick_choice_none.so");
-  const std::string default_msg = "plugin 'choice_default' (" + bad_default.string() +
-                                  ") declares choice parameter 'mode' with default \"quick\", "
-                                  "which is not one of its choices \"fast\", \"slow\" (a bug in "
-                                  "the plugin: fix its param_choice)";
-  CHECK(refused(Kind::bad_param, [&] { wick::load_plugin_library(bad_default.string()); }) ==
+  const std::string tail = " (a bug in the plugin, or not built with <wick/plugin.hpp>)";
+  const std::string default_msg =
+      "'" + bad_default.string() +
+      "': malformed plugin record: plugin 'choice_default' parameter 0 ('mode'): its default "
+      "\"quick\" is not one of its choices \"fast\", \"slow\" (fix its param_choice)" +
+      tail;
+  CHECK(refused(Kind::malformed, [&] { wick::load_plugin_library(bad_default.string()); }) ==
         default_msg);
-  CHECK(refused(Kind::bad_param, [&] { wick::load_plugin_library(no_choices.string()); }) ==
-        "plugin 'choice_none' (" + no_choices.string() +
-            ") declares choice parameter 'mode' without choices (a bug in the plugin: fix its "
-            "param_choice)");
+  CHECK(refused(Kind::malformed, [&] { wick::load_plugin_library(no_choices.string()); }) ==
+        "'" + no_choices.string() +
+            "': malformed plugin record: plugin 'choice_none' parameter 0 ('mode'): a choice "
+            "parameter with 0 choices (1 to 1024 expected; declare it with param_choice)" +
+            tail);
 
   auto r = run_wick({"plugins", "--plugin-path", bad_default.parent_path().string()});
   CHECK(r.exit_code == 0);

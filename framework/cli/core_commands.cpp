@@ -96,8 +96,10 @@ int cmd_check(const ConfigArgs& a) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
-    if (cfg.has_task()) cfg.check_task(finder);
+    // Hooks first, then the task, as `wick fit` builds them before training: the task's own
+    // checks of its parameters (and its data) run in its constructor.
     auto hooks = cfg.make_hooks(finder);
+    if (cfg.has_task()) cfg.make_task(finder);
     wick::ScheduleTable table;
     wick::connect_hooks(hooks, 0, nullptr, table);
     std::printf("%s: ok (task %s, %zu hook%s)\n", cfg.path().c_str(),

@@ -3,12 +3,19 @@
 // and accuracy, each by optimizer step (step records as lines, epoch ends as points) and by
 // epoch. Any key ending in "loss" or "accuracy" is drawn, so tasks and hooks that log more
 // (train/accuracy, say) get their curves too.
+//
+// Nothing read from the run becomes gnuplot code: values are numbers we format, titles are
+// single-quoted literals (no backquote or macro substitution) with control characters
+// replaced, and gnuplot writes into a private temporary folder whose name we generate; the
+// PNG is then copied to its destination by this program.
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +57,10 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 Curves read_curves(const fs::path& file) {
+  // Only a regular file: a FIFO or a device (a link to /dev/zero, say) would never end.
+  struct stat st {};
+  if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::runtime_error("'" + file.string() + "' is not a regular file");
   std::ifstream in(file);
   if (!in)
     throw std::runtime_error("cannot read '" + file.string() +
@@ -66,14 +77,19 @@ Curves read_curves(const fs::path& file) {
                                ": not a JSON object; is this a wick metrics.jsonl?");
     }
     if (!j.is_object() || !j.contains("step") || !j.contains("kind")) continue;
+    if (!j["step"].is_number() || (j.contains("epoch") && !j["epoch"].is_number()))
+      throw std::runtime_error(file.string() + ":" + std::to_string(lineno) +
+                               ": 'step' and 'epoch' must be numbers");
     const bool epoch = j["kind"] == "epoch";
     const double step = j["step"].get<double>();
     const double ep = j.value("epoch", 0.0) + 1.0;  // epochs are 0-based in the records
+    if (!std::isfinite(step) || !std::isfinite(ep)) continue;
     ++c.records;
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (!it.value().is_number()) continue;  // null: a non-finite value
       const std::string& k = it.key();
       const double v = it.value().get<double>();
+      if (!std::isfinite(v)) continue;
       const bool is_loss = ends_with(k, "loss"), is_acc = ends_with(k, "accuracy");
       if (!is_loss && !is_acc) continue;
       // A key both in step and epoch records (train/loss) is two curves: per-step and mean.
@@ -87,13 +103,27 @@ Curves read_curves(const fs::path& file) {
   return c;
 }
 
+// Any text as a gnuplot string literal that stays one: single quotes (gnuplot substitutes
+// backquoted commands and @macros in double-quoted strings, never in single-quoted ones), a
+// quote doubled, control characters (a newline would end the command) shown as '?', and at
+// most 200 characters.
 std::string quote(const std::string& s) {
-  std::string out = "\"";
+  std::string out = "'";
+  std::size_t n = 0;
   for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
+    if (++n > 200) {
+      out += "...";
+      break;
+    }
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7f)
+      out += '?';
+    else if (ch == '\'')
+      out += "''";
+    else
+      out += ch;
   }
-  return out + "\"";
+  return out + "'";
 }
 
 // One panel: its data blocks and plot command, or an empty frame that says why.
@@ -164,12 +194,27 @@ int cmd_plot(const PlotArgs& a) {
       throw std::runtime_error((dir / "metrics.jsonl").string() +
                                ": no records yet; train first (`wick fit CONFIG`)");
 
+    // gnuplot works in a private folder: the script and the PNG have names made here, so
+    // neither the output path nor the run folder's name is ever part of a command.
+    char tmpl[] = "/tmp/wick-plot-XXXXXX";
+    if (!::mkdtemp(tmpl))
+      throw std::runtime_error(std::string("cannot create a temporary folder in /tmp: ") +
+                               std::strerror(errno));
+    const fs::path work(tmpl);
+    struct Cleanup {
+      fs::path dir;
+      ~Cleanup() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    } cleanup{work};
+    const fs::path script = work / "plot.gp", png = work / "plot.png";
+
     std::ostringstream gp;
     gp.precision(10);
-    const fs::path tmp_png = out.string() + ".tmp";
     gp << "set terminal pngcairo size " << a.width << "," << a.height
        << " noenhanced font \"sans,10\"\n"
-       << "set output " << quote(tmp_png.string()) << "\n"
+       << "set output " << quote(png.string()) << "\n"
        << "set grid\nset datafile missing NaN\n"
        << "set multiplot layout 2,2 title " << quote("wick run " + dir.string()) << "\n";
     int block = 0;
@@ -178,19 +223,14 @@ int cmd_plot(const PlotArgs& a) {
     panel(gp, c, c.acc_by_step, "accuracy by step", false, "accuracy", block);
     panel(gp, c, c.acc_by_epoch, "accuracy by epoch", true, "accuracy", block);
     gp << "unset multiplot\nset output\n";
-
-    char script[] = "/tmp/wick-plot-XXXXXX";
-    int fd = mkstemp(script);
-    if (fd < 0)
-      throw std::runtime_error(std::string("cannot create a temporary file: ") +
-                               std::strerror(errno));
-    const std::string text = gp.str();
-    const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ::close(fd);
-    const int rc = wrote ? run_gnuplot(script) : -2;
+    {
+      std::ofstream f(script, std::ios::binary);
+      f << gp.str();
+      if (!f.flush())
+        throw std::runtime_error("cannot write the gnuplot script to " + work.string());
+    }
+    const int rc = run_gnuplot(script.string());
     const int err = errno;
-    ::unlink(script);
-    if (rc == -2) throw std::runtime_error("cannot write the gnuplot script to /tmp");
     if (rc == -1) {
       if (err == ENOENT)
         throw std::runtime_error(
@@ -199,13 +239,19 @@ int cmd_plot(const PlotArgs& a) {
       throw std::runtime_error(std::string("cannot run gnuplot: ") + std::strerror(err));
     }
     std::error_code ec;
-    if (rc != 0 || !fs::exists(tmp_png, ec)) {
-      fs::remove(tmp_png, ec);
+    if (rc != 0 || !fs::is_regular_file(png, ec))
       throw std::runtime_error("gnuplot failed (exit status " + std::to_string(rc) +
                                ", its messages are above); it needs the pngcairo terminal "
                                "(Debian's gnuplot-nox has it)");
+    // Copied beside the destination, then renamed: a reader never sees half a PNG.
+    const fs::path tmp_png = out.string() + ".tmp";
+    fs::copy_file(png, tmp_png, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(tmp_png, out, ec);
+    if (ec) {
+      std::error_code ignore;
+      fs::remove(tmp_png, ignore);
+      throw std::runtime_error("cannot write '" + out.string() + "': " + ec.message());
     }
-    fs::rename(tmp_png, out);
     std::printf("wick: plot %s (%dx%d)\n", out.string().c_str(), a.width, a.height);
     const std::string summary = run_summary_line(dir.string());
     if (!summary.empty()) std::printf("%s\n", summary.c_str());

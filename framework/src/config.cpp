@@ -1,11 +1,17 @@
 #include "wick/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -24,6 +30,9 @@ std::optional<Device> parse_device(const std::string& s) {
 }
 
 namespace fs = std::filesystem;
+
+// The largest config file read (a config is a few KiB; anything near this is not one).
+constexpr std::size_t kMaxConfigBytes = std::size_t{4} << 20;
 
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates) {
   auto lower = [](std::string s) {
@@ -137,6 +146,28 @@ std::vector<ParamInfo> optimizer_schema() {
       {"dampening", ParamType::floating, "0.0", "sgd: dampening"},
       {"nesterov", ParamType::boolean, "false", "sgd: Nesterov momentum"},
   };
+}
+
+// trainer.threads above this is refused: creating that many threads takes long and only slows.
+constexpr std::int64_t kMaxThreads = 1024;
+
+// An output folder that is empty or is the filesystem root, after "..", "." and symbolic
+// links (relative paths are taken from the current directory, as the trainer does).
+bool resolves_to_root(const std::string& dir) {
+  if (dir.empty()) return true;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(dir, ec);
+  if (ec) return false;
+  if (abs.lexically_normal() == abs.root_path()) return true;
+  const fs::path canon = fs::weakly_canonical(abs, ec);
+  return !ec && canon == canon.root_path();
+}
+
+// A value for a message: control characters shown as '?', at most 60 characters.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 60)) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  return s.size() > 60 ? out + "..." : out;
 }
 
 const std::vector<std::string> kTopLevel = {"trainer",    "task",  "optimizer",
@@ -341,8 +372,18 @@ struct Config::Impl {
     const auto& name = o.name;
     check(op, "name", name == "adam" || name == "adamw" || name == "sgd",
           "must be \"adam\", \"adamw\" or \"sgd\"");
-    check(op, "lr", o.lr > 0, "must be > 0");
+    check(op, "lr", std::isfinite(o.lr) && o.lr > 0, "must be a finite number > 0");
     check(op, "betas", o.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]");
+    check(op, "betas",
+          std::all_of(o.betas.begin(), o.betas.end(), [](double b) { return b >= 0 && b < 1; }),
+          "must each be in [0, 1), e.g. [0.9, 0.999]");
+    check(op, "eps", std::isfinite(o.eps) && o.eps > 0, "must be a finite number > 0");
+    check(op, "weight_decay", std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+          "must be a finite number >= 0");
+    check(op, "momentum", o.momentum >= 0 && o.momentum <= 1, "must be in [0, 1]");
+    check(op, "dampening", o.dampening >= 0 && o.dampening <= 1, "must be in [0, 1]");
+    check(op, "nesterov", !o.nesterov || (o.momentum > 0 && o.dampening == 0),
+          "needs momentum > 0 and dampening = 0");
     if (ot) {
       const std::vector<std::string> adam_only = {"betas", "eps", "amsgrad"};
       const std::vector<std::string> sgd_only = {"momentum", "dampening", "nesterov"};
@@ -368,12 +409,13 @@ struct Config::Impl {
         go.where = where(t.source());
         if (t.contains("lr")) {
           go.lr = gp.get_float("lr");
-          if (!(*go.lr > 0))
-            throw error(where(*t.get("lr")), "'lr' in " + gsection + " must be > 0");
+          if (!(std::isfinite(*go.lr) && *go.lr > 0))
+            throw error(where(*t.get("lr")),
+                        "'lr' in " + gsection + " must be a finite number > 0");
         }
         if (t.contains("weight_decay")) {
           go.weight_decay = gp.get_float("weight_decay");
-          if (!(*go.weight_decay >= 0))
+          if (!(std::isfinite(*go.weight_decay) && *go.weight_decay >= 0))
             throw error(where(*t.get("weight_decay")),
                         "'weight_decay' in " + gsection + " must be >= 0");
         }
@@ -526,12 +568,24 @@ void Config::Impl::validate_builtin() {
     throw error(e.where.empty() ? where(tt ? tt->source() : toml::source_region{}) : e.where,
                 std::string("'") + key + "' in " + section + " " + msg);
   };
-  check(tp, "epochs", trainer.epochs >= 0, "must be >= 0", "[trainer]");
-  check(tp, "batch_size", trainer.batch_size >= 1, "must be >= 1", "[trainer]");
-  check(tp, "valid_batch_size", trainer.valid_batch_size >= 0, "must be >= 0", "[trainer]");
-  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0", "[trainer]");
-  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0", "[trainer]");
-  check(tp, "threads", trainer.threads >= 0, "must be >= 0", "[trainer]");
+  // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
+  // stops before any data is loaded.
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  check(tp, "epochs", trainer.epochs >= 1, "must be >= 1", "[trainer]");
+  // Batch sizes stay far from int64 overflow in the batch arithmetic.
+  check(tp, "batch_size", trainer.batch_size >= 1 && trainer.batch_size <= kIntMax,
+        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "valid_batch_size",
+        trainer.valid_batch_size >= 0 && trainer.valid_batch_size <= kIntMax,
+        "must be between 0 (same as batch_size) and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0 (0: no limit)", "[trainer]");
+  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0 (0: epoch records only)",
+        "[trainer]");
+  check(tp, "threads", trainer.threads >= 0 && trainer.threads <= kMaxThreads,
+        "must be between 0 (LibTorch's default) and " + std::to_string(kMaxThreads) +
+            "; more threads than cores only slows training, so set at most the number of cores "
+            "(`wick doctor` shows it)",
+        "[trainer]");
   check(tp, "num_workers", trainer.num_workers >= 0, "must be >= 0 (0: load on the main thread)",
         "[trainer]");
   check(tp, "steps_per_epoch", trainer.steps_per_epoch >= 0, "must be >= 0 (0: from the data)",
@@ -552,10 +606,18 @@ void Config::Impl::validate_builtin() {
                        : nan_policy == "ignore" ? NanPolicy::ignore
                                                 : NanPolicy::error;
   const auto parsed = parse_device(device);
-  check(tp, "device", device == "auto" || parsed.has_value(),
-        "must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"", "[trainer]");
+  check(tp, "device", device == "auto" || (parsed && parsed->index <= 127),
+        "must be \"cpu\", \"cuda\", \"cuda:N\" (N from 0 to 127) or \"auto\", not \"" +
+            printable(device) + "\"",
+        "[trainer]");
   trainer.auto_device = device == "auto";
   if (parsed) trainer.device = *parsed;
+  check(tp, "output_dir", !resolves_to_root(trainer.output_dir),
+        trainer.output_dir.empty()
+            ? std::string("must name a run folder, not be empty (e.g. \"runs/my-run\")")
+            : "must name a run folder, not the filesystem root (\"" +
+                  printable(trainer.output_dir) + "\" resolves to /)",
+        "[trainer]");
 
   // [optimizer] (one optimizer over the model) or [optimizers.NAME] (one per named module).
   const toml::table* ot = section_table("optimizer");
@@ -646,6 +708,13 @@ void Config::Impl::validate_builtin() {
       if (auto* on = t.get("order"); on && !on->is_integer())
         throw error(where(*on), "'order' in [hooks." + inst + "] must be an integer, not " +
                                     node_type_name(*on));
+      if (auto* on = t.get("order")) {
+        const std::int64_t o = *on->value<std::int64_t>();
+        if (o < std::numeric_limits<int>::min() || o > std::numeric_limits<int>::max())
+          throw error(where(*on), "'order' in [hooks." + inst + "] must be between " +
+                                      std::to_string(std::numeric_limits<int>::min()) + " and " +
+                                      std::to_string(std::numeric_limits<int>::max()));
+      }
       if (auto* en = t.get("enabled"); en && !en->is_boolean())
         throw error(where(*en), "'enabled' in [hooks." + inst + "] must be true or false");
       if (auto it = seen.find(inst); it != seen.end())
@@ -673,11 +742,31 @@ Config Config::parse(const std::string& text, const std::string& path,
 }
 
 Config Config::load(const std::string& path, const std::vector<std::string>& sets) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot read the config file (does it exist?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path, sets);
+  // Opened without blocking (a FIFO would wait for a writer), then only a regular file of at
+  // most kMaxConfigBytes is read: /dev/zero or a FIFO would never end.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(path + ": cannot read the config file (does it exist?)");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw ConfigError(path + ": not a regular file; a config must be a TOML file");
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ConfigError(path + ": cannot read the config file: " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxConfigBytes)
+      throw ConfigError(path + ": the config file is larger than " +
+                        std::to_string(kMaxConfigBytes >> 20) +
+                        " MiB, the most wick reads; is it the right file?");
+  }
+  return parse(text, path, sets);
 }
 
 const std::string& Config::path() const {

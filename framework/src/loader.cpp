@@ -1,11 +1,16 @@
 #include "wick/loader.hpp"
 
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <boost/dll/shared_library.hpp>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -44,31 +49,83 @@ std::string octal_mode(mode_t m) {
   return buf;
 }
 
-// A choice parameter's allowed values. Its default must be one of them: a plugin bug otherwise,
-// reported naming the plugin (before any config is read against it).
-void read_choices(const wick_param_info& cp, ParamInfo& pi, const std::string& plugin,
-                  const std::string& path) {
-  std::string listed;
-  for (std::uint32_t i = 0; cp.choices && i < cp.num_choices; ++i) {
-    pi.choices.push_back(cp.choices[i] ? cp.choices[i] : "");
-    listed += (i ? ", \"" : "\"") + pi.choices.back() + "\"";
+// The info record comes from a library we do not trust yet: its pointers may point nowhere
+// and its counts may be wrong. Memory is copied through process_vm_readv on this process,
+// which reports an unreadable address (EFAULT) instead of crashing; where the kernel refuses
+// the call itself (seccomp), the copy is direct.
+bool safe_copy(void* dst, const void* src, std::size_t n) {
+  if (n == 0) return true;
+  if (!src) return false;
+  iovec local{dst, n}, remote{const_cast<void*>(src), n};
+  const ssize_t r = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  if (r == static_cast<ssize_t>(n)) return true;
+  if (r < 0 && (errno == ENOSYS || errno == EPERM)) {
+    std::memcpy(dst, src, n);
+    return true;
   }
-  auto bug = [&](const std::string& what) {
-    return PluginError(PluginError::Kind::bad_param,
-                       "plugin '" + plugin + "' (" + path + ") declares choice parameter '" +
-                           pi.key + "' " + what + " (a bug in the plugin: fix its param_choice)");
+  return false;
+}
+
+// A NUL-terminated string of at most `max` bytes at p; false when p is null, unreadable or the
+// string is longer. Read a page at a time, so that no copy crosses into an unmapped page.
+bool safe_string(const char* p, std::size_t max, std::string& out) {
+  out.clear();
+  if (!p) return false;
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  char buf[4096];
+  while (out.size() <= max) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    std::size_t n = std::min<std::size_t>(sizeof buf, page - addr % page);
+    if (!safe_copy(buf, p, n)) return false;
+    if (const void* z = std::memchr(buf, 0, n)) {
+      out.append(buf, static_cast<const char*>(z) - buf);
+      return out.size() <= max;
+    }
+    out.append(buf, n);
+    p += n;
+  }
+  return false;
+}
+
+// Why safe_string failed, for a message.
+std::string unreadable(const char* p) {
+  return p ? "does not point to a readable, NUL-terminated string of sensible length"
+           : "is a null pointer";
+}
+
+// Whether a declared default is one TOML value of the declared type (as the config reads it).
+bool default_fits(const std::string& literal, ParamType t) {
+  toml::table doc;
+  try {
+    doc = toml::parse("v = " + literal);
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+  if (doc.size() != 1 || !doc.get("v")) return false;
+  const toml::node& n = *doc.get("v");
+  auto all = [&](auto pred) {
+    auto* a = n.as_array();
+    return a && std::all_of(a->begin(), a->end(), pred);
   };
-  if (pi.choices.empty()) throw bug("without choices");
-  if (!pi.default_toml) return;
-  // The default is a TOML basic string, as PluginDef writes it: "..." with \" and \\ escaped.
-  std::string quoted;
-  for (const auto& c : pi.choices) {
-    quoted = "\"";
-    for (char ch : c)
-      quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
-    if (*pi.default_toml == quoted + "\"") return;
+  auto number = [](const toml::node& e) { return e.is_integer() || e.is_floating_point(); };
+  switch (t) {
+    case ParamType::boolean:
+      return n.is_boolean();
+    case ParamType::integer:
+      return n.is_integer();
+    case ParamType::floating:
+      return number(n);
+    case ParamType::string:
+    case ParamType::choice:
+      return n.is_string();
+    case ParamType::int_list:
+      return all([](const toml::node& e) { return e.is_integer(); });
+    case ParamType::float_list:
+      return all(number);
+    case ParamType::string_list:
+      return all([](const toml::node& e) { return e.is_string(); });
   }
-  throw bug("with default " + *pi.default_toml + ", which is not one of its choices " + listed);
+  return false;
 }
 
 }  // namespace
@@ -131,14 +188,20 @@ namespace {
 // Upper bounds that no real plugin reaches: a larger count is a corrupt or hostile record,
 // refused before the host walks that many entries.
 constexpr std::uint32_t kMaxPluginsPerLibrary = 1024;
-constexpr std::uint32_t kMaxParams = 4096;
+constexpr std::uint32_t kMaxParams = 1024;
+constexpr std::size_t kMaxText = 4096;  // a version, description, help text or choice
 
-bool valid_name(const char* s) {
-  if (!s || !*s) return false;
-  std::size_t n = 0;
-  for (; s[n] && n <= 64; ++n)
-    if (!(std::isalnum(static_cast<unsigned char>(s[n])) || s[n] == '_')) return false;
-  return n <= 64;
+// Plugin names become file names (wick_NAME.so) and TOML keys: letters, digits and '_'.
+bool valid_name(const std::string& s) {
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// A record's name for messages, or "?" when it cannot be read.
+std::string name_of(const char* p) {
+  std::string name;
+  return safe_string(p, 64, name) && valid_name(name) ? name : "?";
 }
 
 std::string version_message(const std::string& name, const std::string& p, unsigned major,
@@ -158,42 +221,98 @@ bool version_ok(unsigned major, unsigned minor) {
   return major == WICK_API_MAJOR && minor <= WICK_API_MINOR;
 }
 
-// Reads one plugin's record (after its signature and version were checked). `where` names
-// the record in messages about a malformed one ("" for a single plugin's library).
+// Reads one plugin's record (after its signature and version were checked). Every pointer and
+// count in it is checked before use: the library is not trusted yet. `where` names the record
+// in messages about a malformed one ("" for a single plugin's library).
 PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std::string& where) {
+  PluginInfo info;
   auto malformed = [&](const std::string& what) {
     return PluginError(PluginError::Kind::malformed,
-                       "'" + p + "'" + where + ": malformed plugin record: " + what +
+                       "'" + p + "'" + where + ": malformed plugin record: " +
+                           (info.name.empty() ? "" : "plugin '" + info.name + "' ") + what +
                            " (a bug in the plugin, or not built with <wick/plugin.hpp>)");
   };
-  if (!valid_name(ci.name))
-    throw malformed(ci.name ? "its name is not letters, digits and '_' (at most 64)"
-                            : "its name is null");
-  const std::string name = ci.name;
-  if (ci.kind > static_cast<std::uint32_t>(PluginKind::task))
-    throw malformed("plugin '" + name + "' has an unknown kind " + std::to_string(ci.kind));
-  if (ci.num_params > kMaxParams || (ci.num_params && !ci.params))
-    throw malformed("plugin '" + name + "' declares " + std::to_string(ci.num_params) +
-                    " parameters" + (ci.params ? "" : " and no table of them"));
-  PluginInfo info;
+  std::string name;
+  if (!safe_string(ci.name, 64, name) || !valid_name(name))
+    throw malformed(!ci.name       ? "its name is null"
+                    : name.empty() ? "its name " + unreadable(ci.name)
+                                   : "its name is not letters, digits and '_' (at most 64)");
   info.name = name;
-  info.version = ci.version ? ci.version : "";
-  info.description = ci.description ? ci.description : "";
+  if (!safe_string(ci.version, kMaxText, info.version))
+    throw malformed("its version " + unreadable(ci.version));
+  if (!safe_string(ci.description, kMaxText, info.description))
+    throw malformed("its description " + unreadable(ci.description));
+  if (ci.kind > static_cast<std::uint32_t>(PluginKind::task))
+    throw malformed("has an unknown kind " + std::to_string(ci.kind) + " (0 hook, 1 task)");
   info.kind = static_cast<PluginKind>(ci.kind);
   info.default_order = ci.default_order;
   info.main_process_only = (ci.flags & kMainProcessOnly) != 0;
   info.api_major = ci.api_major;
   info.api_minor = ci.api_minor;
   info.path = p;
-  for (std::uint32_t i = 0; i < ci.num_params; ++i) {
-    const auto& cp = ci.params[i];
-    if (!cp.key) throw malformed("plugin '" + name + "' has a parameter with a null key");
+  if (ci.num_params > kMaxParams)
+    throw malformed("declares " + std::to_string(ci.num_params) + " parameters, more than " +
+                    std::to_string(kMaxParams));
+  std::vector<wick_param_info> params(ci.num_params);
+  if (!safe_copy(params.data(), ci.params, params.size() * sizeof(wick_param_info)))
+    throw malformed("declares " + std::to_string(ci.num_params) +
+                    " parameters but its table of them cannot be read that far (or is null)");
+  const std::vector<std::string> reserved =
+      info.kind == PluginKind::hook ? std::vector<std::string>{"plugin", "name", "order", "enabled"}
+                                    : std::vector<std::string>{"plugin"};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& cp = params[i];
+    const std::string at = "parameter " + std::to_string(i);
     ParamInfo pi;
-    pi.key = cp.key;
+    if (!safe_string(cp.key, 64, pi.key)) throw malformed(at + ": its key " + unreadable(cp.key));
+    if (!valid_name(pi.key))
+      throw malformed(at + ": key '" + pi.key + "' is not letters, digits and '_' (at most 64)");
+    const std::string named = at + " ('" + pi.key + "')";
+    if (std::find(reserved.begin(), reserved.end(), pi.key) != reserved.end())
+      throw malformed(named + ": '" + pi.key + "' is reserved for the config's own key");
+    for (const auto& earlier : info.params)
+      if (earlier.key == pi.key) throw malformed(named + ": declared twice");
+    if (cp.type > static_cast<std::uint32_t>(ParamType::choice))
+      throw malformed(named + ": unknown type " + std::to_string(cp.type));
     pi.type = static_cast<ParamType>(cp.type);
-    if (cp.default_toml) pi.default_toml = cp.default_toml;
-    pi.help = cp.help ? cp.help : "";
-    if (pi.type == ParamType::choice) read_choices(cp, pi, name, p);
+    if (cp.default_toml) {
+      std::string def;
+      if (!safe_string(cp.default_toml, kMaxText, def))
+        throw malformed(named + ": its default " + unreadable(cp.default_toml));
+      if (!default_fits(def, pi.type))
+        throw malformed(named + ": its default '" + def.substr(0, 60) + "' is not a TOML " +
+                        std::string(to_string(pi.type)) + " value");
+      pi.default_toml = def;
+    }
+    if (!safe_string(cp.help, kMaxText, pi.help))
+      throw malformed(named + ": its help " + unreadable(cp.help));
+    if (pi.type == ParamType::choice) {
+      if (cp.num_choices == 0 || cp.num_choices > kMaxParams)
+        throw malformed(named + ": a choice parameter with " + std::to_string(cp.num_choices) +
+                        " choices (1 to " + std::to_string(kMaxParams) +
+                        " expected; declare it with param_choice)");
+      std::vector<const char*> choices(cp.num_choices);
+      if (!safe_copy(choices.data(), cp.choices, choices.size() * sizeof(const char*)))
+        throw malformed(named + ": its table of choices cannot be read (or is null)");
+      std::string listed;
+      for (std::size_t c = 0; c < choices.size(); ++c) {
+        std::string v;
+        if (!safe_string(choices[c], kMaxText, v))
+          throw malformed(named + ": choice " + std::to_string(c) + " " + unreadable(choices[c]));
+        listed += (c ? ", \"" : "\"") + v + "\"";
+        pi.choices.push_back(std::move(v));
+      }
+      // The default is a TOML basic string, as PluginDef writes it: "..." with \" and \\ escaped.
+      if (pi.default_toml &&
+          std::none_of(pi.choices.begin(), pi.choices.end(), [&](const std::string& c) {
+            std::string quoted = "\"";
+            for (char ch : c)
+              quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+            return *pi.default_toml == quoted + "\"";
+          }))
+        throw malformed(named + ": its default " + *pi.default_toml +
+                        " is not one of its choices " + listed + " (fix its param_choice)");
+    }
     info.params.push_back(std::move(pi));
   }
   return info;
@@ -209,8 +328,11 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
                            " (a bug in the library, or not built with WICK_PLUGINS from "
                            "<wick/plugin.hpp>)");
   };
-  const wick_plugin_list* cl = lib->get_alias<ListFn>("wick_plugin_list")();
-  if (!cl || cl->magic != WICK_LIST_MAGIC)
+  // Copied before use, as the records are (see read_info).
+  const wick_plugin_list* lp = lib->get_alias<ListFn>("wick_plugin_list")();
+  wick_plugin_list list{};
+  const wick_plugin_list* cl = &list;
+  if (!lp || !safe_copy(&list, lp, sizeof list) || list.magic != WICK_LIST_MAGIC)
     throw PluginError(PluginError::Kind::not_a_plugin,
                       "'" + p +
                           "' is not a wick plugin library: its 'wick_plugin_list' has no wick "
@@ -222,19 +344,23 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
     throw malformed(cl->entries ? "it declares " + std::to_string(cl->count) + " plugins (1 to " +
                                       std::to_string(kMaxPluginsPerLibrary) + " expected)"
                                 : "its table of entries is null");
+  std::vector<wick_plugin_entry> entries(cl->count);
+  if (!safe_copy(entries.data(), cl->entries, entries.size() * sizeof(wick_plugin_entry)))
+    throw malformed("it declares " + std::to_string(cl->count) +
+                    " plugins but its table of entries cannot be read that far");
   std::vector<std::shared_ptr<const PluginLibrary>> out;
   std::set<std::string> names;
   for (std::uint32_t i = 0; i < cl->count; ++i) {
-    const auto& e = cl->entries[i];
+    const auto& e = entries[i];
     const std::string where = " (entry " + std::to_string(i) + ")";
+    wick_plugin_info ci{};
     if (!e.info) throw malformed("entry " + std::to_string(i) + " has no record");
-    if (e.info->magic != WICK_INFO_MAGIC)
+    if (!safe_copy(&ci, e.info, sizeof ci) || ci.magic != WICK_INFO_MAGIC)
       throw malformed("entry " + std::to_string(i) + "'s record has no wick signature");
-    const std::string name = valid_name(e.info->name) ? e.info->name : "?";
-    if (!version_ok(e.info->api_major, e.info->api_minor))
+    if (!version_ok(ci.api_major, ci.api_minor))
       throw PluginError(PluginError::Kind::api_mismatch,
-                        version_message(name, p, e.info->api_major, e.info->api_minor));
-    PluginInfo info = read_info(*e.info, p, where);
+                        version_message(name_of(ci.name), p, ci.api_major, ci.api_minor));
+    PluginInfo info = read_info(ci, p, where);
     if (!e.create || !e.destroy)
       throw PluginError(PluginError::Kind::missing_factory,
                         "plugin '" + info.name + "' (" + p +
@@ -296,16 +422,17 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "' is not a wick plugin: it exports no 'wick_plugin_info' "
                           "(a plugin declares itself with WICK_PLUGIN(Class, ...) from "
                           "<wick/plugin.hpp>)");
-  const wick_plugin_info* ci = lib->get_alias<InfoFn>("wick_plugin_info")();
-  if (!ci || ci->magic != WICK_INFO_MAGIC)
+  const wick_plugin_info* cp = lib->get_alias<InfoFn>("wick_plugin_info")();
+  wick_plugin_info ci{};
+  if (!cp || !safe_copy(&ci, cp, sizeof ci) || ci.magic != WICK_INFO_MAGIC)
     throw PluginError(PluginError::Kind::not_a_plugin,
                       "'" + p +
                           "' is not a wick plugin: its 'wick_plugin_info' record has no "
                           "wick signature");
-  const std::string name = ci->name ? ci->name : "?";
-  if (!version_ok(ci->api_major, ci->api_minor))
+  const std::string name = name_of(ci.name);
+  if (!version_ok(ci.api_major, ci.api_minor))
     throw PluginError(PluginError::Kind::api_mismatch,
-                      version_message(name, p, ci->api_major, ci->api_minor));
+                      version_message(name, p, ci.api_major, ci.api_minor));
   if (!lib->has("wick_plugin_create") || !lib->has("wick_plugin_destroy"))
     throw PluginError(PluginError::Kind::missing_factory,
                       "plugin '" + name + "' (" + p +
@@ -313,7 +440,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "'wick_plugin_create' and 'wick_plugin_destroy' (declare it with "
                           "WICK_PLUGIN(Class, ...), which "
                           "exports them)");
-  PluginInfo info = read_info(*ci, p, "");
+  PluginInfo info = read_info(ci, p, "");
   auto handle = std::make_shared<PluginLibrary::Handle>();
   handle->lib = lib;
   handle->create = &lib->get_alias<CreateFn>("wick_plugin_create");

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <sys/stat.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -61,6 +62,9 @@ IdxData read_idx(const std::string& path, int rank) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     throw IdxError(IdxError::Kind::missing, path + ": " + std::strerror(errno));
+  // A FIFO or a device (/dev/zero) could block or never end.
+  if (!S_ISREG(st.st_mode))
+    throw IdxError(IdxError::Kind::unreadable, path + ": not a regular file");
   Gz f(gzopen(path.c_str(), "rb"));
   if (!f)
     throw IdxError(IdxError::Kind::unreadable, path + ": cannot open: " + std::strerror(errno));
@@ -83,24 +87,42 @@ IdxData read_idx(const std::string& path, int rank) {
     throw IdxError(IdxError::Kind::truncated, path + ": truncated in the header (" +
                                                   std::to_string(rank) + " sizes expected)");
   std::uint64_t total = 1;
+  std::string shape;
   for (int i = 0; i < rank; ++i) {
     const std::uint32_t n = be32(sizes.data() + 4 * i);
     d.dims.push_back(n);
-    total *= n;
+    shape += (i ? " x " : "") + std::to_string(n);
     // 2^40 bytes is far beyond any IDX file; a header claiming more is corrupt.
-    if (total > (std::uint64_t{1} << 40))
-      throw IdxError(IdxError::Kind::bad_size, path + ": header claims an impossible size");
+    if (n != 0 && total > (std::uint64_t{1} << 40) / n)
+      throw IdxError(IdxError::Kind::bad_size,
+                     path + ": the header claims an impossible size (" + shape + "...)");
+    total *= n;
   }
+  auto short_data = [&](std::uint64_t has, const std::string& more) {
+    return IdxError(IdxError::Kind::truncated,
+                    path + ": truncated: the header says " + shape + " = " + std::to_string(total) +
+                        " bytes of data, the file has " + std::to_string(has) + more);
+  };
+  // Nothing is allocated on the header's word alone. A plain file's size bounds the data at
+  // once; a gzip stream's is known only as it is read, so the buffer grows with what arrives.
+  const std::uint64_t header_bytes = 4 + sizes.size();
+  if (gzdirect(f.get()) == 1) {
+    const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t data_bytes = file_bytes > header_bytes ? file_bytes - header_bytes : 0;
+    if (data_bytes < total)
+      throw short_data(data_bytes, " (" + std::to_string(file_bytes) + " bytes in all)");
+  }
+  std::uint64_t got = 0;
+  constexpr std::uint64_t kChunk = std::uint64_t{4} << 20;
+  while (got < total) {
+    const std::uint64_t want = std::min(total - got, std::max(kChunk, got));  // doubling
+    d.bytes.resize(static_cast<std::size_t>(got + want));
+    const std::size_t n = read_some(f.get(), path, d.bytes.data() + got, want);
+    got += n;
+    if (n < want) break;
+  }
+  if (got < total) throw short_data(got, "");
   d.bytes.resize(static_cast<std::size_t>(total));
-  const std::size_t got = read_some(f.get(), path, d.bytes.data(), d.bytes.size());
-  if (got < total) {
-    std::string shape;
-    for (std::size_t i = 0; i < d.dims.size(); ++i)
-      shape += (i ? " x " : "") + std::to_string(d.dims[i]);
-    throw IdxError(IdxError::Kind::truncated,
-                   path + ": truncated: the header says " + shape + " = " + std::to_string(total) +
-                       " bytes of data, the file has " + std::to_string(got));
-  }
   std::uint8_t extra;
   if (read_some(f.get(), path, &extra, 1) != 0)
     throw IdxError(IdxError::Kind::trailing_data,

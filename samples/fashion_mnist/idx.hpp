@@ -25,7 +25,9 @@ struct IdxData {
 
 // Reads an IDX file of unsigned bytes (type 0x08) with `rank` dimensions, gzipped or plain
 // (zlib reads plain files transparently). Checks the magic number, that the data is exactly
-// as long as the header says, and nothing follows it. Throws IdxError.
+// as long as the header says, and nothing follows it. Only regular files are read, and memory
+// grows with the data that really arrives, never on the header's claim alone (a plain file
+// claiming more than its size is refused before reading). Throws IdxError.
 IdxData read_idx(const std::string& path, int rank);
 
 }  // namespace wick::idx

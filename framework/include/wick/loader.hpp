@@ -51,8 +51,8 @@ class WICK_EXPORT PluginError : public std::runtime_error {
     unsafe_path,
     wrong_kind,
     name_mismatch,
-    bad_param,  // a parameter declared inconsistently (a choice default not among its choices)
-    malformed   // a record or plugin list that cannot be right (null name, absurd count)
+    malformed  // a record or plugin list that cannot be right: null, unreadable or absurd
+               // names, counts, types, defaults or choices
   };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
   Kind kind;
