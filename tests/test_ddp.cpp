@@ -89,6 +89,34 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   CHECK(max_abs_diff(l1, l2) <= 1e-5);
 }
 
+TEST_CASE("several optimizers: 2 ranks train like 1 process with the combined batch") {
+  TempDir dir;
+  // One SGD per Linear of the synthetic MLP (modules 0, 2, 4), each with its own rate.
+  std::string cfg = config(dir / "run");
+  const std::string one_optimizer = "[optimizer]\nname = \"sgd\"\nlr = 0.2\nmomentum = 0.5\n";
+  const auto at = cfg.find(one_optimizer);
+  REQUIRE(at != std::string::npos);
+  cfg.replace(at, one_optimizer.size(),
+              "[optimizers.0]\nname = \"sgd\"\nlr = 0.2\nmomentum = 0.5\n"
+              "[optimizers.2]\nname = \"sgd\"\nlr = 0.1\n"
+              "[optimizers.4]\nname = \"adam\"\nlr = 0.01\n");
+  write_file(dir / "cfg.toml", cfg);
+  auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
+                       "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  auto two = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code == 0);
+  auto p1 = read_numbers(dir / "one" / "params_rank0.txt");
+  auto r0 = read_numbers(dir / "run" / "params_rank0.txt");
+  CHECK(max_abs_diff(r0, read_numbers(dir / "run" / "params_rank1.txt")) == 0.0);
+  CHECK(max_abs_diff(p1, r0) <= 1e-5);
+  // Each optimizer's step reduced the gradients: 16 steps of 3 optimizers.
+  CHECK(two.err.find("16 all-reduced steps") == std::string::npos);
+  CHECK(two.err.find("48 all-reduced steps") != std::string::npos);
+}
+
 // Tiny buckets: the synthetic MLP's gradients (reverse order: 5, 80, 16, 384, 24, 288 floats)
 // fall into 3 buckets, [5, 80] (first cap 26 floats), [16, 384] and [24, 288] (cap 131).
 static std::vector<std::string> small_buckets(std::vector<std::string> args, bool overlap,

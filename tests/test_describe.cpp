@@ -66,7 +66,7 @@ TEST_CASE("wick describe prints the schedule table exactly") {
                                     "| --- | --- | --- | --- | --- |\n"
                                     "| generator | module generator | adam | 0.0002 | - |\n"
                                     "| discriminator | module discriminator | sgd | 0.01 | "
-                                    "discriminator.head.* lr 0.001000 |\n"));
+                                    "discriminator.head.* lr 0.001 |\n"));
 
   // Then the absolute path of each hook's library, in schedule order.
   const std::string d = fs::canonical(WICK_TEST_PLUGIN_DIR).string();

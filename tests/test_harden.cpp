@@ -99,7 +99,7 @@ TEST_CASE("[trainer] values invalid on their face are refused with their place, 
        "'threads' in [trainer] must be between 0 (LibTorch's default) and 1024; more threads "
        "than cores only slows training, so set at most the number of cores (`wick doctor` shows "
        "it)"},
-      {"epochs = 0", "'epochs' in [trainer] must be >= 1"},
+      {"epochs = -1", "'epochs' in [trainer] must be >= 0 (0: nothing trained)"},
       {"batch_size = 0", "'batch_size' in [trainer] must be between 1 and 2147483647"},
       {"batch_size = -3", "'batch_size' in [trainer] must be between 1 and 2147483647"},
       {"batch_size = 9223372036854775807",
@@ -187,7 +187,7 @@ TEST_CASE("[optimizer] values invalid on their face are refused with their place
   CHECK(ok.r.exit_code == 0);
 }
 
-TEST_CASE("--set values get the same face checks") {
+TEST_CASE("values given with --set get the same face checks") {
   Checked k("[trainer]\nepochs = 1\n", {"optimizer.lr=nan"});
   CHECK(k.r.exit_code == 2);
   CHECK(k.r.err ==
@@ -259,6 +259,14 @@ TEST_CASE("`wick check` runs the task's own checks, as `wick fit` does before tr
   CHECK(f.exit_code == 2);
   CHECK(f.err == k.r.err);
   CHECK_FALSE(fs::exists(k.dir / "run" / "summary.json"));
+
+  // The optimizers are built on the task's model: a module it does not have is found too.
+  Checked o(
+      "[task]\nplugin = \"synthetic\"\nsamples = 16\n[optimizers.nosuch]\nname = "
+      "\"adam\"\n");
+  CHECK(o.r.exit_code == 2);
+  CHECK(has(o.r.err, "wick: " + o.file.string() + ":4:"));
+  CHECK(has(o.r.err, "[optimizers.nosuch] names no module of the task's model"));
 
   Checked ok("[task]\nplugin = \"synthetic\"\nsamples = 16\n");
   CHECK(ok.r.exit_code == 0);

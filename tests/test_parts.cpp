@@ -35,9 +35,11 @@ std::string refused(Kind k, F&& f) {
 }
 
 // A config of the parts task and its probe hook; `extra` goes into [task].
-std::string parts_toml(const std::string& extra, int epochs = 2) {
+// The run folder is DIR/run (output_dir is relative to the current directory, not the config).
+std::string parts_toml(const fs::path& dir, const std::string& extra, int epochs = 2) {
   return "[trainer]\nepochs = " + std::to_string(epochs) +
-         "\nbatch_size = 16\nlog_every = 1\noutput_dir = \"run\"\n"
+         "\nbatch_size = 16\nlog_every = 1\noutput_dir = \"" + (dir / "run").string() +
+         "\"\n"
          "[plugins]\npath = [\"" +
          kParts.string() + "\"]\n[task]\nplugin = \"parts_task\"\n" + extra +
          "\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n[[hooks]]\nplugin = \"parts_probe\"\n";
@@ -49,11 +51,14 @@ std::string parts_toml(const std::string& extra, int epochs = 2) {
 double make_script(const fs::path& file) {
   torch::manual_seed(3);
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  // Modules scripted in Python carry a "training" attribute; one built in C++ must add it.
   torch::jit::Module fc(c10::QualifiedName("__torch__.Fc"), cu);
+  fc.register_attribute("training", c10::BoolType::get(), true);
   fc.register_parameter("weight", torch::randn({4, 4}), false);
   fc.register_parameter("bias", torch::randn({4}), false);
   fc.define("def forward(self, x):\n    return torch.matmul(x, self.weight) + self.bias\n");
   torch::jit::Module enc(c10::QualifiedName("__torch__.Enc"), cu);
+  enc.register_attribute("training", c10::BoolType::get(), true);
   enc.register_module("fc", fc);
   enc.register_buffer("scale", torch::full({1}, 0.5));
   enc.define("def forward(self, x):\n    return torch.tanh(self.fc.forward(x)) * self.scale\n");
@@ -102,7 +107,7 @@ TEST_CASE("a library of several plugins: each found by its name, listed with the
 
 TEST_CASE("a config uses the task and the hook of one library; the hook reaches the task typed") {
   TempDir dir;
-  write_file(dir / "cfg.toml", parts_toml(""));
+  write_file(dir / "cfg.toml", parts_toml(dir.path(), ""));
   auto d = run_wick({"describe", (dir / "cfg.toml").string()});
   INFO(d.out << d.err);
   CHECK(d.exit_code == 0);
@@ -159,7 +164,7 @@ TEST_CASE("a plugin name declared twice across the path, or by a malformed list"
 TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval, checkpoint") {
   TempDir dir;
   const double initial = make_script(dir / "enc.pt");
-  write_file(dir / "cfg.toml", parts_toml("jit = \"enc.pt\""));
+  write_file(dir / "cfg.toml", parts_toml(dir.path(), "jit = \"enc.pt\""));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -178,7 +183,8 @@ TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval,
   TempDir t;
   make_script(t / "enc.pt");
   const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\n";
-  write_file(t / "cfg.toml", parts_toml("jit = \"enc.pt\"\njit_mode = \"trainable\"", 2) + ck);
+  write_file(t / "cfg.toml",
+             parts_toml(t.path(), "jit = \"enc.pt\"\njit_mode = \"trainable\"", 2) + ck);
   r = run_wick({"fit", (t / "cfg.toml").string()});
   REQUIRE(r.exit_code == 0);
   steps = step_records(t);
@@ -187,7 +193,8 @@ TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval,
 
   TempDir u;
   make_script(u / "enc.pt");
-  write_file(u / "cfg.toml", parts_toml("jit = \"enc.pt\"\njit_mode = \"trainable\"", 2) + ck);
+  write_file(u / "cfg.toml",
+             parts_toml(u.path(), "jit = \"enc.pt\"\njit_mode = \"trainable\"", 2) + ck);
   r = run_wick({"fit", (u / "cfg.toml").string(), "--set", "trainer.epochs=1"});
   REQUIRE(r.exit_code == 0);
   r = run_wick({"fit", (u / "cfg.toml").string(), "--resume", "latest"});
@@ -199,7 +206,7 @@ TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval,
 TEST_CASE("a TorchScript part whose tensor is also another parameter of the model is refused") {
   TempDir dir;
   make_script(dir / "enc.pt");
-  write_file(dir / "cfg.toml", parts_toml("jit = \"enc.pt\"\nshare = true"));
+  write_file(dir / "cfg.toml", parts_toml(dir.path(), "jit = \"enc.pt\"\nshare = true"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   CHECK(r.exit_code != 0);
   CHECK(has(r.err,

@@ -48,6 +48,13 @@ namespace {
 
 // The optimizers the stage chains run for (each optimizer_step / zero_grad chain runs once per
 // optimizer, in this order), with their parameter groups.
+// 1e-4 rather than 0.000100: as the config would write it.
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 void print_optimizers(const wick::Config& cfg) {
   if (!cfg.has_optimizer()) {
     std::printf("\nOptimizer: the task's default\n");
@@ -58,8 +65,8 @@ void print_optimizers(const wick::Config& cfg) {
     std::string groups;
     for (const auto& g : o.groups) {
       groups += (groups.empty() ? "" : "; ") + g.params;
-      if (g.lr) groups += " lr " + std::to_string(*g.lr);
-      if (g.weight_decay) groups += " wd " + std::to_string(*g.weight_decay);
+      if (g.lr) groups += " lr " + shortest(*g.lr);
+      if (g.weight_decay) groups += " wd " + shortest(*g.weight_decay);
     }
     std::printf("| %s | %s | %s | %g | %s |\n", o.module.empty() ? "optimizer" : o.module.c_str(),
                 o.module.empty() ? "the model" : ("module " + o.module).c_str(), o.name.c_str(),
@@ -96,15 +103,23 @@ int cmd_check(const ConfigArgs& a) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
-    // Hooks first, then the task, as `wick fit` builds them before training: the task's own
-    // checks of its parameters (and its data) run in its constructor.
-    auto hooks = cfg.make_hooks(finder);
-    if (cfg.has_task()) cfg.make_task(finder);
-    wick::ScheduleTable table;
-    wick::connect_hooks(hooks, 0, nullptr, table);
+    // Everything `wick fit` builds before training: hooks, the task (its own checks of its
+    // parameters and data run in its constructor), the model and its optimizers (module
+    // names, parameter groups). Nothing is written.
+    std::size_t num_hooks = 0;
+    if (cfg.has_task()) {
+      auto trainer = wick::make_trainer(cfg, finder);
+      num_hooks = trainer->hooks().size();
+      (void)trainer->describe();  // connects the hooks: order and capability checks
+    } else {
+      auto hooks = cfg.make_hooks(finder);
+      wick::ScheduleTable table;
+      wick::connect_hooks(hooks, 0, nullptr, table);
+      num_hooks = hooks.size();
+    }
     std::printf("%s: ok (task %s, %zu hook%s)\n", cfg.path().c_str(),
-                cfg.has_task() ? cfg.task_plugin().c_str() : "(none)", hooks.size(),
-                hooks.size() == 1 ? "" : "s");
+                cfg.has_task() ? cfg.task_plugin().c_str() : "(none)", num_hooks,
+                num_hooks == 1 ? "" : "s");
     return kOk;
   });
 }
@@ -196,7 +211,10 @@ void add_core_commands(CLI::App& app, Registry& r) {
   add_config_args(describe, describe_args);
   r.push_back({describe, [] { return cmd_describe(describe_args); }});
 
-  auto* check = app.add_subcommand("check", "validate CONFIG and its plugins' parameters");
+  auto* check = app.add_subcommand(
+      "check",
+      "validate CONFIG as fit would before training: plugins and their parameters, the task and "
+      "its data, the optimizers, the hook order; writes nothing");
   add_config_args(check, check_args);
   r.push_back({check, [] { return cmd_check(check_args); }});
 

@@ -571,7 +571,7 @@ void Config::Impl::validate_builtin() {
   // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
   // stops before any data is loaded.
   constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
-  check(tp, "epochs", trainer.epochs >= 1, "must be >= 1", "[trainer]");
+  check(tp, "epochs", trainer.epochs >= 0, "must be >= 0 (0: nothing trained)", "[trainer]");
   // Batch sizes stay far from int64 overflow in the batch arithmetic.
   check(tp, "batch_size", trainer.batch_size >= 1 && trainer.batch_size <= kIntMax,
         "must be between 1 and " + std::to_string(kIntMax), "[trainer]");

@@ -35,6 +35,9 @@
 // - Checkpoints: hooks that write shared files call Context::barrier() on every rank (a no-op
 //   without this plugin); rank 0 writes, the others wait, so nobody runs ahead of a half-
 //   written checkpoint. Resuming needs the same world size (the data shards depend on it).
+// - Several optimizers ([optimizers.NAME], a GAN): each optimizer's step all-reduces the whole
+//   model's gradients, after backward (overlap is off): the communication is that of one step
+//   per optimizer.
 // - Not supported: a CancelStep / CancelEpoch thrown on one rank alone, and nan_policy "skip"
 //   (both make ranks skip collectives the others run); they end in a timeout, not a hang. Two
 //   backward passes into the same gradients in one micro-batch need overlap = false.
@@ -179,7 +182,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     r.on(wick::Point::before_valid, [this](wick::Context&) { broadcast_buffers(); });
     // Arms the gradient hooks for the backward pass of a window's last micro-batch only.
     r.stage(wick::Stage::backward, [this](wick::Context& c, wick::Next next) {
-      if (!pg_ || !overlap_ || !c.state().training() || !c.state().is_accum_boundary())
+      if (!pg_ || !overlap_active_ || !c.state().training() || !c.state().is_accum_boundary())
         return next();
       begin_step();
       struct Disarm {
@@ -253,14 +256,11 @@ class Ddp : public wick::Hook, public wick::Collectives {
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
-    // The buckets cover the whole model and are reduced once per optimizer_step: with several
-    // optimizers a batch would step (and reduce) more than once.
-    if (c.optimizer_names().size() > 1)
-      throw wick::ConfigError(
-          "[hooks.ddp] supports one optimizer; this run has " +
-          std::to_string(c.optimizer_names().size()) +
-          " ([optimizers.NAME]): train it in one process, or use one [optimizer] with "
-          "parameter groups");
+    // Several optimizers ([optimizers.NAME]): every optimizer's step reduces the whole model's
+    // gradients, after backward (no overlap: a batch may run several backward passes). Reducing
+    // a gradient already reduced adds the same value on every rank, so each optimizer steps with
+    // the average over ranks of all local contributions so far, as one process would.
+    overlap_active_ = overlap_ && c.optimizer_names().size() == 1;
     const char* addr = std::getenv("MASTER_ADDR");
     const std::int64_t port = env_int("MASTER_PORT", -1);
     if (!addr || port <= 0 || port > 65535)
@@ -359,7 +359,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     const auto& last = grad_buckets_.back();
     trailer_ = last.flat.narrow(0, last.numel, trailer_len);
     trailer_host_ = torch::empty({trailer_len}, torch::kDouble);
-    if (overlap_ && grad_buckets_.size() > 1) {
+    if (overlap_active_ && grad_buckets_.size() > 1) {
       // Holding the accumulators keeps them (and the hooks on them) for every later graph.
       for (std::size_t i = 0; i < params.size(); ++i) {
         auto acc = torch::autograd::impl::grad_accumulator(params[i]);
@@ -575,6 +575,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
   double bucket_mb_, first_bucket_mb_;
   std::chrono::milliseconds timeout_;
   bool broadcast_, overlap_;
+  bool overlap_active_ = false;  // overlap_, and one optimizer
   double exchange_mb_;
   bool exchange_ = false;
   std::size_t exchanged_buckets_ = 0;

@@ -9,19 +9,20 @@ namespace {
 constexpr std::uint32_t kFloat = static_cast<std::uint32_t>(wick::ParamType::floating);
 
 #if BR_CASE == 1  // a default that is not a number, for a float parameter
-const wick_param_info params[] = {{"lr", kFloat, "fast", "learning rate"}};
+const wick_param_info params[] = {{"lr", kFloat, "fast", "learning rate", nullptr, 0}};
 #define BR_NUM 1u
 #elif BR_CASE == 2  // an absurd parameter count
-const wick_param_info params[] = {{"lr", kFloat, "0.1", "learning rate"}};
+const wick_param_info params[] = {{"lr", kFloat, "0.1", "learning rate", nullptr, 0}};
 #define BR_NUM 4000000000u
 #elif BR_CASE == 3  // a null key
-const wick_param_info params[] = {{nullptr, kFloat, "0.1", "learning rate"}};
+const wick_param_info params[] = {{nullptr, kFloat, "0.1", "learning rate", nullptr, 0}};
 #define BR_NUM 1u
 #elif BR_CASE == 4  // an unknown parameter type
-const wick_param_info params[] = {{"lr", 99u, "0.1", "learning rate"}};
+const wick_param_info params[] = {{"lr", 99u, "0.1", "learning rate", nullptr, 0}};
 #define BR_NUM 1u
 #elif BR_CASE == 5  // a key pointing nowhere
-const wick_param_info params[] = {{reinterpret_cast<const char*>(8), kFloat, "0.1", "lr"}};
+const wick_param_info params[] = {
+    {reinterpret_cast<const char*>(8), kFloat, "0.1", "lr", nullptr, 0}};
 #define BR_NUM 1u
 #endif
 
