@@ -20,3 +20,9 @@ wick_add_test(test_gan SOURCES test_gan.cpp DEPENDS gan metrics_log checkpoint)
 # against headers that claim more than the file holds.
 wick_add_test(test_harden_data SOURCES test_harden_data.cpp)
 target_link_libraries(test_harden_data PRIVATE wick_idx)
+
+# The LibTorch examples ported to wick (samples/ports): they train from their TOML files, and
+# the mnist port resumes exactly after kill -9.
+wick_add_test(test_ports SOURCES test_ports.cpp TORCH
+              DEPENDS mnist regression custom_dataset transfer_learning checkpoint progress
+                      metrics_log)

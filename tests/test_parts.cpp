@@ -161,7 +161,9 @@ TEST_CASE("a plugin name declared twice across the path, or by a malformed list"
   CHECK(has(r.err, "wick: skipped: '" + count + "': malformed plugin list"));
 }
 
-TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval, checkpoint") {
+TEST_CASE(
+    "TorchScript parts: frozen ones keep their weights and eval mode, trainable ones train and "
+    "resume") {
   TempDir dir;
   const double initial = make_script(dir / "enc.pt");
   write_file(dir / "cfg.toml", parts_toml(dir.path(), "jit = \"enc.pt\""));
@@ -172,7 +174,7 @@ TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval,
   REQUIRE(steps.size() == 8);
   for (const auto& s : steps) {
     CHECK(s["parts/jit_sum"].get<double>() == Approx(initial));  // frozen: never trained
-    CHECK(s["parts/jit_training"] == 1.0);                       // eval switched back (probe)
+    CHECK(s["parts/jit_training"] == 0.0);  // frozen: in eval mode while training too
   }
   auto summary = read_json(dir / "run" / "summary.json");
   CHECK(summary["status"] == "completed");
@@ -189,6 +191,8 @@ TEST_CASE("TorchScript parts: frozen ones keep their weights, follow train/eval,
   REQUIRE(r.exit_code == 0);
   steps = step_records(t);
   CHECK(steps.back()["parts/jit_sum"].get<double>() != Approx(initial));
+  CHECK(steps.back()["parts/jit_training"] == 1.0);  // trainable: in training mode; the probe
+                                                     // checks eval mode during validation
   const auto whole = read_json(t / "run" / "summary.json")["model_fingerprint"];
 
   TempDir u;
@@ -227,11 +231,22 @@ TEST_CASE("JitModule in process: moved as a submodule, train/eval forwarded, bar
   CHECK(net->parameters().empty());
   auto names = net->named_buffers().keys();
   CHECK(names == std::vector<std::string>{"enc.scale", "enc.fc.weight", "enc.fc.bias"});
-  net->eval();
+  // Frozen: in eval mode whatever the model's mode (its submodules too).
+  net->train();
   CHECK_FALSE(net->enc->jit().is_training());
   CHECK_FALSE(net->enc->jit().attr("fc").toModule().is_training());
-  net->train();
-  CHECK(net->enc->jit().is_training());
+  // Trainable: follows the model's train() / eval().
+  auto live = std::make_shared<Net>();
+  live->enc = live->register_module(
+      "enc", wick::JitModule(wick::JitModuleImpl::load((dir / "enc.pt").string()),
+                             wick::JitMode::trainable));
+  CHECK(live->parameters().size() == 2);
+  live->eval();
+  CHECK_FALSE(live->enc->jit().is_training());
+  CHECK_FALSE(live->enc->jit().attr("fc").toModule().is_training());
+  live->train();
+  CHECK(live->enc->jit().is_training());
+  CHECK(live->enc->jit().attr("fc").toModule().is_training());
   // A move is in place: the scripted module computes with the moved tensors.
   net->to(torch::kDouble);
   CHECK(net->enc->jit().attr("fc").toModule().attr("weight").toTensor().dtype() == torch::kDouble);

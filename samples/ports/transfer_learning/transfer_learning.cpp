@@ -16,12 +16,7 @@ namespace fs = std::filesystem;
 
 struct Net : torch::nn::Module {
   wick::JitModule features{nullptr};
-  torch::nn::Linear head{nullptr};
-  // The extractor stays in eval mode: its batch norms use, and keep, their running statistics.
-  void train(bool on = true) override {
-    torch::nn::Module::train(on);
-    features->eval();
-  }
+  torch::nn::Linear head{nullptr};  // the extractor, frozen, stays in eval mode
 };
 
 // root/CLASS/*.ppm|pgm with label k for classes[k], read once into memory (as the original).

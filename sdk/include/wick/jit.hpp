@@ -8,7 +8,9 @@
 //   auto y = enc->forward(x);
 //
 // Frozen: its parameters are registered as buffers with requires_grad off (checkpointed,
-// never trained). Trainable: registered as parameters (the optimizer trains them). Either
+// never trained), and the scripted module stays in eval mode (batch norms keep their running
+// statistics). Trainable: registered as parameters (the optimizer trains them), and train /
+// eval follow the model's. Either
 // way they are the TorchScript module's own tensors, shared, never copies; the tensors keep
 // the scripted module's names (enc.fc.weight). A part's tensors must be its own: one that is
 // also a tensor of the rest of the model is refused when the fit starts.
@@ -35,7 +37,7 @@ class JitModuleImpl : public torch::nn::Module {
   JitModuleImpl(torch::jit::Module module, JitMode mode)
       : torch::nn::Module("wick::JitModule"), jit_(std::move(module)), mode_(mode) {
     mirror(*this, jit_, mode == JitMode::trainable);
-    jit_.train(is_training());
+    train(is_training());
   }
 
   // Loads a TorchScript file onto the CPU (the trainer moves it with the rest of the model).
@@ -44,10 +46,12 @@ class JitModuleImpl : public torch::nn::Module {
   }
 
   // torch::nn::Module::train is virtual: the trainer's train()/eval() reach the scripted
-  // module's own `training` flags (dropout, batch norm) through this.
+  // module's own `training` flags (dropout, batch norm) through this. A frozen part stays in
+  // eval: its batch norms use their running statistics and never update them, and its
+  // dropout is off, as a fixed feature extractor should be.
   void train(bool on = true) override {
     torch::nn::Module::train(on);
-    jit_.train(on);
+    jit_.train(on && mode_ == JitMode::trainable);
   }
 
   at::Tensor forward(const at::Tensor& x) { return jit_.forward({x}).toTensor(); }
