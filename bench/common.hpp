@@ -68,7 +68,7 @@ struct Settings {
   std::string plugin_dir;        // the built-in plugins
   std::string work_dir;          // scratch folder for configs and run directories
   std::string config;            // parity workload config ("" = choose)
-  int reps = 5;                  // parity repetitions per side (in-process)
+  int reps = 6;                  // parity repetitions per side (in-process; even: see parity)
   int child_reps = 3;            // parity repetitions per side (separate processes)
   int ddp_rounds = 5;            // data-parallel scaling rounds per workload
   std::vector<std::string> notes;

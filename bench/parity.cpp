@@ -6,6 +6,7 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -234,11 +235,19 @@ json ratio_json(const std::vector<double>& wick, const std::vector<double>& hand
   std::vector<double> pairs;
   for (std::size_t i = 0; i < wick.size() && i < hand.size(); ++i)
     pairs.push_back(wick[i] / hand[i]);
-  auto w = make_stats(wick), h = make_stats(hand), r = make_stats(pairs);
+  // Whichever side runs second in a pair runs faster (measured: ~14% on the MLP, the memory
+  // the first one faulted in is reused), and the order alternates per repetition: the
+  // geometric mean of each two consecutive pairs cancels it.
+  std::vector<double> balanced;
+  for (std::size_t i = 0; i + 1 < pairs.size(); i += 2)
+    balanced.push_back(std::sqrt(pairs[i] * pairs[i + 1]));
+  if (balanced.empty()) balanced = pairs;
+  auto w = make_stats(wick), h = make_stats(hand), r = make_stats(pairs), b = make_stats(balanced);
   return {{prefix + "wick_samples_per_s", w.to_json()},
           {prefix + "hand_samples_per_s", h.to_json()},
           {prefix + "ratio_of_medians", h.median > 0 ? w.median / h.median : 0},
-          {prefix + "pair_ratios", r.to_json()}};
+          {prefix + "pair_ratios", r.to_json()},
+          {prefix + "balanced_ratios", b.to_json()}};
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
     CHECK(p[side]["wick_samples_per_s"]["median"].get<double>() > 0);
     CHECK(p[side]["hand_samples_per_s"]["median"].get<double>() > 0);
     CHECK(p[side]["pair_ratios"]["median"].get<double>() > 0);
+    CHECK(p[side]["balanced_ratios"]["median"].get<double>() > 0);
     if (std::string(side) == "in_process")
       CHECK(p[side]["cpu_pair_ratios"]["median"].get<double>() > 0);
     // Same data, same initial weights, same batch order: the hand-written loop must end with
