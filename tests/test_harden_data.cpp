@@ -15,16 +15,6 @@ using namespace wick::test;
 
 namespace {
 
-std::string header(std::uint32_t magic, const std::vector<std::uint32_t>& dims) {
-  std::string s;
-  auto put = [&](std::uint32_t v) {
-    for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xFF);
-  };
-  put(magic);
-  for (auto d : dims) put(d);
-  return s;
-}
-
 std::string read_idx_error(const fs::path& p, int rank, wick::idx::IdxError::Kind& kind) {
   try {
     wick::idx::read_idx(p.string(), rank);
@@ -98,7 +88,7 @@ TEST_CASE("read_idx: a header claiming millions of images in a tiny file allocat
   using Kind = wick::idx::IdxError::Kind;
   Kind kind{};
   // 16 bytes of header claiming 10,000,000 28x28 images (7.84 GB), and 17 bytes of data: 33.
-  const std::string tiny = header(0x00000803, {10000000, 28, 28}) + std::string(17, '\x07');
+  const std::string tiny = idx_header(0x00000803, {10000000, 28, 28}) + std::string(17, '\x07');
   REQUIRE(tiny.size() == 33);
   // An address-space cap of 1 GiB above what the process uses now, far below the claim: an
   // allocation from the header alone would fail with std::bad_alloc instead of the IdxError
@@ -139,7 +129,7 @@ TEST_CASE("read_idx: a header claiming millions of images in a tiny file allocat
                      "the file has 17");
   }
   SECTION("a header beyond any real size is refused outright") {
-    write_file(dir / "huge", header(0x00000803, {0xFFFFFFFFu, 0xFFFFFFFFu, 2}));
+    write_file(dir / "huge", idx_header(0x00000803, {0xFFFFFFFFu, 0xFFFFFFFFu, 2}));
     const auto msg = read_idx_error(dir / "huge", 3, kind);
     CHECK(kind == Kind::bad_size);
     CHECK(msg == (dir / "huge").string() +

@@ -11,16 +11,6 @@ using wick::idx::read_idx;
 
 namespace {
 
-std::string header(std::uint32_t magic, const std::vector<std::uint32_t>& dims) {
-  std::string s;
-  auto put = [&](std::uint32_t v) {
-    for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xFF);
-  };
-  put(magic);
-  for (auto d : dims) put(d);
-  return s;
-}
-
 std::string payload(std::size_t n) {
   std::string s;
   for (std::size_t i = 0; i < n; ++i) s += static_cast<char>(i * 7 % 256);
@@ -50,13 +40,13 @@ IdxError::Kind kind_of(const fs::path& p, int rank, std::string& msg) {
 
 TEST_CASE("read_idx reads a gzipped 3-d file and a plain 1-d file") {
   TempDir dir;
-  write_gz(dir / "img.gz", header(0x00000803, {2, 3, 4}) + payload(24));
+  write_gz(dir / "img.gz", idx_header(0x00000803, {2, 3, 4}) + payload(24));
   auto d = read_idx((dir / "img.gz").string(), 3);
   CHECK(d.dims == std::vector<std::int64_t>{2, 3, 4});
   REQUIRE(d.bytes.size() == 24);
   for (std::size_t i = 0; i < 24; ++i) CHECK(d.bytes[i] == i * 7 % 256);
 
-  write_file(dir / "lbl", header(0x00000801, {5}) + payload(5));
+  write_file(dir / "lbl", idx_header(0x00000801, {5}) + payload(5));
   auto l = read_idx((dir / "lbl").string(), 1);
   CHECK(l.dims == std::vector<std::int64_t>{5});
   CHECK(l.bytes.size() == 5);
@@ -71,7 +61,7 @@ TEST_CASE("read_idx names the file and the fault") {
     CHECK_THAT(msg, Catch::Contains("No such file"));
   }
   SECTION("wrong magic: a label file where images are expected") {
-    write_gz(dir / "x.gz", header(0x00000801, {3}) + payload(3));
+    write_gz(dir / "x.gz", idx_header(0x00000801, {3}) + payload(3));
     CHECK(kind_of(dir / "x.gz", 3, msg) == IdxError::Kind::bad_magic);
     CHECK_THAT(msg, Catch::Contains((dir / "x.gz").string()));
     CHECK_THAT(msg, Catch::Contains("magic number 0x00000801, expected 0x00000803"));
@@ -86,21 +76,21 @@ TEST_CASE("read_idx names the file and the fault") {
     CHECK(kind_of(dir / "x.gz", 1, msg) == IdxError::Kind::truncated);
   }
   SECTION("truncated in the header") {
-    write_gz(dir / "x.gz", header(0x00000803, {2, 3}));
+    write_gz(dir / "x.gz", idx_header(0x00000803, {2, 3}));
     CHECK(kind_of(dir / "x.gz", 3, msg) == IdxError::Kind::truncated);
     CHECK_THAT(msg, Catch::Contains("header"));
   }
   SECTION("truncated data") {
-    write_gz(dir / "x.gz", header(0x00000803, {2, 3, 4}) + payload(10));
+    write_gz(dir / "x.gz", idx_header(0x00000803, {2, 3, 4}) + payload(10));
     CHECK(kind_of(dir / "x.gz", 3, msg) == IdxError::Kind::truncated);
     CHECK_THAT(msg, Catch::Contains("2 x 3 x 4 = 24 bytes of data, the file has 10"));
   }
   SECTION("trailing data") {
-    write_gz(dir / "x.gz", header(0x00000801, {3}) + payload(4));
+    write_gz(dir / "x.gz", idx_header(0x00000801, {3}) + payload(4));
     CHECK(kind_of(dir / "x.gz", 1, msg) == IdxError::Kind::trailing_data);
   }
   SECTION("a gzip stream cut in the middle") {
-    write_gz(dir / "full.gz", header(0x00000801, {60000}) + payload(60000));
+    write_gz(dir / "full.gz", idx_header(0x00000801, {60000}) + payload(60000));
     auto bytes = read_file(dir / "full.gz");
     write_file(dir / "x.gz", bytes.substr(0, bytes.size() / 2));
     auto k = kind_of(dir / "x.gz", 1, msg);

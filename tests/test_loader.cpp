@@ -15,17 +15,6 @@ const fs::path kBad = fs::path(WICK_BINARY_DIR) / "tests" / "bad";
 const fs::path kGood = fs::path(WICK_TEST_PLUGIN_DIR);
 
 // Runs f, which must throw a PluginError of kind k; returns its message.
-template <class F>
-std::string refused(Kind k, F&& f) {
-  try {
-    f();
-  } catch (const wick::PluginError& e) {
-    CHECK(static_cast<int>(e.kind) == static_cast<int>(k));
-    return e.what();
-  }
-  FAIL("no PluginError thrown");
-  return {};
-}
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

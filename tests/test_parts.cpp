@@ -22,18 +22,6 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-template <class F>
-std::string refused(Kind k, F&& f) {
-  try {
-    f();
-  } catch (const wick::PluginError& e) {
-    CHECK(static_cast<int>(e.kind) == static_cast<int>(k));
-    return e.what();
-  }
-  FAIL("no PluginError thrown");
-  return {};
-}
-
 // A config of the parts task and its probe hook; `extra` goes into [task].
 // The run folder is DIR/run (output_dir is relative to the current directory, not the config).
 std::string parts_toml(const fs::path& dir, const std::string& extra, int epochs = 2) {

@@ -123,4 +123,14 @@ std::string test_plugins_toml() {
   return std::string("[plugins]\npath = \"") + WICK_TEST_PLUGIN_DIR + "\"\n";
 }
 
+std::string idx_header(std::uint32_t magic, const std::vector<std::uint32_t>& dims) {
+  std::string s;
+  auto put = [&](std::uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xFF);
+  };
+  put(magic);
+  for (auto d : dims) put(d);
+  return s;
+}
+
 }  // namespace wick::test

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include <wick/loader.hpp>
 
 namespace wick::test {
 
@@ -45,5 +46,21 @@ RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::
 
 // The [plugins] line that makes a config find the test-only plugins.
 std::string test_plugins_toml();
+
+// Runs f, which must throw a wick::PluginError of kind k; returns the error's message.
+template <class F>
+std::string refused(wick::PluginError::Kind k, F&& f) {
+  try {
+    f();
+  } catch (const wick::PluginError& e) {
+    CHECK(static_cast<int>(e.kind) == static_cast<int>(k));
+    return e.what();
+  }
+  FAIL("no PluginError thrown");
+  return {};
+}
+
+// An IDX file's header: the magic number, then each dimension, big-endian.
+std::string idx_header(std::uint32_t magic, const std::vector<std::uint32_t>& dims);
 
 }  // namespace wick::test
