@@ -165,7 +165,7 @@ TEST_CASE("a stream with steps_per_epoch continues where it was after kill -9") 
                     "kind = \"stream\"\n");
 }
 
-TEST_CASE("a loader thread's exception fails the fit naming the samples; checkpoints intact") {
+TEST_CASE("a loader thread's exception fails the fit naming the samples, checkpoints intact") {
   TempDir d;
   // Batch 3 (samples 24..31, not shuffled) fails; checkpoints at steps 1 and 2.
   write_file(d / "cfg.toml", data_config(d, "shuffle = false\nnum_workers = 2\n",

@@ -211,7 +211,7 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
   }
 }
 
-TEST_CASE("a parameter without a gradient on one rank holds its bucket back; ranks agree") {
+TEST_CASE("a parameter without a gradient on one rank holds its bucket back, ranks agree") {
   TempDir dir;
   // partial_use: trunk, head and an extra head used on rank 1 only. Reverse order in buckets:
   // [extra.b, extra.w] (85 floats), [head.b, head.w] (85), [trunk.b, trunk.w] (208).

@@ -89,7 +89,7 @@ TEST_CASE("a config file over 4 MiB is refused, naming the file and the limit") 
   CHECK(check_timed({big.string()}).exit_code == 0);
 }
 
-TEST_CASE("[trainer] values invalid on their face are refused with their place, exit 2") {
+TEST_CASE("trainer values invalid on their face are refused with their place, exit 2") {
   const std::string head = "[trainer]\n";
   struct Bad {
     std::string line, message;
@@ -151,7 +151,7 @@ TEST_CASE("[trainer] values invalid on their face are refused with their place, 
   CHECK(ok.r.exit_code == 0);
 }
 
-TEST_CASE("[optimizer] values invalid on their face are refused with their place, exit 2") {
+TEST_CASE("optimizer values invalid on their face are refused with their place, exit 2") {
   struct Bad {
     std::string name, line, message;
   };

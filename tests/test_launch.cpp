@@ -102,7 +102,7 @@ TEST_CASE("when one rank fails, launch ends the others and names the rank and ex
   CHECK(c.seconds < 30);  // a liveness bound (the others sleep 60 s), not a timing
 }
 
-TEST_CASE("a rank that ignores SIGTERM is killed after the grace period; signals are named") {
+TEST_CASE("a rank that ignores SIGTERM is killed after the grace period, signals are named") {
   wick::LaunchOptions o;
   o.nproc = 2;
   o.grace_s = 1;

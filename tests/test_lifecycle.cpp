@@ -739,3 +739,45 @@ TEST_CASE("a hook reaches its task typed") {
   wick::Trainer other(tiny_options(dir), std::make_shared<TinyTask>());
   CHECK_THROWS_AS(other.context().task<MeteredTask>(), std::logic_error);
 }
+
+TEST_CASE("a task subscribes to points and stages itself, scheduled as 'task'") {
+  // Records every point, counts its optimizer_step handler's calls, and throws at after_fit
+  // when asked (the error must be blamed on the task).
+  class Subscriber : public TinyTask {
+   public:
+    std::vector<std::string> log;
+    int steps = 0;
+    bool fail = false;
+    void connect(wick::Registrar& r) override {
+      record_all(log)(r);
+      r.stage(Stage::optimizer_step, [this](wick::Context&, wick::Next next) {
+        ++steps;
+        return next();
+      });
+      r.on(Point::after_fit, [this](wick::Context&) {
+        if (fail) throw std::runtime_error("task's after_fit failed");
+      });
+    }
+  };
+  TempDir dir;
+  auto task = std::make_shared<Subscriber>();
+  wick::Trainer t(tiny_options(dir), task);
+  std::vector<std::string> hook_log;
+  t.add_hook(entry("early", -1, record_all(hook_log)));
+  const auto md = t.describe();
+  CHECK(md.find("| optimizer_step | task(0) -> default: optimizer.step()") != std::string::npos);
+  auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::completed);
+  CHECK(task->log == kTwoEpochs);
+  CHECK(hook_log == kTwoEpochs);
+  CHECK(task->steps == 4);
+
+  TempDir dir2;
+  auto failing = std::make_shared<Subscriber>();
+  failing->fail = true;
+  wick::Trainer t2(tiny_options(dir2), failing);
+  auto res2 = t2.fit();
+  CHECK(res2.status == wick::FitResult::Status::failed);
+  CHECK(res2.error.find("'task'") != std::string::npos);
+  CHECK(res2.error.find("task's after_fit failed") != std::string::npos);
+}

@@ -93,7 +93,7 @@ TEST_CASE("a library of several plugins: each found by its name, listed with the
   CHECK(has(r.out, "synthetic 1.0.0 (task"));  // the built-in ones still listed
 }
 
-TEST_CASE("a config uses the task and the hook of one library; the hook reaches the task typed") {
+TEST_CASE("a config uses the task and the hook of one library, the hook reaches the task typed") {
   TempDir dir;
   write_file(dir / "cfg.toml", parts_toml(dir.path(), ""));
   auto d = run_wick({"describe", (dir / "cfg.toml").string()});

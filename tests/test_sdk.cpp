@@ -219,7 +219,7 @@ TEST_CASE("the minimal task template trains: model, TensorDataset, forward and l
   CHECK(s.contains("valid/abs_error"));
 }
 
-TEST_CASE("wick new-plugin --kind task writes the renamed task template; metric is refused") {
+TEST_CASE("wick new-plugin --kind task writes the renamed task template, metric is refused") {
   TempDir dir;
   auto r = run_wick({"new-plugin", "my_task", "--kind", "task", "--dir", (dir / "t").string()});
   INFO(r.out << r.err);

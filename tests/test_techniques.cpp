@@ -390,7 +390,7 @@ class ScriptedValid : public LinearTask {
 };
 }  // namespace
 
-TEST_CASE("early_stopping: stops after patience epochs without improvement; state resumes",
+TEST_CASE("early_stopping: stops after patience epochs without improvement, state resumes",
           "[techniques][early_stopping]") {
   const std::string toml =
       "[[hooks]]\nplugin = \"early_stopping\"\npatience = 2\nmin_delta = 0.01\n";

@@ -207,8 +207,24 @@ void Trainer::add_hook(HookEntry entry) {
 const std::vector<HookEntry>& Trainer::hooks() const {
   return impl_->dispatch.hooks();
 }
+namespace {
+// Task::connect scheduled as a hook named "task".
+struct TaskHook : Hook {
+  std::shared_ptr<Task> task;
+  explicit TaskHook(std::shared_ptr<Task> t) : task(std::move(t)) {}
+  void connect(Registrar& r) override { task->connect(r); }
+};
+}  // namespace
+
 void Trainer::connect() {
-  impl_->dispatch.connect(impl_->state.rank);
+  auto& I = *impl_;
+  if (!I.dispatch.connected()) {
+    HookEntry e;
+    e.hook = std::make_shared<TaskHook>(I.task);
+    e.plugin = e.instance = "task";
+    I.dispatch.add_hook(std::move(e));
+  }
+  I.dispatch.connect(I.state.rank);
 }
 const ScheduleTable& Trainer::schedule() const {
   return impl_->dispatch.table();

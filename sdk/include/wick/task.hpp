@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "wick/context.hpp"
+#include "wick/hook.hpp"
 #include "wick/state.hpp"
 #include "wick/state_dict.hpp"
 
@@ -126,6 +127,10 @@ class Task {
   virtual bool has_state() const { return false; }
   virtual void save_state(StateDict& /*out*/) const {}
   virtual void load_state(const StateDict& /*in*/) {}
+  // The task's own subscriptions to lifecycle points and stage chains (wick/hook.hpp), as a
+  // hook's connect(): print a result at after_fit, write samples every N steps. Scheduled as
+  // a hook named "task" at order 0 (wick describe shows it; errors are blamed on it).
+  virtual void connect(Registrar& /*r*/) {}
 };
 
 // Cross-entropy of logits against integer labels and, when with_accuracy, "accuracy".
