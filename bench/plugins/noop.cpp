@@ -1,7 +1,10 @@
-// A hook that does nothing, built ten times under different names (WICK_BENCH_NOOP_NAME) so
-// that the start-up benchmark can load ten plugins whatever else is built.
+// A hook that does nothing, compiled once and linked into ten libraries, each with its own
+// name (noop_name.cpp), so that the start-up benchmark can load ten plugins whatever else is
+// built.
 #include <wick/context.hpp>
 #include <wick/plugin.hpp>
+
+const char* wick_bench_noop_name();  // noop_name.cpp, one per library
 
 namespace {
 
@@ -16,5 +19,5 @@ class Noop : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(Noop,
-            wick::PluginDef(WICK_BENCH_NOOP_NAME, "1.0.0", "No-op hook for the start-up benchmark")
+            wick::PluginDef(wick_bench_noop_name(), "1.0.0", "No-op hook for the start-up benchmark")
                 .param_int("every", 1, "unused; a parameter so the schema check runs"))
