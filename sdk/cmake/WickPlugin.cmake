@@ -34,7 +34,26 @@ function(wick_add_plugin name)
     target_compile_options(${name} PRIVATE ${WICK_WARNINGS})
   endif()
   if(COMMAND wick_use_pch)
-    wick_use_pch(${name})
+    # A precompiled LibTorch header pays only where LibTorch is included: loading it (~20 s
+    # here) costs more than compiling a source that includes the light SDK headers alone
+    # (~3 s). Sources that include LibTorch, a torch-including SDK header or a local header
+    # use it.
+    set(heavy FALSE)
+    foreach(src ${ARG_SOURCES})
+      get_filename_component(abs "${src}" ABSOLUTE)
+      if(NOT EXISTS "${abs}")
+        set(heavy TRUE)
+        continue()
+      endif()
+      file(STRINGS "${abs}" hits
+           REGEX "#include [<\"](torch/|ATen/|wick/(task|jit|tensor_module|torch_data)\\.hpp)|#include \"")
+      if(hits)
+        set(heavy TRUE)
+      endif()
+    endforeach()
+    if(heavy)
+      wick_use_pch(${name})
+    endif()
   endif()
 endfunction()
 
