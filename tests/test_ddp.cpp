@@ -45,11 +45,9 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
-}  // namespace
-
-TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64") {
-  TempDir dir;
-  write_file(dir / "cfg.toml", config(dir / "run"));
+// DIR/cfg.toml trained by one process with batch 64 (into DIR/one) and by two ranks with
+// batch 32 each (into DIR/run); both must succeed.
+std::pair<RunResult, RunResult> one_and_two_ranks(const TempDir& dir) {
   auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
                        "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
   INFO(one.out << one.err);
@@ -57,6 +55,15 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   auto two = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
   INFO(two.out << two.err);
   REQUIRE(two.exit_code == 0);
+  return {one, two};
+}
+
+}  // namespace
+
+TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run"));
+  auto [one, two] = one_and_two_ranks(dir);
   // Both ranks report, each line prefixed.
   CHECK(two.out.find("[rank 0] wick: completed") != std::string::npos);
   CHECK(two.out.find("[rank 1] wick: completed") != std::string::npos);
@@ -101,13 +108,7 @@ TEST_CASE("several optimizers: 2 ranks train like 1 process with the combined ba
               "[optimizers.2]\nname = \"sgd\"\nlr = 0.1\n"
               "[optimizers.4]\nname = \"adam\"\nlr = 0.01\n");
   write_file(dir / "cfg.toml", cfg);
-  auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
-                       "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
-  INFO(one.out << one.err);
-  REQUIRE(one.exit_code == 0);
-  auto two = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
-  INFO(two.out << two.err);
-  REQUIRE(two.exit_code == 0);
+  auto [one, two] = one_and_two_ranks(dir);
   auto p1 = read_numbers(dir / "one" / "params_rank0.txt");
   auto r0 = read_numbers(dir / "run" / "params_rank0.txt");
   CHECK(max_abs_diff(r0, read_numbers(dir / "run" / "params_rank1.txt")) == 0.0);

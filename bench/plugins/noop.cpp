@@ -18,6 +18,6 @@ class Noop : public wick::Hook {
 
 }  // namespace
 
-WICK_PLUGIN(Noop,
-            wick::PluginDef(wick_bench_noop_name(), "1.0.0", "No-op hook for the start-up benchmark")
-                .param_int("every", 1, "unused; a parameter so the schema check runs"))
+WICK_PLUGIN(Noop, wick::PluginDef(wick_bench_noop_name(), "1.0.0",
+                                  "No-op hook for the start-up benchmark")
+                      .param_int("every", 1, "unused; a parameter so the schema check runs"))

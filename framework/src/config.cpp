@@ -208,6 +208,15 @@ struct Config::Impl {
   ConfigError error(const std::string& w, const std::string& msg) const {
     return ConfigError(w + ": " + msg);
   }
+  // A value wrong on its face: "'KEY' in SECTION MSG" at the key's place (at `table_where`
+  // when the key was not written, its default being wrong).
+  void check(const Params& p, const char* key, bool ok, const std::string& msg,
+             const std::string& section, const std::string& table_where) const {
+    if (ok) return;
+    const auto& e = p.impl().entries.at(key);
+    throw error(e.where.empty() ? table_where : e.where,
+                std::string("'") + key + "' in " + section + " " + msg);
+  }
 
   // Converts one value to its declared type; throws with its place when it does not fit.
   ParamValue convert(const toml::node& n, ParamType t, const std::string& key,
@@ -364,10 +373,7 @@ struct Config::Impl {
     o.dampening = op.get_float("dampening");
     o.nesterov = op.get_bool("nesterov");
     auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg) {
-      if (ok) return;
-      const auto& e = p.impl().entries.at(key);
-      throw error(e.where.empty() ? o.where : e.where,
-                  std::string("'") + key + "' in " + section + " " + msg);
+      this->check(p, key, ok, msg, section, o.where);
     };
     const auto& name = o.name;
     check(op, "name", name == "adam" || name == "adamw" || name == "sgd",
@@ -561,13 +567,9 @@ void Config::Impl::validate_builtin() {
   const auto device = tp.get_string("device");
   const auto nan_policy = tp.get_string("nan_policy");
   trainer.output_dir = tp.get_string("output_dir");
+  const std::string trainer_where = where(tt ? tt->source() : toml::source_region{});
   auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg,
-                   const char* section) {
-    if (ok) return;
-    const auto& e = p.impl().entries.at(key);
-    throw error(e.where.empty() ? where(tt ? tt->source() : toml::source_region{}) : e.where,
-                std::string("'") + key + "' in " + section + " " + msg);
-  };
+                   const char* section) { Impl::check(p, key, ok, msg, section, trainer_where); };
   // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
   // stops before any data is loaded.
   constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();

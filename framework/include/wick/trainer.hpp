@@ -48,10 +48,10 @@ struct ParamGroupOptions {
 };
 
 struct OptimizerOptions {
-  std::string module;   // "" : the whole model; else a top-level module of it ([optimizers.NAME])
-  std::string where;    // FILE:LINE:COL of its table, for messages ("" in host programs)
+  std::string module;  // "" : the whole model; else a top-level module of it ([optimizers.NAME])
+  std::string where;   // FILE:LINE:COL of its table, for messages ("" in host programs)
   std::vector<ParamGroupOptions> groups;  // the parameters no group claims form the first group
-  std::string name = "adam";  // adam, adamw, sgd
+  std::string name = "adam";              // adam, adamw, sgd
   double lr = 1e-3;
   double weight_decay = 0.0;  // 0.01 is the default for adamw when not set
   bool weight_decay_set = false;
@@ -66,8 +66,8 @@ struct OptimizerOptions {
 struct FitResult {
   enum class Status { completed, cancelled, failed };
   Status status = Status::completed;
-  std::string error;         // "plugin 'x' at after_step: message" when failed
-  std::string stop_reason;   // why a graceful stop was requested, or why the fit was cancelled
+  std::string error;          // "plugin 'x' at after_step: message" when failed
+  std::string stop_reason;    // why a graceful stop was requested, or why the fit was cancelled
   bool interrupted = false;   // SIGINT
   bool config_error = false;  // failed on a configuration error found only at run time
   int exit_code() const;      // 0, 1 (failed), 2 (configuration error) or 130 (interrupted)
