@@ -115,13 +115,19 @@ TEST_CASE("the custom-dataset port trains on listed PPM files with 2 loader thre
     for (const char* k : {"red", "blue"})
       list += std::string(k) + "/img" + std::to_string(i) + ".ppm " + (k[0] == 'b' ? "1" : "0") +
               (i < 6 ? " train\n" : " test\n");
-  write_file(dir / "img" / "info.txt", list);
-  auto r = run_wick({"fit", (kSamples / "custom_dataset" / "custom_dataset.toml").string(),
-                     "--plugin-path", kPorts.string(), "--set",
-                     "task.list=\"" + (dir / "img" / "info.txt").string() + "\"", "--set",
-                     "task.classes=2", "--set", "task.image_size=64", "--set", "trainer.epochs=1",
-                     "--set", "trainer.threads=1", "--set",
-                     "trainer.output_dir=\"" + (dir / "run").string() + "\""});
+  auto fit = [&](const std::string& list_text, const std::string& run,
+                 std::vector<std::string> sets = {}) {
+    write_file(dir / "img" / "info.txt", list_text);
+    std::vector<std::string> args = {"fit",
+                                     (kSamples / "custom_dataset" / "custom_dataset.toml").string(),
+                                     "--plugin-path", kPorts.string()};
+    sets.insert(sets.end(), {"task.list=\"" + (dir / "img" / "info.txt").string() + "\"",
+                             "task.classes=2", "trainer.epochs=1", "trainer.threads=1",
+                             "trainer.output_dir=\"" + (dir / run).string() + "\""});
+    for (const auto& set : sets) args.insert(args.end(), {"--set", set});
+    return run_wick(args);
+  };
+  auto r = fit(list, "run", {"task.image_size=64"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
@@ -129,16 +135,20 @@ TEST_CASE("the custom-dataset port trains on listed PPM files with 2 loader thre
   CHECK(s["samples_seen"] == 12);
   CHECK(s.contains("valid/accuracy"));
 
-  // A bad line is named with its file and line.
-  write_file(dir / "img" / "info.txt", list + "red/img0.ppm 7 train\n");
-  r = run_wick({"fit", (kSamples / "custom_dataset" / "custom_dataset.toml").string(),
-                "--plugin-path", kPorts.string(), "--set",
-                "task.list=\"" + (dir / "img" / "info.txt").string() + "\"", "--set",
-                "task.classes=2", "--set",
-                "trainer.output_dir=\"" + (dir / "run2").string() + "\""});
+  // A bad line is named with its file and line; a missing image with its path; a size the
+  // network cannot take with its key.
+  r = fit(list + "red/img0.ppm 7 train\n", "run2");
   CHECK(r.exit_code != 0);
   CHECK(r.err.find((dir / "img" / "info.txt").string() + ":17: expected FILE LABEL") !=
         std::string::npos);
+  r = fit("red/nosuch.ppm 0 train\n", "run3", {"task.image_size=64"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find((dir / "img" / "red" / "nosuch.ppm").string() + ": cannot open") !=
+        std::string::npos);
+  r = fit(list, "run4", {"task.image_size=32"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("'image_size'") != std::string::npos);
+  CHECK(r.err.find("must be >= 64") != std::string::npos);
 }
 
 TEST_CASE("the transfer-learning port trains a head over a frozen TorchScript extractor") {
@@ -172,4 +182,22 @@ TEST_CASE("the transfer-learning port trains a head over a frozen TorchScript ex
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");
   CHECK(s["valid/accuracy"].get<double>() == 1.0);  // red against blue: the means separate them
+
+  // One class is not a classification; class folders without images are named.
+  auto check = [&](const std::string& root, const std::string& classes) {
+    return run_wick({"check", (kSamples / "transfer_learning" / "transfer_learning.toml").string(),
+                     "--plugin-path", kPorts.string(), "--set",
+                     "task.features=\"" + (dir / "features.pt").string() + "\"", "--set",
+                     "task.root=\"" + (dir / root).string() + "\"", "--set", "task.valid_root=\"\"",
+                     "--set", "task.classes=" + classes});
+  };
+  r = check("train", "[\"red\"]");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("give at least two class folders") != std::string::npos);
+  fs::create_directories(dir / "empty" / "red");
+  fs::create_directories(dir / "empty" / "blue");
+  r = check("empty", "[\"red\", \"blue\"]");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("no .ppm or .pgm images under " + (dir / "empty").string()) !=
+        std::string::npos);
 }
