@@ -174,8 +174,10 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
     if (!listed.contains(need)) throw CheckpointError(mf + " lists no " + need);
   for (const auto& [name, info] : listed.items()) {
     // Only the known plain names: never a path that leaves the folder.
-    if (std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
-                     [&](const char* k) { return name == k; }) == std::end(kCheckpointFiles))
+    // (std::find, not a lambda: C++17 lets no lambda capture a structured binding; clang
+    // refuses what GCC accepts.)
+    if (std::find(std::begin(kCheckpointFiles), std::end(kCheckpointFiles), name) ==
+        std::end(kCheckpointFiles))
       throw CheckpointError(mf + " lists an unexpected file '" + name + "'");
     if (!info.is_object() || !info.contains("bytes") || !info.at("bytes").is_number_unsigned() ||
         !info.contains("sha256") || !info.at("sha256").is_string())

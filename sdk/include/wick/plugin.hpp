@@ -217,13 +217,13 @@ void* create(const Params& p) {
   else
     return static_cast<Task*>(new T(p));
 }
-// Objects are deleted by the code that made them (same allocator, same library).
+// Objects are deleted by the code that made them (same allocator, same library). The base
+// depends on T, so that the delete is checked where Task is complete (a task plugin includes
+// wick/task.hpp), not here where it is only declared (clang: -Wdelete-incomplete).
 template <class T>
 void destroy(void* p) {
-  if constexpr (std::is_base_of_v<Hook, T>)
-    delete static_cast<Hook*>(p);
-  else
-    delete static_cast<Task*>(p);
+  using Base = std::conditional_t<std::is_base_of_v<Hook, T>, Hook, Task>;
+  delete static_cast<Base*>(p);
 }
 }  // namespace detail
 
