@@ -1,8 +1,5 @@
 #include "wick/system.hpp"
 
-#include <torch/torch.h>
-#include <torch/version.h>
-
 #include <dlfcn.h>
 #include <malloc.h>
 
@@ -12,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 
 namespace wick {
 
@@ -109,25 +105,6 @@ bool keep_freed_memory() {
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
   const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
   return mmap_ok && trim_ok;
-}
-
-SystemReport system_report() {
-  SystemReport r;
-  {
-    // A product big enough to go to BLAS (sgemm), should a build load it lazily.
-    torch::NoGradGuard g;
-    auto a = torch::ones({8, 8});
-    (void)a.mm(a);
-  }
-  r.torch_version = TORCH_VERSION;
-  r.intra_op_threads = at::get_num_threads();
-  r.inter_op_threads = at::get_num_interop_threads();
-  r.hardware_threads = std::thread::hardware_concurrency();
-  r.cuda_available = torch::cuda::is_available();
-  r.cuda_devices = r.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
-  r.blas_path = loaded_blas();
-  r.blas = classify_blas_path(r.blas_path);
-  return r;
 }
 
 }  // namespace wick
