@@ -126,6 +126,18 @@ TEST_CASE("wrong types name the key, the type wanted and the value found") {
     Case c(with_plugins(std::string(kTyped) + "order = \"first\"\n"));
     CHECK(c.error() == c.at(6, 9) + "'order' in [hooks.typed] must be an integer, not a string");
   }
+  SECTION("an array or table found is shown inline, shortened") {
+    // Written by wick: toml++ 3.3.0's formatter measures a float below 1 with undefined
+    // behaviour (found by fuzz/).
+    Case c("[optimizer]\nname = [0.01, -0.5, { a = [] }]\n");
+    CHECK(c.error() == c.at(2, 8) +
+                           "'name' in [optimizer] must be a string, not an array "
+                           "([ 0.01, -0.5, { a = [] } ])");
+    Case d("[optimizer]\nname = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]\n");
+    CHECK(d.error() == d.at(2, 8) +
+                           "'name' in [optimizer] must be a string, not an array "
+                           "([ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...)");
+  }
   SECTION("a value the type allows but the plugin refuses") {
     Case c(with_plugins(std::string(kTyped) + "max_norm = -1.5\n"));
     CHECK(c.error() == c.at(6, 12) + "'max_norm' in [hooks.typed] (plugin 'typed') must be > 0");
@@ -268,4 +280,20 @@ TEST_CASE("did_you_mean suggests only close keys") {
   CHECK(wick::did_you_mean("Seed", keys) == "seed");
   CHECK(wick::did_you_mean("learning_rate", keys).empty());
   CHECK(wick::did_you_mean("x", keys).empty());
+}
+
+TEST_CASE("a key far longer than every known one is refused at once, without a suggestion") {
+  // did_you_mean built a table of key length by candidate length for every candidate: a 4 MiB
+  // key (the largest config read) took 700 MB and 20 s before the error (found by fuzz/).
+  const std::string key(std::size_t{1} << 20, 'e');
+  CHECK(wick::did_you_mean(key, {"epochs", "seed"}).empty());
+  // Three letters more is still within reach of a 9-letter key.
+  CHECK(wick::did_you_mean("epochsxxx", {"epochs"}) == "epochs");
+  try {
+    wick::Config::parse("[trainer]\n" + key + " = 1\n", "long.toml");
+    FAIL("no ConfigError");
+  } catch (const wick::ConfigError& e) {
+    CHECK(std::string(e.what()).find("unknown key 'eee") != std::string::npos);
+    CHECK(std::string(e.what()).find("known keys: epochs") != std::string::npos);
+  }
 }

@@ -40,9 +40,16 @@ std::string did_you_mean(const std::string& key, const std::vector<std::string>&
     return s;
   };
   const std::string a = lower(key);
+  const std::size_t limit = std::max<std::size_t>(1, std::min<std::size_t>(3, key.size() / 3));
   std::string best;
   std::size_t best_d = std::string::npos;
   for (const auto& cand : candidates) {
+    // The distance is at least the difference in length: a candidate that far off cannot be
+    // suggested, and skipping it saves the table, which for a 4 MiB key (the largest config
+    // read) took 700 MB and 20 s (found with fuzz/).
+    const std::size_t gap =
+        a.size() > cand.size() ? a.size() - cand.size() : cand.size() - a.size();
+    if (gap > limit) continue;
     const std::string b = lower(cand);
     // Levenshtein distance, with adjacent transpositions counted as one edit.
     std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
@@ -61,7 +68,6 @@ std::string did_you_mean(const std::string& key, const std::vector<std::string>&
       best = cand;
     }
   }
-  const std::size_t limit = std::max<std::size_t>(1, std::min<std::size_t>(3, key.size() / 3));
   return best_d <= limit ? best : std::string();
 }
 
@@ -107,10 +113,51 @@ const char* type_phrase(ParamType t) {
   return "?";
 }
 
+// Appends a value as TOML, inline, until `out` is longer than `limit`. Arrays and tables are
+// written here rather than by toml++'s formatter, which in 3.3.0 casts the log10 of a float
+// below 1 to size_t when measuring a line (undefined behaviour, found with fuzz/) and would
+// format all of a large array for the few characters a message shows.
+void append_toml(std::string& out, const toml::node& n, std::size_t limit) {
+  const auto scalar = [&](const toml::node& v) {
+    std::ostringstream o;
+    v.visit([&](auto&& x) { o << x; });
+    out += o.str();
+  };
+  if (const auto* a = n.as_array()) {
+    out += "[";
+    for (std::size_t i = 0; i < a->size() && out.size() <= limit; ++i) {
+      out += i ? ", " : " ";
+      append_toml(out, *a->get(i), limit);
+    }
+    out += a->empty() ? "]" : " ]";
+  } else if (const auto* t = n.as_table()) {
+    out += "{";
+    bool first = true;
+    for (auto&& [k, v] : *t) {
+      if (out.size() > limit) break;
+      out += first ? " " : ", ";
+      first = false;
+      const std::string key(k.str());
+      const bool bare = !key.empty() && key.find_first_not_of(
+                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "abcdefghijklmnopqrstuvwxyz"
+                                            "0123456789_-") == std::string::npos;
+      if (bare)
+        out += key;
+      else
+        scalar(toml::value<std::string>(key));  // quoted and escaped as toml++ does
+      out += " = ";
+      append_toml(out, v, limit);
+    }
+    out += first ? "}" : " }";
+  } else {
+    scalar(n);
+  }
+}
+
 std::string toml_text(const toml::node& n) {
-  std::ostringstream o;
-  n.visit([&](auto&& v) { o << v; });
-  std::string s = o.str();
+  std::string s;
+  append_toml(s, n, 40);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
