@@ -2,13 +2,15 @@
 # (scripts/install-deps.sh, Debian packages only), then build with CMake + Ninja.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 BUILD_TYPE ?= Release
 CONFIG     ?= samples/fashion_mnist/mlp.toml
 # The run directory of CONFIG: its trainer.output_dir (override with RUN_DIR=...).
 RUN_DIR    ?= $(or $(shell sed -n 's/^output_dir *= *"\(.*\)".*/\1/p' $(CONFIG) 2>/dev/null | head -n 1),runs/default)
 WICK       := $(BUILD)/bin/wick
 
-.PHONY: all deps configure build run test test-sanitize bench bench-smoke format clean install
+.PHONY: all deps configure build run test test-sanitize fuzz-build fuzz test-fuzz bench \
+        bench-smoke format clean install
 
 all: build
 
@@ -35,6 +37,7 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600
 	$(MAKE) test-sanitize
+	$(MAKE) test-fuzz
 
 # The plugin loader and trainer core under AddressSanitizer and UBSan, with the
 # purpose-built bad libraries (a separate, smaller build). No sanitizer check is switched off:
@@ -45,6 +48,31 @@ test-sanitize: deps
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -L sanitize -j2 --timeout 600
+
+# The libFuzzer targets (fuzz/README.md): the config parser and schema, and the checkpoint
+# manifest reader, under ASan and UBSan. A separate clang build of the few torch-free sources
+# they need (about a minute). Crashes go to $(FUZZ_BUILD)/crashes/NAME/, what a run learns
+# to $(FUZZ_BUILD)/corpus/NAME/ (the seeds in fuzz/corpus/ are only read).
+FUZZ_SECONDS       ?= 300
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_TARGETS       ?= config manifest
+fuzz-build: deps
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWICK_FUZZ=ON \
+	  -DCMAKE_CXX_COMPILER=clang++ -DWICK_FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS)
+	cmake --build $(FUZZ_BUILD)
+
+# The long run: FUZZ_SECONDS per target, one after the other.
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -dict=fuzz/$$t.dict -artifact_prefix=$(FUZZ_BUILD)/crashes/$$t/ \
+	    $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t || exit 1; \
+	done
+
+# The bounded run of `make test`: FUZZ_SMOKE_SECONDS per target, both at once (ctest -L fuzz).
+test-fuzz: fuzz-build
+	cd $(FUZZ_BUILD) && ctest --output-on-failure -j2 -L fuzz --timeout 300
 
 # The command, libwick, headers, built-in plugins and the CMake package (sdk/README.md).
 PREFIX ?= /usr/local
@@ -61,4 +89,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -12,6 +12,8 @@ PACKAGES=(
   dataset-fashion-mnist
   zlib1g-dev gnuplot-nox
   nettle-dev
+  clang libclang-rt-14-dev llvm  # make fuzz: clang, libFuzzer and the sanitizer runtimes,
+                                 # llvm-symbolizer for readable reports
 )
 
 missing=()
