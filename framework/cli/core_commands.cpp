@@ -172,6 +172,11 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
   });
   if (rc != kOk) return rc;
   auto res = trainer->fit();
+  if (res.config_error) {
+    // Nothing was trained (and the run folder may be another fit's): the error says it all.
+    std::fprintf(stderr, "wick: %s\n", res.error.c_str());
+    return res.exit_code();
+  }
   const auto& st = trainer->state();
   const auto& rec = trainer->context().last_record();
   // The run's summary.json says it best (wall time, samples/s); without outputs, or on a

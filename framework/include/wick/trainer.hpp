@@ -3,6 +3,7 @@
 // Task, make a Trainer, add hooks (or load them from TOML with wick/config.hpp), call fit().
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -68,9 +69,12 @@ struct FitResult {
   Status status = Status::completed;
   std::string error;          // "plugin 'x' at after_step: message" when failed
   std::string stop_reason;    // why a graceful stop was requested, or why the fit was cancelled
-  bool interrupted = false;   // SIGINT
+  bool interrupted = false;   // stopped by a signal: SIGINT, SIGTERM, SIGHUP or SIGUSR1
+  int signal = 0;             // which one
   bool config_error = false;  // failed on a configuration error found only at run time
-  int exit_code() const;      // 0, 1 (failed), 2 (configuration error) or 130 (interrupted)
+  // 0, 1 (failed), 2 (configuration error) or 128 + the signal when stopped by one (130
+  // SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)
+  int exit_code() const;
 };
 const char* to_string(FitResult::Status s);
 
@@ -134,10 +138,12 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The first SIGINT asks the running fit to stop at the next step boundary; the second ends
-// the process at once with status 130. Installed by fit() for its duration.
+// The first SIGINT, SIGTERM, SIGHUP or SIGUSR1 asks the running fit to stop at the next step
+// boundary; a second ends the process at once with status 128 + that signal. Installed by
+// fit() for its duration.
 bool interrupt_requested();
-void request_interrupt();  // what the first SIGINT does (tests call it directly)
+int interrupt_signal();                    // the signal that asked (0: none)
+void request_interrupt(int sig = SIGINT);  // what the first signal does (tests call it directly)
 void clear_interrupt();
 
 }  // namespace wick

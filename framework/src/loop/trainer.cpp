@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <iterator>
 
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
@@ -23,27 +24,54 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<int> g_interrupts{0};
+// The first stop signal's number (0: none) and how many have come.
+std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_count{0};
 
-void on_sigint(int) {
-  // Second Ctrl-C: the user wants out now.
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+void on_stop_signal(int sig) {
+  // A second signal: the user (or the scheduler) wants out now.
+  if (g_stop_count.fetch_add(1) >= 1) _exit(128 + sig);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
 }
 
-// Installs the SIGINT handler for the duration of a fit and restores the previous one.
-class SigintScope {
+// SIGINT (Ctrl-C), SIGTERM (preemption: SLURM, Kubernetes, docker stop), SIGHUP (the terminal
+// went away) and SIGUSR1 (SLURM's warning before a job's end) all ask for a stop at the next
+// step boundary, so that the cancel checkpoint and a truthful summary.json get written.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+
+// Installs the stop-signal handlers for the duration of a fit and restores the previous ones.
+class StopSignalScope {
  public:
-  SigintScope() {
+  StopSignalScope() {
     struct sigaction sa {};
-    sa.sa_handler = on_sigint;
+    sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+      sigaction(kStopSignals[i], &sa, &old_[i]);
   }
-  ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
+  ~StopSignalScope() {
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+      sigaction(kStopSignals[i], &old_[i], nullptr);
+  }
 
  private:
-  struct sigaction old_ {};
+  struct sigaction old_[std::size(kStopSignals)]{};
 };
+
+// "interrupted (SIGINT)", "terminated (SIGTERM)", ...: summary.json's stop_reason.
+std::string stop_signal_reason(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "terminated (SIGTERM)";
+    case SIGHUP:
+      return "hung up (SIGHUP)";
+    case SIGUSR1:
+      return "asked to stop (SIGUSR1)";
+    default:
+      return "interrupted (SIGINT)";
+  }
+}
 
 struct Interrupted {};
 
@@ -78,17 +106,22 @@ torch::Device to_torch(const Device& d) {
 }  // namespace
 
 bool interrupt_requested() {
-  return g_interrupts.load(std::memory_order_relaxed) > 0;
+  return g_stop_signal.load(std::memory_order_relaxed) != 0;
 }
-void request_interrupt() {
-  g_interrupts.store(1);
+int interrupt_signal() {
+  return g_stop_signal.load(std::memory_order_relaxed);
+}
+void request_interrupt(int sig) {
+  g_stop_signal.store(sig);
+  g_stop_count.store(1);
 }
 void clear_interrupt() {
-  g_interrupts.store(0);
+  g_stop_signal.store(0);
+  g_stop_count.store(0);
 }
 
 int FitResult::exit_code() const {
-  if (interrupted) return 130;
+  if (interrupted) return 128 + (signal ? signal : SIGINT);
   if (status == Status::failed) return config_error ? 2 : 1;
   return 0;
 }
@@ -653,16 +686,25 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   records.write(std::move(r));
 }
 
-void Trainer::Impl::open_outputs() {
-  if (!opt.write_outputs) return;
+bool Trainer::Impl::writes_outputs() const {
+  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
+  return opt.write_outputs && !run.output_dir.empty() && state.rank == 0;
+}
+
+void Trainer::Impl::lock_outputs() {
+  if (!writes_outputs()) return;
   const fs::path dir(run.output_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
     throw std::runtime_error("cannot create output_dir '" + dir.string() + "': " + ec.message() +
                              "; set trainer.output_dir to a writable folder");
-  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
-  if (state.rank != 0) return;
+  lock.acquire(dir);
+}
+
+void Trainer::Impl::open_outputs() {
+  if (!writes_outputs()) return;
+  const fs::path dir(run.output_dir);
   // A resumed run appends to the history it continues (cut back to its checkpoint when the
   // checkpoint is restored); a new run starts it afresh.
   records.open(dir / "metrics.jsonl", /*append=*/!run.resume.empty());
@@ -671,7 +713,8 @@ void Trainer::Impl::open_outputs() {
 // summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
 // kill) never leaves an earlier run's "completed" behind; the end writes the truth.
 void Trainer::Impl::write_summary_file(const FitResult* res) {
-  if (!opt.write_outputs || run.output_dir.empty() || state.rank != 0) return;
+  // Not into a folder another fit holds.
+  if (!writes_outputs() || !lock.held()) return;
   Summary s;
   s.status = res ? to_string(res->status) : "running";
   if (res) {
@@ -693,8 +736,6 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.valid = last_valid.values;
   s.train_cpu_s = train_cpu_seconds;
   if (res) s.model_fingerprint = self->model_fingerprint();
-  std::error_code ec;
-  fs::create_directories(run.output_dir, ec);
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
 
@@ -705,7 +746,7 @@ FitResult Trainer::fit() {
   I.stop = false;
   I.in_fit = true;
   clear_interrupt();
-  SigintScope sigint;
+  StopSignalScope stop_signals;
   I.dispatch.set_where("start");
   // What ends the fit other than completion, and how after_cancel hears of it.
   CancelInfo ending;
@@ -715,6 +756,7 @@ FitResult Trainer::fit() {
     ending = {CancelScope::fit, why, std::move(msg)};
   };
   try {
+    I.lock_outputs();  // before anything in the output folder is written
     connect();
     warn_if_reference_blas();
     I.open_outputs();
@@ -757,7 +799,8 @@ FitResult Trainer::fit() {
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame("CancelFit"));
   } catch (const Interrupted&) {
     res.interrupted = true;
-    end_with(FitResult::Status::cancelled, CancelReason::interrupt, "interrupted (SIGINT)");
+    res.signal = interrupt_signal();
+    end_with(FitResult::Status::cancelled, CancelReason::interrupt, stop_signal_reason(res.signal));
   } catch (const Cancel& c) {
     // A CancelStep or CancelEpoch thrown outside its scope (e.g. in before_fit) ends the fit.
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame(c.what()));
@@ -798,6 +841,7 @@ FitResult Trainer::fit() {
     res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
     std::fprintf(stderr, "wick: %s\n", e.what());
   }
+  I.lock.release();
   return res;
 }
 

@@ -15,6 +15,7 @@
 #include "loop/dispatch.hpp"
 #include "optim/optimizers.hpp"
 #include "records/record_writer.hpp"
+#include "records/run_lock.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
 
@@ -71,6 +72,7 @@ struct Trainer::Impl : Context::Host {
   Context ctx{this};
   Dispatcher dispatch{ctx};
   RecordWriter records;
+  RunLock lock;  // the output folder, held by rank 0 for the length of a fit
   Batch batch;
   Output output;
   at::Tensor backward_loss;
@@ -116,6 +118,8 @@ struct Trainer::Impl : Context::Host {
   bool streaming() const { return train_ds->size() == kUnsized; }
   LoadPlan train_plan(std::int64_t first_batch);  // the current epoch's training batches
   Batch to_device(Batch b) const;
+  bool writes_outputs() const;  // this process writes the run folder (rank 0)
+  void lock_outputs();
   void open_outputs();
   void train_epoch(std::int64_t first_batch);
   void cancelled(CancelScope scope);
