@@ -12,6 +12,7 @@ PACKAGES=(
   dataset-fashion-mnist
   zlib1g-dev gnuplot-nox
   nettle-dev
+  python3-sklearn
 )
 
 missing=()

@@ -122,7 +122,7 @@ TEST_CASE("a rank that ignores SIGTERM is killed after the grace period, signals
   CHECK(c.seconds < 30);
 }
 
-TEST_CASE("a stop signal to the launcher reaches every rank; it exits 128 + the signal") {
+TEST_CASE("a stop signal to the launcher reaches every rank, which exits 128 + the signal") {
   for (int sig : {SIGTERM, SIGUSR1}) {
     DYNAMIC_SECTION(sigabbrev_np(sig)) {
       TempDir d;

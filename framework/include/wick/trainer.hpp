@@ -20,6 +20,7 @@
 namespace wick {
 
 class Task;
+class Metric;
 class StateDict;
 
 struct TrainerOptions {
@@ -64,6 +65,13 @@ struct OptimizerOptions {
   bool nesterov = false;
 };
 
+// A metric plugin instance of [[metrics]]: logged as valid/INSTANCE.
+struct MetricEntry {
+  std::shared_ptr<Metric> metric;
+  std::string plugin;
+  std::string instance;
+};
+
 struct FitResult {
   enum class Status { completed, cancelled, failed };
   Status status = Status::completed;
@@ -98,6 +106,9 @@ class Trainer {
   // Hooks in config order; ties in order keep this order. Must come before fit()/describe().
   void add_hook(HookEntry entry);
   const std::vector<HookEntry>& hooks() const;
+  // Metrics computed over each whole validation (valid/INSTANCE), in the order added.
+  void add_metric(MetricEntry entry);
+  const std::vector<MetricEntry>& metrics() const;
 
   // Sorts hooks once, connects their points and stage handlers, checks stage requirements.
   // Called by fit() when not done yet. Throws ConfigError on an impossible order.

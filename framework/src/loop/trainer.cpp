@@ -205,6 +205,16 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
     throw ConfigError(cfg_at +
                       "the task's validation data has no size (a stream); validation runs "
                       "over a finite data set: give valid_data() one, or return nullptr");
+  if (I.train_ds->size() == 0)
+    throw ConfigError(cfg_at + "the task's training data is empty (0 samples)");
+  if (I.train_batches() == 0) {
+    const std::int64_t n = I.train_ds->size(), w = I.state.num_processes;
+    throw ConfigError(
+        cfg_at + "an epoch would have no batch: " + std::to_string(n) + " training samples" +
+        (w > 1 ? " (" + std::to_string((n + w - 1) / w) + " per rank)" : std::string()) +
+        " are fewer than trainer.batch_size = " + std::to_string(I.opt.batch_size) +
+        " with drop_last = true; lower batch_size or set drop_last = false");
+  }
   I.optimizers = make_optimizers(I.optim_specs, *I.model);
   I.manual = I.task->manual_optimization();
   I.state.epochs = I.opt.epochs;
@@ -239,6 +249,18 @@ void Trainer::add_hook(HookEntry entry) {
 }
 const std::vector<HookEntry>& Trainer::hooks() const {
   return impl_->dispatch.hooks();
+}
+void Trainer::add_metric(MetricEntry entry) {
+  if (!entry.metric) throw std::invalid_argument("add_metric: no metric");
+  for (const auto& m : impl_->metrics)
+    if (m.instance == entry.instance)
+      throw ConfigError("two metrics named '" + entry.instance + "'; give one another name");
+  const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
+  impl_->metric_places.emplace_back(who + " on a validation batch", who + " computing its value");
+  impl_->metrics.push_back(std::move(entry));
+}
+const std::vector<MetricEntry>& Trainer::metrics() const {
+  return impl_->metrics;
 }
 namespace {
 // Task::connect scheduled as a hook named "task".
@@ -611,6 +633,7 @@ ValidResult Trainer::Impl::validation() {
   std::vector<std::string> names;
   std::vector<at::Tensor> sums;
   std::int64_t count = 0;
+  for (auto& m : metrics) m.metric->reset();
   // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
   try {
     dispatch.emit(Point::before_valid);
@@ -638,6 +661,10 @@ ValidResult Trainer::Impl::validation() {
           }
         }
         count += m;
+        for (std::size_t i = 0; i < metrics.size(); ++i) {
+          dispatch.set_where(metric_places[i].first);
+          metrics[i].metric->update(output.pred.detach(), batch.target);
+        }
         dispatch.emit(Point::after_step);
       } catch (const CancelStep&) {
         cancelled(CancelScope::step);
@@ -661,12 +688,63 @@ ValidResult Trainer::Impl::validation() {
     res.values.emplace_back("valid/loss", acc[0] / total);
     for (std::size_t k = 0; k < names.size(); ++k)
       res.values.emplace_back("valid/" + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
+    compute_metrics(res);
   }
   model->train();
   state.phase = Phase::train;
   state.batch_idx = saved_batch;
   state.batches_in_epoch = saved_nb;
   return res;
+}
+
+void Trainer::Impl::compute_metrics(ValidResult& res) {
+  if (metrics.empty()) return;
+  // Every state tensor of every metric, flattened into one float64 vector: one all-reduce.
+  std::vector<at::Tensor> flat;
+  for (auto& e : metrics) {
+    if (e.metric->state().empty())
+      throw std::runtime_error("metric '" + e.instance + "' (plugin '" + e.plugin +
+                               "') has no state after the validation's updates (a bug in the "
+                               "plugin: update() must size its state)");
+    for (const auto& t : e.metric->state())
+      flat.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
+  }
+  if (distributed()) {
+    auto packed = at::cat(flat);
+    // Ranks whose states differ in shape cannot be summed: say so, not garble the sum.
+    auto size = at::full({1}, static_cast<double>(packed.numel()), at::kDouble);
+    auto agreed = size.clone();
+    collectives->all_reduce_sum(agreed);
+    if (agreed.item<double>() != size.item<double>() * static_cast<double>(state.num_processes))
+      throw std::runtime_error(
+          "the ranks' metric states differ in size (one rank saw other classes or shapes), so "
+          "they cannot be summed; every rank must see the same prediction shapes");
+    collectives->all_reduce_sum(packed);
+    std::int64_t off = 0;
+    for (auto& e : metrics)
+      for (auto& t : e.metric->state()) {
+        const std::int64_t n = t.numel();
+        t.copy_(packed.slice(0, off, off + n).reshape(t.sizes()).to(t.options()));
+        off += n;
+      }
+  }
+  for (std::size_t i = 0; i < metrics.size(); ++i) {
+    auto& e = metrics[i];
+    dispatch.set_where(metric_places[i].second);
+    for (const auto& [k, v] : e.metric->compute()) {
+      const std::string key = "valid/" + e.instance + (k.empty() ? "" : "/" + k);
+      // The whole-set value replaces a task's per-batch mean of the same name.
+      auto same = std::find_if(res.values.begin(), res.values.end(),
+                               [&](const auto& kv) { return kv.first == key; });
+      if (same != res.values.end())
+        same->second = v;
+      else
+        res.values.emplace_back(key, v);
+    }
+    // Files only from a fit that holds the run folder (not Trainer::validate from outside).
+    if (in_fit && writes_outputs() && lock.held())
+      e.metric->write_files(run.output_dir, e.instance);
+  }
 }
 
 void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before) {
@@ -853,6 +931,7 @@ ValidResult Trainer::validate() {
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder, RunInfo run) {
   // Hooks first: they are cheap to build and their config errors should not wait for data.
   auto hooks = cfg.make_hooks(finder);
+  auto metrics = cfg.make_metrics(finder);
   // The task after seeding, so that random draws in its constructor are reproducible.
   torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
   auto task = cfg.make_task(finder);
@@ -866,6 +945,7 @@ std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& fin
   auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), std::move(optimizers),
                                      std::move(run));
   for (auto& h : hooks) t->add_hook(std::move(h));
+  for (auto& m : metrics) t->add_metric(std::move(m));
   return t;
 }
 

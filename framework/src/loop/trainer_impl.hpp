@@ -16,6 +16,7 @@
 #include "optim/optimizers.hpp"
 #include "records/record_writer.hpp"
 #include "records/run_lock.hpp"
+#include "wick/metric.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
 
@@ -72,6 +73,10 @@ struct Trainer::Impl : Context::Host {
   Context ctx{this};
   Dispatcher dispatch{ctx};
   RecordWriter records;
+  std::vector<MetricEntry> metrics;  // [[metrics]]: whole-set values of each validation
+  // Per metric, where an error is blamed: "metric 'f1_macro' (plugin 'f1') update" and
+  // "... compute" (the dispatcher keeps a view, so they live here).
+  std::vector<std::pair<std::string, std::string>> metric_places;
   RunLock lock;  // the output folder, held by rank 0 for the length of a fit
   Batch batch;
   Output output;
@@ -126,6 +131,8 @@ struct Trainer::Impl : Context::Host {
   void train_step(BatchLoader& loader);
   void forward_and_loss();
   ValidResult validation();
+  // The metrics' values over the whole validation, their states summed over the ranks.
+  void compute_metrics(ValidResult& res);
   void log_step_if_due();
   void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.

@@ -31,7 +31,7 @@ void RunLock::acquire(const std::filesystem::path& dir) {
   const auto file = dir / "wick.lock";
   const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
-    throw std::runtime_error("cannot open '" + file.string() + "': " + std::strerror(errno) +
+    throw std::runtime_error("cannot write '" + file.string() + "': " + std::strerror(errno) +
                              "; set trainer.output_dir to a writable folder");
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
