@@ -14,6 +14,7 @@ PACKAGES=(
   nettle-dev
   clang libclang-rt-14-dev llvm  # make fuzz: clang, libFuzzer and the sanitizer runtimes,
                                  # llvm-symbolizer for readable reports
+  python3-sklearn                # reference values for the metric plugins' tests
 )
 
 missing=()

@@ -16,6 +16,7 @@ endfunction()
 
 wick_sdk_test_plugin(minimal_hook ${PROJECT_SOURCE_DIR}/sdk/examples/minimal_hook.cpp)
 wick_sdk_test_plugin(minimal_task ${PROJECT_SOURCE_DIR}/sdk/examples/minimal_task.cpp)
+wick_sdk_test_plugin(minimal_metric ${PROJECT_SOURCE_DIR}/sdk/examples/minimal_metric.cpp)
 wick_sdk_test_plugin(path_probe ${CMAKE_CURRENT_SOURCE_DIR}/sdk/path_probe.cpp)
 # Purpose-built libraries for the version rule: record = this SDK's version + deltas.
 set(versioned ${CMAKE_CURRENT_SOURCE_DIR}/sdk/versioned.cpp)

@@ -1,6 +1,6 @@
-// Cancels, errors and SIGINT through `wick fit`, with the thrower test plugin injecting them
-// and the recorder noting where after_cancel ran. The synthetic task here runs 2 epochs of
-// 2 training batches and 1 validation batch.
+// Cancels, errors, stop signals and the output folder's lock through `wick fit`, with the thrower
+// test plugin injecting them and the recorder noting where after_cancel ran. The synthetic task
+// here runs 2 epochs of 2 training batches and 1 validation batch.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -197,13 +197,13 @@ pid_t spawn_wick(const TempDir& dir, const std::vector<std::string>& args) {
   const auto out = (dir / "stdout.txt").string(), err = (dir / "stderr.txt").string();
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  // SIGINT must reach the child: default disposition, nothing blocked.
+  // The stop signals must reach the child: default disposition, nothing blocked.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, intr;
   sigemptyset(&none);
   sigemptyset(&intr);
-  sigaddset(&intr, SIGINT);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaddset(&intr, sig);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &intr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -245,28 +245,86 @@ TEST_CASE("SIGINT during the last epoch's after_epoch is not lost: exit 130, not
   CHECK(r.recorded.back().rfind("after_cancel", 0) == 0);
 }
 
-TEST_CASE("a real SIGINT sent to a running `wick fit`: after_cancel, exit 130") {
+TEST_CASE("a stop signal sent to a running `wick fit`: after_cancel, exit 128 + signal") {
+  // Ctrl-C, preemption (SLURM, Kubernetes, docker stop), a closed terminal, SLURM's warning.
+  const struct {
+    int sig, exit_code;
+    const char* reason;
+  } kinds[] = {{SIGINT, 130, "interrupted (SIGINT)"},
+               {SIGTERM, 143, "terminated (SIGTERM)"},
+               {SIGHUP, 129, "hung up (SIGHUP)"},
+               {SIGUSR1, 138, "asked to stop (SIGUSR1)"}};
+  for (const auto& k : kinds) {
+    DYNAMIC_SECTION(k.reason) {
+      TempDir dir;
+      const auto marker = dir / "reached";
+      // The thrower waits in the second step's after_step until the signal has been handled.
+      write_file(dir / "cfg.toml", config(dir,
+                                          "point = \"after_step\"\nstep = 1\naction = "
+                                          "\"pause\"\nmarker = \"" +
+                                              marker.string() + "\"\n"));
+      pid_t pid = spawn_wick(dir, {"fit", (dir / "cfg.toml").string()});
+      REQUIRE(wait_for(marker));
+      REQUIRE(kill(pid, k.sig) == 0);
+      int status = 0;
+      REQUIRE(waitpid(pid, &status, 0) == pid);
+      INFO(read_file(dir / "stdout.txt") << read_file(dir / "stderr.txt"));
+      CHECK(exit_status(status) == k.exit_code);
+      auto s = read_json(dir / "run" / "summary.json");
+      CHECK(s["status"] == "cancelled");
+      CHECK(s["stop_reason"] == k.reason);
+      CHECK(s["optimizer_steps"] == 2);
+      CHECK(read_file(dir / "stdout.txt").find(std::string("wick: stopped: ") + k.reason) !=
+            std::string::npos);
+      auto rec = recorded(dir);
+      REQUIRE(!rec.empty());
+      CHECK(rec.back() == "after_cancel 0 1");
+      CHECK(read_file(dir / "run" / "wick.lock").empty());  // let go on the way out
+    }
+  }
+}
+
+TEST_CASE("one fit per output folder: a second is refused with the holder's pid, exit 2") {
   TempDir dir;
   const auto marker = dir / "reached";
-  // The thrower waits in the second step's after_step until the signal has been handled.
   write_file(dir / "cfg.toml", config(dir,
                                       "point = \"after_step\"\nstep = 1\naction = "
                                       "\"pause\"\nmarker = \"" +
                                           marker.string() + "\"\n"));
   pid_t pid = spawn_wick(dir, {"fit", (dir / "cfg.toml").string()});
   REQUIRE(wait_for(marker));
-  REQUIRE(kill(pid, SIGINT) == 0);
+  const auto metrics_before = read_file(dir / "run" / "metrics.jsonl");
+  const auto summary_before = read_file(dir / "run" / "summary.json");
+  auto second = run_wick({"fit", (dir / "cfg.toml").string()});
+  // The first run's files are as it left them.
+  CHECK(read_file(dir / "run" / "summary.json") == summary_before);
+  CHECK(read_file(dir / "run" / "metrics.jsonl") == metrics_before);
+  kill(pid, SIGINT);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
-  INFO(read_file(dir / "stdout.txt") << read_file(dir / "stderr.txt"));
+  INFO(second.out << second.err);
+  CHECK(second.exit_code == 2);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  const std::string p = std::to_string(pid);
+  CHECK(second.err == "wick: start: output folder '" + (dir / "run").string() +
+                          "' is in use by wick pid " + p + " on host " + host +
+                          "; wait for it to end, stop it (kill -INT " + p +
+                          "), or set trainer.output_dir to another folder\n");
+  CHECK(second.out.empty());
+  // And it ends as it would alone.
   CHECK(exit_status(status) == 130);
-  auto s = read_json(dir / "run" / "summary.json");
-  CHECK(s["status"] == "cancelled");
-  CHECK(s["stop_reason"] == "interrupted (SIGINT)");
-  CHECK(s["optimizer_steps"] == 2);
-  auto rec = recorded(dir);
-  REQUIRE(!rec.empty());
-  CHECK(rec.back() == "after_cancel 0 1");
+  CHECK(read_json(dir / "run" / "summary.json")["status"] == "cancelled");
+
+  SECTION("a lock left by a process that died is taken over with a notice") {
+    write_file(dir / "run" / "wick.lock", "pid 999999 host gone\n");
+    auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.epochs=1"});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("wick: taking over '" + (dir / "run" / "wick.lock").string() +
+                     "' from wick pid 999999 host gone, which ended without releasing it") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("a second SIGINT ends `wick fit` at once with exit 130") {

@@ -433,7 +433,8 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
     fs::permissions(out, fs::perms::owner_all);
     INFO(r.out << r.err);
     CHECK(r.exit_code == 1);
-    CHECK(r.err.find("cannot write '" + (out / "metrics.jsonl").string() +
+    // The lock is the first file a fit writes.
+    CHECK(r.err.find("cannot write '" + (out / "wick.lock").string() +
                      "': Permission denied; set trainer.output_dir to a writable folder") !=
           std::string::npos);
     CHECK(fs::is_empty(out));

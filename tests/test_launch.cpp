@@ -1,8 +1,13 @@
 // wick launch's process logic with ordinary programs: torchrun's environment, rank-prefixed
-// output, and ending the other ranks when one fails.
+// output, ending the other ranks when one fails, forwarding stop signals.
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "support.hpp"
 #include "wick/launch.hpp"
@@ -115,6 +120,43 @@ TEST_CASE("a rank that ignores SIGTERM is killed after the grace period, signals
   CHECK(c.res.failed_rank == 0);
   CHECK(c.res.reason == "killed by signal 9 (SIGKILL)");
   CHECK(c.seconds < 30);
+}
+
+TEST_CASE("a stop signal to the launcher reaches every rank, which exits 128 + the signal") {
+  for (int sig : {SIGTERM, SIGUSR1}) {
+    DYNAMIC_SECTION(sigabbrev_np(sig)) {
+      TempDir d;
+      wick::LaunchOptions o;
+      o.nproc = 2;
+      // Each rank notes the signal it got and exits as wick fit would (128 + the signal).
+      const std::string dir = d.path().string();
+      o.command = {"sh", "-c",
+                   "trap 'echo TERM > " + dir + "/got$RANK; exit 143' TERM; trap 'echo USR1 > " +
+                       dir + "/got$RANK; exit 138' USR1; touch " + dir +
+                       "/ready$RANK; while :; do sleep 0.05; done"};
+      std::thread sender([&] {
+        for (int i = 0; i < 3000; ++i) {
+          if (fs::exists(d / "ready0") && fs::exists(d / "ready1")) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        ::kill(::getpid(), sig);  // the launcher's handler is installed for launch()'s length
+      });
+      auto c = run_launch(o);
+      sender.join();
+      INFO(c.out << c.err);
+      const std::string name = sig == SIGTERM ? "TERM" : "USR1";
+      CHECK(c.res.exit_code == 128 + sig);
+      CHECK(c.res.failed_rank == -1);
+      CHECK(read_file(d / "got0") == name + "\n");
+      CHECK(read_file(d / "got1") == name + "\n");
+      // The last line (before it, the shells may report their sleep ended by the signal).
+      const std::string last =
+          "wick launch: stopped by SIG" + name + " (forwarded to every rank)\n";
+      CHECK(c.err.size() >= last.size());
+      CHECK(c.err.compare(c.err.size() - std::min(c.err.size(), last.size()), last.size(), last) ==
+            0);
+    }
+  }
 }
 
 TEST_CASE("launch rejects bad options with the option named") {

@@ -219,7 +219,24 @@ TEST_CASE("the minimal task template trains: model, TensorDataset, forward and l
   CHECK(s.contains("valid/abs_error"));
 }
 
-TEST_CASE("wick new-plugin --kind task writes the renamed task template, metric is refused") {
+TEST_CASE("the minimal metric template: balanced accuracy over the whole validation set") {
+  TempDir dir;
+  write_file(dir / "cfg.toml",
+             "[trainer]\nepochs = 1\nbatch_size = 32\noutput_dir = \"" + (dir / "run").string() +
+                 "\"\n[task]\nplugin = \"synthetic\"\nsamples = 64\n" +
+                 "valid_samples = 80\nclasses = 2\n[optimizer]\nname = \"sgd\"\n" +
+                 "lr = 1e-30\n[[metrics]]\nplugin = \"minimal_metric\"\n" +
+                 "[[metrics]]\nplugin = \"recall\"\n" + sdk_plugins_toml());
+  auto r = run_wick({"fit", (dir / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto s = read_json(dir / "run" / "summary.json");
+  // Balanced accuracy is the built-in recall's macro average when every class has samples.
+  CHECK(s["valid/minimal_metric"].get<double>() ==
+        Approx(s["valid/recall"].get<double>()).epsilon(1e-12));
+}
+
+TEST_CASE("wick new-plugin --kind task and --kind metric write the renamed templates") {
   TempDir dir;
   auto r = run_wick({"new-plugin", "my_task", "--kind", "task", "--dir", (dir / "t").string()});
   INFO(r.out << r.err);
@@ -237,9 +254,12 @@ TEST_CASE("wick new-plugin --kind task writes the renamed task template, metric 
   CHECK_THAT(read_file(dir / "t" / "README.md"), Catch::Contains("A wick task plugin"));
 
   r = run_wick({"new-plugin", "my_metric", "--kind", "metric", "--dir", (dir / "m").string()});
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("metric plugins come with SDK 2.1"));
-  CHECK_FALSE(fs::exists(dir / "m"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(read_file(dir / "m" / "my_metric.cpp"),
+             Catch::Contains("class MyMetric : public wick::Metric"));
+  CHECK_THAT(read_file(dir / "m" / "my_metric.toml"),
+             Catch::Contains("[[metrics]]\nplugin = \"my_metric\"\n"));
+  CHECK_THAT(read_file(dir / "m" / "README.md"), Catch::Contains("A wick metric plugin"));
   r = run_wick({"new-plugin", "x", "--kind", "loss", "--dir", (dir / "x").string()});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("unknown plugin kind 'loss': use hook, task or metric"));

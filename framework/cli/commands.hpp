@@ -1,6 +1,6 @@
 // Subcommands of `wick`: each file under framework/cli/ adds its own with one add_*
 // function called from main.cpp. Exit codes: 0 done, 1 failed, 2 usage or config error,
-// 130 interrupted.
+// 128 + the signal when stopped by one (wick/trainer.hpp).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -74,6 +74,15 @@ void print_optimizers(const wick::Config& cfg) {
   }
 }
 
+void print_metrics(const wick::Config& cfg, const wick::PluginFinder& finder) {
+  const auto metrics = cfg.make_metrics(finder);
+  if (metrics.empty()) return;
+  std::printf("\nMetrics (over the whole validation set):\n");
+  for (const auto& m : metrics)
+    std::printf("  valid/%s: %s (%s)\n", m.instance.c_str(), m.plugin.c_str(),
+                finder.find(m.plugin)->info().path.c_str());
+}
+
 void print_libraries(const std::vector<wick::HookEntry>& hooks, const std::string& task_lib) {
   std::printf("\nLibraries:\n");
   if (!task_lib.empty()) std::printf("  task: %s\n", task_lib.c_str());
@@ -94,6 +103,7 @@ int cmd_describe(const ConfigArgs& a) {
     wick::connect_hooks(hooks, 0, nullptr, table);
     std::fputs(wick::describe_markdown(table).c_str(), stdout);
     print_optimizers(cfg);
+    print_metrics(cfg, finder);
     print_libraries(hooks, task_lib);
     return kOk;
   });
@@ -106,20 +116,25 @@ int cmd_check(const ConfigArgs& a) {
     // Everything `wick fit` builds before training: hooks, the task (its own checks of its
     // parameters and data run in its constructor), the model and its optimizers (module
     // names, parameter groups). Nothing is written.
-    std::size_t num_hooks = 0;
+    std::size_t num_hooks = 0, num_metrics = 0;
     if (cfg.has_task()) {
       auto trainer = wick::make_trainer(cfg, finder);
       num_hooks = trainer->hooks().size();
+      num_metrics = trainer->metrics().size();
       (void)trainer->describe();  // connects the hooks: order and capability checks
     } else {
       auto hooks = cfg.make_hooks(finder);
       wick::ScheduleTable table;
       wick::connect_hooks(hooks, 0, nullptr, table);
       num_hooks = hooks.size();
+      num_metrics = cfg.make_metrics(finder).size();
     }
-    std::printf("%s: ok (task %s, %zu hook%s)\n", cfg.path().c_str(),
+    const std::string metrics =
+        num_metrics ? ", " + std::to_string(num_metrics) + " metric" + (num_metrics == 1 ? "" : "s")
+                    : "";
+    std::printf("%s: ok (task %s, %zu hook%s%s)\n", cfg.path().c_str(),
                 cfg.has_task() ? cfg.task_plugin().c_str() : "(none)", num_hooks,
-                num_hooks == 1 ? "" : "s");
+                num_hooks == 1 ? "" : "s", metrics.c_str());
     return kOk;
   });
 }
@@ -136,10 +151,16 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
       const std::string of_library =
           i.in_library ? " (one of " + std::to_string(i.library_size) + " plugins of this library)"
                        : "";
-      std::printf("\n%s %s (%s%s, order %d, SDK %d.%d)\n  %s\n  %s%s\n", i.name.c_str(),
-                  i.version.c_str(), i.kind == wick::PluginKind::task ? "task" : "hook",
-                  i.main_process_only ? ", main process only" : "", i.default_order, i.api_major,
-                  i.api_minor, i.description.c_str(), i.path.c_str(), of_library.c_str());
+      const char* kind = i.kind == wick::PluginKind::task     ? "task"
+                         : i.kind == wick::PluginKind::metric ? "metric"
+                                                              : "hook";
+      // Only hooks are scheduled: an order means nothing for a task or a metric.
+      const std::string order =
+          i.kind == wick::PluginKind::hook ? ", order " + std::to_string(i.default_order) : "";
+      std::printf("\n%s %s (%s%s%s, SDK %d.%d)\n  %s\n  %s%s\n", i.name.c_str(), i.version.c_str(),
+                  kind, i.main_process_only ? ", main process only" : "", order.c_str(),
+                  i.api_major, i.api_minor, i.description.c_str(), i.path.c_str(),
+                  of_library.c_str());
       int key_width = 18;  // widened to the longest key, so that the columns line up
       for (const auto& p : i.params)
         key_width = std::max(key_width, static_cast<int>(p.key.size()));
@@ -172,6 +193,11 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
   });
   if (rc != kOk) return rc;
   auto res = trainer->fit();
+  if (res.config_error) {
+    // Nothing was trained (and the run folder may be another fit's): the error says it all.
+    std::fprintf(stderr, "wick: %s\n", res.error.c_str());
+    return res.exit_code();
+  }
   const auto& st = trainer->state();
   const auto& rec = trainer->context().last_record();
   // The run's summary.json says it best (wall time, samples/s); without outputs, or on a

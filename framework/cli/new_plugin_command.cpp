@@ -1,6 +1,6 @@
-// `wick new-plugin NAME [--kind hook|task] [--dir DIR]`: writes a plugin project that builds
-// against the installed wick package as it is: CMakeLists.txt, NAME.cpp (the SDK guide's
-// minimal hook or task, renamed), NAME.toml (a run that uses it) and a README.
+// `wick new-plugin NAME [--kind hook|task|metric] [--dir DIR]`: writes a plugin project that
+// builds against the installed wick package as it is: CMakeLists.txt, NAME.cpp (the SDK
+// guide's minimal hook, task or metric, renamed), NAME.toml (a run that uses it) and a README.
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -105,10 +105,7 @@ struct Kind {
 Kind kind_of(const std::string& kind) {
   if (kind == "hook") return {kPluginTemplate, "minimal_hook", "MinimalHook"};
   if (kind == "task") return {kTaskTemplate, "minimal_task", "MinimalTask"};
-  if (kind == "metric")
-    throw NewPluginError(
-        "metric plugins come with SDK 2.1; for now a hook logs values with ctx.log and reads "
-        "records with Registrar::on_record (--kind hook)");
+  if (kind == "metric") return {kMetricTemplate, "minimal_metric", "MinimalMetric"};
   throw NewPluginError("unknown plugin kind '" + kind + "': use hook, task or metric");
 }
 
@@ -133,7 +130,7 @@ std::string task_toml_text(const std::string& name) {
          "plugin = \"progress\"\n";
 }
 
-std::string toml_text(const std::string& name) {
+std::string toml_text(const std::string& name, bool metric) {
   return "# Trains wick's synthetic task with " + name + " enabled: `wick fit " + name +
          ".toml`\n"
          "# after building into ./build. Relative paths are relative to this file.\n"
@@ -147,16 +144,37 @@ std::string toml_text(const std::string& name) {
          "plugin = \"synthetic\"\n"
          "samples = 1024\n\n"
          "[plugins]\n"
-         "path = [\"build\"]\n\n"
-         "[[hooks]]\n"
-         "plugin = \"" +
-         name +
-         "\"\n"
-         "target = 0.5\n";
+         "path = [\"build\"]\n\n" +
+         (metric ? "[[metrics]]\nplugin = \"" + name + "\"\nmin_samples = 1\n"
+                 : "[[hooks]]\nplugin = \"" + name + "\"\ntarget = 0.5\n");
 }
 
-std::string readme_text(const std::string& name, const std::string& prefix, bool task) {
+std::string readme_text(const std::string& name, const std::string& prefix, bool task,
+                        bool metric) {
   const std::string wick = prefix + "/bin/wick";
+  if (metric)
+    return "# " + name +
+           "\n\n"
+           "A wick metric plugin: balanced accuracy (the mean of the classes' recalls) over the "
+           "whole validation set, logged as `valid/" +
+           name +
+           "`.\nMade by `wick new-plugin --kind metric`; the plugin guide is `sdk/README.md` in "
+           "the wick sources.\n\n"
+           "## Build and run\n\n"
+           "```sh\n"
+           "cmake -S . -B build -DCMAKE_PREFIX_PATH=" +
+           prefix + "\ncmake --build build              # -> build/wick_" + name + ".so\n" + wick +
+           " fit " + name +
+           ".toml\n"
+           "```\n\n"
+           "`update` adds a batch to counts that wick sums over data-parallel ranks; `compute` "
+           "turns the whole split's counts into the value.\n\n"
+           "## Files\n\n"
+           "- `" +
+           name +
+           ".cpp`: the metric (update, compute, state, one declared parameter).\n"
+           "- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
+           name + " ...)`.\n- `" + name + ".toml`: a run of wick's synthetic task with it.\n";
   if (task)
     return "# " + name +
            "\n\n"
@@ -215,7 +233,7 @@ int cmd_new_plugin(const std::string& name, const std::string& kind_name,
                    const std::string& dir_opt) {
   try {
     const Kind kind = kind_of(kind_name);
-    const bool task = kind_name == "task";
+    const bool task = kind_name == "task", metric = kind_name == "metric";
     check_name(name);
     const fs::path dir = fs::absolute(dir_opt.empty() ? name : dir_opt).lexically_normal();
     std::error_code ec;
@@ -240,8 +258,8 @@ int cmd_new_plugin(const std::string& name, const std::string& kind_name,
     const auto prefix = fs::path(executable_dir()).parent_path().lexically_normal().string();
     write(dir / "CMakeLists.txt", cmake_text(name));
     write(dir / (name + ".cpp"), src);
-    write(dir / (name + ".toml"), task ? task_toml_text(name) : toml_text(name));
-    write(dir / "README.md", readme_text(name, prefix, task));
+    write(dir / (name + ".toml"), task ? task_toml_text(name) : toml_text(name, metric));
+    write(dir / "README.md", readme_text(name, prefix, task, metric));
 
     std::printf(
         "wick: wrote plugin project %s\n\n  cd %s\n"
@@ -264,11 +282,10 @@ void add_new_plugin_command(CLI::App& app, Registry& r) {
   static std::string name, dir, kind = "hook";
   auto* cmd =
       app.add_subcommand("new-plugin",
-                         "write a plugin project (CMake, one hook or task, a TOML to try it) to "
-                         "build against the installed wick");
+                         "write a plugin project (CMake, one hook, task or metric, a TOML to try "
+                         "it) to build against the installed wick");
   cmd->add_option("NAME", name, "plugin name: letters, digits and '_'")->required();
-  cmd->add_option("--kind", kind, "hook (default) or task; metric comes with SDK 2.1")
-      ->type_name("KIND");
+  cmd->add_option("--kind", kind, "hook (default), task or metric")->type_name("KIND");
   cmd->add_option("--dir", dir, "folder to create (default ./NAME); must not exist")
       ->type_name("DIR");
   r.push_back({cmd, [] { return cmd_new_plugin(name, kind, dir); }});

@@ -217,8 +217,8 @@ std::string printable(const std::string& s) {
   return s.size() > 60 ? out + "..." : out;
 }
 
-const std::vector<std::string> kTopLevel = {"trainer",    "task",  "optimizer",
-                                            "optimizers", "hooks", "plugins"};
+const std::vector<std::string> kTopLevel = {"trainer", "task",    "optimizer", "optimizers",
+                                            "hooks",   "metrics", "plugins"};
 
 std::vector<ParamInfo> group_schema() {
   return {
@@ -230,6 +230,7 @@ std::vector<ParamInfo> group_schema() {
 }
 const std::vector<std::string> kHookReserved = {"plugin", "name", "order", "enabled"};
 const std::vector<std::string> kTaskReserved = {"plugin"};
+const std::vector<std::string> kMetricReserved = {"plugin", "name", "enabled"};
 
 }  // namespace
 
@@ -265,6 +266,14 @@ struct Config::Impl {
                 std::string("'") + key + "' in " + section + " " + msg);
   }
 
+  // nan passes every range check written as "x < lo || x > hi", so no parameter takes it.
+  double not_nan(double v, const toml::node& n, const std::string& key,
+                 const std::string& section) const {
+    if (std::isnan(v))
+      throw error(where(n), "'" + key + "' in " + section + " must be a number, not nan");
+    return v;
+  }
+
   // Converts one value to its declared type; throws with its place when it does not fit.
   ParamValue convert(const toml::node& n, ParamType t, const std::string& key,
                      const std::string& section) const {
@@ -283,7 +292,8 @@ struct Config::Impl {
         if (n.is_integer()) return *n.value<std::int64_t>();
         throw bad();
       case ParamType::floating:
-        if (n.is_integer() || n.is_floating_point()) return *n.value<double>();
+        if (n.is_integer() || n.is_floating_point())
+          return not_nan(*n.value<double>(), n, key, section);
         throw bad();
       case ParamType::string:
       case ParamType::choice:  // its value is checked against the choices by validate()
@@ -311,7 +321,7 @@ struct Config::Impl {
             throw error(where(e), "'" + key + "' in " + section +
                                       " must be an array of numbers; this element is " +
                                       node_type_name(e));
-          out.push_back(*e.value<double>());
+          out.push_back(not_nan(*e.value<double>(), e, key, section));
         }
         return out;
       }
@@ -481,6 +491,22 @@ struct Config::Impl {
 
   void apply_set(const std::string& set);
   void validate_builtin();
+  void validate_instances(const std::string& array, bool ordered);
+  // The plugin an instance table names, of the kind its array holds.
+  std::shared_ptr<const PluginLibrary> find_plugin(const PluginFinder& finder, const toml::table& t,
+                                                   PluginKind kind) const {
+    const toml::node& pn = *t.get("plugin");
+    std::shared_ptr<const PluginLibrary> lib;
+    try {
+      lib = finder.find(*pn.value<std::string>());
+    } catch (const PluginError& e) {
+      throw ConfigError(where(pn) + ": " + e.what());
+    }
+    if (lib->info().kind != kind)
+      throw ConfigError(where(pn) + ": plugin '" + lib->info().name + "' is " +
+                        how_to_use(lib->info()));
+    return lib;
+  }
   const toml::table* hook_table(std::size_t i) const;
   Params plugin_params(const toml::table& tbl, const PluginInfo& info, const std::string& section,
                        const std::vector<std::string>& reserved,
@@ -535,7 +561,7 @@ void Config::Impl::apply_set(const std::string& set) {
     target = all && all->get(parts[1]) ? all->get(parts[1])->as_table() : nullptr;
     if (!target) throw ConfigError(label + ": no [optimizers." + parts[1] + "] table in " + path);
     key = parts[2];
-  } else if (parts.size() == 2 && parts[0] != "hooks") {
+  } else if (parts.size() == 2 && parts[0] != "hooks" && parts[0] != "metrics") {
     if (std::find(kTopLevel.begin(), kTopLevel.end(), parts[0]) == kTopLevel.end()) {
       std::string msg = label + ": unknown section '" + parts[0] + "'";
       if (auto s = did_you_mean(parts[0], kTopLevel); !s.empty())
@@ -546,8 +572,8 @@ void Config::Impl::apply_set(const std::string& set) {
     target = root.get(parts[0])->as_table();
     if (!target) throw ConfigError(label + ": '" + parts[0] + "' is not a table in " + path);
     key = parts[1];
-  } else if (parts.size() == 3 && parts[0] == "hooks") {
-    auto* arr = root.get("hooks") ? root.get("hooks")->as_array() : nullptr;
+  } else if (parts.size() == 3 && (parts[0] == "hooks" || parts[0] == "metrics")) {
+    auto* arr = root.get(parts[0]) ? root.get(parts[0])->as_array() : nullptr;
     std::string names;
     if (arr)
       for (auto& n : *arr) {
@@ -558,8 +584,8 @@ void Config::Impl::apply_set(const std::string& set) {
         if (inst == parts[1]) target = t;
       }
     if (!target)
-      throw ConfigError(label + ": no [[hooks]] instance named '" + parts[1] + "' in " + path +
-                        (names.empty() ? "" : " (instances:" + names + ")"));
+      throw ConfigError(label + ": no [[" + parts[0] + "]] instance named '" + parts[1] + "' in " +
+                        path + (names.empty() ? "" : " (instances:" + names + ")"));
     key = parts[2];
   } else {
     throw ConfigError(label +
@@ -585,8 +611,8 @@ void Config::Impl::validate_builtin() {
       msg += "; did you mean '" + s + "'?";
     else
       msg +=
-          "; a config has [trainer], [task], [optimizer] or [optimizers.NAME], [[hooks]] and "
-          "[plugins]";
+          "; a config has [trainer], [task], [optimizer] or [optimizers.NAME], [[hooks]], "
+          "[[metrics]] and [plugins]";
     throw error(where(k.source()), msg);
   }
   auto section_table = [&](const std::string& name) -> const toml::table* {
@@ -737,41 +763,49 @@ void Config::Impl::validate_builtin() {
     task_plugin = *pn->value<std::string>();
   }
 
-  if (auto* hn = root.get("hooks")) {
-    auto* arr = hn->as_array();
-    if (!arr || !arr->is_array_of_tables())
-      throw error(where(*hn), "'hooks' must be an array of tables: write each as [[hooks]]");
-    std::map<std::string, std::string> seen;
-    for (auto& n : *arr) {
-      const auto& t = *n.as_table();
-      auto* pn = t.get("plugin");
-      if (!pn) throw error(where(t.source()), "missing required key 'plugin' in [[hooks]]");
-      if (!pn->is_string())
-        throw error(where(*pn), "'plugin' in [[hooks]] must be a string, not " +
-                                    std::string(node_type_name(*pn)));
-      std::string inst = *pn->value<std::string>();
-      if (auto* nn = t.get("name")) {
-        if (!nn->is_string()) throw error(where(*nn), "'name' in [[hooks]] must be a string");
-        inst = *nn->value<std::string>();
-      }
-      if (auto* on = t.get("order"); on && !on->is_integer())
-        throw error(where(*on), "'order' in [hooks." + inst + "] must be an integer, not " +
-                                    node_type_name(*on));
-      if (auto* on = t.get("order")) {
-        const std::int64_t o = *on->value<std::int64_t>();
-        if (o < std::numeric_limits<int>::min() || o > std::numeric_limits<int>::max())
-          throw error(where(*on), "'order' in [hooks." + inst + "] must be between " +
-                                      std::to_string(std::numeric_limits<int>::min()) + " and " +
-                                      std::to_string(std::numeric_limits<int>::max()));
-      }
-      if (auto* en = t.get("enabled"); en && !en->is_boolean())
-        throw error(where(*en), "'enabled' in [hooks." + inst + "] must be true or false");
-      if (auto it = seen.find(inst); it != seen.end())
-        throw error(where(t.source()), "a second [[hooks]] instance named '" + inst +
-                                           "' (the first is at " + it->second +
-                                           "); give one of them name = \"...\"");
-      seen[inst] = where(t.source());
+  validate_instances("hooks", /*ordered=*/true);
+  validate_instances("metrics", /*ordered=*/false);
+}
+
+// [[hooks]] and [[metrics]]: arrays of plugin instances, each named uniquely.
+void Config::Impl::validate_instances(const std::string& array, bool ordered) {
+  auto* hn = root.get(array);
+  if (!hn) return;
+  auto* arr = hn->as_array();
+  if (!arr || !arr->is_array_of_tables())
+    throw error(where(*hn),
+                "'" + array + "' must be an array of tables: write each as [[" + array + "]]");
+  std::map<std::string, std::string> seen;
+  for (auto& n : *arr) {
+    const auto& t = *n.as_table();
+    auto* pn = t.get("plugin");
+    if (!pn) throw error(where(t.source()), "missing required key 'plugin' in [[" + array + "]]");
+    if (!pn->is_string())
+      throw error(where(*pn), "'plugin' in [[" + array + "]] must be a string, not " +
+                                  std::string(node_type_name(*pn)));
+    std::string inst = *pn->value<std::string>();
+    if (auto* nn = t.get("name")) {
+      if (!nn->is_string()) throw error(where(*nn), "'name' in [[" + array + "]] must be a string");
+      inst = *nn->value<std::string>();
     }
+    const std::string section = "[" + array + "." + inst + "]";
+    if (auto* on = t.get("order"); ordered && on && !on->is_integer())
+      throw error(where(*on),
+                  "'order' in " + section + " must be an integer, not " + node_type_name(*on));
+    if (auto* on = t.get("order"); ordered && on) {
+      const std::int64_t o = *on->value<std::int64_t>();
+      if (o < std::numeric_limits<int>::min() || o > std::numeric_limits<int>::max())
+        throw error(where(*on), "'order' in " + section + " must be between " +
+                                    std::to_string(std::numeric_limits<int>::min()) + " and " +
+                                    std::to_string(std::numeric_limits<int>::max()));
+    }
+    if (auto* en = t.get("enabled"); en && !en->is_boolean())
+      throw error(where(*en), "'enabled' in " + section + " must be true or false");
+    if (auto it = seen.find(inst); it != seen.end())
+      throw error(where(t.source()), "a second [[" + array + "]] instance named '" + inst +
+                                         "' (the first is at " + it->second +
+                                         "); give one of them name = \"...\"");
+    seen[inst] = where(t.source());
   }
 }
 
@@ -855,15 +889,7 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
     if (!t["enabled"].value_or(true)) continue;
     const std::string plugin = *t["plugin"].value<std::string>();
     const std::string inst = t["name"].value_or(plugin);
-    std::shared_ptr<const PluginLibrary> lib;
-    try {
-      lib = finder.find(plugin);
-    } catch (const PluginError& e) {
-      throw ConfigError(impl_->where(*t.get("plugin")) + ": " + e.what());
-    }
-    if (lib->info().kind != PluginKind::hook)
-      throw ConfigError(impl_->where(*t.get("plugin")) + ": plugin '" + plugin +
-                        "' is a task plugin; use it as [task] plugin = \"" + plugin + "\"");
+    auto lib = impl_->find_plugin(finder, t, PluginKind::hook);
     Params p = impl_->plugin_params(t, lib->info(), "[hooks." + inst + "]", kHookReserved, inst);
     HookEntry e;
     e.plugin = plugin;
@@ -884,6 +910,34 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
   return out;
 }
 
+std::vector<MetricEntry> Config::make_metrics(const PluginFinder& finder) const {
+  std::vector<MetricEntry> out;
+  auto* mn = impl_->root.get("metrics");
+  if (!mn) return out;
+  for (auto& n : *mn->as_array()) {
+    const auto& t = *n.as_table();
+    if (!t["enabled"].value_or(true)) continue;
+    const std::string plugin = *t["plugin"].value<std::string>();
+    const std::string inst = t["name"].value_or(plugin);
+    auto lib = impl_->find_plugin(finder, t, PluginKind::metric);
+    Params p =
+        impl_->plugin_params(t, lib->info(), "[metrics." + inst + "]", kMetricReserved, inst);
+    MetricEntry e;
+    e.plugin = plugin;
+    e.instance = inst;
+    try {
+      e.metric = lib->create_metric(p);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& ex) {
+      throw ConfigError(impl_->where(t.source()) + ": metric plugin '" + plugin + "' (instance '" +
+                        inst + "') could not start: " + ex.what());
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 namespace {
 const toml::table& task_table(const Config::Impl& I) {
   if (I.task_plugin.empty())
@@ -896,16 +950,7 @@ const toml::table& task_table(const Config::Impl& I) {
 
 void Config::check_task(const PluginFinder& finder) const {
   const auto& t = task_table(*impl_);
-  std::shared_ptr<const PluginLibrary> lib;
-  try {
-    lib = finder.find(impl_->task_plugin);
-  } catch (const PluginError& e) {
-    throw ConfigError(impl_->where(*t.get("plugin")) + ": " + e.what());
-  }
-  if (lib->info().kind != PluginKind::task)
-    throw ConfigError(impl_->where(*t.get("plugin")) + ": plugin '" + impl_->task_plugin +
-                      "' is a hook plugin; enable it under [[hooks]] and name a task plugin "
-                      "in [task]");
+  auto lib = impl_->find_plugin(finder, t, PluginKind::task);
   impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
 }
 

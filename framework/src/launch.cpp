@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 
 namespace wick {
@@ -132,13 +133,14 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
   LaunchResult res;
   res.master_port = o.master_port;
 
-  struct sigaction sa {
-  }, old_int{}, old_term{};
+  // The signals a rank treats as "stop at the next step boundary" (wick/trainer.hpp).
+  const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  struct sigaction sa {};
+  struct sigaction old[std::size(forwarded)]{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   g_signal.store(0);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  for (std::size_t i = 0; i < std::size(forwarded); ++i) sigaction(forwarded[i], &sa, &old[i]);
   std::fflush(out);
   std::fflush(err);
 
@@ -163,7 +165,8 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
     r.fds[1] = pe[0];
   }
 
-  bool ending = false, killed = false, interrupted = false;
+  bool ending = false, killed = false;
+  int interrupted = 0;  // the first signal forwarded
   Clock::time_point kill_at{};
   // Each rank leads its own process group: signalling the group reaches what it started too
   // (a shell's children would otherwise keep its output pipe open).
@@ -208,8 +211,8 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
     }
 
     if (int s = g_signal.exchange(0)) {
-      // Forward the launcher's SIGINT / SIGTERM to every rank; they stop as they would alone.
-      interrupted = true;
+      // Forward the launcher's signal to every rank; they stop as they would alone.
+      if (!interrupted) interrupted = s;
       end_others(s);
       if (!ending) {
         ending = true;
@@ -252,16 +255,16 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
     }
   }
 
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  for (std::size_t i = 0; i < std::size(forwarded); ++i) sigaction(forwarded[i], &old[i], nullptr);
   if (res.failed_rank >= 0) {
     const auto& st =
         ranks[static_cast<std::size_t>(res.failed_rank - o.node_rank * o.nproc)].status;
     res.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
     std::fprintf(err, "wick launch: failed: rank %d %s\n", res.failed_rank, res.reason.c_str());
   } else if (interrupted) {
-    res.exit_code = 130;
-    std::fprintf(err, "wick launch: interrupted\n");
+    res.exit_code = 128 + interrupted;
+    std::fprintf(err, "wick launch: stopped by SIG%s (forwarded to every rank)\n",
+                 sigabbrev_np(interrupted));
   }
   std::fflush(err);
   return res;

@@ -155,32 +155,41 @@ void* PluginLibrary::construct(const Params& p) const {
   }
 }
 
-std::shared_ptr<Hook> PluginLibrary::create_hook(const Params& p) const {
-  if (info_.kind != PluginKind::hook)
+std::string how_to_use(const PluginInfo& i) {
+  switch (i.kind) {
+    case PluginKind::hook:
+      return "a hook plugin; enable it under [[hooks]] plugin = \"" + i.name + "\"";
+    case PluginKind::task:
+      return "a task plugin; use it as [task] plugin = \"" + i.name + "\"";
+    case PluginKind::metric:
+      return "a metric plugin; enable it under [[metrics]] plugin = \"" + i.name + "\"";
+  }
+  return "?";
+}
+
+template <class T>
+std::shared_ptr<T> PluginLibrary::create(PluginKind kind, const Params& p) const {
+  if (info_.kind != kind)
     throw PluginError(PluginError::Kind::wrong_kind,
-                      "plugin '" + info_.name + "' (" + info_.path +
-                          ") is a task plugin; use it as [task] plugin = \"" + info_.name + "\"");
-  auto* raw = static_cast<Hook*>(construct(p));
+                      "plugin '" + info_.name + "' (" + info_.path + ") is " + how_to_use(info_));
+  auto* raw = static_cast<T*>(construct(p));
   if (!raw)
     throw PluginError(PluginError::Kind::missing_factory,
                       "plugin '" + info_.name + "' factory returned nothing");
   // The deleter keeps the library handle alive as long as the object (and libraries are
   // never unloaded anyway).
   auto h = handle_;
-  return std::shared_ptr<Hook>(raw, [h](Hook* x) { h->destroy(x); });
+  return std::shared_ptr<T>(raw, [h](T* x) { h->destroy(x); });
 }
 
+std::shared_ptr<Hook> PluginLibrary::create_hook(const Params& p) const {
+  return create<Hook>(PluginKind::hook, p);
+}
 std::shared_ptr<Task> PluginLibrary::create_task(const Params& p) const {
-  if (info_.kind != PluginKind::task)
-    throw PluginError(PluginError::Kind::wrong_kind,
-                      "plugin '" + info_.name + "' (" + info_.path +
-                          ") is a hook plugin; enable it under [[hooks]], not as [task] plugin");
-  auto* raw = static_cast<Task*>(construct(p));
-  if (!raw)
-    throw PluginError(PluginError::Kind::missing_factory,
-                      "plugin '" + info_.name + "' factory returned nothing");
-  auto h = handle_;
-  return std::shared_ptr<Task>(raw, [h](Task* x) { h->destroy(x); });
+  return create<Task>(PluginKind::task, p);
+}
+std::shared_ptr<Metric> PluginLibrary::create_metric(const Params& p) const {
+  return create<Metric>(PluginKind::metric, p);
 }
 
 namespace {
@@ -242,8 +251,9 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
     throw malformed("its version " + unreadable(ci.version));
   if (!safe_string(ci.description, kMaxText, info.description))
     throw malformed("its description " + unreadable(ci.description));
-  if (ci.kind > static_cast<std::uint32_t>(PluginKind::task))
-    throw malformed("has an unknown kind " + std::to_string(ci.kind) + " (0 hook, 1 task)");
+  if (ci.kind > static_cast<std::uint32_t>(PluginKind::metric))
+    throw malformed("has an unknown kind " + std::to_string(ci.kind) +
+                    " (0 hook, 1 task, 2 metric)");
   info.kind = static_cast<PluginKind>(ci.kind);
   info.default_order = ci.default_order;
   info.main_process_only = (ci.flags & kMainProcessOnly) != 0;
@@ -259,7 +269,8 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
                     " parameters but its table of them cannot be read that far (or is null)");
   const std::vector<std::string> reserved =
       info.kind == PluginKind::hook ? std::vector<std::string>{"plugin", "name", "order", "enabled"}
-                                    : std::vector<std::string>{"plugin"};
+      : info.kind == PluginKind::metric ? std::vector<std::string>{"plugin", "name", "enabled"}
+                                        : std::vector<std::string>{"plugin"};
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& cp = params[i];
     const std::string at = "parameter " + std::to_string(i);

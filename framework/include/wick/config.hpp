@@ -45,6 +45,8 @@ class Config {
   // Loads the hook plugins, validates their tables and constructs them (config order;
   // instances with enabled = false are left out).
   std::vector<HookEntry> make_hooks(const PluginFinder& finder) const;
+  // Loads the metric plugins of [[metrics]], validates their tables and constructs them.
+  std::vector<MetricEntry> make_metrics(const PluginFinder& finder) const;
   // Loads the task plugin, validates [task] and constructs it.
   std::shared_ptr<Task> make_task(const PluginFinder& finder) const;
   // Validates [task] against the task plugin without constructing it (`wick check`).

@@ -22,7 +22,7 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int exit_code = 0;     // 0 when every rank exited 0; else 1, or 130 when interrupted
+  int exit_code = 0;     // 0 when every rank exited 0; else 1, or 128 + the signal forwarded
   int failed_rank = -1;  // global rank that failed first (-1: none)
   std::string reason;    // "exit code 3", "killed by signal 9 (SIGKILL)"
   int master_port = 0;   // the port used

@@ -17,6 +17,7 @@
 namespace wick {
 
 class Task;
+class Metric;
 
 struct ParamInfo {
   std::string key;
@@ -64,6 +65,7 @@ class PluginLibrary {
   // Run the factory. Exceptions from the plugin's constructor pass through.
   std::shared_ptr<Hook> create_hook(const Params& p) const;
   std::shared_ptr<Task> create_task(const Params& p) const;
+  std::shared_ptr<Metric> create_metric(const Params& p) const;
 
   struct Handle;
   PluginLibrary(PluginInfo info, std::shared_ptr<Handle> h)
@@ -71,9 +73,15 @@ class PluginLibrary {
 
  private:
   void* construct(const Params& p) const;
+  template <class T>
+  std::shared_ptr<T> create(PluginKind kind, const Params& p) const;
   PluginInfo info_;
   std::shared_ptr<Handle> handle_;
 };
+
+// "a metric plugin; enable it under [[metrics]] plugin = \"f1\"": what the plugin is and how a
+// config uses it, for a plugin named where another kind belongs.
+std::string how_to_use(const PluginInfo& i);
 
 // Loads one library and checks it is a wick plugin of a compatible SDK version; the factory
 // is not run. The same file loaded twice gives the same object. Throws PluginError.

@@ -3,6 +3,7 @@
 // Task, make a Trainer, add hooks (or load them from TOML with wick/config.hpp), call fit().
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +20,7 @@
 namespace wick {
 
 class Task;
+class Metric;
 class StateDict;
 
 struct TrainerOptions {
@@ -63,14 +65,24 @@ struct OptimizerOptions {
   bool nesterov = false;
 };
 
+// A metric plugin instance of [[metrics]]: logged as valid/INSTANCE.
+struct MetricEntry {
+  std::shared_ptr<Metric> metric;
+  std::string plugin;
+  std::string instance;
+};
+
 struct FitResult {
   enum class Status { completed, cancelled, failed };
   Status status = Status::completed;
   std::string error;          // "plugin 'x' at after_step: message" when failed
   std::string stop_reason;    // why a graceful stop was requested, or why the fit was cancelled
-  bool interrupted = false;   // SIGINT
+  bool interrupted = false;   // stopped by a signal: SIGINT, SIGTERM, SIGHUP or SIGUSR1
+  int signal = 0;             // which one
   bool config_error = false;  // failed on a configuration error found only at run time
-  int exit_code() const;      // 0, 1 (failed), 2 (configuration error) or 130 (interrupted)
+  // 0, 1 (failed), 2 (configuration error) or 128 + the signal when stopped by one (130
+  // SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)
+  int exit_code() const;
 };
 const char* to_string(FitResult::Status s);
 
@@ -94,6 +106,9 @@ class Trainer {
   // Hooks in config order; ties in order keep this order. Must come before fit()/describe().
   void add_hook(HookEntry entry);
   const std::vector<HookEntry>& hooks() const;
+  // Metrics computed over each whole validation (valid/INSTANCE), in the order added.
+  void add_metric(MetricEntry entry);
+  const std::vector<MetricEntry>& metrics() const;
 
   // Sorts hooks once, connects their points and stage handlers, checks stage requirements.
   // Called by fit() when not done yet. Throws ConfigError on an impossible order.
@@ -134,10 +149,12 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The first SIGINT asks the running fit to stop at the next step boundary; the second ends
-// the process at once with status 130. Installed by fit() for its duration.
+// The first SIGINT, SIGTERM, SIGHUP or SIGUSR1 asks the running fit to stop at the next step
+// boundary; a second ends the process at once with status 128 + that signal. Installed by
+// fit() for its duration.
 bool interrupt_requested();
-void request_interrupt();  // what the first SIGINT does (tests call it directly)
+int interrupt_signal();                    // the signal that asked (0: none)
+void request_interrupt(int sig = SIGINT);  // what the first signal does (tests call it directly)
 void clear_interrupt();
 
 }  // namespace wick

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <iterator>
 
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
@@ -23,27 +24,54 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<int> g_interrupts{0};
+// The first stop signal's number (0: none) and how many have come.
+std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_count{0};
 
-void on_sigint(int) {
-  // Second Ctrl-C: the user wants out now.
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+void on_stop_signal(int sig) {
+  // A second signal: the user (or the scheduler) wants out now.
+  if (g_stop_count.fetch_add(1) >= 1) _exit(128 + sig);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
 }
 
-// Installs the SIGINT handler for the duration of a fit and restores the previous one.
-class SigintScope {
+// SIGINT (Ctrl-C), SIGTERM (preemption: SLURM, Kubernetes, docker stop), SIGHUP (the terminal
+// went away) and SIGUSR1 (SLURM's warning before a job's end) all ask for a stop at the next
+// step boundary, so that the cancel checkpoint and a truthful summary.json get written.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+
+// Installs the stop-signal handlers for the duration of a fit and restores the previous ones.
+class StopSignalScope {
  public:
-  SigintScope() {
+  StopSignalScope() {
     struct sigaction sa {};
-    sa.sa_handler = on_sigint;
+    sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+      sigaction(kStopSignals[i], &sa, &old_[i]);
   }
-  ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
+  ~StopSignalScope() {
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+      sigaction(kStopSignals[i], &old_[i], nullptr);
+  }
 
  private:
-  struct sigaction old_ {};
+  struct sigaction old_[std::size(kStopSignals)]{};
 };
+
+// "interrupted (SIGINT)", "terminated (SIGTERM)", ...: summary.json's stop_reason.
+std::string stop_signal_reason(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "terminated (SIGTERM)";
+    case SIGHUP:
+      return "hung up (SIGHUP)";
+    case SIGUSR1:
+      return "asked to stop (SIGUSR1)";
+    default:
+      return "interrupted (SIGINT)";
+  }
+}
 
 struct Interrupted {};
 
@@ -78,17 +106,22 @@ torch::Device to_torch(const Device& d) {
 }  // namespace
 
 bool interrupt_requested() {
-  return g_interrupts.load(std::memory_order_relaxed) > 0;
+  return g_stop_signal.load(std::memory_order_relaxed) != 0;
 }
-void request_interrupt() {
-  g_interrupts.store(1);
+int interrupt_signal() {
+  return g_stop_signal.load(std::memory_order_relaxed);
+}
+void request_interrupt(int sig) {
+  g_stop_signal.store(sig);
+  g_stop_count.store(1);
 }
 void clear_interrupt() {
-  g_interrupts.store(0);
+  g_stop_signal.store(0);
+  g_stop_count.store(0);
 }
 
 int FitResult::exit_code() const {
-  if (interrupted) return 130;
+  if (interrupted) return 128 + (signal ? signal : SIGINT);
   if (status == Status::failed) return config_error ? 2 : 1;
   return 0;
 }
@@ -172,6 +205,16 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
     throw ConfigError(cfg_at +
                       "the task's validation data has no size (a stream); validation runs "
                       "over a finite data set: give valid_data() one, or return nullptr");
+  if (I.train_ds->size() == 0)
+    throw ConfigError(cfg_at + "the task's training data is empty (0 samples)");
+  if (I.train_batches() == 0) {
+    const std::int64_t n = I.train_ds->size(), w = I.state.num_processes;
+    throw ConfigError(
+        cfg_at + "an epoch would have no batch: " + std::to_string(n) + " training samples" +
+        (w > 1 ? " (" + std::to_string((n + w - 1) / w) + " per rank)" : std::string()) +
+        " are fewer than trainer.batch_size = " + std::to_string(I.opt.batch_size) +
+        " with drop_last = true; lower batch_size or set drop_last = false");
+  }
   I.optimizers = make_optimizers(I.optim_specs, *I.model);
   I.manual = I.task->manual_optimization();
   I.state.epochs = I.opt.epochs;
@@ -206,6 +249,18 @@ void Trainer::add_hook(HookEntry entry) {
 }
 const std::vector<HookEntry>& Trainer::hooks() const {
   return impl_->dispatch.hooks();
+}
+void Trainer::add_metric(MetricEntry entry) {
+  if (!entry.metric) throw std::invalid_argument("add_metric: no metric");
+  for (const auto& m : impl_->metrics)
+    if (m.instance == entry.instance)
+      throw ConfigError("two metrics named '" + entry.instance + "'; give one another name");
+  const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
+  impl_->metric_places.emplace_back(who + " on a validation batch", who + " computing its value");
+  impl_->metrics.push_back(std::move(entry));
+}
+const std::vector<MetricEntry>& Trainer::metrics() const {
+  return impl_->metrics;
 }
 namespace {
 // Task::connect scheduled as a hook named "task".
@@ -578,6 +633,7 @@ ValidResult Trainer::Impl::validation() {
   std::vector<std::string> names;
   std::vector<at::Tensor> sums;
   std::int64_t count = 0;
+  for (auto& m : metrics) m.metric->reset();
   // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
   try {
     dispatch.emit(Point::before_valid);
@@ -605,6 +661,10 @@ ValidResult Trainer::Impl::validation() {
           }
         }
         count += m;
+        for (std::size_t i = 0; i < metrics.size(); ++i) {
+          dispatch.set_where(metric_places[i].first);
+          metrics[i].metric->update(output.pred.detach(), batch.target);
+        }
         dispatch.emit(Point::after_step);
       } catch (const CancelStep&) {
         cancelled(CancelScope::step);
@@ -628,12 +688,63 @@ ValidResult Trainer::Impl::validation() {
     res.values.emplace_back("valid/loss", acc[0] / total);
     for (std::size_t k = 0; k < names.size(); ++k)
       res.values.emplace_back("valid/" + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
+    compute_metrics(res);
   }
   model->train();
   state.phase = Phase::train;
   state.batch_idx = saved_batch;
   state.batches_in_epoch = saved_nb;
   return res;
+}
+
+void Trainer::Impl::compute_metrics(ValidResult& res) {
+  if (metrics.empty()) return;
+  // Every state tensor of every metric, flattened into one float64 vector: one all-reduce.
+  std::vector<at::Tensor> flat;
+  for (auto& e : metrics) {
+    if (e.metric->state().empty())
+      throw std::runtime_error("metric '" + e.instance + "' (plugin '" + e.plugin +
+                               "') has no state after the validation's updates (a bug in the "
+                               "plugin: update() must size its state)");
+    for (const auto& t : e.metric->state())
+      flat.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
+  }
+  if (distributed()) {
+    auto packed = at::cat(flat);
+    // Ranks whose states differ in shape cannot be summed: say so, not garble the sum.
+    auto size = at::full({1}, static_cast<double>(packed.numel()), at::kDouble);
+    auto agreed = size.clone();
+    collectives->all_reduce_sum(agreed);
+    if (agreed.item<double>() != size.item<double>() * static_cast<double>(state.num_processes))
+      throw std::runtime_error(
+          "the ranks' metric states differ in size (one rank saw other classes or shapes), so "
+          "they cannot be summed; every rank must see the same prediction shapes");
+    collectives->all_reduce_sum(packed);
+    std::int64_t off = 0;
+    for (auto& e : metrics)
+      for (auto& t : e.metric->state()) {
+        const std::int64_t n = t.numel();
+        t.copy_(packed.slice(0, off, off + n).reshape(t.sizes()).to(t.options()));
+        off += n;
+      }
+  }
+  for (std::size_t i = 0; i < metrics.size(); ++i) {
+    auto& e = metrics[i];
+    dispatch.set_where(metric_places[i].second);
+    for (const auto& [k, v] : e.metric->compute()) {
+      const std::string key = "valid/" + e.instance + (k.empty() ? "" : "/" + k);
+      // The whole-set value replaces a task's per-batch mean of the same name.
+      auto same = std::find_if(res.values.begin(), res.values.end(),
+                               [&](const auto& kv) { return kv.first == key; });
+      if (same != res.values.end())
+        same->second = v;
+      else
+        res.values.emplace_back(key, v);
+    }
+    // Files only from a fit that holds the run folder (not Trainer::validate from outside).
+    if (in_fit && writes_outputs() && lock.held())
+      e.metric->write_files(run.output_dir, e.instance);
+  }
 }
 
 void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before) {
@@ -653,16 +764,25 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   records.write(std::move(r));
 }
 
-void Trainer::Impl::open_outputs() {
-  if (!opt.write_outputs) return;
+bool Trainer::Impl::writes_outputs() const {
+  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
+  return opt.write_outputs && !run.output_dir.empty() && state.rank == 0;
+}
+
+void Trainer::Impl::lock_outputs() {
+  if (!writes_outputs()) return;
   const fs::path dir(run.output_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
     throw std::runtime_error("cannot create output_dir '" + dir.string() + "': " + ec.message() +
                              "; set trainer.output_dir to a writable folder");
-  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
-  if (state.rank != 0) return;
+  lock.acquire(dir);
+}
+
+void Trainer::Impl::open_outputs() {
+  if (!writes_outputs()) return;
+  const fs::path dir(run.output_dir);
   // A resumed run appends to the history it continues (cut back to its checkpoint when the
   // checkpoint is restored); a new run starts it afresh.
   records.open(dir / "metrics.jsonl", /*append=*/!run.resume.empty());
@@ -671,7 +791,8 @@ void Trainer::Impl::open_outputs() {
 // summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
 // kill) never leaves an earlier run's "completed" behind; the end writes the truth.
 void Trainer::Impl::write_summary_file(const FitResult* res) {
-  if (!opt.write_outputs || run.output_dir.empty() || state.rank != 0) return;
+  // Not into a folder another fit holds.
+  if (!writes_outputs() || !lock.held()) return;
   Summary s;
   s.status = res ? to_string(res->status) : "running";
   if (res) {
@@ -693,8 +814,6 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.valid = last_valid.values;
   s.train_cpu_s = train_cpu_seconds;
   if (res) s.model_fingerprint = self->model_fingerprint();
-  std::error_code ec;
-  fs::create_directories(run.output_dir, ec);
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
 
@@ -705,7 +824,7 @@ FitResult Trainer::fit() {
   I.stop = false;
   I.in_fit = true;
   clear_interrupt();
-  SigintScope sigint;
+  StopSignalScope stop_signals;
   I.dispatch.set_where("start");
   // What ends the fit other than completion, and how after_cancel hears of it.
   CancelInfo ending;
@@ -715,6 +834,7 @@ FitResult Trainer::fit() {
     ending = {CancelScope::fit, why, std::move(msg)};
   };
   try {
+    I.lock_outputs();  // before anything in the output folder is written
     connect();
     warn_if_reference_blas();
     I.open_outputs();
@@ -757,7 +877,8 @@ FitResult Trainer::fit() {
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame("CancelFit"));
   } catch (const Interrupted&) {
     res.interrupted = true;
-    end_with(FitResult::Status::cancelled, CancelReason::interrupt, "interrupted (SIGINT)");
+    res.signal = interrupt_signal();
+    end_with(FitResult::Status::cancelled, CancelReason::interrupt, stop_signal_reason(res.signal));
   } catch (const Cancel& c) {
     // A CancelStep or CancelEpoch thrown outside its scope (e.g. in before_fit) ends the fit.
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame(c.what()));
@@ -798,6 +919,7 @@ FitResult Trainer::fit() {
     res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
     std::fprintf(stderr, "wick: %s\n", e.what());
   }
+  I.lock.release();
   return res;
 }
 
@@ -809,6 +931,7 @@ ValidResult Trainer::validate() {
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder, RunInfo run) {
   // Hooks first: they are cheap to build and their config errors should not wait for data.
   auto hooks = cfg.make_hooks(finder);
+  auto metrics = cfg.make_metrics(finder);
   // The task after seeding, so that random draws in its constructor are reproducible.
   torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
   auto task = cfg.make_task(finder);
@@ -822,6 +945,7 @@ std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& fin
   auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), std::move(optimizers),
                                      std::move(run));
   for (auto& h : hooks) t->add_hook(std::move(h));
+  for (auto& m : metrics) t->add_metric(std::move(m));
   return t;
 }
 

@@ -15,6 +15,8 @@
 #include "loop/dispatch.hpp"
 #include "optim/optimizers.hpp"
 #include "records/record_writer.hpp"
+#include "records/run_lock.hpp"
+#include "wick/metric.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
 
@@ -71,6 +73,11 @@ struct Trainer::Impl : Context::Host {
   Context ctx{this};
   Dispatcher dispatch{ctx};
   RecordWriter records;
+  std::vector<MetricEntry> metrics;  // [[metrics]]: whole-set values of each validation
+  // Per metric, where an error is blamed: "metric 'f1_macro' (plugin 'f1') update" and
+  // "... compute" (the dispatcher keeps a view, so they live here).
+  std::vector<std::pair<std::string, std::string>> metric_places;
+  RunLock lock;  // the output folder, held by rank 0 for the length of a fit
   Batch batch;
   Output output;
   at::Tensor backward_loss;
@@ -116,12 +123,16 @@ struct Trainer::Impl : Context::Host {
   bool streaming() const { return train_ds->size() == kUnsized; }
   LoadPlan train_plan(std::int64_t first_batch);  // the current epoch's training batches
   Batch to_device(Batch b) const;
+  bool writes_outputs() const;  // this process writes the run folder (rank 0)
+  void lock_outputs();
   void open_outputs();
   void train_epoch(std::int64_t first_batch);
   void cancelled(CancelScope scope);
   void train_step(BatchLoader& loader);
   void forward_and_loss();
   ValidResult validation();
+  // The metrics' values over the whole validation, their states summed over the ranks.
+  void compute_metrics(ValidResult& res);
   void log_step_if_due();
   void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.

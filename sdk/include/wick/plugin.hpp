@@ -41,7 +41,7 @@ struct wick_plugin_info {
   std::uint16_t api_minor;
   const char* name;
   const char* version;
-  std::uint32_t kind;  // 0 hook, 1 task
+  std::uint32_t kind;  // 0 hook, 1 task, 2 metric (SDK 2.1)
   const char* description;
   std::int32_t default_order;
   std::uint32_t flags;  // bit 0: main process only
@@ -75,7 +75,8 @@ struct wick_plugin_list {
 namespace wick {
 
 class Task;
-enum class PluginKind : std::uint32_t { hook = 0, task = 1 };
+class Metric;
+enum class PluginKind : std::uint32_t { hook = 0, task = 1, metric = 2 };
 inline constexpr std::uint32_t kMainProcessOnly = 1u;
 
 // Builder for a plugin's info record; lives in the plugin's static storage.
@@ -201,29 +202,30 @@ class PluginDef {
 namespace detail {
 template <class T>
 constexpr PluginKind kind_of() {
-  static_assert(std::is_base_of_v<Hook, T> || std::is_base_of_v<Task, T>,
-                "WICK_PLUGIN: the class must derive from wick::Hook or wick::Task");
+  static_assert(
+      std::is_base_of_v<Hook, T> || std::is_base_of_v<Task, T> || std::is_base_of_v<Metric, T>,
+      "WICK_PLUGIN: the class must derive from wick::Hook, wick::Task or wick::Metric");
   if constexpr (std::is_base_of_v<Hook, T>)
     return PluginKind::hook;
-  else
+  else if constexpr (std::is_base_of_v<Task, T>)
     return PluginKind::task;
+  else
+    return PluginKind::metric;
 }
+// The object as the host receives it: a pointer to its plugin kind's base class.
+template <class T>
+using base_of = std::conditional_t<std::is_base_of_v<Hook, T>, Hook,
+                                   std::conditional_t<std::is_base_of_v<Task, T>, Task, Metric>>;
 template <class T>
 void* create(const Params& p) {
   static_assert(std::is_constructible_v<T, const Params&>,
                 "WICK_PLUGIN: the class needs a constructor taking const wick::Params&");
-  if constexpr (std::is_base_of_v<Hook, T>)
-    return static_cast<Hook*>(new T(p));
-  else
-    return static_cast<Task*>(new T(p));
+  return static_cast<base_of<T>*>(new T(p));
 }
-// Objects are deleted by the code that made them (same allocator, same library). The base
-// depends on T, so that the delete is checked where Task is complete (a task plugin includes
-// wick/task.hpp), not here where it is only declared (clang: -Wdelete-incomplete).
+// Objects are deleted by the code that made them (same allocator, same library).
 template <class T>
 void destroy(void* p) {
-  using Base = std::conditional_t<std::is_base_of_v<Hook, T>, Hook, Task>;
-  delete static_cast<Base*>(p);
+  delete static_cast<base_of<T>*>(p);
 }
 }  // namespace detail
 

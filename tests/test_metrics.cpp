@@ -1,0 +1,286 @@
+// The built-in metric plugins: each against values computed by hand on a small example split
+// into two batches (the state must add up), against scikit-learn on random predictions, and
+// through `wick fit`, where the whole-set value differs from a mean of per-batch values and
+// two data-parallel ranks give what one process gives.
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "support.hpp"
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
+#include "wick/metric.hpp"
+#include "wick/trainer.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+// The [[metrics]] instances of `toml`, built as `wick fit` builds them.
+std::vector<wick::MetricEntry> metrics_of(const std::string& toml) {
+  auto cfg = wick::Config::parse(toml, "metrics.toml", {});
+  wick::PluginFinder finder({WICK_PLUGIN_DIR});
+  return cfg.make_metrics(finder);
+}
+
+// One metric's value after the batches (pred, target), in order.
+double value_of(const std::string& toml,
+                const std::vector<std::pair<at::Tensor, at::Tensor>>& batches) {
+  auto ms = metrics_of("[[metrics]]\n" + toml);
+  REQUIRE(ms.size() == 1);
+  auto& m = *ms[0].metric;
+  m.reset();
+  for (const auto& [p, t] : batches) m.update(p, t);
+  const auto v = m.compute();
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].first.empty());
+  return v[0].second;
+}
+
+// Scores whose argmax is `pred` (one-hot), for class targets.
+at::Tensor one_hot_scores(const std::vector<std::int64_t>& pred, std::int64_t classes) {
+  return torch::one_hot(torch::tensor(pred), classes).to(torch::kFloat);
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const wick::ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+}  // namespace
+
+TEST_CASE("classification metrics equal their hand-computed values, over two batches") {
+  // 7 samples, 3 classes. Confusion (rows true, columns predicted): [1 1 0; 0 2 0; 1 0 2].
+  // TP = [1 2 2], predicted = [2 3 2], true = [2 2 3].
+  const std::vector<std::int64_t> truth = {0, 0, 1, 1, 2, 2, 2}, pred = {0, 1, 1, 1, 2, 0, 2};
+  const auto scores = one_hot_scores(pred, 3), target = torch::tensor(truth);
+  const std::vector<std::pair<at::Tensor, at::Tensor>> batches = {
+      {scores.slice(0, 0, 4), target.slice(0, 0, 4)}, {scores.slice(0, 4), target.slice(0, 4)}};
+  auto v = [&](const std::string& t) { return value_of(t, batches); };
+  CHECK(v("plugin = \"accuracy\"") == Approx(5.0 / 7).epsilon(1e-12));
+  // precision per class 1/2, 2/3, 1; recall 1/2, 1, 2/3; f1 = 2TP/(2TP+FP+FN) 1/2, 4/5, 4/5.
+  CHECK(v("plugin = \"precision\"") == Approx((0.5 + 2.0 / 3 + 1) / 3).epsilon(1e-12));
+  CHECK(v("plugin = \"recall\"") == Approx((0.5 + 1 + 2.0 / 3) / 3).epsilon(1e-12));
+  CHECK(v("plugin = \"f1\"") == Approx((0.5 + 0.8 + 0.8) / 3).epsilon(1e-12));
+  CHECK(v("plugin = \"f1\"\naverage = \"weighted\"") ==
+        Approx((0.5 * 2 + 0.8 * 2 + 0.8 * 3) / 7).epsilon(1e-12));
+  CHECK(v("plugin = \"f1\"\naverage = \"micro\"") == Approx(5.0 / 7).epsilon(1e-12));
+  CHECK(v("plugin = \"precision\"\naverage = \"weighted\"") ==
+        Approx((0.5 * 2 + 2.0 / 3 * 2 + 1.0 * 3) / 7).epsilon(1e-12));
+  // A fourth class scored but never true nor predicted is left out of the macro mean.
+  const auto scores4 = one_hot_scores(pred, 4);
+  CHECK(value_of("plugin = \"f1\"", {{scores4, target}}) == Approx(0.7).epsilon(1e-12));
+
+  // top-k: the target among the k highest scores.
+  const auto s =
+      torch::tensor({{0.5, 0.3, 0.2}, {0.1, 0.2, 0.7}, {0.3, 0.6, 0.1}, {0.2, 0.3, 0.5}});
+  const auto t = torch::tensor({2, 1, 1, 0});  // ranks of the target: 3rd, 2nd, 1st, 3rd
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 2", {{s, t}}) == Approx(0.5));
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 3", {{s, t}}) == Approx(1.0));
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 1", {{s, t}}) == Approx(0.25));
+  // A binary logit per sample: positive when > 0.
+  CHECK(value_of("plugin = \"accuracy\"", {{torch::tensor({-1.0, 2.0, 0.5, -3.0}),
+                                            torch::tensor({0, 1, 0, 0})}}) == Approx(0.75));
+}
+
+TEST_CASE("regression metrics equal their hand-computed values, over two batches") {
+  // errors 0, -1, 1, -2: |e| sums to 4, e² to 6; the target's mean is 3, SS_tot = 14.
+  const auto p = torch::tensor({1.0, 2.0, 3.0, 4.0}), t = torch::tensor({1.0, 3.0, 2.0, 6.0});
+  const std::vector<std::pair<at::Tensor, at::Tensor>> batches = {
+      {p.slice(0, 0, 1), t.slice(0, 0, 1)}, {p.slice(0, 1), t.slice(0, 1)}};
+  CHECK(value_of("plugin = \"mae\"", batches) == Approx(1.0).epsilon(1e-12));
+  CHECK(value_of("plugin = \"mse\"", batches) == Approx(1.5).epsilon(1e-12));
+  CHECK(value_of("plugin = \"rmse\"", batches) == Approx(std::sqrt(1.5)).epsilon(1e-12));
+  CHECK(value_of("plugin = \"r2\"", batches) == Approx(1.0 - 6.0 / 14).epsilon(1e-12));
+  // [N, 1] predictions for [N] targets; two outputs are averaged uniformly.
+  CHECK(value_of("plugin = \"mae\"", {{p.unsqueeze(1), t}}) == Approx(1.0));
+  const auto p2 = torch::stack({p, t}, 1), t2 = torch::stack({t, t}, 1);  // r2 1 - 6/14 and 1
+  CHECK(value_of("plugin = \"r2\"", {{p2, t2}}) == Approx((1.0 - 6.0 / 14 + 1.0) / 2));
+}
+
+TEST_CASE("a metric that does not fit the prediction says what it found and the fix") {
+  const auto scores = torch::zeros({4, 10}), classes = torch::tensor({1, 2, 3, 4});
+  auto update = [&](const std::string& toml, const at::Tensor& p, const at::Tensor& t) {
+    return message_of([&] { metrics_of("[[metrics]]\n" + toml)[0].metric->update(p, t); });
+  };
+  CHECK(update("plugin = \"r2\"", scores, classes) ==
+        "needs a prediction shaped like the target; got prediction [4, 10] Float and target [4] "
+        "Long (class scores: use accuracy, f1, precision or recall)");
+  CHECK(update("plugin = \"top_k_accuracy\"\nk = 20", scores, classes) ==
+        "k = 20 is above the 10 classes the prediction scores; set k to at most 10");
+  CHECK(update("plugin = \"f1\"", scores, torch::tensor({0.5, 1.0, 2.0, 3.0})) ==
+        "needs integer class targets [N]; got prediction [4, 10] Float and target [4] Double (a "
+        "regression target: use mae, mse, rmse or r2)");
+  CHECK(update("plugin = \"accuracy\"", scores, torch::tensor({1, 2, 3, 12})) ==
+        "target class 12 is outside the 10 classes the prediction scores; got prediction [4, "
+        "10] Float and target [4] Long");
+  // Parameters are checked like every plugin's, with the place.
+  auto bad = message_of([] { metrics_of("[[metrics]]\nplugin = \"f1\"\naverage = \"marco\"\n"); });
+  CHECK(bad.find("'marco' is not one of \"macro\", \"micro\", \"weighted\" for 'average' in "
+                 "[metrics.f1]; did you mean \"macro\"?") != std::string::npos);
+  // `wick plugins` lists them as metrics, with their parameters.
+  auto listed = run_wick({"plugins"});
+  CHECK(listed.out.find("f1 1.0.0 (metric, SDK " + std::to_string(WICK_API_MAJOR) + "." +
+                        std::to_string(WICK_API_MINOR) + ")") != std::string::npos);
+  auto hook = message_of([] { metrics_of("[[metrics]]\nplugin = \"synthetic\"\n"); });
+  CHECK(hook.find("plugin 'synthetic' is a task plugin; use it as [task] plugin = \"synthetic\"") !=
+        std::string::npos);
+}
+
+TEST_CASE("the metrics equal scikit-learn's on the same random predictions") {
+  torch::manual_seed(7);
+  const std::int64_t n = 997, classes = 6;
+  const auto logits = torch::randn({n, classes}, torch::kDouble) * 2;
+  // Skewed targets, correlated with the scores, so that averages differ.
+  const auto target = torch::where(torch::rand({n}) < 0.6, logits.argmax(1),
+                                   torch::randint(0, classes, {n}, torch::kLong));
+  const auto y = torch::randn({n, 2}, torch::kDouble) * 3 + 1;
+  const auto y_hat = y + torch::randn({n, 2}, torch::kDouble);
+  // Uneven batches.
+  auto batches_of = [&](const at::Tensor& p, const at::Tensor& t) {
+    std::vector<std::pair<at::Tensor, at::Tensor>> b;
+    for (std::int64_t i = 0; i < n; i += 128)
+      b.push_back({p.slice(0, i, i + 128), t.slice(0, i, i + 128)});
+    return b;
+  };
+  const auto cls = batches_of(logits, target), reg = batches_of(y_hat, y);
+
+  TempDir d;
+  auto dump = [&](const std::string& name, const at::Tensor& t) {
+    const auto c = t.contiguous().to(torch::kDouble);
+    std::string text;
+    const auto rows = c.size(0), cols = c.dim() == 1 ? 1 : c.size(1);
+    const auto flat = c.reshape({-1});
+    auto a = flat.accessor<double, 1>();
+    char buf[64];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t j = 0; j < cols; ++j) {
+        std::snprintf(buf, sizeof buf, "%s%.17g", j ? "," : "", a[i * cols + j]);
+        text += buf;
+      }
+      text += "\n";
+    }
+    write_file(d / (name + ".csv"), text);
+  };
+  dump("logits", logits);
+  dump("target", target);
+  dump("y", y);
+  dump("y_hat", y_hat);
+  write_file(d / "ref.py", R"py(
+import sys, numpy as np
+from sklearn import metrics as m
+d = sys.argv[1]
+load = lambda n: np.loadtxt(f"{d}/{n}.csv", delimiter=",", ndmin=2)
+logits, target, y, y_hat = load("logits"), load("target")[:, 0].astype(int), load("y"), load("y_hat")
+pred = logits.argmax(1)
+out = {
+  "accuracy": m.accuracy_score(target, pred),
+  "top3": m.top_k_accuracy_score(target, logits, k=3, labels=range(logits.shape[1])),
+  "mae": m.mean_absolute_error(y, y_hat), "mse": m.mean_squared_error(y, y_hat),
+  "rmse": np.mean(np.sqrt(m.mean_squared_error(y, y_hat, multioutput="raw_values"))),
+  "r2": m.r2_score(y, y_hat),
+}
+for avg in ("macro", "micro", "weighted"):
+  out["precision_" + avg] = m.precision_score(target, pred, average=avg, zero_division=0)
+  out["recall_" + avg] = m.recall_score(target, pred, average=avg, zero_division=0)
+  out["f1_" + avg] = m.f1_score(target, pred, average=avg, zero_division=0)
+for k, v in out.items(): print(k, repr(float(v)))
+)py");
+  auto r = run({"python3", (d / "ref.py").string(), d.path().string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::map<std::string, double> ref;
+  std::istringstream in(r.out);
+  for (std::string k; in >> k;) in >> ref[k];
+  REQUIRE(ref.size() == 15);
+  auto check = [&](const std::string& key, const std::string& toml, const auto& batches) {
+    INFO(key);
+    CHECK(value_of(toml, batches) == Approx(ref.at(key)).epsilon(1e-9).margin(1e-12));
+  };
+  check("accuracy", "plugin = \"accuracy\"", cls);
+  check("top3", "plugin = \"top_k_accuracy\"\nk = 3", cls);
+  for (const std::string avg : {"macro", "micro", "weighted"})
+    for (const std::string m : {"precision", "recall", "f1"})
+      check(m + "_" + avg, "plugin = \"" + m + "\"\naverage = \"" + avg + "\"", cls);
+  check("mae", "plugin = \"mae\"", reg);
+  check("mse", "plugin = \"mse\"", reg);
+  check("rmse", "plugin = \"rmse\"", reg);
+  check("r2", "plugin = \"r2\"", reg);
+}
+
+namespace {
+
+std::string fit_config(const TempDir& d, const std::string& out) {
+  return "[trainer]\nepochs = 1\nbatch_size = 16\nvalid_batch_size = 16\noutput_dir = \"" +
+         (d / out).string() +
+         "\"\n[task]\nplugin = \"synthetic\"\nsamples = 64\nvalid_samples = 100\nclasses = 5\n"
+         // A learning rate that leaves the weights as initialised: every run validates the
+         // same model.
+         "[optimizer]\nname = \"sgd\"\nlr = 1e-30\n"
+         "[[metrics]]\nplugin = \"accuracy\"\nname = \"acc\"\n"
+         "[[metrics]]\nplugin = \"f1\"\nname = \"f1_macro\"\n"
+         "[[metrics]]\nplugin = \"confusion_matrix\"\n"
+         "[[hooks]]\nplugin = \"ddp\"\n";
+}
+
+}  // namespace
+
+TEST_CASE("wick fit logs whole-set metrics; two data-parallel ranks give one process's values") {
+  TempDir d;
+  write_file(d / "cfg.toml", fit_config(d, "one"));
+  // check builds them, describe lists them.
+  auto checked = run_wick({"check", (d / "cfg.toml").string()});
+  CHECK(checked.out == (d / "cfg.toml").string() + ": ok (task synthetic, 1 hook, 3 metrics)\n");
+  auto described = run_wick({"describe", (d / "cfg.toml").string()});
+  CHECK(described.out.find("Metrics (over the whole validation set):\n  valid/acc: accuracy (") !=
+        std::string::npos);
+  auto one = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  const auto records = read_jsonl(d / "one" / "metrics.jsonl");
+  REQUIRE_FALSE(records.empty());
+  const auto& epoch = records.back();
+  REQUIRE(epoch["kind"] == "epoch");
+  // Accuracy is the one metric a batch-size-weighted mean gets right: the task's own agrees.
+  CHECK(epoch["valid/acc"].get<double>() ==
+        Approx(epoch["valid/accuracy"].get<double>()).epsilon(1e-12));
+  const double f1 = epoch["valid/f1_macro"].get<double>();
+  CHECK(f1 >= 0.0);
+  CHECK(f1 <= 1.0);
+  const auto summary = read_json(d / "one" / "summary.json");
+  CHECK(summary["valid/f1_macro"].get<double>() == f1);
+  // The confusion matrix: 100 samples, its diagonal the correct ones.
+  std::istringstream csv(read_file(d / "one" / "confusion_matrix.csv"));
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "true/predicted,0,1,2,3,4");
+  double total = 0, diagonal = 0;
+  for (int i = 0; std::getline(csv, line); ++i) {
+    std::istringstream cells(line);
+    std::string cell;
+    std::getline(cells, cell, ',');
+    CHECK(cell == std::to_string(i));
+    for (int j = 0; std::getline(cells, cell, ','); ++j) {
+      total += std::stod(cell);
+      if (i == j) diagonal += std::stod(cell);
+    }
+  }
+  CHECK(total == 100);
+  CHECK(diagonal / total == Approx(epoch["valid/acc"].get<double>()).epsilon(1e-12));
+
+  // Two ranks of 50 validation samples each: their summed states give the same values.
+  write_file(d / "cfg.toml", fit_config(d, "two"));
+  auto two = run_wick({"fit", (d / "cfg.toml").string(), "--nproc", "2"});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code == 0);
+  const auto epoch2 = read_jsonl(d / "two" / "metrics.jsonl").back();
+  CHECK(epoch2["valid/f1_macro"].get<double>() == Approx(f1).epsilon(1e-12));
+  CHECK(epoch2["valid/acc"].get<double>() ==
+        Approx(epoch["valid/acc"].get<double>()).epsilon(1e-12));
+  CHECK(read_file(d / "two" / "confusion_matrix.csv") ==
+        read_file(d / "one" / "confusion_matrix.csv"));
+}
