@@ -113,7 +113,7 @@ TEST_CASE("a metric that does not fit the prediction says what it found and the 
   CHECK(update("plugin = \"top_k_accuracy\"\nk = 20", scores, classes) ==
         "k = 20 is above the 10 classes the prediction scores; set k to at most 10");
   CHECK(update("plugin = \"f1\"", scores, torch::tensor({0.5, 1.0, 2.0, 3.0})) ==
-        "needs integer class targets [N]; got prediction [4, 10] Float and target [4] Double (a "
+        "needs integer class targets [N]; got prediction [4, 10] Float and target [4] Float (a "
         "regression target: use mae, mse, rmse or r2)");
   CHECK(update("plugin = \"accuracy\"", scores, torch::tensor({1, 2, 3, 12})) ==
         "target class 12 is outside the 10 classes the prediction scores; got prediction [4, "
@@ -190,7 +190,7 @@ for avg in ("macro", "micro", "weighted"):
   out["f1_" + avg] = m.f1_score(target, pred, average=avg, zero_division=0)
 for k, v in out.items(): print(k, repr(float(v)))
 )py");
-  auto r = run({"python3", (d / "ref.py").string(), d.path().string()});
+  auto r = run({"/usr/bin/python3", (d / "ref.py").string(), d.path().string()});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   std::map<std::string, double> ref;
@@ -229,7 +229,8 @@ std::string fit_config(const TempDir& d, const std::string& out) {
 
 }  // namespace
 
-TEST_CASE("wick fit logs whole-set metrics; two data-parallel ranks give one process's values") {
+TEST_CASE(
+    "wick fit logs whole-set metrics, and two data-parallel ranks give what one process gives") {
   TempDir d;
   write_file(d / "cfg.toml", fit_config(d, "one"));
   // check builds them, describe lists them.
