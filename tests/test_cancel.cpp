@@ -224,6 +224,18 @@ bool wait_for(const fs::path& f) {
   return false;
 }
 
+// Starts `wick fit` whose thrower waits in the second step's after_step until a stop signal
+// has been handled; returns once it waits there.
+pid_t start_paused_fit(const TempDir& dir) {
+  const auto marker = dir / "reached";
+  write_file(dir / "cfg.toml",
+             config(dir, "point = \"after_step\"\nstep = 1\naction = \"pause\"\nmarker = \"" +
+                             marker.string() + "\"\n"));
+  const pid_t pid = spawn_wick(dir, {"fit", (dir / "cfg.toml").string()});
+  REQUIRE(wait_for(marker));
+  return pid;
+}
+
 int exit_status(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -257,14 +269,7 @@ TEST_CASE("a stop signal sent to a running `wick fit`: after_cancel, exit 128 + 
   for (const auto& k : kinds) {
     DYNAMIC_SECTION(k.reason) {
       TempDir dir;
-      const auto marker = dir / "reached";
-      // The thrower waits in the second step's after_step until the signal has been handled.
-      write_file(dir / "cfg.toml", config(dir,
-                                          "point = \"after_step\"\nstep = 1\naction = "
-                                          "\"pause\"\nmarker = \"" +
-                                              marker.string() + "\"\n"));
-      pid_t pid = spawn_wick(dir, {"fit", (dir / "cfg.toml").string()});
-      REQUIRE(wait_for(marker));
+      const pid_t pid = start_paused_fit(dir);
       REQUIRE(kill(pid, k.sig) == 0);
       int status = 0;
       REQUIRE(waitpid(pid, &status, 0) == pid);
@@ -286,13 +291,7 @@ TEST_CASE("a stop signal sent to a running `wick fit`: after_cancel, exit 128 + 
 
 TEST_CASE("one fit per output folder: a second is refused with the holder's pid, exit 2") {
   TempDir dir;
-  const auto marker = dir / "reached";
-  write_file(dir / "cfg.toml", config(dir,
-                                      "point = \"after_step\"\nstep = 1\naction = "
-                                      "\"pause\"\nmarker = \"" +
-                                          marker.string() + "\"\n"));
-  pid_t pid = spawn_wick(dir, {"fit", (dir / "cfg.toml").string()});
-  REQUIRE(wait_for(marker));
+  const pid_t pid = start_paused_fit(dir);
   const auto metrics_before = read_file(dir / "run" / "metrics.jsonl");
   const auto summary_before = read_file(dir / "run" / "summary.json");
   auto second = run_wick({"fit", (dir / "cfg.toml").string()});

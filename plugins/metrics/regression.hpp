@@ -15,6 +15,22 @@
 
 namespace wick_metrics {
 
+// Adds one batch's sums (last dimension: the outputs) and its sample count to the state
+// {sums, count}; the number of outputs must stay the first batch's.
+inline void accumulate(std::vector<at::Tensor>& state, const at::Tensor& sums, std::int64_t n) {
+  const auto count = at::full({1}, static_cast<double>(n), sums.options());
+  if (state.empty()) {
+    state = {sums, count};
+    return;
+  }
+  if (state[0].size(-1) != sums.size(-1))
+    throw wick::ConfigError("the prediction has " + std::to_string(sums.size(-1)) +
+                            " outputs per sample, an earlier batch's " +
+                            std::to_string(state[0].size(-1)));
+  state[0] += sums;
+  state[1] += count;
+}
+
 // mae, mse, rmse: sums of |error| or error² per output, and the sample count.
 class ErrorMean : public wick::Metric {
  public:
@@ -24,7 +40,7 @@ class ErrorMean : public wick::Metric {
     const auto [p, t] = paired(pred, target.to(pred.device()));
     const auto e = p - t;
     const auto sums = (kind_ == Kind::mae ? e.abs() : e * e).sum(0);
-    add(sums, p.size(0));
+    accumulate(state_, sums, p.size(0));
   }
   std::vector<std::pair<std::string, double>> compute() const override {
     const auto per_output = state_[0].cpu() / state_[1].cpu();
@@ -33,21 +49,7 @@ class ErrorMean : public wick::Metric {
   }
   std::vector<at::Tensor>& state() override { return state_; }
 
- protected:
-  // Sums per output and the count, checked to have the first batch's number of outputs.
-  void add(const at::Tensor& sums, std::int64_t n) {
-    const auto count = at::full({1}, static_cast<double>(n), sums.options());
-    if (state_.empty()) {
-      state_ = {sums, count};
-      return;
-    }
-    if (state_[0].size(0) != sums.size(0))
-      throw wick::ConfigError("the prediction has " + std::to_string(sums.size(0)) +
-                              " outputs per sample, an earlier batch's " +
-                              std::to_string(state_[0].size(0)));
-    state_[0] += sums;
-    state_[1] += count;
-  }
+ private:
   Kind kind_;
   std::vector<at::Tensor> state_;
 };
@@ -71,18 +73,7 @@ class R2 : public wick::Metric {
   void update(const at::Tensor& pred, const at::Tensor& target) override {
     const auto [p, t] = paired(pred, target.to(pred.device()));
     const auto e = p - t;
-    auto sums = at::stack({(e * e).sum(0), t.sum(0), (t * t).sum(0)});  // [3, D]
-    const auto count = at::full({1}, static_cast<double>(p.size(0)), sums.options());
-    if (state_.empty()) {
-      state_ = {sums, count};
-      return;
-    }
-    if (state_[0].size(1) != sums.size(1))
-      throw wick::ConfigError("the prediction has " + std::to_string(sums.size(1)) +
-                              " outputs per sample, an earlier batch's " +
-                              std::to_string(state_[0].size(1)));
-    state_[0] += sums;
-    state_[1] += count;
+    accumulate(state_, at::stack({(e * e).sum(0), t.sum(0), (t * t).sum(0)}), p.size(0));
   }
   std::vector<std::pair<std::string, double>> compute() const override {
     const auto s = state_[0].cpu();
