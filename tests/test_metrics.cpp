@@ -273,6 +273,19 @@ TEST_CASE(
   CHECK(total == 100);
   CHECK(diagonal / total == Approx(epoch["valid/acc"].get<double>()).epsilon(1e-12));
 
+  // `wick plot` draws it as a heatmap beside it; a CSV of that header that is not a square
+  // of counts is skipped with the reason.
+  write_file(d / "one" / "bad.csv", "true/predicted,0,1\n0,1,x\n");
+  auto plot = run_wick({"plot", (d / "one").string()});
+  INFO(plot.out << plot.err);
+  CHECK(plot.exit_code == 0);
+  CHECK(plot.out.find("wick: plot " + (d / "one" / "confusion_matrix.png").string() +
+                      " (heatmap of confusion_matrix.csv)") != std::string::npos);
+  CHECK(read_file(d / "one" / "confusion_matrix.png").rfind("\x89PNG", 0) == 0);
+  CHECK(plot.err.find("skipping '" + (d / "one" / "bad.csv").string() +
+                      "': row 1 is not 2 counts") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "one" / "bad.png"));
+
   // Two ranks of 50 validation samples each: their summed states give the same values.
   write_file(d / "cfg.toml", fit_config(d, "two"));
   auto two = run_wick({"fit", (d / "cfg.toml").string(), "--nproc", "2"});

@@ -2,7 +2,8 @@
 // drawn by gnuplot (Debian package gnuplot-nox) into a PNG of fixed size. Four panels: loss
 // and accuracy, each by optimizer step (step records as lines, epoch ends as points) and by
 // epoch. Any key ending in "loss" or "accuracy" is drawn, so tasks and hooks that log more
-// (train/accuracy, say) get their curves too.
+// (train/accuracy, say) get their curves too. A confusion matrix the confusion_matrix metric
+// wrote (NAME.csv) is drawn as a heatmap, NAME.png beside it.
 //
 // Nothing read from the run becomes gnuplot code: values are numbers we format, titles are
 // single-quoted literals (no backquote or macro substitution) with control characters
@@ -177,6 +178,113 @@ int run_gnuplot(const std::string& script) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+// Draws `body` (gnuplot commands after the terminal and output) into the PNG `out`. gnuplot
+// works in a private folder: the script and the PNG have names made here, so neither the
+// output path nor the run folder's name is ever part of a command.
+void render(const std::string& body, const fs::path& out, int width, int height) {
+  char tmpl[] = "/tmp/wick-plot-XXXXXX";
+  if (!::mkdtemp(tmpl))
+    throw std::runtime_error(std::string("cannot create a temporary folder in /tmp: ") +
+                             std::strerror(errno));
+  const fs::path work(tmpl);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{work};
+  const fs::path script = work / "plot.gp", png = work / "plot.png";
+  {
+    std::ofstream f(script, std::ios::binary);
+    f << "set terminal pngcairo size " << width << "," << height << " noenhanced font \"sans,10\"\n"
+      << "set output " << quote(png.string()) << "\n"
+      << body << "set output\n";
+    if (!f.flush()) throw std::runtime_error("cannot write the gnuplot script to " + work.string());
+  }
+  const int rc = run_gnuplot(script.string());
+  const int err = errno;
+  if (rc == -1) {
+    if (err == ENOENT)
+      throw std::runtime_error(
+          "gnuplot not found in PATH; install it with `sudo apt-get install gnuplot-nox` "
+          "(or run scripts/install-deps.sh)");
+    throw std::runtime_error(std::string("cannot run gnuplot: ") + std::strerror(err));
+  }
+  std::error_code ec;
+  if (rc != 0 || !fs::is_regular_file(png, ec))
+    throw std::runtime_error("gnuplot failed (exit status " + std::to_string(rc) +
+                             ", its messages are above); it needs the pngcairo terminal "
+                             "(Debian's gnuplot-nox has it)");
+  // Copied beside the destination, then renamed: a reader never sees half a PNG.
+  const fs::path tmp_png = out.string() + ".tmp";
+  fs::copy_file(png, tmp_png, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(tmp_png, out, ec);
+  if (ec) {
+    std::error_code ignore;
+    fs::remove(tmp_png, ignore);
+    throw std::runtime_error("cannot write '" + out.string() + "': " + ec.message());
+  }
+}
+
+// A confusion matrix written by the confusion_matrix metric: a header "true/predicted,0,1,..."
+// and one row of counts per true class. Empty when `file` is not one (or is malformed, which
+// is then said on stderr): other CSV files in a run folder are not ours to judge.
+std::vector<std::vector<long long>> read_confusion(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(file, ec)) || fs::file_size(file, ec) > (4u << 20))
+    return {};
+  std::ifstream in(file);
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("true/predicted,", 0) != 0) return {};
+  const auto columns = static_cast<std::size_t>(std::count(line.begin(), line.end(), ','));
+  std::vector<std::vector<long long>> m;
+  while (std::getline(in, line) && m.size() <= columns) {
+    std::istringstream cells(line);
+    std::vector<long long> row;
+    std::string cell;
+    std::getline(cells, cell, ',');  // the true class
+    for (long long v; std::getline(cells, cell, ',');) {
+      char* end = nullptr;
+      v = std::strtoll(cell.c_str(), &end, 10);
+      if (cell.empty() || *end != '\0' || v < 0) break;
+      row.push_back(v);
+    }
+    if (row.size() != columns) {
+      std::fprintf(stderr, "wick: plot: skipping '%s': row %zu is not %zu counts\n", file.c_str(),
+                   m.size() + 1, columns);
+      return {};
+    }
+    m.push_back(std::move(row));
+  }
+  if (m.size() != columns) {
+    std::fprintf(stderr, "wick: plot: skipping '%s': %zu rows for %zu classes\n", file.c_str(),
+                 m.size(), columns);
+    return {};
+  }
+  return m;
+}
+
+// The heatmap of a confusion matrix: rows true classes top-down, columns predicted, counts
+// written in the cells while they fit.
+std::string heatmap(const std::vector<std::vector<long long>>& m, const std::string& title) {
+  const auto n = m.size();
+  std::ostringstream gp;
+  gp << "set title " << quote(title) << "\nset xlabel 'predicted class'\n"
+     << "set ylabel 'true class'\nset size ratio -1\nset view map\nunset key\n"
+     << "set xrange [-0.5:" << n - 0.5 << "]\nset yrange [" << n - 0.5 << ":-0.5]\n"
+     << (n <= 30 ? "set xtics 1\nset ytics 1\n" : "")
+     << "set palette defined (0 '#ffffff', 1 '#1f77b4')\n$m << EOD\n";
+  for (const auto& row : m) {
+    for (std::size_t j = 0; j < row.size(); ++j) gp << (j ? " " : "") << row[j];
+    gp << "\n";
+  }
+  gp << "EOD\nplot $m matrix with image";
+  if (n <= 20) gp << ", $m matrix using 1:2:(sprintf('%d', int($3))) with labels";
+  gp << "\n";
+  return gp.str();
+}
+
 struct PlotArgs {
   std::string run_dir, output;
   int width = 1200, height = 800;
@@ -194,65 +302,29 @@ int cmd_plot(const PlotArgs& a) {
       throw std::runtime_error((dir / "metrics.jsonl").string() +
                                ": no records yet; train first (`wick fit CONFIG`)");
 
-    // gnuplot works in a private folder: the script and the PNG have names made here, so
-    // neither the output path nor the run folder's name is ever part of a command.
-    char tmpl[] = "/tmp/wick-plot-XXXXXX";
-    if (!::mkdtemp(tmpl))
-      throw std::runtime_error(std::string("cannot create a temporary folder in /tmp: ") +
-                               std::strerror(errno));
-    const fs::path work(tmpl);
-    struct Cleanup {
-      fs::path dir;
-      ~Cleanup() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-      }
-    } cleanup{work};
-    const fs::path script = work / "plot.gp", png = work / "plot.png";
-
     std::ostringstream gp;
     gp.precision(10);
-    gp << "set terminal pngcairo size " << a.width << "," << a.height
-       << " noenhanced font \"sans,10\"\n"
-       << "set output " << quote(png.string()) << "\n"
-       << "set grid\nset datafile missing NaN\n"
+    gp << "set grid\nset datafile missing NaN\n"
        << "set multiplot layout 2,2 title " << quote("wick run " + dir.string()) << "\n";
     int block = 0;
     panel(gp, c, c.loss_by_step, "loss by step", false, "loss", block);
     panel(gp, c, c.loss_by_epoch, "loss by epoch", true, "loss", block);
     panel(gp, c, c.acc_by_step, "accuracy by step", false, "accuracy", block);
     panel(gp, c, c.acc_by_epoch, "accuracy by epoch", true, "accuracy", block);
-    gp << "unset multiplot\nset output\n";
-    {
-      std::ofstream f(script, std::ios::binary);
-      f << gp.str();
-      if (!f.flush())
-        throw std::runtime_error("cannot write the gnuplot script to " + work.string());
-    }
-    const int rc = run_gnuplot(script.string());
-    const int err = errno;
-    if (rc == -1) {
-      if (err == ENOENT)
-        throw std::runtime_error(
-            "gnuplot not found in PATH; install it with `sudo apt-get install gnuplot-nox` "
-            "(or run scripts/install-deps.sh)");
-      throw std::runtime_error(std::string("cannot run gnuplot: ") + std::strerror(err));
-    }
-    std::error_code ec;
-    if (rc != 0 || !fs::is_regular_file(png, ec))
-      throw std::runtime_error("gnuplot failed (exit status " + std::to_string(rc) +
-                               ", its messages are above); it needs the pngcairo terminal "
-                               "(Debian's gnuplot-nox has it)");
-    // Copied beside the destination, then renamed: a reader never sees half a PNG.
-    const fs::path tmp_png = out.string() + ".tmp";
-    fs::copy_file(png, tmp_png, fs::copy_options::overwrite_existing, ec);
-    if (!ec) fs::rename(tmp_png, out, ec);
-    if (ec) {
-      std::error_code ignore;
-      fs::remove(tmp_png, ignore);
-      throw std::runtime_error("cannot write '" + out.string() + "': " + ec.message());
-    }
+    gp << "unset multiplot\n";
+    render(gp.str(), out, a.width, a.height);
     std::printf("wick: plot %s (%dx%d)\n", out.string().c_str(), a.width, a.height);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().extension() != ".csv") continue;
+      const auto m = read_confusion(e.path());
+      if (m.empty()) continue;
+      auto png = e.path();
+      png.replace_extension(".png");
+      render(heatmap(m, "confusion matrix " + e.path().stem().string() + " of " + dir.string()),
+             png, 800, 760);
+      std::printf("wick: plot %s (heatmap of %s)\n", png.c_str(), e.path().filename().c_str());
+    }
     const std::string summary = run_summary_line(dir.string());
     if (!summary.empty()) std::printf("%s\n", summary.c_str());
     return kOk;
@@ -287,7 +359,9 @@ std::string run_summary_line(const std::string& run_dir) {
 void add_plot_command(CLI::App& app, Registry& r) {
   static PlotArgs args;
   auto* plot = app.add_subcommand(
-      "plot", "draw loss and accuracy curves of a run (metrics.jsonl) to a PNG with gnuplot");
+      "plot",
+      "draw loss and accuracy curves of a run (metrics.jsonl) to a PNG with gnuplot, and each "
+      "confusion matrix of the confusion_matrix metric (NAME.csv) as a heatmap NAME.png");
   plot->add_option("RUN_DIR", args.run_dir, "run directory (trainer.output_dir)")->required();
   plot->add_option("-o,--output", args.output, "PNG file (default: RUN_DIR/curves.png)");
   plot->add_option("--width", args.width, "image width in pixels")
