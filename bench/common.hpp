@@ -80,6 +80,7 @@ json run_callgrind(Settings& s);
 json run_startup(Settings& s);
 json run_ddp(Settings& s);
 json run_loader(Settings& s);
+json run_metrics(Settings& s);
 
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,

@@ -5,7 +5,7 @@
 // the stable evidence for dispatch.
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
-//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader]
+//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader,metrics]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -89,6 +89,11 @@ std::vector<Target> targets(const json& r) {
   if (r.contains("loader")) {
     double x = num(r["loader"], "ratio", "median");
     t.push_back({"loader: samples/s, 1 ms/sample data, num_workers 2 / 0", ">= 1.7", x, x >= 1.7});
+  }
+  if (r.contains("metrics")) {
+    double x = num(r["metrics"], "share", "median");
+    t.push_back({"metrics: accuracy + f1 + confusion_matrix updates / MLP eval step (batch 256)",
+                 "<= 0.05", x, x <= 0.05});
   }
   return t;
 }
@@ -276,6 +281,15 @@ std::string markdown(const json& r) {
        << fmt("%.2f", num(l, "ratio", "median")) << " (" << fmt("%.2f", num(l, "ratio", "min"))
        << "–" << fmt("%.2f", num(l, "ratio", "max")) << ").\n";
   }
+  if (r.contains("metrics")) {
+    const auto& x = r["metrics"];
+    md << "\nMetric plugins (accuracy + f1 + confusion_matrix, MLP 784-256-128-10, validation "
+          "batch 256, one thread): updates "
+       << fmt("%.1f", num(x, "updates_us", "median")) << " µs against an eval step of "
+       << fmt("%.1f", num(x, "eval_step_us", "median")) << " µs, a share of "
+       << fmt("%.3f", num(x, "share", "median")) << " (" << fmt("%.3f", num(x, "share", "min"))
+       << "–" << fmt("%.3f", num(x, "share", "max")) << ").\n";
+  }
   if (!m["notes"].empty()) {
     md << "\nNotes:\n\n";
     for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
@@ -285,10 +299,10 @@ std::string markdown(const json& r) {
 }
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
-      "[--child-reps N] [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader]\n");
+  std::fprintf(stderr,
+               "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
+               "[--child-reps N] [--ddp-rounds N] [--only "
+               "parity,dispatch,callgrind,startup,ddp,loader,metrics]\n");
   return 2;
 }
 
@@ -400,6 +414,7 @@ int main(int argc, char** argv) {
     }
     if (want("ddp")) r["ddp"] = run_ddp(s);
     if (want("loader")) r["loader"] = run_loader(s);
+    if (want("metrics")) r["metrics"] = run_metrics(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

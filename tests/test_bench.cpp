@@ -66,7 +66,11 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(j["loader"]["ratio"]["median"].get<double>() > 0);
   CHECK(j["loader"]["workers_2_samples_per_s"]["median"].get<double>() > 0);
 
-  REQUIRE(j["targets"].size() == 8);
+  // The metric plugins' updates: a share of the eval step, timed in alternating rounds.
+  CHECK(j["metrics"]["share"]["median"].get<double>() > 0);
+  CHECK(j["metrics"]["updates_us"]["median"].get<double>() > 0);
+
+  REQUIRE(j["targets"].size() == 9);
   for (const auto& t : j["targets"]) {
     CHECK(t.contains("name"));
     CHECK(t.contains("value"));
