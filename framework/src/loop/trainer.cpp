@@ -700,37 +700,42 @@ ValidResult Trainer::Impl::validation() {
 void Trainer::Impl::compute_metrics(ValidResult& res) {
   if (metrics.empty()) return;
   // Every state tensor of every metric, flattened into one float64 vector: one all-reduce.
-  std::vector<at::Tensor> flat;
-  for (auto& e : metrics) {
-    if (e.metric->state().empty())
-      throw std::runtime_error("metric '" + e.instance + "' (plugin '" + e.plugin +
-                               "') has no state after the validation's updates (a bug in the "
-                               "plugin: update() must size its state)");
+  // A rank without validation samples has empty states: the size check below then stops every
+  // rank alike.
+  std::vector<at::Tensor> flat = {at::zeros({0}, at::kDouble)};
+  for (auto& e : metrics)
     for (const auto& t : e.metric->state())
       flat.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
-  }
   if (distributed()) {
     auto packed = at::cat(flat);
-    // Ranks whose states differ in shape cannot be summed: say so, not garble the sum.
-    auto size = at::full({1}, static_cast<double>(packed.numel()), at::kDouble);
-    auto agreed = size.clone();
-    collectives->all_reduce_sum(agreed);
-    if (agreed.item<double>() != size.item<double>() * static_cast<double>(state.num_processes))
+    // Ranks whose states differ in shape cannot be summed: say so, not garble the sum. The
+    // sizes agree when the sum of their squares is world * size²; every rank sees the same
+    // sums, so all of them decide alike (none is left waiting in the next all-reduce).
+    const double n = static_cast<double>(packed.numel());
+    auto sizes = at::tensor({n, n * n}, at::kDouble);
+    collectives->all_reduce_sum(sizes);
+    const double sum = sizes[0].item<double>(), squares = sizes[1].item<double>();
+    if (squares * static_cast<double>(state.num_processes) != sum * sum)
       throw std::runtime_error(
-          "the ranks' metric states differ in size (one rank saw other classes or shapes), so "
-          "they cannot be summed; every rank must see the same prediction shapes");
+          "the ranks' metric states differ in size (a rank saw other prediction shapes, or no "
+          "validation sample), so they cannot be summed; every rank must see the same "
+          "prediction shapes, and at least one validation sample");
     collectives->all_reduce_sum(packed);
     std::int64_t off = 0;
     for (auto& e : metrics)
       for (auto& t : e.metric->state()) {
-        const std::int64_t n = t.numel();
-        t.copy_(packed.slice(0, off, off + n).reshape(t.sizes()).to(t.options()));
-        off += n;
+        const std::int64_t len = t.numel();
+        t.copy_(packed.slice(0, off, off + len).reshape(t.sizes()).to(t.options()));
+        off += len;
       }
   }
   for (std::size_t i = 0; i < metrics.size(); ++i) {
     auto& e = metrics[i];
     dispatch.set_where(metric_places[i].second);
+    if (e.metric->state().empty())
+      throw std::runtime_error(
+          "it has no state after the validation's updates (a bug in the "
+          "plugin: update() must size its state)");
     for (const auto& [k, v] : e.metric->compute()) {
       const std::string key = "valid/" + e.instance + (k.empty() ? "" : "/" + k);
       // The whole-set value replaces a task's per-batch mean of the same name.
