@@ -274,15 +274,15 @@ TEST_CASE("`wick check` runs the task's own checks, as `wick fit` does before tr
 }
 
 TEST_CASE("nan is refused for every float parameter, where range checks would let it pass") {
-  // grad_clip checks max_norm > 0, synthetic's task a range: nan fails neither comparison.
-  Checked h(
-      "[task]\nplugin = \"synthetic\"\nsamples = 16\n[[hooks]]\nplugin = \"grad_clip\"\n"
-      "max_norm = nan\n");
-  CHECK(h.at(6, 12) == "'max_norm' in [hooks.grad_clip] must be a number, not nan");
-  Checked l(
-      "[task]\nplugin = \"synthetic\"\nsamples = 16\n[optimizer]\nname = \"adam\"\n"
-      "betas = [0.9, nan]\n");
-  CHECK(l.at(6, 15) == "'betas' in [optimizer] must be a number, not nan");
+  // A plugin's range check such as `max_norm > 0` (grad_clip's) is false for nan, and so is its
+  // negation: nan is refused for every float and float-list parameter before a plugin sees it.
+  const std::string hook = test_plugins_toml() + "[[hooks]]\nplugin = \"typed\"\ntarget = \"t\"\n";
+  Checked h(hook + "max_norm = nan\n");
+  CHECK(h.at(6, 12) == "'max_norm' in [hooks.typed] must be a number, not nan");
+  Checked r(hook + "ratios = [0.5, nan]\n");
+  CHECK(r.at(6, 16) == "'ratios' in [hooks.typed] must be a number, not nan");
+  Checked l("[optimizer]\nname = \"adam\"\nbetas = [0.9, nan]\n");
+  CHECK(l.at(3, 15) == "'betas' in [optimizer] must be a number, not nan");
 }
 
 TEST_CASE("a batch size that leaves an epoch without a batch is refused by check and fit") {
