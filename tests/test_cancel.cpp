@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -315,6 +316,17 @@ TEST_CASE("one fit per output folder: a second is refused with the holder's pid,
   CHECK(exit_status(status) == 130);
   CHECK(read_json(dir / "run" / "summary.json")["status"] == "cancelled");
 
+  SECTION("a lock held by a fit that has not written its line yet") {
+    const int fd = ::open((dir / "run" / "wick.lock").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    auto r = run_wick({"fit", (dir / "cfg.toml").string()});
+    ::close(fd);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "wick: start: output folder '" + (dir / "run").string() +
+                       "' is in use by another wick fit that is starting; wait for it to end or "
+                       "set trainer.output_dir to another folder\n");
+  }
   SECTION("a lock left by a process that died is taken over with a notice") {
     write_file(dir / "run" / "wick.lock", "pid 999999 host gone\n");
     auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.epochs=1"});

@@ -122,6 +122,22 @@ TEST_CASE("a metric that does not fit the prediction says what it found and the 
   auto bad = message_of([] { metrics_of("[[metrics]]\nplugin = \"f1\"\naverage = \"marco\"\n"); });
   CHECK(bad.find("'marco' is not one of \"macro\", \"micro\", \"weighted\" for 'average' in "
                  "[metrics.f1]; did you mean \"macro\"?") != std::string::npos);
+  auto twice = message_of(
+      [] { metrics_of("[[metrics]]\nplugin = \"f1\"\n[[metrics]]\nplugin = \"f1\"\n"); });
+  CHECK(twice.find("a second [[metrics]] instance named 'f1' (the first is at ") !=
+        std::string::npos);
+  // In a fit, the first validation batch stops it: exit 2, the metric named.
+  TempDir d;
+  write_file(d / "cfg.toml", "[trainer]\nepochs = 1\noutput_dir = \"" + (d / "run").string() +
+                                 "\"\n[task]\nplugin = \"synthetic\"\nsamples = 32\n"
+                                 "valid_samples = 16\n[[metrics]]\nplugin = \"r2\"\n");
+  auto fit = run_wick({"fit", (d / "cfg.toml").string()});
+  CHECK(fit.exit_code == 2);
+  CHECK(fit.err ==
+        "wick: metric 'r2' (plugin 'r2') on a validation batch: needs a prediction shaped like "
+        "the target; got prediction [16, 4] Float and target [16] Long (class scores: use "
+        "accuracy, f1, precision or recall)\n");
+  CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
   // `wick plugins` lists them as metrics, with their parameters.
   auto listed = run_wick({"plugins"});
   CHECK(listed.out.find("f1 1.0.0 (metric, SDK " + std::to_string(WICK_API_MAJOR) + "." +

@@ -149,84 +149,57 @@ std::string toml_text(const std::string& name, bool metric) {
                  : "[[hooks]]\nplugin = \"" + name + "\"\ntarget = 0.5\n");
 }
 
-std::string readme_text(const std::string& name, const std::string& prefix, bool task,
-                        bool metric) {
-  const std::string wick = prefix + "/bin/wick";
-  if (metric)
-    return "# " + name +
-           "\n\n"
-           "A wick metric plugin: balanced accuracy (the mean of the classes' recalls) over the "
-           "whole validation set, logged as `valid/" +
-           name +
-           "`.\nMade by `wick new-plugin --kind metric`; the plugin guide is `sdk/README.md` in "
-           "the wick sources.\n\n"
-           "## Build and run\n\n"
-           "```sh\n"
-           "cmake -S . -B build -DCMAKE_PREFIX_PATH=" +
-           prefix + "\ncmake --build build              # -> build/wick_" + name + ".so\n" + wick +
-           " fit " + name +
-           ".toml\n"
-           "```\n\n"
-           "`update` adds a batch to counts that wick sums over data-parallel ranks; `compute` "
-           "turns the whole split's counts into the value.\n\n"
-           "## Files\n\n"
-           "- `" +
-           name +
-           ".cpp`: the metric (update, compute, state, one declared parameter).\n"
-           "- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
-           name + " ...)`.\n- `" + name + ".toml`: a run of wick's synthetic task with it.\n";
-  if (task)
-    return "# " + name +
-           "\n\n"
-           "A wick task plugin: a linear model fitted to y = 3x - 1 on data made in memory.\n"
-           "Made by `wick new-plugin --kind task`; the plugin guide is `sdk/README.md` in the wick "
-           "sources.\n\n"
-           "## Build and run\n\n"
-           "```sh\n"
-           "cmake -S . -B build -DCMAKE_PREFIX_PATH=" +
-           prefix + "\ncmake --build build              # -> build/wick_" + name + ".so\n" + wick +
-           " fit " + name +
-           ".toml\n"
-           "```\n\n"
-           "Replace the model, the data (`wick::TensorDataset`, or your own `wick::Dataset`), "
-           "`forward` and `loss`; the trainer does the rest.\n\n"
-           "## Files\n\n"
-           "- `" +
-           name +
-           ".cpp`: the task (model, data, forward, loss, one declared parameter).\n"
-           "- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
-           name + " ...)`.\n- `" + name + ".toml`: a run of the task.\n";
-  return "# " + name +
-         "\n\n"
-         "A wick hook plugin: it stops the fit once the validation accuracy reaches `target`.\n"
-         "Made by `wick new-plugin`; the plugin guide is `sdk/README.md` in the wick sources.\n\n"
-         "## Build and run\n\n"
-         "```sh\n"
-         "cmake -S . -B build -DCMAKE_PREFIX_PATH=" +
-         prefix +
-         "\n"
-         "cmake --build build              # -> build/wick_" +
-         name + ".so\n" + wick + " describe " + name + ".toml   # shows " + name +
-         " at after_epoch\n" + wick + " fit " + name +
-         ".toml\n"
-         "```\n\n"
-         "`" +
-         name +
-         ".toml` finds the plugin through `[plugins] path = [\"build\"]`; elsewhere,\n"
-         "add the build folder to `[plugins] path` or `WICK_PLUGIN_PATH`, or pass\n"
-         "`--plugin-path build`. `wick plugins --plugin-path build` lists it with its parameters.\n"
-         "Try `--set hooks." +
-         name +
-         ".target=2` to see a parameter check fail.\n\n"
-         "## Files\n\n"
-         "- `" +
-         name +
-         ".cpp`: the hook (one point, one declared parameter).\n"
-         "- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
-         name +
-         " ...)`.\n"
-         "- `" +
-         name + ".toml`: a run of the synthetic task with the hook enabled.\n";
+// The project's README: what the plugin is, how to build and run it, and what to change.
+struct Readme {
+  std::string intro;     // what the plugin does, and which new-plugin command made it
+  std::string commands;  // wick commands after the build, one per line
+  std::string next;      // a paragraph on what to do next
+  std::string cpp;       // what NAME.cpp holds
+  std::string toml;      // what NAME.toml runs
+};
+
+std::string readme_text(const std::string& name, const std::string& prefix, const Readme& r) {
+  return "# " + name + "\n\n" + r.intro +
+         " The plugin guide is `sdk/README.md` in the wick sources.\n\n"
+         "## Build and run\n\n```sh\ncmake -S . -B build -DCMAKE_PREFIX_PATH=" +
+         prefix + "\ncmake --build build              # -> build/wick_" + name + ".so\n" +
+         r.commands + "```\n\n" + r.next + "\n\n## Files\n\n- `" + name + ".cpp`: " + r.cpp +
+         ".\n- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" + name +
+         " ...)`.\n- `" + name + ".toml`: " + r.toml + ".\n";
+}
+
+Readme readme_of(const std::string& kind, const std::string& name, const std::string& prefix) {
+  const std::string wick = prefix + "/bin/wick", fit = wick + " fit " + name + ".toml\n";
+  if (kind == "metric")
+    return {
+        "A wick metric plugin: balanced accuracy (the mean of the classes' recalls) over the "
+        "whole validation set, logged as `valid/" +
+            name + "`. Made by `wick new-plugin --kind metric`.",
+        fit,
+        "`update` adds a batch to counts that wick sums over data-parallel ranks; `compute` "
+        "turns the whole split's counts into the value.",
+        "the metric (update, compute, state, one declared parameter)",
+        "a run of wick's synthetic task with it"};
+  if (kind == "task")
+    return {
+        "A wick task plugin: a linear model fitted to y = 3x - 1 on data made in memory. "
+        "Made by `wick new-plugin --kind task`.",
+        fit,
+        "Replace the model, the data (`wick::TensorDataset`, or your own `wick::Dataset`), "
+        "`forward` and `loss`; the trainer does the rest.",
+        "the task (model, data, forward, loss, one declared parameter)", "a run of the task"};
+  return {
+      "A wick hook plugin: it stops the fit once the validation accuracy reaches `target`. "
+      "Made by `wick new-plugin`.",
+      wick + " describe " + name + ".toml   # shows " + name + " at after_epoch\n" + fit,
+      "`" + name +
+          ".toml` finds the plugin through `[plugins] path = [\"build\"]`; elsewhere,\n"
+          "add the build folder to `[plugins] path` or `WICK_PLUGIN_PATH`, or pass\n"
+          "`--plugin-path build`. `wick plugins --plugin-path build` lists it with its "
+          "parameters.\nTry `--set hooks." +
+          name + ".target=2` to see a parameter check fail.",
+      "the hook (one point, one declared parameter)",
+      "a run of the synthetic task with the hook enabled"};
 }
 
 int cmd_new_plugin(const std::string& name, const std::string& kind_name,
@@ -259,7 +232,7 @@ int cmd_new_plugin(const std::string& name, const std::string& kind_name,
     write(dir / "CMakeLists.txt", cmake_text(name));
     write(dir / (name + ".cpp"), src);
     write(dir / (name + ".toml"), task ? task_toml_text(name) : toml_text(name, metric));
-    write(dir / "README.md", readme_text(name, prefix, task, metric));
+    write(dir / "README.md", readme_text(name, prefix, readme_of(kind_name, name, prefix)));
 
     std::printf(
         "wick: wrote plugin project %s\n\n  cd %s\n"

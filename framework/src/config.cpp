@@ -492,6 +492,29 @@ struct Config::Impl {
   void apply_set(const std::string& set);
   void validate_builtin();
   void validate_instances(const std::string& array, bool ordered);
+  // One enabled instance of [[hooks]] or [[metrics]]: its plugin found, of the array's kind,
+  // and its table validated against the plugin's parameters.
+  struct Instance {
+    const toml::table* table;
+    std::string plugin, name;
+    std::shared_ptr<const PluginLibrary> lib;
+    Params params;
+  };
+  std::vector<Instance> instances(const PluginFinder& finder, const std::string& array,
+                                  PluginKind kind, const std::vector<std::string>& reserved) const;
+  // Runs an instance's factory: its ConfigErrors pass, other errors name the instance.
+  template <class Make>
+  auto construct(const Instance& i, Make make) const {
+    try {
+      return make();
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& ex) {
+      throw ConfigError(where(i.table->source()) + ": plugin '" + i.plugin + "' (instance '" +
+                        i.name + "') could not start: " + ex.what());
+    }
+  }
+
   // The plugin an instance table names, of the kind its array holds.
   std::shared_ptr<const PluginLibrary> find_plugin(const PluginFinder& finder, const toml::table& t,
                                                    PluginKind kind) const {
@@ -880,31 +903,35 @@ std::vector<std::string> Config::search_path(const std::vector<std::string>& ext
   return plugin_search_path(dirs);
 }
 
-std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
-  std::vector<HookEntry> out;
-  auto* hn = impl_->root.get("hooks");
-  if (!hn) return out;
-  for (auto& n : *hn->as_array()) {
+std::vector<Config::Impl::Instance> Config::Impl::instances(
+    const PluginFinder& finder, const std::string& array, PluginKind kind,
+    const std::vector<std::string>& reserved) const {
+  std::vector<Instance> out;
+  auto* an = root.get(array);
+  if (!an) return out;
+  for (auto& n : *an->as_array()) {
     const auto& t = *n.as_table();
     if (!t["enabled"].value_or(true)) continue;
     const std::string plugin = *t["plugin"].value<std::string>();
-    const std::string inst = t["name"].value_or(plugin);
-    auto lib = impl_->find_plugin(finder, t, PluginKind::hook);
-    Params p = impl_->plugin_params(t, lib->info(), "[hooks." + inst + "]", kHookReserved, inst);
+    const std::string name = t["name"].value_or(plugin);
+    auto lib = find_plugin(finder, t, kind);
+    Params p = plugin_params(t, lib->info(), "[" + array + "." + name + "]", reserved, name);
+    out.push_back({&t, plugin, name, std::move(lib), std::move(p)});
+  }
+  return out;
+}
+
+std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
+  std::vector<HookEntry> out;
+  for (auto& i : impl_->instances(finder, "hooks", PluginKind::hook, kHookReserved)) {
     HookEntry e;
-    e.plugin = plugin;
-    e.instance = inst;
-    e.order = static_cast<int>(t["order"].value_or<std::int64_t>(lib->info().default_order));
-    e.main_process_only = lib->info().main_process_only;
-    e.library = lib->info().path;
-    try {
-      e.hook = lib->create_hook(p);
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const std::exception& ex) {
-      throw ConfigError(impl_->where(t.source()) + ": plugin '" + plugin + "' (instance '" + inst +
-                        "') could not start: " + ex.what());
-    }
+    e.plugin = i.plugin;
+    e.instance = i.name;
+    e.order =
+        static_cast<int>((*i.table)["order"].value_or<std::int64_t>(i.lib->info().default_order));
+    e.main_process_only = i.lib->info().main_process_only;
+    e.library = i.lib->info().path;
+    e.hook = impl_->construct(i, [&] { return i.lib->create_hook(i.params); });
     out.push_back(std::move(e));
   }
   return out;
@@ -912,29 +939,9 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
 
 std::vector<MetricEntry> Config::make_metrics(const PluginFinder& finder) const {
   std::vector<MetricEntry> out;
-  auto* mn = impl_->root.get("metrics");
-  if (!mn) return out;
-  for (auto& n : *mn->as_array()) {
-    const auto& t = *n.as_table();
-    if (!t["enabled"].value_or(true)) continue;
-    const std::string plugin = *t["plugin"].value<std::string>();
-    const std::string inst = t["name"].value_or(plugin);
-    auto lib = impl_->find_plugin(finder, t, PluginKind::metric);
-    Params p =
-        impl_->plugin_params(t, lib->info(), "[metrics." + inst + "]", kMetricReserved, inst);
-    MetricEntry e;
-    e.plugin = plugin;
-    e.instance = inst;
-    try {
-      e.metric = lib->create_metric(p);
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const std::exception& ex) {
-      throw ConfigError(impl_->where(t.source()) + ": metric plugin '" + plugin + "' (instance '" +
-                        inst + "') could not start: " + ex.what());
-    }
-    out.push_back(std::move(e));
-  }
+  for (auto& i : impl_->instances(finder, "metrics", PluginKind::metric, kMetricReserved))
+    out.push_back(
+        {impl_->construct(i, [&] { return i.lib->create_metric(i.params); }), i.plugin, i.name});
   return out;
 }
 

@@ -35,7 +35,9 @@ inline at::Tensor class_scores(const at::Tensor& pred, const at::Tensor& target)
     throw wick::ConfigError("needs class scores [N, C] (C >= 2) for targets [N]" + found());
   const auto C = s.size(1);
   if (target.numel() > 0) {
-    const auto lo = target.min().item<std::int64_t>(), hi = target.max().item<std::int64_t>();
+    // One host sync per batch for both bounds.
+    const auto bounds = at::stack({target.min(), target.max()}).to(at::kCPU, at::kLong);
+    const auto lo = bounds[0].item<std::int64_t>(), hi = bounds[1].item<std::int64_t>();
     if (lo < 0 || hi >= C)
       throw wick::ConfigError("target class " + std::to_string(lo < 0 ? lo : hi) +
                               " is outside the " + std::to_string(C) +

@@ -77,8 +77,7 @@ struct FitResult {
   Status status = Status::completed;
   std::string error;          // "plugin 'x' at after_step: message" when failed
   std::string stop_reason;    // why a graceful stop was requested, or why the fit was cancelled
-  bool interrupted = false;   // stopped by a signal: SIGINT, SIGTERM, SIGHUP or SIGUSR1
-  int signal = 0;             // which one
+  int signal = 0;             // the signal that stopped it (SIGINT, SIGTERM, SIGHUP, SIGUSR1), or 0
   bool config_error = false;  // failed on a configuration error found only at run time
   // 0, 1 (failed), 2 (configuration error) or 128 + the signal when stopped by one (130
   // SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)

@@ -121,7 +121,7 @@ void clear_interrupt() {
 }
 
 int FitResult::exit_code() const {
-  if (interrupted) return 128 + (signal ? signal : SIGINT);
+  if (signal) return 128 + signal;
   if (status == Status::failed) return config_error ? 2 : 1;
   return 0;
 }
@@ -736,16 +736,9 @@ void Trainer::Impl::compute_metrics(ValidResult& res) {
       throw std::runtime_error(
           "it has no state after the validation's updates (a bug in the "
           "plugin: update() must size its state)");
-    for (const auto& [k, v] : e.metric->compute()) {
-      const std::string key = "valid/" + e.instance + (k.empty() ? "" : "/" + k);
-      // The whole-set value replaces a task's per-batch mean of the same name.
-      auto same = std::find_if(res.values.begin(), res.values.end(),
-                               [&](const auto& kv) { return kv.first == key; });
-      if (same != res.values.end())
-        same->second = v;
-      else
-        res.values.emplace_back(key, v);
-    }
+    // The whole-set value replaces a task's per-batch mean of the same name.
+    for (const auto& [k, v] : e.metric->compute())
+      set_value(res.values, "valid/" + e.instance + (k.empty() ? "" : "/" + k), v);
     // Files only from a fit that holds the run folder (not Trainer::validate from outside).
     if (in_fit && writes_outputs() && lock.held())
       e.metric->write_files(run.output_dir, e.instance);
@@ -881,7 +874,6 @@ FitResult Trainer::fit() {
   } catch (const CancelFit&) {
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame("CancelFit"));
   } catch (const Interrupted&) {
-    res.interrupted = true;
     res.signal = interrupt_signal();
     end_with(FitResult::Status::cancelled, CancelReason::interrupt, stop_signal_reason(res.signal));
   } catch (const Cancel& c) {

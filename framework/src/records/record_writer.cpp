@@ -49,18 +49,22 @@ void RecordWriter::log(std::string_view key, const at::Tensor& scalar) {
   pending_.emplace_back(std::string(key), scalar.detach());
 }
 
+void set_value(std::vector<std::pair<std::string, double>>& values, std::string_view key,
+               double value) {
+  auto same =
+      std::find_if(values.begin(), values.end(), [&](const auto& kv) { return kv.first == key; });
+  if (same != values.end())
+    same->second = value;
+  else
+    values.emplace_back(std::string(key), value);
+}
+
 void RecordWriter::write(Record r) {
   for (auto& [k, v] : pending_) {
     const double x = std::holds_alternative<double>(v) ? std::get<double>(v)
                                                        : std::get<at::Tensor>(v).item<double>();
-    // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule):
-    // a record holds each key once.
-    auto same = std::find_if(r.values.begin(), r.values.end(),
-                             [&](const auto& kv) { return kv.first == k; });
-    if (same != r.values.end())
-      same->second = x;
-    else
-      r.values.emplace_back(k, x);
+    // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule).
+    set_value(r.values, k, x);
   }
   pending_.clear();
   if (fd_ >= 0) {

@@ -20,6 +20,11 @@ namespace wick {
 
 class StateDict;
 
+// Sets `key` to `value` in a record's values: replaced where present, else appended, so that a
+// record holds each key once.
+void set_value(std::vector<std::pair<std::string, double>>& values, std::string_view key,
+               double value);
+
 class RecordWriter {
  public:
   using Sinks = std::vector<std::function<void(const Record&)>>;
