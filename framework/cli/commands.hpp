@@ -33,8 +33,10 @@ void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, pl
 void add_doctor_command(CLI::App& app, Registry& r);
 void add_new_plugin_command(CLI::App& app, Registry& r);
 void add_plot_command(CLI::App& app, Registry& r);  // plot
+void add_evaluate_commands(CLI::App& app, Registry& r);  // evaluate, predict
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
 std::string run_summary_line(const std::string& run_dir);
-void add_launch_command(CLI::App& app, Registry& r);  // launch, fit --nproc
+// launch, and --nproc N for fit, evaluate and predict (added last: it wraps them)
+void add_launch_command(CLI::App& app, Registry& r);
 
 }  // namespace wick::cli

@@ -1,5 +1,6 @@
 // `wick launch` (start data-parallel ranks with torchrun's environment) and the
-// `wick fit CONFIG --nproc N` shorthand, which re-runs this executable through launch.
+// `--nproc N` shorthand of fit, evaluate and predict, which re-runs this executable through
+// launch.
 #include <unistd.h>
 
 #include <climits>
@@ -28,7 +29,7 @@ int run_launch(const LaunchOptions& o) {
 }
 
 // This process's own command line without "--nproc N" / "--nproc=N", run under launch.
-int relaunch_fit(int nproc) {
+int relaunch(int nproc) {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::vector<std::string> args;
@@ -43,7 +44,7 @@ int relaunch_fit(int nproc) {
   if (n <= 0 || args.empty()) {
     std::fprintf(stderr,
                  "wick: cannot find this executable to re-run it; use "
-                 "wick launch --nproc N -- wick fit ...\n");
+                 "wick launch --nproc N -- wick COMMAND ...\n");
     return kFailed;
   }
   LaunchOptions o;
@@ -76,15 +77,18 @@ void add_launch_command(CLI::App& app, Registry& r) {
   c->add_option("COMMAND", o.command, "the program and its arguments, after --")->required();
   r.push_back({c, [] { return run_launch(o); }});
 
-  // `wick fit CONFIG --nproc N`: the same run, N ranks on this machine.
-  static int nproc = 1;
-  CLI::App* fit = app.get_subcommand("fit");
-  fit->add_option("--nproc", nproc, "train data-parallel on N local ranks (via wick launch)")
-      ->check(CLI::PositiveNumber);
-  for (auto& s : r)
-    if (s.app == fit) {
-      s.run = [single = s.run] { return nproc > 1 ? relaunch_fit(nproc) : single(); };
-    }
+  // `wick fit|evaluate|predict CONFIG --nproc N`: the same command, N ranks on this machine.
+  static int nproc[3] = {1, 1, 1};
+  const char* const names[3] = {"fit", "evaluate", "predict"};
+  for (int i = 0; i < 3; ++i) {
+    CLI::App* cmd = app.get_subcommand(names[i]);
+    cmd->add_option("--nproc", nproc[i], "run data-parallel on N local ranks (via wick launch)")
+        ->check(CLI::PositiveNumber);
+    for (auto& s : r)
+      if (s.app == cmd) {
+        s.run = [single = s.run, n = &nproc[i]] { return *n > 1 ? relaunch(*n) : single(); };
+      }
+  }
 }
 
 }  // namespace wick::cli

@@ -897,6 +897,18 @@ const std::string& Config::task_plugin() const {
   return impl_->task_plugin;
 }
 
+std::optional<std::string> Config::hook_string(const std::string& plugin,
+                                               const std::string& key) const {
+  auto* an = impl_->root.get("hooks");
+  if (!an) return std::nullopt;
+  for (auto& n : *an->as_array()) {
+    const auto& t = *n.as_table();
+    if (t["enabled"].value_or(true) && t["plugin"].value_or(std::string()) == plugin)
+      return t[key].value<std::string>();
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> Config::search_path(const std::vector<std::string>& extra) const {
   std::vector<std::string> dirs = extra;
   dirs.insert(dirs.end(), impl_->plugin_dirs.begin(), impl_->plugin_dirs.end());

@@ -50,13 +50,12 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef WICK_DDP_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <wick/rendezvous.hpp>
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
 
@@ -78,11 +77,6 @@ std::string fmt_ms(double ms) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3f", ms);
   return b;
-}
-
-std::int64_t env_int(const char* name, std::int64_t def) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoll(v) : def;
 }
 
 // Tensors of one dtype and device, laid out in one flat buffer.
@@ -261,22 +255,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     // a gradient already reduced adds the same value on every rank, so each optimizer steps with
     // the average over ranks of all local contributions so far, as one process would.
     overlap_active_ = overlap_ && c.optimizer_names().size() == 1;
-    const char* addr = std::getenv("MASTER_ADDR");
-    const std::int64_t port = env_int("MASTER_PORT", -1);
-    if (!addr || port <= 0 || port > 65535)
-      throw wick::ConfigError(
-          "ddp: WORLD_SIZE is " + std::to_string(world_) +
-          " but MASTER_ADDR / MASTER_PORT are not set; start the ranks with wick launch");
-
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<std::uint16_t>(port);
-    so.isServer = rank_ == 0;
-    so.numWorkers = static_cast<std::size_t>(world_);
-    so.waitWorkers = true;
-    so.timeout = timeout_;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(addr, so);
-    auto store = c10::make_intrusive<c10d::PrefixStore>("wick", tcp);
-
+    auto store = wick::rendezvous(rank_, world_, timeout_, "wick", "ddp");
     const torch::Device dev(c.run().device.str());
     if (dev.is_cuda()) {
 #ifdef WICK_DDP_NCCL
@@ -289,17 +268,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
           " but this wick was built without NCCL; build against a CUDA LibTorch or train on cpu");
 #endif
     } else {
-      auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
-      // Loopback runs bind Gloo to 127.0.0.1; otherwise GLOO_SOCKET_IFNAME or this host's name.
-      const std::string a = addr;
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      else if (a == "localhost" || a.rfind("127.", 0) == 0)
-        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      o->threads = 2;
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, world_, o);
+      pg_ = wick::gloo_group(store, rank_, world_, timeout_);
     }
     exchange_ = exchange_mb_ > 0 && world_ == 2 && dev.is_cpu();
     exchanged_buckets_ = 0;

@@ -38,6 +38,9 @@ class Config {
   bool has_optimizer() const;  // [optimizer] or [optimizers] present
   bool has_task() const;       // [task] present
   const std::string& task_plugin() const;
+  // KEY of the first enabled [[hooks]] instance of PLUGIN when set as a string there (or by
+  // --set): how `wick evaluate` finds hooks.checkpoint.dir.
+  std::optional<std::string> hook_string(const std::string& plugin, const std::string& key) const;
   // The full search path: --plugin-path folders (extra), the [plugins] path entries (made
   // absolute relative to the config file's folder), WICK_PLUGIN_PATH, the install's folder.
   std::vector<std::string> search_path(const std::vector<std::string>& extra = {}) const;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "wick/checkpoint.hpp"
 #include "wick/context.hpp"
 #include "wick/hook.hpp"
 #include "wick/run.hpp"
@@ -90,6 +91,13 @@ struct ValidResult {
   std::vector<std::pair<std::string, double>> values;  // "valid/loss", "valid/accuracy", ...
 };
 
+// Which of the task's data sets evaluate() and predict() run over.
+enum class Split { valid, train };
+const char* to_string(Split s);  // "valid", "train"
+
+// Called after each batch of predict(): samples done (on this rank) and of how many.
+using ProgressFn = std::function<void(std::int64_t done, std::int64_t total)>;
+
 class Trainer {
  public:
   Trainer(TrainerOptions options, std::shared_ptr<Task> task, OptimizerOptions optimizer = {},
@@ -115,6 +123,25 @@ class Trainer {
 
   FitResult fit();
   ValidResult validate();
+
+  // Using a trained model. load_weights() reads a checkpoint folder as untrusted input
+  // (manifest, sizes, sha256) and copies its model.pt into the model; nothing else of the run
+  // (optimizer, counters, hooks' state) changes. Throws CheckpointError for an unusable folder
+  // and ConfigError for a model that does not match it.
+  CheckpointInfo load_weights(const std::string& folder);
+  // The split's loss, the task's validation metrics and the metric plugins over the whole
+  // split, in eval mode without gradients: values "SPLIT/NAME". The same computation as a
+  // fit's validation (evaluate(Split::valid) equals validate() for the same weights); hooks
+  // run only if connected. With WORLD_SIZE > 1 every rank takes its shard and the sums are
+  // exact over all ranks (the ddp hook's collectives, or a Gloo group of wick's own).
+  ValidResult evaluate(Split split = Split::valid);
+  // The model's output (the task's forward) for every sample, in sample order: a float32 CPU
+  // tensor [N, ...]. Data-parallel: every rank gets all N rows.
+  at::Tensor predict(Split split, const ProgressFn& progress = {});
+  // The same over inputs of the caller's: `input` is [N, ...] and each row one sample, as the
+  // task's own data gives them (read_tensor_file in wick/tensor_files.hpp reads .npy / .csv /
+  // .pt files).
+  at::Tensor predict(const at::Tensor& input, const ProgressFn& progress = {});
 
   // The Markdown schedule: every point with its hooks, then the three stage chains.
   std::string describe();

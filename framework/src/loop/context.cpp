@@ -136,17 +136,6 @@ fs::path resolve(const Trainer::Impl& I, const std::string& folder) {
   return p.is_absolute() ? p : fs::path(I.run.output_dir) / p;
 }
 
-CheckpointInfo info_of(const fs::path& dir, const Manifest& m, std::uint64_t bytes) {
-  CheckpointInfo info;
-  info.path = fs::absolute(dir).lexically_normal().string();
-  info.position = m.position;
-  info.optimizer_step = m.optimizer_step;
-  info.records = m.records;
-  info.reason = m.reason;
-  info.bytes = bytes;
-  return info;
-}
-
 // A position this run can continue from: inside its data (a batch index past the epoch's
 // batches is a damaged or foreign checkpoint).
 void check_position(const Trainer::Impl& I, const Manifest& m) {
@@ -166,9 +155,9 @@ CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::st
   auto& I = impl(host_);
   const auto dir = resolve(I, folder);
   Manifest m = snapshot_manifest(I, reason);
-  if (!I.state.is_main_process()) return info_of(dir, m, 0);  // replicas hold the same state
+  if (!I.state.is_main_process()) return checkpoint_info(dir, m, 0);  // replicas hold the same state
   const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(I));
-  return info_of(dir, m, bytes);
+  return checkpoint_info(dir, m, bytes);
 }
 
 CheckpointInfo Context::inspect_checkpoint(const std::string& folder) const {
@@ -180,7 +169,7 @@ CheckpointInfo Context::inspect_checkpoint(const std::string& folder) const {
   check_agreement(m, files);
   std::uint64_t bytes = 0;
   for (const auto& f : files) bytes += f.second.size();
-  return info_of(dir, m, bytes);
+  return checkpoint_info(dir, m, bytes);
 }
 
 CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
@@ -232,7 +221,7 @@ CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
   I.resumed_mid_epoch = m.position.batch > 0;
   std::uint64_t bytes = 0;
   for (const auto& f : files) bytes += f.second.size();
-  return info_of(dir, m, bytes);
+  return checkpoint_info(dir, m, bytes);
 }
 
 }  // namespace wick

@@ -376,7 +376,7 @@ LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
 Batch Trainer::Impl::to_device(Batch b) const {
   if (device.is_cpu()) return b;
   b.input = b.input.to(device, /*non_blocking=*/true);
-  b.target = b.target.to(device, true);
+  if (b.target.defined()) b.target = b.target.to(device, true);  // predict's inputs have none
   return b;
 }
 
@@ -606,28 +606,35 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   train_cpu_seconds += process_cpu_seconds() - c0;
 }
 
-ValidResult Trainer::Impl::validation() {
+LoadPlan Trainer::Impl::eval_plan(Dataset& ds, const at::Tensor& order, const char* what) {
+  const std::int64_t local = order.size(0), bs = run.valid_batch_size;
+  LoadPlan plan;
+  plan.ds = &ds;
+  plan.phase = Phase::valid;
+  plan.seed = opt.seed;
+  plan.epoch = state.epoch;
+  plan.end = (local + bs - 1) / bs;
+  plan.what = what;
+  plan.indices = [order, local, bs](std::int64_t b) {
+    return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+  };
+  return plan;
+}
+
+ValidResult Trainer::Impl::validation(Dataset* ds, const std::string& prefix) {
   ValidResult res;
-  if (!valid_ds) return res;
+  if (!ds) return res;
   torch::NoGradGuard no_grad;
   model->eval();
   state.phase = Phase::valid;
   const std::int64_t saved_batch = state.batch_idx, saved_nb = state.batches_in_epoch;
-  at::Tensor order = valid_order(valid_ds->size(), sharding());
-  const std::int64_t local = order.size(0);
-  const std::int64_t bs = run.valid_batch_size;
-  state.batches_in_epoch = (local + bs - 1) / bs;
+  const bool valid = ds == valid_ds.get();
+  // The dispatcher keeps a view of its place: literals only.
+  const char* get_where = valid ? "the validation data's get()" : "the training data's get()";
+  LoadPlan plan = eval_plan(*ds, valid_order(ds->size(), sharding()),
+                            valid ? "the validation data" : "the training data");
+  state.batches_in_epoch = plan.end;
   state.batch_idx = 0;
-  LoadPlan plan;
-  plan.ds = valid_ds.get();
-  plan.phase = Phase::valid;
-  plan.seed = opt.seed;
-  plan.epoch = state.epoch;
-  plan.end = state.batches_in_epoch;
-  plan.what = "the validation data";
-  plan.indices = [order, local, bs](std::int64_t b) {
-    return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
-  };
 
   at::Tensor loss_sum;
   std::vector<std::string> names;
@@ -644,7 +651,7 @@ ValidResult Trainer::Impl::validation() {
         const std::int64_t m = loader.size_of(b);
         state.batch_size = m;
         dispatch.emit(Point::before_step);
-        dispatch.set_where("the validation data's get()");
+        dispatch.set_where(get_where);
         batch = to_device(loader.take(b).batch);
         forward_and_loss();
         auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
@@ -685,10 +692,10 @@ ValidResult Trainer::Impl::validation() {
   const double total = acc[packed.size(0) - 1];
   res.samples = static_cast<std::int64_t>(total);
   if (total > 0) {
-    res.values.emplace_back("valid/loss", acc[0] / total);
+    res.values.emplace_back(prefix + "loss", acc[0] / total);
     for (std::size_t k = 0; k < names.size(); ++k)
-      res.values.emplace_back("valid/" + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
-    compute_metrics(res);
+      res.values.emplace_back(prefix + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
+    compute_metrics(res, prefix);
   }
   model->train();
   state.phase = Phase::train;
@@ -697,7 +704,7 @@ ValidResult Trainer::Impl::validation() {
   return res;
 }
 
-void Trainer::Impl::compute_metrics(ValidResult& res) {
+void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix) {
   if (metrics.empty()) return;
   // Every state tensor of every metric, flattened into one float64 vector: one all-reduce.
   // A rank without validation samples has empty states: the size check below then stops every
@@ -738,7 +745,7 @@ void Trainer::Impl::compute_metrics(ValidResult& res) {
           "plugin: update() must size its state)");
     // The whole-set value replaces a task's per-batch mean of the same name.
     for (const auto& [k, v] : e.metric->compute())
-      set_value(res.values, "valid/" + e.instance + (k.empty() ? "" : "/" + k), v);
+      set_value(res.values, prefix + e.instance + (k.empty() ? "" : "/" + k), v);
     // Files only from a fit that holds the run folder (not Trainer::validate from outside).
     if (in_fit && writes_outputs() && lock.held())
       e.metric->write_files(run.output_dir, e.instance);
@@ -860,7 +867,7 @@ FitResult Trainer::fit() {
       const auto samples_before = I.samples_this_run;
       I.train_epoch(e == I.start.epoch ? I.start.batch : 0);
       if (interrupt_requested()) throw Interrupted{};
-      I.last_valid = I.validation();
+      I.last_valid = I.validation(I.valid_ds.get());
       I.write_epoch_record(t_epoch, samples_before);
       I.pos = {e + 1, 0};
       I.dispatch.emit(Point::after_epoch);
@@ -922,7 +929,7 @@ FitResult Trainer::fit() {
 
 ValidResult Trainer::validate() {
   connect();
-  return impl_->validation();
+  return impl_->validation(impl_->valid_ds.get());
 }
 
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder, RunInfo run) {

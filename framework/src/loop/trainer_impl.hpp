@@ -101,6 +101,7 @@ struct Trainer::Impl : Context::Host {
   bool in_fit = false;
   const CancelInfo* cancel = nullptr;  // set during after_cancel
   Collectives* collectives = nullptr;
+  std::unique_ptr<Collectives> own_collectives;  // for evaluate / predict (dist/ranks.hpp)
   // The training data's state after the last batch the loop consumed (has_state()): what a
   // checkpoint keeps, whatever the loader threads have loaded ahead.
   std::shared_ptr<StateDict> data_state;
@@ -130,9 +131,18 @@ struct Trainer::Impl : Context::Host {
   void cancelled(CancelScope scope);
   void train_step(BatchLoader& loader);
   void forward_and_loss();
-  ValidResult validation();
-  // The metrics' values over the whole validation, their states summed over the ranks.
-  void compute_metrics(ValidResult& res);
+  // This rank's batches of an evaluation pass over `ds` (its shard of `order`, in order).
+  LoadPlan eval_plan(Dataset& ds, const at::Tensor& order, const char* what);
+  // Loss, the task's metrics and the metric plugins over `ds` (the validation data in a fit),
+  // in eval mode without gradients; values PREFIX + name.
+  ValidResult validation(Dataset* ds, const std::string& prefix = "valid/");
+  // The metrics' values over the whole pass, their states summed over the ranks.
+  void compute_metrics(ValidResult& res, const std::string& prefix);
+  // The forward stage's output for every sample of `ds`, in sample order ([N, ...] float32 on
+  // the CPU; every rank gets all rows).
+  at::Tensor prediction(Dataset& ds, const char* what, const ProgressFn& progress);
+  // Outside a fit with WORLD_SIZE > 1 and no hook's collectives: wick's own Gloo group.
+  void join_ranks_if_needed();
   void log_step_if_due();
   void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.

@@ -198,4 +198,15 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
   return m;
 }
 
+CheckpointInfo checkpoint_info(const fs::path& dir, const Manifest& m, std::uint64_t bytes) {
+  CheckpointInfo info;
+  info.path = fs::absolute(dir).lexically_normal().string();
+  info.position = m.position;
+  info.optimizer_step = m.optimizer_step;
+  info.records = m.records;
+  info.reason = m.reason;
+  info.bytes = bytes;
+  return info;
+}
+
 }  // namespace wick

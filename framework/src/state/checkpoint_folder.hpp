@@ -45,4 +45,9 @@ std::uint64_t write_checkpoint_folder(const std::filesystem::path& dir, const Ma
 // `files` receives the verified bytes (nullptr: verify only).
 Manifest read_checkpoint(const std::filesystem::path& dir, Files* files);
 
+// What the Context and the Trainer tell of a checkpoint folder (absolute path, position,
+// counts); `bytes` of its files.
+CheckpointInfo checkpoint_info(const std::filesystem::path& dir, const Manifest& m,
+                               std::uint64_t bytes);
+
 }  // namespace wick

@@ -162,12 +162,10 @@ void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& w
           " in the checkpoint, not in this model";
   }
   if (!bad.empty())
-    throw std::runtime_error(where +
-                             " does not match the model of this config (tensor: expected shape, "
-                             "found shape):" +
-                             bad +
-                             "\nresume with the model configuration the checkpoint was trained "
-                             "with");
+    throw ModelMismatch(where +
+                        " does not match the model of this config (tensor: expected shape, "
+                        "found shape):" +
+                        bad + "\nuse the model configuration the checkpoint was trained with");
   torch::NoGradGuard ng;
   for (auto& [name, t] : mine) t.copy_(dict.at(name).toTensor());
 }
@@ -311,12 +309,16 @@ void check_agreement(const Manifest& m, const Files& files) {
   }
 }
 
+void load_model_file(Trainer::Impl& I, const Files& files, const std::string& where) {
+  load_model(I, bytes_of(files, "model.pt"), where);
+}
+
 void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
                    const std::string& where) {
   auto bytes_of = [&](const char* name) -> const std::string& {
     return wick::bytes_of(files, name);
   };
-  load_model(I, bytes_of("model.pt"), where);
+  load_model_file(I, files, where);
   try {
     std::istringstream in(bytes_of("optimizer.pt"));
     torch::serialize::InputArchive a;

@@ -19,6 +19,12 @@ Files snapshot_files(Trainer::Impl& I);
 void check_agreement(const Manifest& m, const Files& files);
 // Loads verified files into the run; `where` names the checkpoint in messages. Throws
 // std::runtime_error for a model, optimizer or state that does not fit this run.
+// Thrown when a checkpoint's model.pt does not fit the model: every differing tensor listed.
+struct ModelMismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Copies the verified model.pt's parameters and buffers into the model, nothing else.
+void load_model_file(Trainer::Impl& I, const Files& files, const std::string& where);
 void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
                    const std::string& where);
 

@@ -1,0 +1,210 @@
+// `wick evaluate` and `wick predict`: a trained run's weights (a checkpoint of its output
+// folder, or a folder given) on a split of the task's data or on an input file. No hook runs
+// and nothing in the run folder changes; only the files asked for (--json, --output) are
+// written, by rank 0.
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "wick/config.hpp"
+#include "wick/files.hpp"
+#include "wick/loader.hpp"
+#include "wick/tensor_files.hpp"
+#include "wick/trainer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wick::cli {
+
+namespace {
+
+struct UseArgs {
+  ConfigArgs config;
+  std::string checkpoint = "latest";
+  std::string split;  // "" : valid for evaluate; predict needs --split or --input
+  std::string input, output, json;
+};
+
+// The folder the checkpoint hook writes to: hooks.checkpoint.dir, relative to the run folder.
+fs::path checkpoints_dir(const Config& cfg, const Trainer& t) {
+  const fs::path d = cfg.hook_string("checkpoint", "dir").value_or("checkpoints");
+  return d.is_absolute() ? d : fs::path(t.run().output_dir) / d;
+}
+
+// Loads the weights --checkpoint names: "latest" (the newest usable checkpoint; damaged ones
+// are skipped with the reason), "best", or a folder (as given, or inside the checkpoints
+// folder).
+CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what) {
+  const fs::path dir = checkpoints_dir(cfg, t);
+  const bool main = t.run().is_main_process();
+  std::error_code ec;
+  if (what == "latest") {
+    std::vector<fs::path> all;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("ckpt-", 0) == 0) all.push_back(e.path());
+    std::sort(all.rbegin(), all.rend());  // zero-padded names: newest first
+    if (all.empty())
+      throw ConfigError("--checkpoint latest: no checkpoint in '" + dir.string() +
+                        "'; train with [[hooks]] plugin = \"checkpoint\" first, or give "
+                        "--checkpoint PATH");
+    for (const auto& p : all) {
+      try {
+        return t.load_weights(p.string());
+      } catch (const CheckpointError& e) {
+        if (main) std::fprintf(stderr, "wick: warning: skipping %s\n", e.what());
+      }
+    }
+    throw std::runtime_error("--checkpoint latest: none of the " + std::to_string(all.size()) +
+                             " checkpoints in '" + dir.string() + "' is usable (see above)");
+  }
+  fs::path p = what == "best" ? dir / "best" : fs::path(what);
+  if (what != "best" && !fs::exists(p, ec) && fs::exists(dir / p, ec)) p = dir / p;
+  if (!fs::is_directory(p, ec))
+    throw ConfigError(
+        "--checkpoint " + what + ": no checkpoint folder '" + p.string() + "'" +
+        (what == "best" ? "; a fit saves one when hooks.checkpoint.monitor is set (e.g. "
+                          "\"valid/loss\"); use --checkpoint latest"
+                        : "; give latest, best or the path of a checkpoint folder (as given, "
+                          "or inside '" +
+                              dir.string() + "')"));
+  return t.load_weights(p.string());
+}
+
+struct Loaded {
+  Config cfg;
+  std::unique_ptr<Trainer> trainer;
+  CheckpointInfo checkpoint;
+};
+
+Loaded load(const UseArgs& a) {
+  auto cfg = Config::load(a.config.config, a.config.sets);
+  PluginFinder finder(cfg.search_path(absolute_all(a.config.plugin_paths)));
+  // The trainer builds the task's model and data; hooks are built (their parameters checked)
+  // but never connected, so none runs.
+  auto trainer = make_trainer(cfg, finder);
+  auto info = load_checkpoint(cfg, *trainer, a.checkpoint);
+  if (trainer->run().is_main_process())
+    std::fprintf(stderr, "wick: weights of %s (epoch %lld, batch %lld, optimizer step %lld)\n",
+                 info.path.c_str(), static_cast<long long>(info.position.epoch),
+                 static_cast<long long>(info.position.batch),
+                 static_cast<long long>(info.optimizer_step));
+  return {std::move(cfg), std::move(trainer), std::move(info)};
+}
+
+Split split_of(const std::string& s) {
+  if (s.empty() || s == "valid") return Split::valid;
+  if (s == "train") return Split::train;
+  throw ConfigError("--split " + s + ": give valid or train");
+}
+
+int cmd_evaluate(const UseArgs& a) {
+  return guarded([&] {
+    const Split split = split_of(a.split);
+    auto l = load(a);
+    const auto res = l.trainer->evaluate(split);
+    if (!l.trainer->run().is_main_process()) return kOk;
+    std::printf("| %s (%lld samples) | value |\n| --- | ---: |\n", to_string(split),
+                static_cast<long long>(res.samples));
+    for (const auto& [k, v] : res.values) std::printf("| %s | %.6g |\n", k.c_str(), v);
+    if (!a.json.empty()) {
+      nlohmann::json j;
+      j["config"] = l.cfg.path();
+      j["checkpoint"] = l.checkpoint.path;
+      j["epoch"] = l.checkpoint.position.epoch;
+      j["batch"] = l.checkpoint.position.batch;
+      j["optimizer_step"] = l.checkpoint.optimizer_step;
+      j["split"] = to_string(split);
+      j["samples"] = res.samples;
+      j["values"] = nlohmann::json::object();
+      for (const auto& [k, v] : res.values) j["values"][k] = v;
+      write_file_atomic(a.json, j.dump(2) + "\n");
+    }
+    return kOk;
+  });
+}
+
+int cmd_predict(const UseArgs& a) {
+  return guarded([&] {
+    if (a.split.empty() == a.input.empty())
+      throw ConfigError("give the samples to predict: --split valid|train or --input FILE");
+    // Refused before any work: an output wick cannot write.
+    const auto ext = fs::path(a.output).extension().string();
+    if (ext != ".npy" && ext != ".csv")
+      throw ConfigError("--output " + a.output + ": name a .npy or .csv file");
+    const at::Tensor input = a.input.empty() ? at::Tensor() : read_tensor_file(a.input);
+    auto l = load(a);
+    const bool main = l.trainer->run().is_main_process();
+    // A progress line every 5 s on long runs (rank 0's share: the ranks go at one pace).
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    auto progress = [&](std::int64_t done, std::int64_t total) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!main || now - last < std::chrono::seconds(5)) return;
+      last = now;
+      std::fprintf(stderr, "wick: predicted %lld of %lld samples\n", static_cast<long long>(done),
+                   static_cast<long long>(total));
+    };
+    at::Tensor out;
+    try {
+      out = input.defined() ? l.trainer->predict(input, progress)
+                            : l.trainer->predict(split_of(a.split), progress);
+    } catch (const ConfigError& e) {
+      if (!input.defined()) throw;
+      throw ConfigError(a.input + ": " + e.what());
+    }
+    if (!main) return kOk;
+    write_tensor_file(a.output, out);
+    std::vector<std::int64_t> row(out.sizes().begin() + 1, out.sizes().end());
+    std::string shape;
+    for (auto d : row) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    std::printf("wick: wrote %lld predictions of shape [%s] to %s in %.1f s\n",
+                static_cast<long long>(out.size(0)), shape.c_str(), a.output.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return kOk;
+  });
+}
+
+void add_checkpoint_option(CLI::App* c, UseArgs& a) {
+  c->add_option("--checkpoint", a.checkpoint,
+                "the weights: latest (default), best, or a checkpoint folder")
+      ->type_name("latest|best|PATH");
+}
+
+}  // namespace
+
+void add_evaluate_commands(CLI::App& app, Registry& r) {
+  static UseArgs ev, pr;
+  auto* e = app.add_subcommand(
+      "evaluate",
+      "loss and metrics of a checkpoint's weights over a whole split, as the fit's validation "
+      "computes them; changes nothing in the run folder");
+  add_config_args(e, ev.config);
+  add_checkpoint_option(e, ev);
+  e->add_option("--split", ev.split, "valid (default) or train")->type_name("valid|train");
+  e->add_option("--json", ev.json, "also write the values to FILE as JSON")->type_name("FILE");
+  r.push_back({e, [] { return cmd_evaluate(ev); }});
+
+  auto* p = app.add_subcommand(
+      "predict",
+      "the model's output for every sample of a split or an input file, in order, into a .npy "
+      "(float32 [N, ...]) or .csv (a row per sample) file; changes nothing in the run folder");
+  add_config_args(p, pr.config);
+  add_checkpoint_option(p, pr);
+  p->add_option("--split", pr.split, "predict a split of the task's data: valid or train")
+      ->type_name("valid|train");
+  p->add_option("--input", pr.input,
+                "predict the rows of FILE (.npy, .csv with a header row, or .pt of torch.save), "
+                "each one sample shaped as the task's inputs")
+      ->type_name("FILE");
+  p->add_option("--output", pr.output, "where to write them: FILE.npy or FILE.csv")
+      ->type_name("FILE")
+      ->required();
+  r.push_back({p, [] { return cmd_predict(pr); }});
+}
+
+}  // namespace wick::cli

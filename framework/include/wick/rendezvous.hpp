@@ -1,0 +1,30 @@
+// How the ranks that `wick launch` (or torchrun) started find each other: a TCPStore at
+// MASTER_ADDR:MASTER_PORT (rank 0 serves it) and a Gloo process group over it. Used by the
+// ddp hook for a fit and by wick itself for evaluate / predict. Callers include c10d's own
+// headers (ProcessGroupGloo.hpp needs USE_C10D_GLOO) to use the results.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <string>
+
+namespace c10d {
+class Store;
+class ProcessGroupGloo;
+}  // namespace c10d
+
+namespace wick {
+
+// The store of ranks 0 .. world-1, its keys under `prefix`; returns once all have joined.
+// Throws ConfigError naming `who` when MASTER_ADDR / MASTER_PORT are not set.
+c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::milliseconds timeout,
+                                           const std::string& prefix, const std::string& who);
+
+// A Gloo group over the store: bound to 127.0.0.1 when MASTER_ADDR is a loopback address,
+// else to GLOO_SOCKET_IFNAME or this host's name.
+c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+    std::chrono::milliseconds timeout);
+
+}  // namespace wick
