@@ -70,14 +70,6 @@ std::vector<std::string> checkpoints(const TempDir& d) {
   return out;
 }
 
-// Every file of a checkpoint folder with its hash: "intact" means this map did not change.
-std::map<std::string, std::string> hashes(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(dir))
-    out[e.path().filename()] = wick::sha256_hex(read_file(e.path()));
-  return out;
-}
-
 // As root, chmod does not stop writes: run wick without the capability that overrides it.
 RunResult run_wick_unprivileged(const std::vector<std::string>& args) {
   std::vector<std::string> argv;
@@ -261,7 +253,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
   REQUIRE(checkpoints(d) == std::vector<std::string>{"ckpt-e0001-b0000000", "ckpt-e0002-b0000000"});
   const auto good = ckpt_dir(d) / "ckpt-e0001-b0000000";
   const auto bad = ckpt_dir(d) / "ckpt-e0002-b0000000";
-  const auto good_hashes = hashes(good);
+  const auto good_hashes = file_hashes(good);
 
   SECTION("a flipped byte") {
     auto bytes = read_file(bad / "model.pt");
@@ -273,7 +265,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     CHECK(r.err.find("cannot resume from checkpoint '" + bad.string() +
                      "': model.pt does not match its sha256 in the manifest (corrupted)") !=
           std::string::npos);
-    CHECK(hashes(good) == good_hashes);
+    CHECK(file_hashes(good) == good_hashes);
     CHECK(checkpoints(d).size() == 2);  // nothing written, nothing removed
 
     auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
@@ -330,7 +322,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     CHECK(r2.err.find("warning: skipping checkpoint '" + bad.string() + "': " + why) !=
           std::string::npos);
     CHECK(r2.out.find("resumed from " + good.string()) != std::string::npos);
-    CHECK(hashes(good) == good_hashes);
+    CHECK(file_hashes(good) == good_hashes);
   };
   SECTION("a file entry that leaves the folder") {
     write_file(d / "secret.txt", "secret");
@@ -373,7 +365,7 @@ TEST_CASE("a resume into another model or data order is refused with the differe
   TempDir d;
   write_file(d / "cfg.toml", config(d, "", "", "hidden = [32]\n"));
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
-  const auto before = hashes(ckpt_dir(d) / "ckpt-e0001-b0000000");
+  const auto before = file_hashes(ckpt_dir(d) / "ckpt-e0001-b0000000");
 
   auto r = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "task.hidden=[48, 8]"});
@@ -389,7 +381,7 @@ TEST_CASE("a resume into another model or data order is refused with the differe
   CHECK(r2.exit_code == 1);
   CHECK(r2.err.find("batch_size: checkpoint 32, this run 16") != std::string::npos);
   CHECK(r2.err.find("seed: checkpoint 7, this run 8") != std::string::npos);
-  CHECK(hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
+  CHECK(file_hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
 }
 
 TEST_CASE("resume without a checkpoint hook is an error and not a silent fresh start") {
@@ -408,7 +400,7 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
   const auto names = checkpoints(d);
   std::map<std::string, std::map<std::string, std::string>> before;
-  for (const auto& n : names) before[n] = hashes(ckpt_dir(d) / n);
+  for (const auto& n : names) before[n] = file_hashes(ckpt_dir(d) / n);
 
   SECTION("at start") {
     fs::permissions(ckpt_dir(d),
@@ -455,7 +447,7 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
     CHECK(s["status"] == "failed");
   }
   CHECK(checkpoints(d) == names);
-  for (const auto& n : names) CHECK(hashes(ckpt_dir(d) / n) == before[n]);
+  for (const auto& n : names) CHECK(file_hashes(ckpt_dir(d) / n) == before[n]);
 }
 
 TEST_CASE("a full disk at save time gives a clear error and earlier checkpoints stay loadable") {

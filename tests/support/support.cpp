@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "wick/sha256.hpp"
+
 extern char** environ;
 
 namespace wick::test {
@@ -43,6 +45,14 @@ std::string read_file(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::map<std::string, std::string> file_hashes(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      out[fs::relative(e.path(), dir).string()] = wick::sha256_hex(read_file(e.path()));
+  return out;
 }
 
 nlohmann::json read_json(const fs::path& p) {

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ class TempDir {
 
 void write_file(const fs::path& p, const std::string& text);
 std::string read_file(const fs::path& p);
+// Every file under dir (path relative to it -> sha256): "left intact" means this map did not
+// change.
+std::map<std::string, std::string> file_hashes(const fs::path& dir);
 nlohmann::json read_json(const fs::path& p);
 std::vector<nlohmann::json> read_jsonl(const fs::path& p);
 // The records of DIR/run/metrics.jsonl without their timings: what must agree between two runs

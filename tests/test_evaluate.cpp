@@ -1,0 +1,286 @@
+// Using a trained run: `wick evaluate` gives the fit's own validation numbers for the same
+// weights and scikit-learn's on `wick predict`'s outputs; 2 ranks give what 1 process gives;
+// predict reads .npy / .csv / .pt inputs as the task's own rows; bad input is refused with the
+// file named; nothing in the run folder changes. And the host API (Trainer::evaluate/predict).
+#include <torch/torch.h>
+
+#include "support.hpp"
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
+#include "wick/task.hpp"
+#include "wick/tensor_files.hpp"
+#include "wick/trainer.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+const char* const kPython = "/usr/bin/python3";
+
+// The valid/* values of an evaluate --json file or of summary.json.
+std::map<std::string, double> valid_values(const nlohmann::json& j) {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : (j.contains("values") ? j["values"] : j).items())
+    if (k.rfind("valid/", 0) == 0) out[k] = v.get<double>();
+  return out;
+}
+
+void check_equal(const std::map<std::string, double>& a, const std::map<std::string, double>& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [k, v] : a) {
+    INFO(k);
+    REQUIRE(b.count(k) == 1);
+    CHECK(b.at(k) == Approx(v).epsilon(1e-12));
+  }
+}
+
+std::string synthetic_config(const fs::path& run_dir, const std::string& extra = "") {
+  return "[trainer]\nepochs = 1\nbatch_size = 16\nvalid_batch_size = 24\noutput_dir = \"" +
+         run_dir.string() +
+         "\"\n[task]\nplugin = \"synthetic\"\nsamples = 64\nvalid_samples = 50\n"
+         "[[hooks]]\nplugin = \"checkpoint\"\n[[metrics]]\nplugin = \"f1\"\n" +
+         extra;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "wick evaluate on the Fashion-MNIST MLP equals the fit's validation, scikit-learn's f1 and "
+    "accuracy on wick predict's outputs, and 2 ranks alike") {
+  TempDir d;
+  const auto run_dir = d / "run";
+  write_file(d / "mlp.toml",
+             "[trainer]\nepochs = 1\nbatch_size = 64\nvalid_batch_size = 1000\nsteps_per_epoch = "
+             "150\nlog_every = 0\noutput_dir = \"" +
+                 run_dir.string() +
+                 "\"\n[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\nhidden = [64]\n"
+                 "[[hooks]]\nplugin = \"checkpoint\"\nmonitor = \"valid/f1_macro\"\nmode = "
+                 "\"max\"\n[[metrics]]\nplugin = \"accuracy\"\n[[metrics]]\nplugin = \"f1\"\n"
+                 "name = \"f1_macro\"\naverage = \"macro\"\n");
+  const std::string cfg = (d / "mlp.toml").string();
+  auto fit = run_wick({"fit", cfg});
+  REQUIRE(fit.exit_code == 0);
+  const auto fitted = valid_values(read_json(run_dir / "summary.json"));
+  REQUIRE(fitted.count("valid/f1_macro") == 1);
+  const auto before = file_hashes(run_dir);
+
+  // The fit's own last validation, from the checkpoint written at its end and from best.
+  auto ev = run_wick({"evaluate", cfg, "--json", (d / "ev.json").string()});
+  INFO(ev.out << ev.err);
+  REQUIRE(ev.exit_code == 0);
+  CHECK(ev.out.find("| valid/f1_macro | ") != std::string::npos);
+  const auto evj = read_json(d / "ev.json");
+  CHECK(evj["samples"] == 10000);
+  CHECK(evj["split"] == "valid");
+  check_equal(fitted, valid_values(evj));
+  REQUIRE(run_wick({"evaluate", cfg, "--checkpoint", "best", "--json", (d / "best.json").string()})
+              .exit_code == 0);
+  check_equal(fitted, valid_values(read_json(d / "best.json")));
+
+  // scikit-learn on predict's outputs, against the labels of the t10k set.
+  REQUIRE(run_wick({"predict", cfg, "--split", "valid", "--output", (d / "p.npy").string()})
+              .exit_code == 0);
+  REQUIRE(run_wick({"predict", cfg, "--split", "valid", "--checkpoint", "ckpt-e0001-b0000000",
+                    "--output", (d / "p.csv").string()})
+              .exit_code == 0);
+  write_file(d / "ref.py", R"py(
+import gzip, json, sys
+import numpy as np
+from sklearn import metrics as m
+d = sys.argv[1]
+p = np.load(f"{d}/p.npy")
+raw = gzip.decompress(open("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", "rb").read())
+y = np.frombuffer(raw[8:], dtype=np.uint8)
+c = np.loadtxt(f"{d}/p.csv", delimiter=",", skiprows=1)
+print(json.dumps({"shape": list(p.shape), "dtype": str(p.dtype),
+                  "accuracy": m.accuracy_score(y, p.argmax(1)),
+                  "f1_macro": m.f1_score(y, p.argmax(1), average="macro"),
+                  "csv_rows_in_order": bool((c[:, 0] == np.arange(len(c))).all()),
+                  "csv_max_diff": float(np.abs(c[:, 1:].astype(np.float32) - p).max())}))
+)py");
+  auto py = run({kPython, (d / "ref.py").string(), d.path().string()});
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  const auto sk = nlohmann::json::parse(py.out);
+  CHECK(sk["shape"] == nlohmann::json::array({10000, 10}));
+  CHECK(sk["dtype"] == "float32");
+  CHECK(sk["csv_rows_in_order"] == true);
+  CHECK(sk["csv_max_diff"].get<double>() == 0.0);  // %.9g gives a float32 back exactly
+  CHECK(std::abs(evj["values"]["valid/accuracy"].get<double>() - sk["accuracy"].get<double>()) <
+        1e-6);
+  CHECK(std::abs(evj["values"]["valid/f1_macro"].get<double>() - sk["f1_macro"].get<double>()) <
+        1e-6);
+
+  // Two ranks, each its half of the set: the same whole-set values and the same rows.
+  auto ev2 = run_wick({"evaluate", cfg, "--nproc", "2", "--json", (d / "ev2.json").string()});
+  INFO(ev2.out << ev2.err);
+  REQUIRE(ev2.exit_code == 0);
+  check_equal(valid_values(evj), valid_values(read_json(d / "ev2.json")));
+  REQUIRE(run_wick({"predict", cfg, "--nproc", "2", "--split", "valid", "--output",
+                    (d / "p2.npy").string()})
+              .exit_code == 0);
+  CHECK(read_file(d / "p2.npy") == read_file(d / "p.npy"));
+
+  // Nothing in the run folder changed.
+  CHECK(file_hashes(run_dir) == before);
+}
+
+TEST_CASE("wick predict reads .npy, .csv and .pt inputs as the task's own rows") {
+  TempDir d;
+  write_file(d / "cfg.toml", synthetic_config(d / "run"));
+  const std::string cfg = (d / "cfg.toml").string();
+  REQUIRE(run_wick({"fit", cfg}).exit_code == 0);
+  REQUIRE(run_wick({"predict", cfg, "--split", "valid", "--output", (d / "own.npy").string()})
+              .exit_code == 0);
+
+  // The task's validation inputs, written by wick and by NumPy, PyTorch and a CSV writer.
+  auto conf = wick::Config::load(cfg);
+  wick::PluginFinder finder(conf.search_path());
+  auto task = conf.make_task(finder);
+  auto valid = std::dynamic_pointer_cast<wick::TensorDataset>(task->valid_data());
+  REQUIRE(valid);
+  const at::Tensor x = valid->input();
+  REQUIRE(x.dim() == 2);
+  wick::write_tensor_file((d / "x.npy").string(), x);
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("input", x);
+  const auto pt = torch::pickle_save(c10::IValue(dict));
+  write_file(d / "x.pt", std::string(pt.begin(), pt.end()));
+  write_file(d / "make.py", R"py(
+import sys
+import numpy as np
+d = sys.argv[1]
+x = np.load(f"{d}/x.npy")
+np.save(f"{d}/x64.npy", x.astype(np.float64))
+np.savetxt(f"{d}/x.csv", x, delimiter=",", fmt="%.9g",
+           header=",".join(f"f{i}" for i in range(x.shape[1])), comments="")
+np.save(f"{d}/fortran.npy", np.asfortranarray(x))
+np.save(f"{d}/narrow.npy", x[:, :5])
+np.save(f"{d}/text.npy", np.array(["a", "b"]))
+)py");
+  auto py = run({kPython, (d / "make.py").string(), d.path().string()});
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+
+  const std::string own = read_file(d / "own.npy");
+  for (const char* in : {"x.npy", "x64.npy", "x.csv", "x.pt"}) {
+    INFO(in);
+    const auto out = d / (std::string(in) + ".out.npy");
+    auto r = run_wick({"predict", cfg, "--input", (d / in).string(), "--output", out.string()});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(read_file(out) == own);
+  }
+
+  auto refused = [&](const std::string& in) {
+    auto r = run_wick({"predict", cfg, "--input", (d / in).string(), "--output",
+                       (d / "bad.npy").string()});
+    CHECK(r.exit_code == 2);
+    CHECK_FALSE(fs::exists(d / "bad.npy"));
+    return r.err;
+  };
+  const std::string at = (d / "x").string();
+  CHECK(refused("narrow.npy").find("\nwick: " + (d / "narrow.npy").string() +
+                                   ": the input's samples have shape [5] but the task's inputs "
+                                   "have [16]; give one row per sample, shaped as the task's "
+                                   "inputs\n") != std::string::npos);
+  CHECK(refused("fortran.npy").find("fortran.npy: the array is in Fortran order; save "
+                                    "numpy.ascontiguousarray(a) instead") != std::string::npos);
+  CHECK(refused("text.npy").find("text.npy: dtype '<U1' is not one wick reads") !=
+        std::string::npos);
+  CHECK(refused("missing.npy").find("missing.npy: no such file") != std::string::npos);
+  write_file(d / "cells.csv", "a,b\n1,2\n3,x\n");
+  CHECK(refused("cells.csv").find("cells.csv:3: cell 2 'x' is not a number") !=
+        std::string::npos);
+  write_file(d / "short.npy", read_file(d / "x.npy").substr(0, 200));
+  CHECK(refused("short.npy").find("does not match the") != std::string::npos);
+}
+
+TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, naming them") {
+  TempDir d;
+  const auto run_dir = d / "run";
+  write_file(d / "cfg.toml", synthetic_config(run_dir));
+  const std::string cfg = (d / "cfg.toml").string();
+
+  auto none = run_wick({"evaluate", cfg});
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("--checkpoint latest: no checkpoint in '" + (run_dir / "checkpoints").string() +
+                      "'; train with [[hooks]] plugin = \"checkpoint\" first") !=
+        std::string::npos);
+  REQUIRE(run_wick({"fit", cfg}).exit_code == 0);
+
+  auto mismatch = run_wick({"evaluate", cfg, "--set", "task.hidden=[8]"});
+  CHECK(mismatch.exit_code == 2);
+  CHECK(mismatch.err.find("does not match the model of this config") != std::string::npos);
+  CHECK(mismatch.err.find("0.weight: expected [8, 16] Float, found [32, 16] Float") !=
+        std::string::npos);
+
+  auto usage = [&](const std::vector<std::string>& args, const std::string& msg) {
+    std::vector<std::string> all = {args[0], cfg};
+    all.insert(all.end(), args.begin() + 1, args.end());
+    auto r = run_wick(all);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(msg) != std::string::npos);
+  };
+  usage({"evaluate", "--checkpoint", "nope"}, "--checkpoint nope: no checkpoint folder");
+  usage({"evaluate", "--checkpoint", "best"},
+        "a fit saves one when hooks.checkpoint.monitor is set");
+  usage({"evaluate", "--split", "test"}, "--split test: give valid or train");
+  usage({"predict", "--output", (d / "p.npy").string()},
+        "give the samples to predict: --split valid|train or --input FILE");
+  usage({"predict", "--split", "valid", "--output", (d / "p.txt").string()},
+        "p.txt: name a .npy or .csv file");
+
+  // A damaged checkpoint: latest skips it with the reason; none left is a run error.
+  const auto ckpt = run_dir / "checkpoints" / "ckpt-e0001-b0000000";
+  auto bytes = read_file(ckpt / "model.pt");
+  bytes[bytes.size() / 2] ^= 1;
+  write_file(ckpt / "model.pt", bytes);
+  const auto before = file_hashes(run_dir);
+  auto bad = run_wick({"evaluate", cfg});
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("wick: warning: skipping checkpoint '" + ckpt.string() +
+                     "' cannot be used: model.pt does not match its sha256") !=
+        std::string::npos);
+  CHECK(bad.err.find("none of the 1 checkpoints in") != std::string::npos);
+  auto named = run_wick({"predict", cfg, "--checkpoint", ckpt.string(), "--split", "valid",
+                         "--output", (d / "p.npy").string()});
+  CHECK(named.exit_code == 1);
+  CHECK_FALSE(fs::exists(d / "p.npy"));
+  CHECK(file_hashes(run_dir) == before);
+}
+
+TEST_CASE("Trainer::evaluate equals validate, and predict gives every row in sample order") {
+  TempDir d;
+  auto conf = wick::Config::parse(synthetic_config(d / "run"), (d / "cfg.toml").string(), {});
+  wick::PluginFinder finder({WICK_PLUGIN_DIR});
+  auto t = wick::make_trainer(conf, finder);
+  const auto v = t->validate();
+  const auto e = t->evaluate(wick::Split::valid);
+  REQUIRE(v.values.size() == 3);  // valid/loss, the task's valid/accuracy, valid/f1
+  CHECK(e.samples == 50);
+  REQUIRE(e.values.size() == v.values.size());
+  for (std::size_t i = 0; i < v.values.size(); ++i) {
+    CHECK(e.values[i].first == v.values[i].first);
+    CHECK(e.values[i].second == v.values[i].second);
+  }
+  const auto tr = t->evaluate(wick::Split::train);
+  CHECK(tr.samples == 64);
+  CHECK(tr.values.at(0).first == "train/loss");
+
+  auto valid = std::dynamic_pointer_cast<wick::TensorDataset>(t->task().valid_data());
+  REQUIRE(valid);
+  torch::NoGradGuard ng;
+  t->model().eval();
+  const auto expected = t->task().forward(t->context(), {valid->input(), valid->target()});
+  std::vector<std::int64_t> calls;
+  const auto rows = t->predict(wick::Split::valid, [&](std::int64_t done, std::int64_t total) {
+    CHECK(total == 50);
+    calls.push_back(done);
+  });
+  CHECK(calls == std::vector<std::int64_t>{24, 48, 50});  // valid_batch_size 24
+  CHECK(torch::allclose(rows, expected, 1e-6, 1e-6));
+  const auto three = t->predict(valid->input().slice(0, 0, 3));
+  CHECK(torch::allclose(three, expected.slice(0, 0, 3), 1e-6, 1e-6));
+}
