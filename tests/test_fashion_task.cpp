@@ -161,4 +161,10 @@ TEST_CASE("the embedding sample trains its own task with hooks from TOML") {
   CHECK(s["valid/accuracy"].get<double>() > 0.9);
   auto csv = read_file(dir / "run" / "metrics.csv");
   CHECK(csv.rfind("kind,epoch,step,samples_seen,time_s,", 0) == 0);
+  // After the fit, evaluate() gives the fit's last validation; predict() a row per sample
+  // (512 samples, 2 classes, float32 after a 128-byte .npy header).
+  char f1[64];
+  std::snprintf(f1, sizeof f1, "embed: evaluate valid/f1 %.6f\n", s["valid/f1"].get<double>());
+  CHECK_THAT(r.out, Catch::Contains(f1));
+  CHECK(fs::file_size(dir / "run" / "valid_predictions.npy") == 128 + 512 * 2 * 4);
 }

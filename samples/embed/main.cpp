@@ -1,11 +1,13 @@
 // A host program that uses wick as a library: its own model and data (a Task subclass
 // compiled into the program, no task plugin), a Trainer built in C++, and hooks (progress,
-// metrics_log, ...) loaded from a TOML file, as `wick fit` would load them.
+// metrics_log, ...) and metrics loaded from a TOML file, as `wick fit` would load them. After
+// the fit it uses the trained model: evaluate() and predict() into a .npy file.
 //
 //   build/bin/wick_embed_sample samples/embed/hooks.toml [--set trainer.epochs=2]...
 #include <wick/config.hpp>
 #include <wick/loader.hpp>
 #include <wick/task.hpp>
+#include <wick/tensor_files.hpp>
 #include <wick/trainer.hpp>
 
 #include <cmath>
@@ -76,13 +78,23 @@ int main(int argc, char** argv) {
     wick::PluginFinder finder(cfg.search_path());
     wick::Trainer trainer(cfg.trainer(), std::make_shared<SpiralTask>(2048), cfg.optimizer());
     for (auto& h : cfg.make_hooks(finder)) trainer.add_hook(std::move(h));
+    for (auto& m : cfg.make_metrics(finder)) trainer.add_metric(std::move(m));
     std::fputs(trainer.describe().c_str(), stdout);
     auto res = trainer.fit();
     const auto acc = trainer.context().last_record().get("valid/accuracy");
     std::printf("embed: %s, valid/accuracy %.4f, outputs in %s\n", wick::to_string(res.status),
                 acc.value_or(-1.0), trainer.run().output_dir.c_str());
     if (!res.error.empty()) std::fprintf(stderr, "embed: %s\n", res.error.c_str());
-    return res.exit_code();
+    if (res.status != wick::FitResult::Status::completed) return res.exit_code();
+
+    // The trained model: the whole validation set once more (the numbers of the fit's last
+    // validation), and its outputs for every sample, in order, for NumPy.
+    for (const auto& [k, v] : trainer.evaluate(wick::Split::valid).values)
+      std::printf("embed: evaluate %s %.6f\n", k.c_str(), v);
+    const auto out = trainer.run().output_dir + "/valid_predictions.npy";
+    wick::write_tensor_file(out, trainer.predict(wick::Split::valid));
+    std::printf("embed: predictions in %s\n", out.c_str());
+    return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "embed: %s\n", e.what());
     return 2;
