@@ -85,6 +85,30 @@ TEST_CASE("classification metrics equal their hand-computed values, over two bat
   // A binary logit per sample: positive when > 0.
   CHECK(value_of("plugin = \"accuracy\"", {{torch::tensor({-1.0, 2.0, 0.5, -3.0}),
                                             torch::tensor({0, 1, 0, 0})}}) == Approx(0.75));
+
+  // AUROC, binary: positives score 0.35 and 0.8, negatives 0.1 and 0.4; 3 of the 4
+  // (positive, negative) pairs are ordered right.
+  CHECK(value_of("plugin = \"auroc\"",
+                 {{torch::tensor({0.1, 0.4}), torch::tensor({0, 0})},
+                  {torch::tensor({0.35, 0.8}), torch::tensor({1, 1})}}) == Approx(0.75));
+  // A positive and a negative of one score count one half: (0.5 + 1 + 1 + 1) / 4.
+  CHECK(value_of("plugin = \"auroc\"", {{torch::tensor({0.5, 0.5, 0.2, 0.9}),
+                                         torch::tensor({1, 0, 0, 1})}}) == Approx(0.875));
+  // Three classes, one against the rest on probabilities: class 0 and class 2 are ranked
+  // perfectly (1); class 1's positives score 0.5 and 0.2, its negatives 0.2 and 0.3:
+  // (1 + 1 + 0.5 + 0) / 4 = 0.625. The macro mean: (1 + 0.625 + 1) / 3.
+  const auto probs = torch::tensor(
+      {{0.7, 0.2, 0.1}, {0.2, 0.5, 0.3}, {0.1, 0.3, 0.6}, {0.3, 0.2, 0.5}}, torch::kDouble);
+  const auto y = torch::tensor({0, 1, 2, 1});
+  CHECK(value_of("plugin = \"auroc\"", {{probs.slice(0, 0, 1), y.slice(0, 0, 1)},
+                                         {probs.slice(0, 1), y.slice(0, 1)}}) ==
+        Approx(2.625 / 3).epsilon(1e-12));
+  // One class only: no value, and the reason.
+  auto one_class = metrics_of("[[metrics]]\nplugin = \"auroc\"\n");
+  one_class[0].metric->update(torch::tensor({0.1, 0.7}), torch::tensor({1, 1}));
+  CHECK_THROWS_WITH(one_class[0].metric->compute(),
+                    "AUROC needs samples of two classes, and the split's targets are all 1; "
+                    "validate on data with both positive and negative samples");
 }
 
 TEST_CASE("regression metrics equal their hand-computed values, over two batches") {
@@ -199,6 +223,10 @@ out = {
   "mae": m.mean_absolute_error(y, y_hat), "mse": m.mean_squared_error(y, y_hat),
   "rmse": np.mean(np.sqrt(m.mean_squared_error(y, y_hat, multioutput="raw_values"))),
   "r2": m.r2_score(y, y_hat),
+  # class 0's logit, rounded to halves so that there are ties, against "class 0 or not"
+  "auroc_binary": m.roc_auc_score((target == 0).astype(int), np.round(logits[:, 0] * 2) / 2),
+  "auroc_ovr": m.roc_auc_score(target, np.exp(logits) / np.exp(logits).sum(1, keepdims=True),
+                               multi_class="ovr", average="macro"),
 }
 for avg in ("macro", "micro", "weighted"):
   out["precision_" + avg] = m.precision_score(target, pred, average=avg, zero_division=0)
@@ -212,7 +240,7 @@ for k, v in out.items(): print(k, repr(float(v)))
   std::map<std::string, double> ref;
   std::istringstream in(r.out);
   for (std::string k; in >> k;) in >> ref[k];
-  REQUIRE(ref.size() == 15);
+  REQUIRE(ref.size() == 17);
   auto check = [&](const std::string& key, const std::string& toml, const auto& batches) {
     INFO(key);
     CHECK(value_of(toml, batches) == Approx(ref.at(key)).epsilon(1e-9).margin(1e-12));
@@ -222,6 +250,9 @@ for k, v in out.items(): print(k, repr(float(v)))
   for (const std::string avg : {"macro", "micro", "weighted"})
     for (const std::string m : {"precision", "recall", "f1"})
       check(m + "_" + avg, "plugin = \"" + m + "\"\naverage = \"" + avg + "\"", cls);
+  check("auroc_ovr", "plugin = \"auroc\"", cls);
+  check("auroc_binary", "plugin = \"auroc\"",
+        batches_of((logits.select(1, 0) * 2).round() / 2, target.eq(0).to(torch::kLong)));
   check("mae", "plugin = \"mae\"", reg);
   check("mse", "plugin = \"mse\"", reg);
   check("rmse", "plugin = \"rmse\"", reg);
@@ -240,6 +271,7 @@ std::string fit_config(const TempDir& d, const std::string& out) {
          "[[metrics]]\nplugin = \"accuracy\"\nname = \"acc\"\n"
          "[[metrics]]\nplugin = \"f1\"\nname = \"f1_macro\"\n"
          "[[metrics]]\nplugin = \"confusion_matrix\"\n"
+         "[[metrics]]\nplugin = \"auroc\"\n"
          "[[hooks]]\nplugin = \"ddp\"\n";
 }
 
@@ -251,7 +283,7 @@ TEST_CASE(
   write_file(d / "cfg.toml", fit_config(d, "one"));
   // check builds them, describe lists them.
   auto checked = run_wick({"check", (d / "cfg.toml").string()});
-  CHECK(checked.out == (d / "cfg.toml").string() + ": ok (task synthetic, 1 hook, 3 metrics)\n");
+  CHECK(checked.out == (d / "cfg.toml").string() + ": ok (task synthetic, 1 hook, 4 metrics)\n");
   auto described = run_wick({"describe", (d / "cfg.toml").string()});
   CHECK(described.out.find("Metrics (over the whole validation set):\n  valid/acc: accuracy (") !=
         std::string::npos);
@@ -313,4 +345,8 @@ TEST_CASE(
         Approx(epoch["valid/acc"].get<double>()).epsilon(1e-12));
   CHECK(read_file(d / "two" / "confusion_matrix.csv") ==
         read_file(d / "one" / "confusion_matrix.csv"));
+  // AUROC ranks every sample's scores: the ranks' rows are joined, not summed.
+  const double auroc = epoch["valid/auroc"].get<double>();
+  CHECK(auroc > 0.0);
+  CHECK(epoch2["valid/auroc"].get<double>() == Approx(auroc).epsilon(1e-12));
 }

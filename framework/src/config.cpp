@@ -952,8 +952,8 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
 std::vector<MetricEntry> Config::make_metrics(const PluginFinder& finder) const {
   std::vector<MetricEntry> out;
   for (auto& i : impl_->instances(finder, "metrics", PluginKind::metric, kMetricReserved))
-    out.push_back(
-        {impl_->construct(i, [&] { return i.lib->create_metric(i.params); }), i.plugin, i.name});
+    out.push_back({impl_->construct(i, [&] { return i.lib->create_metric(i.params); }), i.plugin,
+                   i.name, i.lib->info().api_minor});
   return out;
 }
 

@@ -16,8 +16,6 @@
 
 namespace wick_metrics {
 
-using Values = std::vector<std::pair<std::string, double>>;
-
 // accuracy, and top_k_accuracy: the target among the k highest scores.
 class TopK : public wick::Metric {
  public:

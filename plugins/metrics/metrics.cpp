@@ -1,9 +1,11 @@
 // The built-in metric plugins, one library (wicklib_metrics.so): classification metrics from
-// counts and a confusion matrix, regression metrics from sums, each over the whole split and
-// exact across data-parallel ranks (the framework sums the states before compute()).
+// counts and a confusion matrix, AUROC from every sample's scores, regression metrics from
+// sums, each over the whole split and exact across data-parallel ranks (the framework sums
+// the states, and joins AUROC's rows, before compute()).
 #include <wick/plugin.hpp>
 
 #include "classification.hpp"
+#include "ranking.hpp"
 #include "regression.hpp"
 
 namespace {
@@ -37,6 +39,11 @@ WICK_PLUGINS(
                wick::PluginDef("confusion_matrix", "1.0.0",
                                "counts of (true, predicted) class pairs, written to NAME.csv in "
                                "the run folder at each validation")),
+    WICK_ENTRY(Auroc,
+               wick::PluginDef("auroc", "1.0.0",
+                               "area under the ROC curve: binary (class 1's score against class "
+                               "0's), or one class against the rest, averaged over classes "
+                               "(macro); exact, from every sample's scores")),
     WICK_ENTRY(Mae, wick::PluginDef("mae", "1.0.0", "mean absolute error")),
     WICK_ENTRY(Mse, wick::PluginDef("mse", "1.0.0", "mean squared error")),
     WICK_ENTRY(Rmse, wick::PluginDef("rmse", "1.0.0", "root mean squared error")),

@@ -6,10 +6,14 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <wick/params.hpp>
 
 namespace wick_metrics {
+
+using Values = std::vector<std::pair<std::string, double>>;
 
 inline std::string shape_of(const at::Tensor& t) {
   std::string s = "[";

@@ -71,6 +71,9 @@ struct MetricEntry {
   std::shared_ptr<Metric> metric;
   std::string plugin;
   std::string instance;
+  // The SDK minor the metric was compiled against: Metric::rows() exists from 2.2 on (an
+  // older plugin's vtable ends before it). Metrics compiled with the host are current.
+  int api_minor = WICK_API_MINOR;
 };
 
 struct FitResult {

@@ -126,28 +126,9 @@ at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const Progre
   state.phase = Phase::train;
   at::Tensor rows = outs.empty() ? at::Tensor() : at::cat(outs);
   if (!distributed()) return rows;
-  // Every rank's rows into one [N, ...] tensor by an all-reduce of zeros and its own rows.
-  // The ranks must agree on the shape of a row (the sum of squares check of compute_metrics).
-  if (!rows.defined())
-    throw std::runtime_error("this rank has no sample of the " + std::to_string(n) +
-                             " to predict; use fewer ranks than samples");
-  std::vector<double> dims(9, 0.0);
-  dims[0] = static_cast<double>(rows.dim());
-  for (std::int64_t i = 1; i < rows.dim() && i < 9; ++i)
-    dims[static_cast<std::size_t>(i)] = static_cast<double>(rows.size(i));
-  auto d = at::tensor(dims, at::kDouble);
-  auto agree = at::cat({d, d * d});
-  collectives->all_reduce_sum(agree);
-  const double w = static_cast<double>(state.num_processes);
-  const auto sum = agree.slice(0, 0, 9), squares = agree.slice(0, 9, 18);
-  if (!at::equal(sum * sum, squares * w) || rows.dim() > 9)
-    throw std::runtime_error("the ranks' predictions differ in shape, so they cannot be joined");
-  std::vector<std::int64_t> shape(rows.sizes().begin(), rows.sizes().end());
-  shape[0] = n;
-  auto all = at::zeros(shape, at::kDouble);
-  all.index_copy_(0, order, rows.to(at::kDouble));
-  collectives->all_reduce_sum(all);
-  return all.to(at::kFloat);
+  // The shards are contiguous and in rank order (valid_order): joined, they are in order. A
+  // rank without samples (fewer samples than ranks) joins too, so that all ranks stop alike.
+  return join_rows(rows.defined() ? rows : at::empty({0}));
 }
 
 at::Tensor Trainer::predict(Split split, const ProgressFn& progress) {

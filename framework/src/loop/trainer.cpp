@@ -713,16 +713,23 @@ void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix)
   for (auto& e : metrics)
     for (const auto& t : e.metric->state())
       flat.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
+  // Row tensors (Metric::rows, SDK 2.2) are joined over the ranks, not summed.
+  std::vector<at::Tensor*> rows;
+  for (auto& e : metrics)
+    if (e.api_minor >= 2)
+      if (auto* r = e.metric->rows())
+        for (auto& t : *r) rows.push_back(&t);
   if (distributed()) {
     auto packed = at::cat(flat);
     // Ranks whose states differ in shape cannot be summed: say so, not garble the sum. The
     // sizes agree when the sum of their squares is world * size²; every rank sees the same
     // sums, so all of them decide alike (none is left waiting in the next all-reduce).
-    const double n = static_cast<double>(packed.numel());
-    auto sizes = at::tensor({n, n * n}, at::kDouble);
+    const double n = static_cast<double>(packed.numel()), r = static_cast<double>(rows.size());
+    auto sizes = at::tensor({n, n * n, r, r * r}, at::kDouble);
     collectives->all_reduce_sum(sizes);
-    const double sum = sizes[0].item<double>(), squares = sizes[1].item<double>();
-    if (squares * static_cast<double>(state.num_processes) != sum * sum)
+    const double w = static_cast<double>(state.num_processes);
+    if (sizes[1].item<double>() * w != sizes[0].item<double>() * sizes[0].item<double>() ||
+        sizes[3].item<double>() * w != sizes[2].item<double>() * sizes[2].item<double>())
       throw std::runtime_error(
           "the ranks' metric states differ in size (a rank saw other prediction shapes, or no "
           "validation sample), so they cannot be summed; every rank must see the same "
@@ -735,6 +742,7 @@ void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix)
         t.copy_(packed.slice(0, off, off + len).reshape(t.sizes()).to(t.options()));
         off += len;
       }
+    for (auto* t : rows) *t = join_rows(*t).to(t->device());
   }
   for (std::size_t i = 0; i < metrics.size(); ++i) {
     auto& e = metrics[i];
@@ -750,6 +758,42 @@ void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix)
     if (in_fit && writes_outputs() && lock.held())
       e.metric->write_files(run.output_dir, e.instance);
   }
+}
+
+at::Tensor Trainer::Impl::join_rows(const at::Tensor& mine) {
+  const std::int64_t world = state.num_processes, rank = state.rank;
+  // Row counts by rank, then the shape of a row (rank, 8 sizes) and its squares: the ranks
+  // agree on it when sum² = world * squares, and all of them see the same sums.
+  constexpr std::int64_t kDims = 9;
+  auto head = at::zeros({world + 2 * kDims}, at::kDouble);
+  auto h = head.accessor<double, 1>();
+  h[rank] = static_cast<double>(mine.dim() > 0 ? mine.size(0) : 0);
+  for (std::int64_t i = 0; i < kDims; ++i) {
+    const double d = i == 0 ? mine.dim() : (i < mine.dim() ? mine.size(i) : 0);
+    h[world + i] = d;
+    h[world + kDims + i] = d * d;
+  }
+  collectives->all_reduce_sum(head);
+  const auto sum = head.slice(0, world, world + kDims);
+  const auto squares = head.slice(0, world + kDims);
+  if (mine.dim() == 0 || mine.dim() > kDims ||
+      !at::equal(sum * sum, squares * static_cast<double>(world)))
+    throw std::runtime_error(
+        "the ranks' rows differ in shape (" + std::to_string(mine.dim()) +
+        "-d here), so they cannot be joined; every rank must give rows of one shape, and have "
+        "at least one sample (use fewer ranks than samples)");
+  std::int64_t total = 0, offset = 0;
+  for (std::int64_t r = 0; r < world; ++r) {
+    const auto n = static_cast<std::int64_t>(h[r]);
+    if (r < rank) offset += n;
+    total += n;
+  }
+  std::vector<std::int64_t> shape(mine.sizes().begin(), mine.sizes().end());
+  shape[0] = total;
+  auto all = at::zeros(shape, at::kDouble);
+  all.slice(0, offset, offset + mine.size(0)).copy_(mine.to(at::kCPU, at::kDouble));
+  collectives->all_reduce_sum(all);
+  return all.to(mine.scalar_type());
 }
 
 void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before) {

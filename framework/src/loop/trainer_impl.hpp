@@ -141,6 +141,9 @@ struct Trainer::Impl : Context::Host {
   // The forward stage's output for every sample of `ds`, in sample order ([N, ...] float32 on
   // the CPU; every rank gets all rows).
   at::Tensor prediction(Dataset& ds, const char* what, const ProgressFn& progress);
+  // Data-parallel: every rank's rows ([n_r, ...]), rank 0's first, in mine's dtype on the
+  // CPU. Throws (on every rank alike) when the ranks' rows differ in shape.
+  at::Tensor join_rows(const at::Tensor& mine);
   // Outside a fit with WORLD_SIZE > 1 and no hook's collectives: wick's own Gloo group.
   void join_ranks_if_needed();
   void log_step_if_due();

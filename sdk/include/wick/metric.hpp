@@ -1,7 +1,9 @@
 // Metric plugins (SDK 2.1): values computed over a whole split, not averaged over batches.
 // F1, precision, recall, R² and AUROC are not means of per-batch values; a metric keeps a
 // state that adds up over batches and over data-parallel ranks (counts, sums, a confusion
-// matrix), and computes its values from the whole set's state at the end.
+// matrix), and computes its values from the whole set's state at the end. A metric that
+// needs every sample (AUROC ranks all scores) keeps rows instead (SDK 2.2), which wick joins
+// over the ranks.
 //
 //   class MyMetric : public wick::Metric {
 //    public:
@@ -51,6 +53,13 @@ class Metric {
   // After compute() on the main process: files of its own in the run folder, named after
   // the instance (confusion_matrix writes NAME.csv). Optional.
   virtual void write_files(const std::string& /*run_dir*/, const std::string& /*name*/) const {}
+
+  // SDK 2.2. Tensors of per-sample rows ([n, ...], a row per sample seen) that are joined,
+  // not summed: before compute(), wick replaces each by the rows of all ranks, rank 0's
+  // first, in the order of the data. nullptr (the default): none. A metric with rows still
+  // keeps a state (a count will do) and clears its rows in reset(). Rows cost memory in
+  // proportion to the split; use them only where no summable state gives the value.
+  virtual std::vector<at::Tensor>* rows() { return nullptr; }
 };
 
 }  // namespace wick

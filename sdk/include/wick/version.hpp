@@ -9,7 +9,7 @@
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 1
+#define WICK_API_MINOR 2
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
