@@ -15,6 +15,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm  # make fuzz: clang, libFuzzer and the sanitizer runtimes,
                                  # llvm-symbolizer for readable reports
   python3-sklearn                # reference values for the metric plugins' tests
+  python3-torch                  # tests: TorchScript models and data made as users make them
 )
 
 missing=()

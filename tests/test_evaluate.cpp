@@ -173,25 +173,26 @@ np.save(f"{d}/text.npy", np.array(["a", "b"]))
   }
 
   auto refused = [&](const std::string& in) {
-    auto r = run_wick({"predict", cfg, "--input", (d / in).string(), "--output",
-                       (d / "bad.npy").string()});
+    auto r = run_wick(
+        {"predict", cfg, "--input", (d / in).string(), "--output", (d / "bad.npy").string()});
     CHECK(r.exit_code == 2);
     CHECK_FALSE(fs::exists(d / "bad.npy"));
     return r.err;
   };
   const std::string at = (d / "x").string();
-  CHECK(refused("narrow.npy").find("\nwick: " + (d / "narrow.npy").string() +
-                                   ": the input's samples have shape [5] but the task's inputs "
-                                   "have [16]; give one row per sample, shaped as the task's "
-                                   "inputs\n") != std::string::npos);
-  CHECK(refused("fortran.npy").find("fortran.npy: the array is in Fortran order; save "
-                                    "numpy.ascontiguousarray(a) instead") != std::string::npos);
+  CHECK(refused("narrow.npy")
+            .find("\nwick: " + (d / "narrow.npy").string() +
+                  ": the input's samples have shape [5] but the task's inputs "
+                  "have [16]; give one row per sample, shaped as the task's "
+                  "inputs\n") != std::string::npos);
+  CHECK(refused("fortran.npy")
+            .find("fortran.npy: the array is in Fortran order; save "
+                  "numpy.ascontiguousarray(a) instead") != std::string::npos);
   CHECK(refused("text.npy").find("text.npy: dtype '<U1' is not one wick reads") !=
         std::string::npos);
   CHECK(refused("missing.npy").find("missing.npy: no such file") != std::string::npos);
   write_file(d / "cells.csv", "a,b\n1,2\n3,x\n");
-  CHECK(refused("cells.csv").find("cells.csv:3: cell 2 'x' is not a number") !=
-        std::string::npos);
+  CHECK(refused("cells.csv").find("cells.csv:3:3: 'x' is not a number") != std::string::npos);
   write_file(d / "short.npy", read_file(d / "x.npy").substr(0, 200));
   CHECK(refused("short.npy").find("does not match the") != std::string::npos);
 }
@@ -204,9 +205,9 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
 
   auto none = run_wick({"evaluate", cfg});
   CHECK(none.exit_code == 2);
-  CHECK(none.err.find("--checkpoint latest: no checkpoint in '" + (run_dir / "checkpoints").string() +
-                      "'; train with [[hooks]] plugin = \"checkpoint\" first") !=
-        std::string::npos);
+  CHECK(
+      none.err.find("--checkpoint latest: no checkpoint in '" + (run_dir / "checkpoints").string() +
+                    "'; train with [[hooks]] plugin = \"checkpoint\" first") != std::string::npos);
   REQUIRE(run_wick({"fit", cfg}).exit_code == 0);
 
   auto mismatch = run_wick({"evaluate", cfg, "--set", "task.hidden=[8]"});
@@ -241,8 +242,7 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
   auto bad = run_wick({"evaluate", cfg});
   CHECK(bad.exit_code == 1);
   CHECK(bad.err.find("wick: warning: skipping checkpoint '" + ckpt.string() +
-                     "' cannot be used: model.pt does not match its sha256") !=
-        std::string::npos);
+                     "' cannot be used: model.pt does not match its sha256") != std::string::npos);
   CHECK(bad.err.find("none of the 1 checkpoints in") != std::string::npos);
   auto named = run_wick({"predict", cfg, "--checkpoint", ckpt.string(), "--split", "valid",
                          "--output", (d / "p.npy").string()});

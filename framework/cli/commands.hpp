@@ -8,6 +8,12 @@
 #include <string>
 #include <vector>
 
+namespace wick {
+class Config;
+class Trainer;
+struct CheckpointInfo;
+}  // namespace wick
+
 namespace wick::cli {
 
 constexpr int kOk = 0, kFailed = 1, kUsage = 2;
@@ -34,6 +40,11 @@ void add_doctor_command(CLI::App& app, Registry& r);
 void add_new_plugin_command(CLI::App& app, Registry& r);
 void add_plot_command(CLI::App& app, Registry& r);  // plot
 void add_evaluate_commands(CLI::App& app, Registry& r);  // evaluate, predict
+// Loads the weights --checkpoint names into t: "latest" (the newest usable checkpoint of
+// hooks.checkpoint.dir; damaged ones are skipped with the reason), "best", or a folder (as
+// given, or inside the checkpoints folder). ConfigError when there is none to load.
+CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what);
+void add_export_command(CLI::App& app, Registry& r);  // export
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
 std::string run_summary_line(const std::string& run_dir);
 // launch, and --nproc N for fit, evaluate and predict (added last: it wraps them)

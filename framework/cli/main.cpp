@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add_new_plugin_command(app, commands);
   add_plot_command(app, commands);
   add_evaluate_commands(app, commands);
+  add_export_command(app, commands);
   add_launch_command(app, commands);
 
   try {

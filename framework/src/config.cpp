@@ -844,6 +844,7 @@ Config Config::parse(const std::string& text, const std::string& path,
   }
   for (const auto& s : sets) I.apply_set(s);
   I.validate_builtin();
+  I.trainer.overrides = sets;
   return c;
 }
 

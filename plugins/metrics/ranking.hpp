@@ -25,7 +25,8 @@ inline double area_under_roc(const at::Tensor& score, const at::Tensor& positive
   const auto& values = std::get<0>(sorted);
   const auto& order = std::get<1>(sorted);
   // Ranks 1..N in score order; a group of tied scores shares the mean of its ranks.
-  const auto groups = at::unique_consecutive(values, /*return_inverse=*/true, /*return_counts=*/true);
+  const auto groups =
+      at::unique_consecutive(values, /*return_inverse=*/true, /*return_counts=*/true);
   const auto counts = std::get<2>(groups).to(at::kDouble);
   const auto ends = counts.cumsum(0);
   const auto mean_rank = ends - counts + (counts + 1) / 2;

@@ -29,6 +29,8 @@ struct Summary {
   double wall_s = 0;
   std::vector<std::pair<std::string, double>> valid;  // final validation metrics
   std::string model_fingerprint;
+  std::string config;                  // absolute path of the config file ("" in host programs)
+  std::vector<std::string> overrides;  // its --set values
 };
 
 std::string record_to_json(const Record& r);

@@ -41,6 +41,9 @@ struct TrainerOptions {
   NanPolicy nan_policy = NanPolicy::error;
   std::string output_dir = "runs/default";
   bool write_outputs = true;  // metrics.jsonl and summary.json in output_dir
+  // The --set overrides the config was loaded with: summary.json keeps them beside the
+  // config's path, so that `wick export RUN_DIR` rebuilds the run's task.
+  std::vector<std::string> overrides;
 };
 
 // Parameters (by a glob over their names) with options of their own inside one optimizer.

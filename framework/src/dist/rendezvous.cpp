@@ -29,9 +29,9 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
   return c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
 }
 
-c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                      int rank, int world,
+                                                      std::chrono::milliseconds timeout) {
   auto o = c10d::ProcessGroupGloo::Options::create(timeout);
   const std::string addr = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "";
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))

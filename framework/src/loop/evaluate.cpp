@@ -111,12 +111,11 @@ at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const Progre
       dispatch.run_stage(Stage::forward);
       const auto& pred = output.pred;
       if (!pred.defined() || pred.dim() == 0 || pred.size(0) != m)
-        throw std::runtime_error(
-            "the task's forward() gave " +
-            (pred.defined() ? "a prediction of shape " + shape_of(pred.sizes())
-                            : std::string("no prediction")) +
-            " for a batch of " + std::to_string(m) +
-            " samples; predict needs one output row per sample");
+        throw std::runtime_error("the task's forward() gave " +
+                                 (pred.defined() ? "a prediction of shape " + shape_of(pred.sizes())
+                                                 : std::string("no prediction")) +
+                                 " for a batch of " + std::to_string(m) +
+                                 " samples; predict needs one output row per sample");
       outs.push_back(pred.detach().to(at::kCPU, at::kFloat));
       done += m;
       if (progress) progress(done, mine);

@@ -863,6 +863,8 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.valid = last_valid.values;
   s.train_cpu_s = train_cpu_seconds;
   if (res) s.model_fingerprint = self->model_fingerprint();
+  s.config = run.config_path;
+  s.overrides = opt.overrides;
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
 

@@ -69,6 +69,10 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   j["wall_s"] = number(s.wall_s);
   for (const auto& [k, v] : s.valid) j[k] = number(v);
   j["model_fingerprint"] = s.model_fingerprint;
+  if (!s.config.empty()) {
+    j["config"] = s.config;
+    j["overrides"] = s.overrides;
+  }
   write_file_atomic(file, j.dump(2) + "\n");
 }
 

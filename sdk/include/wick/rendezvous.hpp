@@ -9,6 +9,8 @@
 #include <chrono>
 #include <string>
 
+#include "wick/version.hpp"
+
 namespace c10d {
 class Store;
 class ProcessGroupGloo;
@@ -18,12 +20,14 @@ namespace wick {
 
 // The store of ranks 0 .. world-1, its keys under `prefix`; returns once all have joined.
 // Throws ConfigError naming `who` when MASTER_ADDR / MASTER_PORT are not set.
-c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::milliseconds timeout,
-                                           const std::string& prefix, const std::string& who);
+WICK_EXPORT c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::string& prefix,
+                                                       const std::string& who);
 
 // A Gloo group over the store: bound to 127.0.0.1 when MASTER_ADDR is a loopback address,
 // else to GLOO_SOCKET_IFNAME or this host's name.
-c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
+WICK_EXPORT c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
     std::chrono::milliseconds timeout);
 

@@ -1,0 +1,105 @@
+// `wick export RUN_DIR|CHECKPOINT --out FILE`: a trained TorchScript model (the torchscript
+// task's, or any task's whose model is a wick::JitModule) saved with a checkpoint's weights,
+// for torch.jit.load in Python and C++. The run's config and --set overrides come from its
+// summary.json.
+#include <wick/jit.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
+#include "wick/trainer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wick::cli {
+
+namespace {
+
+struct ExportArgs {
+  std::string source, out;
+  std::vector<std::string> plugin_paths;
+};
+
+// The run folder of SOURCE: SOURCE itself, or for a checkpoint folder the nearest folder
+// above it that has a summary.json.
+fs::path run_dir_of(const fs::path& source, bool checkpoint) {
+  std::error_code ec;
+  if (!checkpoint) return source;
+  for (auto p = source.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if (fs::exists(p / "summary.json", ec)) return p;
+  throw ConfigError("no summary.json in a folder above the checkpoint '" + source.string() +
+                    "', so its run's config is unknown; give the run folder");
+}
+
+int cmd_export(const ExportArgs& a) {
+  return guarded([&] {
+    std::error_code ec;
+    const fs::path source = fs::absolute(a.source).lexically_normal();
+    const bool checkpoint = fs::exists(source / "manifest.json", ec);
+    if (!checkpoint && !fs::exists(source / "summary.json", ec))
+      throw ConfigError("'" + a.source +
+                        "' is neither a run folder (with summary.json) nor a checkpoint folder "
+                        "(with manifest.json)");
+    const fs::path run = run_dir_of(source, checkpoint);
+    nlohmann::json summary;
+    try {
+      std::ifstream in(run / "summary.json");
+      summary = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw ConfigError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
+    }
+    if (!summary.contains("config") || !summary["config"].is_string())
+      throw ConfigError((run / "summary.json").string() +
+                        " names no config (a run of an older wick, or of a host program)");
+    auto sets = summary.value("overrides", std::vector<std::string>());
+    // The checkpoints are those of the folder given, wherever the config put the run.
+    sets.push_back("trainer.output_dir='" + run.string() + "'");
+    auto cfg = Config::load(summary["config"].get<std::string>(), sets);
+    PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+    auto trainer = make_trainer(cfg, finder);
+    auto* jit = dynamic_cast<JitModuleImpl*>(&trainer->model());
+    if (!jit)
+      throw ConfigError("the model of task '" + cfg.task_plugin() +
+                        "' is not a TorchScript module; export works for the torchscript task "
+                        "and tasks whose model is a wick::JitModule");
+    const auto info = load_checkpoint(cfg, *trainer, checkpoint ? source.string() : "latest");
+    // Written beside the target and renamed: a failed export leaves no half file.
+    const fs::path out = fs::absolute(a.out);
+    const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp");
+    try {
+      jit->jit().save(tmp.string());
+    } catch (const c10::Error& e) {
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write '" + a.out + "': " + e.what_without_backtrace());
+    }
+    fs::rename(tmp, out);
+    std::printf("wick: exported %s (epoch %lld, optimizer step %lld) to %s\n", info.path.c_str(),
+                static_cast<long long>(info.position.epoch),
+                static_cast<long long>(info.optimizer_step), out.c_str());
+    return kOk;
+  });
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app, Registry& r) {
+  static ExportArgs a;
+  auto* c = app.add_subcommand(
+      "export",
+      "save a trained TorchScript model (the torchscript task's) with a checkpoint's weights, "
+      "for torch.jit.load: RUN_DIR takes its latest checkpoint");
+  c->add_option("SOURCE", a.source, "a run folder (its latest checkpoint) or a checkpoint folder")
+      ->required()
+      ->type_name("RUN_DIR|CHECKPOINT");
+  c->add_option("--out", a.out, "the TorchScript file to write")->required()->type_name("FILE");
+  c->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
+      ->type_name("DIR");
+  r.push_back({c, [] { return cmd_export(a); }});
+}
+
+}  // namespace wick::cli

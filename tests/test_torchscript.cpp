@@ -1,0 +1,237 @@
+// A model made in Python and trained by wick from TOML alone (the torchscript task), as a
+// PyTorch user would bring one: scripted with Debian's python3-torch, data saved with
+// torch.save / numpy.savez / numpy.save / a CSV writer, the result exported and loaded back
+// in Python.
+#include <sys/stat.h>
+
+#include "support.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+const char* const kPython = "/usr/bin/python3";
+
+RunResult python(const TempDir& d, const std::string& script, std::vector<std::string> args = {}) {
+  write_file(d / "script.py", script);
+  std::vector<std::string> argv = {kPython, (d / "script.py").string(), d.path().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, {"PYTHONPATH=" + std::string(WICK_SOURCE_DIR) + "/samples/torchscript"});
+}
+
+double json_number(const std::string& out, const std::string& key) {
+  return nlohmann::json::parse(out)[key].get<double>();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a transformer scripted in Python trains from TOML alone to the accuracy of Python's own "
+    "loop, and its export gives in Python the accuracy wick logged") {
+  TempDir d;
+  const std::string samples = std::string(WICK_SOURCE_DIR) + "/samples/torchscript";
+  auto made = run({kPython, samples + "/make.py", d.path().string()});
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  // The sample's own config, its data beside it.
+  write_file(d / "ts.toml", read_file(samples + "/torchscript.toml"));
+  const std::string cfg = (d / "ts.toml").string();
+  const std::string out_dir = "trainer.output_dir=\"" + (d / "run").string() + "\"";
+  auto fit = run_wick({"fit", cfg, "--set", out_dir, "--set", "hooks.progress.mode=\"plain\""});
+  INFO(fit.out << fit.err);
+  REQUIRE(fit.exit_code == 0);
+  const auto summary = read_json(d / "run" / "summary.json");
+  const double wick_acc = summary["valid/accuracy"].get<double>();
+
+  auto py = run({kPython, samples + "/train.py", d.path().string(), "12"});
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  const double python_acc = json_number(py.out, "valid_accuracy");
+  INFO("wick " << wick_acc << ", Python " << python_acc);
+  CHECK(python_acc > 0.85);  // the task is learnt in these epochs
+  CHECK(wick_acc > python_acc - 0.05);
+
+  auto exported = run_wick({"export", (d / "run").string(), "--out", (d / "trained.pt").string()});
+  INFO(exported.out << exported.err);
+  REQUIRE(exported.exit_code == 0);
+  auto loaded = run(
+      {kPython, samples + "/accuracy.py", (d / "trained.pt").string(), (d / "valid.pt").string()});
+  INFO(loaded.err);
+  REQUIRE(loaded.exit_code == 0);
+  CHECK(json_number(loaded.out, "accuracy") == Approx(wick_acc).margin(1e-6));
+
+  // predict reads the same .pt as the task (its "input").
+  auto pred = run_wick({"predict", cfg, "--set", out_dir, "--input", (d / "valid.pt").string(),
+                        "--output", (d / "p.npy").string()});
+  INFO(pred.err);
+  CHECK(pred.exit_code == 0);
+  CHECK(pred.out.find("wrote 1000 predictions of shape [3]") != std::string::npos);
+}
+
+namespace {
+
+// A linear model over 4 features and 3 classes, with a loss method of its own, and one data
+// set written in every format the task reads.
+const char* const kMakeSmall = R"py(
+import os, sys
+import numpy as np
+import torch
+d = sys.argv[1]
+
+class Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+    def forward(self, x):
+        return self.fc(x)
+    @torch.jit.export
+    def loss(self, pred, target):
+        return torch.nn.functional.cross_entropy(pred, target)
+
+class NoLoss(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+torch.manual_seed(0)
+torch.jit.script(Linear()).save(f"{d}/linear.pt")
+torch.jit.script(NoLoss()).save(f"{d}/noloss.pt")
+g = torch.Generator().manual_seed(1)
+x = torch.randn(96, 4, generator=g)
+y = x[:, :3].argmax(1)
+torch.save({"input": x, "target": y, "extra": y}, f"{d}/dict.pt")
+torch.save((x, y), f"{d}/tuple.pt")
+np.savez(f"{d}/plain.npz", input=x.numpy(), target=y.numpy())
+np.savez_compressed(f"{d}/packed.npz", input=x.numpy().astype(np.float64), target=y.numpy())
+os.makedirs(f"{d}/npy")
+np.save(f"{d}/npy/input.npy", x.numpy())
+np.save(f"{d}/npy/target.npy", y.numpy())
+rows = ["a,b,c,d,label"] + [",".join(f"{v:.9g}" for v in r) + f",{int(l)}" for r, l in zip(x.tolist(), y.tolist())]
+open(f"{d}/data.csv", "w").write("\n".join(rows) + "\n")
+torch.save({"input": x[:, :3], "target": y}, f"{d}/narrow.pt")
+torch.save({"input": x, "target": y + 2}, f"{d}/labels.pt")
+torch.save({"input": x, "target": y[:50]}, f"{d}/short.pt")
+)py";
+
+std::string small_config(const TempDir& d, const std::string& out, const std::string& task) {
+  return "[trainer]\nepochs = 2\nbatch_size = 16\nshuffle = true\noutput_dir = \"" +
+         (d / out).string() + "\"\n[task]\nplugin = \"torchscript\"\nmodel = \"linear.pt\"\n" +
+         task + "\n[[hooks]]\nplugin = \"checkpoint\"\n";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the torchscript task trains alike from .pt, .npz, .npy and .csv data, with a named loss or "
+    "the module's own, and resumes exactly") {
+  TempDir d;
+  auto made = python(d, kMakeSmall);
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  std::map<std::string, std::string> prints;
+  const std::vector<std::pair<std::string, std::string>> sets = {
+      {"dict", "train = \"dict.pt\""},
+      {"tuple", "train = \"tuple.pt\""},
+      {"plain", "train = \"plain.npz\""},
+      {"packed", "train = \"packed.npz\""},  // float64 inputs, deflated
+      {"npy", "train = \"npy\""},
+      {"csv", "train = \"data.csv\"\ntarget_key = \"label\""},
+      {"module", "train = \"dict.pt\"\nloss = \"module\""}};
+  for (const auto& [name, task] : sets) {
+    INFO(name);
+    write_file(d / (name + ".toml"), small_config(d, name, task));
+    auto r = run_wick({"fit", (d / (name + ".toml")).string()});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    prints[name] = read_json(d / name / "summary.json")["model_fingerprint"];
+  }
+  // The same samples in the same order: the same trained weights, whatever the file.
+  for (const auto& [name, fp] : prints) {
+    INFO(name);
+    CHECK(fp == prints["dict"]);
+  }
+  // One epoch, then a resume into the second: the weights of the uninterrupted run.
+  write_file(d / "resumed.toml", small_config(d, "resumed", "train = \"dict.pt\""));
+  const std::string resumed = (d / "resumed.toml").string();
+  REQUIRE(run_wick({"fit", resumed, "--set", "trainer.epochs=1"}).exit_code == 0);
+  auto again = run_wick({"fit", resumed, "--resume", "latest"});
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(read_json(d / "resumed" / "summary.json")["model_fingerprint"] == prints["dict"]);
+}
+
+TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {
+  TempDir d;
+  auto made = python(d, kMakeSmall);
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  write_file(d / "not_a_model.pt", "hello");
+  auto check = [&](const std::string& task, const std::string& model = "linear.pt") {
+    auto text = small_config(d, "run", task);
+    text.replace(text.find("linear.pt"), 9, model);
+    write_file(d / "cfg.toml", text);
+    auto r = run_wick({"check", (d / "cfg.toml").string()});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    return r.err;
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    INFO(text);
+    CHECK(text.find(part) != std::string::npos);
+  };
+  has(check("train = \"dict.pt\"", "not_a_model.pt"),
+      "task.model '" + (d / "not_a_model.pt").string() + "' is not a TorchScript file");
+  has(check("train = \"dict.pt\"\ninput_key = \"inputs\""),
+      (d / "dict.pt").string() + ": no tensor 'inputs'; it holds 'input', 'target', 'extra'");
+  const auto narrow = check("train = \"narrow.pt\"");
+  has(narrow, "the TorchScript model '" + (d / "linear.pt").string() +
+                  "' failed on an input of [2, 3] Float: RuntimeError: mat1 and mat2 shapes "
+                  "cannot be multiplied (2x3 and 4x3)");
+  has(narrow, "return self.fc(x)");  // where, in the Python source
+  has(check("train = \"labels.pt\""),
+      "labels out of range for cross_entropy: the target holds 2 .. 4 but the model scores 3 "
+      "classes (0 .. 2)");
+  has(check("train = \"short.pt\""), "short.pt: the input has 96 rows and the target 50");
+  has(check("train = \"dict.pt\"\nloss = \"module\"", "noloss.pt"),
+      "has no loss(prediction, target) method");
+  write_file(d / "bad.csv", "a,b,c,d,label\n1,2,3,4,0\n1,2,x3,4,1\n");
+  has(check("train = \"bad.csv\"\ntarget_key = \"label\""),
+      (d / "bad.csv").string() + ":3:5: 'x3' is not a number");
+  has(check("train = \"data.csv\""),
+      "no column 'target' in the header row ('a', 'b', 'c', 'd', 'label'); set target_key");
+  CHECK_FALSE(fs::exists(d / "run"));  // check writes nothing
+}
+
+TEST_CASE("a .npy folder larger than the process's memory limit trains: it is memory-mapped") {
+  TempDir d;
+  // 1 GiB of inputs (1 M samples of 256 float32 features), a sparse file of zeros (no disk),
+  // under a 768 MiB limit on the data segment (heap and private writable mappings; one thread,
+  // so that BLAS's buffers stay small): reading it whole would not fit.
+  write_file(d / "make_big.py", R"py(
+import os, sys
+import numpy as np
+import torch
+d, rows, width = sys.argv[1], 1024 * 1024, 256
+torch.jit.script(torch.nn.Linear(width, 3)).save(f"{d}/linear.pt")
+os.makedirs(f"{d}/big")
+for name, dtype, shape in (("input", "<f4", (rows, width)), ("target", "<i8", (rows,))):
+    with open(f"{d}/big/{name}.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": dtype, "fortran_order": False, "shape": shape})
+        f.truncate(f.tell() + rows * np.dtype(dtype).itemsize * (shape[1] if len(shape) > 1 else 1))
+)py");
+  auto big = run({kPython, (d / "make_big.py").string(), d.path().string()});
+  INFO(big.err);
+  REQUIRE(big.exit_code == 0);
+  const std::int64_t limit = 768LL << 20;
+  CHECK(static_cast<std::int64_t>(fs::file_size(d / "big" / "input.npy")) > limit);
+  write_file(d / "big.toml",
+             "[trainer]\nepochs = 1\nbatch_size = 64\nsteps_per_epoch = 20\noutput_dir = \"" +
+                 (d / "run").string() +
+                 "\"\n[task]\nplugin = \"torchscript\"\nmodel = \"linear.pt\"\ntrain = "
+                 "\"big\"\n");
+  auto r = run({"/usr/bin/prlimit", "--data=" + std::to_string(limit), "--", WICK_BIN, "fit",
+                (d / "big.toml").string()},
+               {"OMP_NUM_THREADS=1"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 20);
+}

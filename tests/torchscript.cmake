@@ -1,0 +1,5 @@
+# The torchscript task, `wick export` and the data files (issue 15): a transformer scripted
+# with Debian's python3-torch trained from TOML alone against Python's own loop, every data
+# format alike, exact resume, memory-mapped .npy under a memory limit, bad input.
+wick_add_test(test_torchscript SOURCES test_torchscript.cpp
+              DEPENDS torchscript checkpoint metrics progress)
