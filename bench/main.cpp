@@ -5,7 +5,7 @@
 // the stable evidence for dispatch.
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
-//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader,metrics]
+//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -94,6 +94,11 @@ std::vector<Target> targets(const json& r) {
     double x = num(r["metrics"], "share", "median");
     t.push_back({"metrics: accuracy + f1 + confusion_matrix updates / MLP eval step (batch 256)",
                  "<= 0.05", x, x <= 0.05});
+  }
+  if (r.contains("torchscript")) {
+    double x = num(r["torchscript"], "ratio", "median");
+    t.push_back({"torchscript: scripted MLP samples/s / built-in C++ MLP (Fashion-MNIST)", ">= 0.95",
+                 x, x >= 0.95});
   }
   return t;
 }
@@ -290,6 +295,18 @@ std::string markdown(const json& r) {
        << fmt("%.3f", num(x, "share", "median")) << " (" << fmt("%.3f", num(x, "share", "min"))
        << "–" << fmt("%.3f", num(x, "share", "max")) << ").\n";
   }
+  if (r.contains("torchscript")) {
+    const auto& x = r["torchscript"];
+    md << "\nThe torchscript task (mlp.toml's MLP written in Python, scripted, trained from .npy "
+          "files; batch 64, Adam, one thread; "
+       << x.value("samples", 0) << " Fashion-MNIST samples, " << x.value("rounds", 0)
+       << " alternated rounds): "
+       << fmt("%.0f", num(x, "torchscript_samples_per_s", "median"))
+       << " samples/s against the built-in C++ MLP's "
+       << fmt("%.0f", num(x, "cpp_samples_per_s", "median")) << ", ratio "
+       << fmt("%.3f", num(x, "ratio", "median")) << " (" << fmt("%.3f", num(x, "ratio", "min"))
+       << "–" << fmt("%.3f", num(x, "ratio", "max")) << ").\n";
+  }
   if (!m["notes"].empty()) {
     md << "\nNotes:\n\n";
     for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
@@ -302,7 +319,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
                "[--child-reps N] [--ddp-rounds N] [--only "
-               "parity,dispatch,callgrind,startup,ddp,loader,metrics]\n");
+               "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript]\n");
   return 2;
 }
 
@@ -415,6 +432,7 @@ int main(int argc, char** argv) {
     if (want("ddp")) r["ddp"] = run_ddp(s);
     if (want("loader")) r["loader"] = run_loader(s);
     if (want("metrics")) r["metrics"] = run_metrics(s);
+    if (want("torchscript")) r["torchscript"] = run_torchscript(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

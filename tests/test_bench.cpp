@@ -69,8 +69,9 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   // The metric plugins' updates: a share of the eval step, timed in alternating rounds.
   CHECK(j["metrics"]["share"]["median"].get<double>() > 0);
   CHECK(j["metrics"]["updates_us"]["median"].get<double>() > 0);
+  CHECK(j["torchscript"]["ratio"]["median"].get<double>() > 0);
 
-  REQUIRE(j["targets"].size() == 9);
+  REQUIRE(j["targets"].size() == 10);
   for (const auto& t : j["targets"]) {
     CHECK(t.contains("name"));
     CHECK(t.contains("value"));

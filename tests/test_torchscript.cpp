@@ -159,6 +159,46 @@ TEST_CASE(
   CHECK(read_json(d / "resumed" / "summary.json")["model_fingerprint"] == prints["dict"]);
 }
 
+TEST_CASE("every built-in hook and metric works with the torchscript task, and 2 ranks too") {
+  TempDir d;
+  auto made = python(d, kMakeSmall);
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  const std::string hooks =
+      "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
+      "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"
+      "[[hooks]]\nplugin = \"mixed_precision\"\n"
+      "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 1.0\n"
+      "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\n"
+      "[[hooks]]\nplugin = \"ema\"\ndecay = 0.9\n"
+      "[[hooks]]\nplugin = \"early_stopping\"\n"
+      "[[hooks]]\nplugin = \"progress\"\nmode = \"plain\"\n"
+      "[[hooks]]\nplugin = \"metrics_log\"\n"
+      "[[metrics]]\nplugin = \"f1\"\n[[metrics]]\nplugin = \"auroc\"\n";
+  write_file(d / "all.toml", small_config(d, "all", hooks));
+  auto all = run_wick({"fit", (d / "all.toml").string()});
+  INFO(all.out << all.err);
+  REQUIRE(all.exit_code == 0);
+  const auto s = read_json(d / "all" / "summary.json");
+  CHECK(s["optimizer_steps"] == 6);  // 2 epochs of 6 batches, 2 per step
+  CHECK(s.contains("valid/auroc"));
+  CHECK(fs::exists(d / "all" / "metrics.csv"));
+  // Data-parallel: 2 ranks of 8 samples per batch train as 1 process of 16.
+  write_file(d / "one.toml", small_config(d, "one", "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
+                                                    "[[hooks]]\nplugin = \"ddp\"\n"));
+  auto one = run_wick({"fit", (d / "one.toml").string()});
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  auto two = run_wick({"fit", (d / "one.toml").string(), "--nproc", "2", "--set",
+                       "trainer.batch_size=8", "--set",
+                       "trainer.output_dir=\"" + (d / "two").string() + "\""});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code == 0);
+  const auto a = read_json(d / "one" / "summary.json"), b = read_json(d / "two" / "summary.json");
+  CHECK(b["optimizer_steps"] == a["optimizer_steps"]);
+  CHECK(b["valid/loss"].get<double>() == Approx(a["valid/loss"].get<double>()).epsilon(1e-4));
+}
+
 TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {
   TempDir d;
   auto made = python(d, kMakeSmall);

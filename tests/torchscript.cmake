@@ -2,4 +2,5 @@
 # with Debian's python3-torch trained from TOML alone against Python's own loop, every data
 # format alike, exact resume, memory-mapped .npy under a memory limit, bad input.
 wick_add_test(test_torchscript SOURCES test_torchscript.cpp
-              DEPENDS torchscript checkpoint metrics progress)
+              DEPENDS torchscript checkpoint metrics progress metrics_log ddp grad_accum
+                      mixed_precision grad_clip lr_schedule ema early_stopping)
