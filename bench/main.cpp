@@ -5,7 +5,8 @@
 // the stable evidence for dispatch.
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
-//              [--ddp-rounds N] [--only parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript]
+//              [--ddp-rounds N] [--only
+//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -97,8 +98,8 @@ std::vector<Target> targets(const json& r) {
   }
   if (r.contains("torchscript")) {
     double x = num(r["torchscript"], "ratio", "median");
-    t.push_back({"torchscript: scripted MLP samples/s / built-in C++ MLP (Fashion-MNIST)", ">= 0.95",
-                 x, x >= 0.95});
+    t.push_back({"torchscript: scripted MLP samples/s / built-in C++ MLP (Fashion-MNIST)",
+                 ">= 0.95", x, x >= 0.95});
   }
   return t;
 }
@@ -300,8 +301,7 @@ std::string markdown(const json& r) {
     md << "\nThe torchscript task (mlp.toml's MLP written in Python, scripted, trained from .npy "
           "files; batch 64, Adam, one thread; "
        << x.value("samples", 0) << " Fashion-MNIST samples, " << x.value("rounds", 0)
-       << " alternated rounds): "
-       << fmt("%.0f", num(x, "torchscript_samples_per_s", "median"))
+       << " alternated rounds): " << fmt("%.0f", num(x, "torchscript_samples_per_s", "median"))
        << " samples/s against the built-in C++ MLP's "
        << fmt("%.0f", num(x, "cpp_samples_per_s", "median")) << ", ratio "
        << fmt("%.3f", num(x, "ratio", "median")) << " (" << fmt("%.3f", num(x, "ratio", "min"))

@@ -45,19 +45,25 @@ json run_torchscript(Settings& s) {
   const fs::path dir = fs::path(s.work_dir) / "torchscript";
   fs::create_directories(dir);
   write_file_atomic((dir / "make.py").string(), kMake);
-  auto made = run_child({"/usr/bin/python3", (dir / "make.py").string(), dir.string(),
-                         std::to_string(limit)});
+  auto made = run_child(
+      {"/usr/bin/python3", (dir / "make.py").string(), dir.string(), std::to_string(limit)});
   if (made.exit_code != 0)
-    throw std::runtime_error("torchscript: making the scripted MLP failed (python3-torch "
-                             "installed? scripts/install-deps.sh): " +
-                             made.err);
+    throw std::runtime_error(
+        "torchscript: making the scripted MLP failed (python3-torch "
+        "installed? scripts/install-deps.sh): " +
+        made.err);
   const std::string trainer =
       "[trainer]\nepochs = 1\nseed = 0\nbatch_size = 64\nthreads = 1\nlog_every = 0\n"
       "[optimizer]\nname = \"adam\"\nlr = 1e-3\n";
-  write_file_atomic((dir / "cpp.toml").string(), trainer + "[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\n"
-                               "hidden = [256, 128]\nlimit = " + std::to_string(limit) + "\n");
-  write_file_atomic((dir / "ts.toml").string(), trainer + "[task]\nplugin = \"torchscript\"\nmodel = \"mlp.pt\"\n"
-                              "train = \"train\"\n");
+  write_file_atomic((dir / "cpp.toml").string(),
+                    trainer +
+                        "[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\n"
+                        "hidden = [256, 128]\nlimit = " +
+                        std::to_string(limit) + "\n");
+  write_file_atomic((dir / "ts.toml").string(),
+                    trainer +
+                        "[task]\nplugin = \"torchscript\"\nmodel = \"mlp.pt\"\n"
+                        "train = \"train\"\n");
   auto fit = [&](const std::string& cfg, const fs::path& out) {
     auto r = run_child({s.wick_bin, "fit", (dir / cfg).string(), "--set",
                         "trainer.output_dir=\"" + out.string() + "\""});

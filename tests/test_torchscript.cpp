@@ -184,19 +184,43 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(s.contains("valid/auroc"));
   CHECK(fs::exists(d / "all" / "metrics.csv"));
   // Data-parallel: 2 ranks of 8 samples per batch train as 1 process of 16.
-  write_file(d / "one.toml", small_config(d, "one", "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
-                                                    "[[hooks]]\nplugin = \"ddp\"\n"));
+  write_file(d / "one.toml", small_config(d, "one",
+                                          "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
+                                          "[[hooks]]\nplugin = \"ddp\"\n"));
   auto one = run_wick({"fit", (d / "one.toml").string()});
   INFO(one.out << one.err);
   REQUIRE(one.exit_code == 0);
-  auto two = run_wick({"fit", (d / "one.toml").string(), "--nproc", "2", "--set",
-                       "trainer.batch_size=8", "--set",
-                       "trainer.output_dir=\"" + (d / "two").string() + "\""});
+  auto two =
+      run_wick({"fit", (d / "one.toml").string(), "--nproc", "2", "--set", "trainer.batch_size=8",
+                "--set", "trainer.output_dir=\"" + (d / "two").string() + "\""});
   INFO(two.out << two.err);
   REQUIRE(two.exit_code == 0);
   const auto a = read_json(d / "one" / "summary.json"), b = read_json(d / "two" / "summary.json");
   CHECK(b["optimizer_steps"] == a["optimizer_steps"]);
   CHECK(b["valid/loss"].get<double>() == Approx(a["valid/loss"].get<double>()).epsilon(1e-4));
+  // With an ema hook, validation ran on the EMA weights, and export takes them by default.
+  write_file(d / "ema.toml", small_config(d, "ema",
+                                          "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
+                                          "[[hooks]]\nplugin = \"ema\"\ndecay = 0.9\n"));
+  REQUIRE(run_wick({"fit", (d / "ema.toml").string()}).exit_code == 0);
+  auto ema = run_wick({"export", (d / "ema").string(), "--out", (d / "ema.pt").string()});
+  INFO(ema.out << ema.err);
+  REQUIRE(ema.exit_code == 0);
+  CHECK(ema.out.find("exported the EMA weights of") != std::string::npos);
+  auto trained = run_wick({"export", (d / "ema").string(), "--weights", "trained", "--out",
+                           (d / "trained.pt").string()});
+  REQUIRE(trained.exit_code == 0);
+  const std::string samples = std::string(WICK_SOURCE_DIR) + "/samples/torchscript";
+  auto acc = [&](const std::string& model) {
+    auto r =
+        run({kPython, samples + "/accuracy.py", (d / model).string(), (d / "dict.pt").string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return json_number(r.out, "accuracy");
+  };
+  CHECK(acc("ema.pt") ==
+        Approx(read_json(d / "ema" / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
+  CHECK(read_file(d / "ema.pt") != read_file(d / "trained.pt"));
 }
 
 TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {

@@ -21,7 +21,8 @@ fs::path checkpoints_dir(const Config& cfg, const Trainer& t) {
 
 }  // namespace
 
-CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what) {
+CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what,
+                               const std::string& shadow_of) {
   const fs::path dir = checkpoints_dir(cfg, t);
   const bool main = t.run().is_main_process();
   std::error_code ec;
@@ -36,7 +37,7 @@ CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string&
                         "--checkpoint PATH");
     for (const auto& p : all) {
       try {
-        return t.load_weights(p.string());
+        return t.load_weights(p.string(), shadow_of);
       } catch (const CheckpointError& e) {
         if (main) std::fprintf(stderr, "wick: warning: skipping %s\n", e.what());
       }
@@ -54,7 +55,7 @@ CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string&
                            : "; give latest, best or the path of a checkpoint folder (as given, "
                              "or inside '" +
                                  dir.string() + "')"));
-  return t.load_weights(p.string());
+  return t.load_weights(p.string(), shadow_of);
 }
 
 }  // namespace wick::cli

@@ -43,7 +43,9 @@ void add_evaluate_commands(CLI::App& app, Registry& r);  // evaluate, predict
 // Loads the weights --checkpoint names into t: "latest" (the newest usable checkpoint of
 // hooks.checkpoint.dir; damaged ones are skipped with the reason), "best", or a folder (as
 // given, or inside the checkpoints folder). ConfigError when there is none to load.
-CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what);
+// `shadow_of`: an ema hook instance whose shadow weights to load instead.
+CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what,
+                               const std::string& shadow_of = "");
 void add_export_command(CLI::App& app, Registry& r);  // export
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
 std::string run_summary_line(const std::string& run_dir);

@@ -21,7 +21,7 @@ namespace wick::cli {
 namespace {
 
 struct ExportArgs {
-  std::string source, out;
+  std::string source, out, weights = "auto";
   std::vector<std::string> plugin_paths;
 };
 
@@ -67,7 +67,15 @@ int cmd_export(const ExportArgs& a) {
       throw ConfigError("the model of task '" + cfg.task_plugin() +
                         "' is not a TorchScript module; export works for the torchscript task "
                         "and tasks whose model is a wick::JitModule");
-    const auto info = load_checkpoint(cfg, *trainer, checkpoint ? source.string() : "latest");
+    // The EMA weights when an ema hook ran (validation used them), unless asked otherwise.
+    std::string ema;
+    for (const auto& h : trainer->hooks())
+      if (h.plugin == "ema") ema = h.instance;
+    if (a.weights == "ema" && ema.empty())
+      throw ConfigError("--weights ema: the run's config has no [[hooks]] plugin = \"ema\"");
+    const std::string shadow = a.weights == "trained" ? "" : ema;
+    const auto info =
+        load_checkpoint(cfg, *trainer, checkpoint ? source.string() : "latest", shadow);
     // Written beside the target and renamed: a failed export leaves no half file.
     const fs::path out = fs::absolute(a.out);
     const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp");
@@ -78,7 +86,8 @@ int cmd_export(const ExportArgs& a) {
       throw std::runtime_error("cannot write '" + a.out + "': " + e.what_without_backtrace());
     }
     fs::rename(tmp, out);
-    std::printf("wick: exported %s (epoch %lld, optimizer step %lld) to %s\n", info.path.c_str(),
+    std::printf("wick: exported the %s weights of %s (epoch %lld, optimizer step %lld) to %s\n",
+                shadow.empty() ? "trained" : "EMA", info.path.c_str(),
                 static_cast<long long>(info.position.epoch),
                 static_cast<long long>(info.optimizer_step), out.c_str());
     return kOk;
@@ -97,6 +106,10 @@ void add_export_command(CLI::App& app, Registry& r) {
       ->required()
       ->type_name("RUN_DIR|CHECKPOINT");
   c->add_option("--out", a.out, "the TorchScript file to write")->required()->type_name("FILE");
+  c->add_option("--weights", a.weights,
+                "auto (default: the EMA weights when an ema hook ran, else the trained ones), "
+                "trained or ema")
+      ->check(CLI::IsMember({"auto", "trained", "ema"}));
   c->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
       ->type_name("DIR");
   r.push_back({c, [] { return cmd_export(a); }});

@@ -133,8 +133,9 @@ class Trainer {
   // Using a trained model. load_weights() reads a checkpoint folder as untrusted input
   // (manifest, sizes, sha256) and copies its model.pt into the model; nothing else of the run
   // (optimizer, counters, hooks' state) changes. Throws CheckpointError for an unusable folder
-  // and ConfigError for a model that does not match it.
-  CheckpointInfo load_weights(const std::string& folder);
+  // and ConfigError for a model that does not match it. `shadow_of`: an ema hook instance
+  // whose shadow weights (kept in the checkpoint's hook state) replace the trained parameters.
+  CheckpointInfo load_weights(const std::string& folder, const std::string& shadow_of = "");
   // The split's loss, the task's validation metrics and the metric plugins over the whole
   // split, in eval mode without gradients: values "SPLIT/NAME". The same computation as a
   // fit's validation (evaluate(Split::valid) equals validate() for the same weights); hooks

@@ -60,7 +60,7 @@ void Trainer::Impl::join_ranks_if_needed() {
   collectives = own_collectives.get();
 }
 
-CheckpointInfo Trainer::load_weights(const std::string& folder) {
+CheckpointInfo Trainer::load_weights(const std::string& folder, const std::string& shadow_of) {
   auto& I = *impl_;
   const fs::path dir = fs::absolute(folder).lexically_normal();
   const auto where = "checkpoint '" + dir.string() + "'";
@@ -74,6 +74,7 @@ CheckpointInfo Trainer::load_weights(const std::string& folder) {
   }
   try {
     load_model_file(I, files, where);
+    if (!shadow_of.empty()) load_shadow_weights(I, files, shadow_of, where);
   } catch (const ModelMismatch& e) {
     throw ConfigError(e.what());  // the config's model is not the checkpoint's
   }

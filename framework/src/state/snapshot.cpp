@@ -313,6 +313,30 @@ void load_model_file(Trainer::Impl& I, const Files& files, const std::string& wh
   load_model(I, bytes_of(files, "model.pt"), where);
 }
 
+void load_shadow_weights(Trainer::Impl& I, const Files& files, const std::string& instance,
+                         const std::string& where) {
+  auto hooks = get(unpickle_dict(bytes_of(files, "state.pt"), where + ": state.pt"), "hooks");
+  if (!hooks.isGenericDict() || hooks.toGenericDict().find(instance) == hooks.toGenericDict().end())
+    throw std::runtime_error(where + " holds no state of hook '" + instance +
+                             "' (the run did not use it); export its trained weights instead");
+  const auto sd = from_ivalue(hooks.toGenericDict().at(instance), "hook '" + instance + "' state");
+  auto params = I.model->parameters();
+  const std::int64_t n = sd.has("num_tensors") ? sd.get_int("num_tensors") : -1;
+  if (n != static_cast<std::int64_t>(params.size()))
+    throw ModelMismatch(where + ": hook '" + instance + "' holds " + std::to_string(n) +
+                        " shadow tensors for the model's " + std::to_string(params.size()) +
+                        " parameters");
+  torch::NoGradGuard ng;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto t = sd.get_tensor("shadow." + std::to_string(i));
+    if (t.sizes() != params[i].sizes())
+      throw ModelMismatch(where + ": hook '" + instance + "' shadow tensor " + std::to_string(i) +
+                          " has shape " + shape_str(t) + " for a parameter of " +
+                          shape_str(params[i]));
+    params[i].detach().copy_(t);
+  }
+}
+
 void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
                    const std::string& where) {
   auto bytes_of = [&](const char* name) -> const std::string& {

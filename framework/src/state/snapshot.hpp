@@ -25,6 +25,10 @@ struct ModelMismatch : std::runtime_error {
 };
 // Copies the verified model.pt's parameters and buffers into the model, nothing else.
 void load_model_file(Trainer::Impl& I, const Files& files, const std::string& where);
+// Then the parameters from the shadow weights hook `instance` keeps in state.pt: the layout of
+// the ema hook's state (num_tensors, shadow.0 .. shadow.N-1, one per parameter in order).
+void load_shadow_weights(Trainer::Impl& I, const Files& files, const std::string& instance,
+                         const std::string& where);
 void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
                    const std::string& where);
 
