@@ -146,6 +146,9 @@ TEST_CASE("wick predict reads .npy, .csv and .pt inputs as the task's own rows")
   dict.insert("input", x);
   const auto pt = torch::pickle_save(c10::IValue(dict));
   write_file(d / "x.pt", std::string(pt.begin(), pt.end()));
+  const auto tuple =
+      torch::pickle_save(c10::IValue(c10::ivalue::Tuple::create({x, valid->target()})));
+  write_file(d / "xt.pt", std::string(tuple.begin(), tuple.end()));
   write_file(d / "make.py", R"py(
 import sys
 import numpy as np
@@ -163,7 +166,7 @@ np.save(f"{d}/text.npy", np.array(["a", "b"]))
   REQUIRE(py.exit_code == 0);
 
   const std::string own = read_file(d / "own.npy");
-  for (const char* in : {"x.npy", "x64.npy", "x.csv", "x.pt"}) {
+  for (const char* in : {"x.npy", "x64.npy", "x.csv", "x.pt", "xt.pt"}) {
     INFO(in);
     const auto out = d / (std::string(in) + ".out.npy");
     auto r = run_wick({"predict", cfg, "--input", (d / in).string(), "--output", out.string()});

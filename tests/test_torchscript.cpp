@@ -59,6 +59,11 @@ TEST_CASE(
   INFO(loaded.err);
   REQUIRE(loaded.exit_code == 0);
   CHECK(json_number(loaded.out, "accuracy") == Approx(wick_acc).margin(1e-6));
+  // And in C++: the export is a TorchScript file the task loads (and probes) again.
+  auto reloaded = run_wick({"check", cfg, "--set", out_dir, "--set",
+                            "task.model=\"" + (d / "trained.pt").string() + "\""});
+  INFO(reloaded.err);
+  CHECK(reloaded.exit_code == 0);
 
   // predict reads the same .pt as the task (its "input").
   auto pred = run_wick({"predict", cfg, "--set", out_dir, "--input", (d / "valid.pt").string(),

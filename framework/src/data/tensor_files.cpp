@@ -415,7 +415,8 @@ at::Tensor read_tensor_file(const std::string& path, const std::string& key) {
   if (ext == ".csv") return read_csv(path).values;
   if (ext == ".pt" || ext == ".pth" || ext == ".npz") {
     const auto all = named_tensors(path);
-    if (all.size() == 1 && all[0].first.empty()) return all[0].second;  // a bare tensor
+    // A bare tensor, or a tuple's first (the input, as in a data file).
+    if (!all.empty() && (all[0].first.empty() || all[0].first == "0")) return all[0].second;
     return pick(all, key, path, "the key");
   }
   throw ConfigError(path + ": '" + ext + "' is not a data format wick reads; give a .npy, .npz, " +

@@ -17,7 +17,7 @@ namespace wick {
 //         must not be written into: copy it first)
 //   .npz  numpy.savez / savez_compressed: the array named `key`
 //   .csv  a header row, then one row of numeric cells per sample: [N, columns] float32
-//   .pt   torch.save of a tensor, or of a dict holding one under `key`
+//   .pt   torch.save of a tensor, of a dict holding one under `key`, or of a tuple (its first)
 // Throws ConfigError naming the file, what is wrong and the fix.
 WICK_EXPORT at::Tensor read_tensor_file(const std::string& path, const std::string& key = "input");
 
