@@ -88,9 +88,9 @@ TEST_CASE("classification metrics equal their hand-computed values, over two bat
 
   // AUROC, binary: positives score 0.35 and 0.8, negatives 0.1 and 0.4; 3 of the 4
   // (positive, negative) pairs are ordered right.
-  CHECK(value_of("plugin = \"auroc\"",
-                 {{torch::tensor({0.1, 0.4}), torch::tensor({0, 0})},
-                  {torch::tensor({0.35, 0.8}), torch::tensor({1, 1})}}) == Approx(0.75));
+  CHECK(value_of("plugin = \"auroc\"", {{torch::tensor({0.1, 0.4}), torch::tensor({0, 0})},
+                                        {torch::tensor({0.35, 0.8}), torch::tensor({1, 1})}}) ==
+        Approx(0.75));
   // A positive and a negative of one score count one half: (0.5 + 1 + 1 + 1) / 4.
   CHECK(value_of("plugin = \"auroc\"", {{torch::tensor({0.5, 0.5, 0.2, 0.9}),
                                          torch::tensor({1, 0, 0, 1})}}) == Approx(0.875));
@@ -100,8 +100,8 @@ TEST_CASE("classification metrics equal their hand-computed values, over two bat
   const auto probs = torch::tensor(
       {{0.7, 0.2, 0.1}, {0.2, 0.5, 0.3}, {0.1, 0.3, 0.6}, {0.3, 0.2, 0.5}}, torch::kDouble);
   const auto y = torch::tensor({0, 1, 2, 1});
-  CHECK(value_of("plugin = \"auroc\"", {{probs.slice(0, 0, 1), y.slice(0, 0, 1)},
-                                         {probs.slice(0, 1), y.slice(0, 1)}}) ==
+  CHECK(value_of("plugin = \"auroc\"",
+                 {{probs.slice(0, 0, 1), y.slice(0, 0, 1)}, {probs.slice(0, 1), y.slice(0, 1)}}) ==
         Approx(2.625 / 3).epsilon(1e-12));
   // One class only: no value, and the reason.
   auto one_class = metrics_of("[[metrics]]\nplugin = \"auroc\"\n");

@@ -155,7 +155,8 @@ CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::st
   auto& I = impl(host_);
   const auto dir = resolve(I, folder);
   Manifest m = snapshot_manifest(I, reason);
-  if (!I.state.is_main_process()) return checkpoint_info(dir, m, 0);  // replicas hold the same state
+  if (!I.state.is_main_process())
+    return checkpoint_info(dir, m, 0);  // replicas hold the same state
   const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(I));
   return checkpoint_info(dir, m, bytes);
 }
