@@ -350,6 +350,32 @@ TEST_CASE("killing one rank mid-epoch makes wick launch fail promptly, naming th
   CHECK(s < 30);  // liveness bound from the issue: no rank hangs on its dead peer
 }
 
+TEST_CASE(
+    "wick launch --max-restarts starts every rank again with --resume latest after one dies, "
+    "ending with the weights of an uninterrupted run") {
+  TempDir dir;
+  const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
+  write_file(
+      dir / "cfg.toml",
+      config(dir / "run", "kill_rank = 1\nkill_at_step = 13\nkill_fresh_only = true\n" + ck));
+  auto r = run_wick({"launch", "--nproc", "2", "--grace", "2", "--max-restarts", "1", "--",
+                     WICK_BIN, "fit", (dir / "cfg.toml").string(), "--set", "trainer.epochs=3"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("wick launch: rank 1 (local rank 1, pid ") != std::string::npos);
+  CHECK(r.err.find("wick launch: restart 1 of 1: starting every rank again with --resume "
+                   "latest") != std::string::npos);
+  CHECK(r.out.find("[rank 1] wick: resumed from") != std::string::npos);
+  const auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["optimizer_steps"] == 24);
+  write_file(dir / "clean.toml", config(dir / "clean", ck));
+  REQUIRE(
+      run_wick({"fit", (dir / "clean.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3"})
+          .exit_code == 0);
+  CHECK(s["model_fingerprint"] == read_json(dir / "clean" / "summary.json")["model_fingerprint"]);
+}
+
 TEST_CASE("a 2-rank run killed mid-epoch resumes from its last checkpoint and completes") {
   TempDir dir;
   const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";

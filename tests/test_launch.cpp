@@ -107,6 +107,44 @@ TEST_CASE("when one rank fails, launch ends the others and names the rank and ex
   CHECK(c.seconds < 30);  // a liveness bound (the others sleep 60 s), not a timing
 }
 
+TEST_CASE("max_restarts starts every rank again with --resume latest, up to N times") {
+  TempDir d;
+  // Rank 1 fails on the first two starts (one marker file per start); the arguments each start
+  // got are printed.
+  wick::LaunchOptions o;
+  o.nproc = 2;
+  o.grace_s = 1;
+  o.max_restarts = 2;
+  o.command = {"sh",
+               "-c",
+               "echo \"$*\"; if [ $RANK = 1 ]; then for i in 1 2; do if [ ! -e " +
+                   (d / "m").string() + "$i ]; then touch " + (d / "m").string() +
+                   "$i; exit 3; fi; done; fi",
+               "sh",
+               "--resume",
+               "PATH"};
+  auto c = run_launch(o);
+  INFO(c.out << c.err);
+  CHECK(c.res.exit_code == 0);
+  CHECK(c.res.restarts == 2);
+  CHECK(c.err.find("wick launch: restart 1 of 2: starting every rank again with --resume "
+                   "latest") != std::string::npos);
+  CHECK(c.err.find("wick launch: restart 2 of 2") != std::string::npos);
+  CHECK(c.out.find("[rank 1] --resume PATH\n") != std::string::npos);    // the first start
+  CHECK(c.out.find("[rank 1] --resume latest\n") != std::string::npos);  // the restarts
+  // Out of restarts: the failure stands.
+  o.max_restarts = 1;
+  fs::remove(d / "m1");
+  fs::remove(d / "m2");
+  auto e = run_launch(o);
+  CHECK(e.res.exit_code == 3);
+  CHECK(e.res.restarts == 1);
+  CHECK(wick::with_resume_latest({"wick", "fit", "c.toml"}) ==
+        std::vector<std::string>{"wick", "fit", "c.toml", "--resume", "latest"});
+  CHECK(wick::with_resume_latest({"wick", "fit", "--resume=x"}) ==
+        std::vector<std::string>{"wick", "fit", "--resume=latest"});
+}
+
 TEST_CASE("a rank that ignores SIGTERM is killed after the grace period, signals are named") {
   wick::LaunchOptions o;
   o.nproc = 2;

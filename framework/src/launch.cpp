@@ -102,6 +102,8 @@ void check_launch_options(const LaunchOptions& o) {
   if (o.nnodes > 1 && o.master_port == 0)
     throw std::invalid_argument(
         "--master-port is required with --nnodes > 1: every node must use the same port");
+  if (o.max_restarts < 0)
+    throw std::invalid_argument("--max-restarts must be >= 0 (0: never restart)");
   if (o.command.empty())
     throw std::invalid_argument(
         "no command to run; give it after '--', e.g. "
@@ -126,10 +128,29 @@ int pick_free_port() {
   return ntohs(a.sin_port);
 }
 
-LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
-  check_launch_options(opts);
-  LaunchOptions o = opts;
-  if (o.master_port == 0) o.master_port = pick_free_port();
+std::vector<std::string> with_resume_latest(const std::vector<std::string>& command) {
+  std::vector<std::string> out;
+  bool replaced = false;
+  for (std::size_t i = 0; i < command.size(); ++i) {
+    if (i > 0 && command[i] == "--resume" && i + 1 < command.size()) {
+      out.insert(out.end(), {"--resume", "latest"});
+      ++i;
+      replaced = true;
+    } else if (i > 0 && command[i].rfind("--resume=", 0) == 0) {
+      out.push_back("--resume=latest");
+      replaced = true;
+    } else {
+      out.push_back(command[i]);
+    }
+  }
+  if (!replaced) out.insert(out.end(), {"--resume", "latest"});
+  return out;
+}
+
+namespace {
+
+// One start of every local rank, until all have ended.
+LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
   LaunchResult res;
   res.master_port = o.master_port;
 
@@ -268,6 +289,26 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
   }
   std::fflush(err);
   return res;
+}
+
+}  // namespace
+
+LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
+  check_launch_options(opts);
+  LaunchOptions o = opts;
+  const bool pick_port = o.master_port == 0;
+  for (int restarts = 0;; ++restarts) {
+    // A fresh port for each start: the last one's store may still hold it.
+    if (pick_port) o.master_port = pick_free_port();
+    LaunchResult res = run_ranks(o, out, err);
+    res.restarts = restarts;
+    if (res.failed_rank < 0 || restarts >= o.max_restarts) return res;
+    o.command = with_resume_latest(opts.command);
+    std::fprintf(err,
+                 "wick launch: restart %d of %d: starting every rank again with --resume latest\n",
+                 restarts + 1, o.max_restarts);
+    std::fflush(err);
+  }
 }
 
 }  // namespace wick

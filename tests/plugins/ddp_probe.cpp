@@ -20,7 +20,8 @@ class DdpProbe : public wick::Hook {
         stop_rank_(p.get_int("stop_rank")),
         stop_at_step_(p.get_int("stop_at_step")),
         stop_after_epoch_(p.get_int("stop_after_epoch")),
-        backward_twice_(p.get_bool("backward_twice")) {}
+        backward_twice_(p.get_bool("backward_twice")),
+        kill_fresh_only_(p.get_bool("kill_fresh_only")) {}
 
   void connect(wick::Registrar& r) override {
     // A second backward pass into the same gradients, before the stage's own.
@@ -31,7 +32,8 @@ class DdpProbe : public wick::Hook {
       });
     r.on(wick::Point::before_step, [this](wick::Context& c) {
       const auto& s = c.state();
-      if (s.training() && s.rank == kill_rank_ && s.optimizer_step == kill_at_step_)
+      if (s.training() && s.rank == kill_rank_ && s.optimizer_step == kill_at_step_ &&
+          !(kill_fresh_only_ && !c.run().resume.empty()))
         std::raise(SIGKILL);
     });
     r.on(wick::Point::after_step, [this](wick::Context& c) {
@@ -88,7 +90,7 @@ class DdpProbe : public wick::Hook {
   }
 
   std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_, stop_after_epoch_;
-  bool backward_twice_;
+  bool backward_twice_, kill_fresh_only_;
 };
 
 }  // namespace
@@ -102,5 +104,7 @@ WICK_PLUGIN(DdpProbe, wick::PluginDef("ddp_probe", "1.0.0",
                           .param_int("stop_rank", -1, "rank that alone requests a stop")
                           .param_int("stop_at_step", -1, "optimizer step after which it does")
                           .param_int("stop_after_epoch", -1, "or epoch after which it does")
+                          .param_bool("kill_fresh_only", false,
+                                      "kill only in a run that did not resume (a restart lives)")
                           .param_bool("backward_twice", false,
                                       "run backward once more before the backward stage's own"))

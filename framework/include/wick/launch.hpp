@@ -16,8 +16,11 @@ struct LaunchOptions {
   int nnodes = 1;     // nodes in the job
   int node_rank = 0;  // this node's index (GROUP_RANK)
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;               // 0: pick a free port (single node only)
-  double grace_s = 5.0;              // SIGTERM -> SIGKILL delay when ending the other ranks
+  int master_port = 0;   // 0: pick a free port (single node only)
+  double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when ending the other ranks
+  // When a rank fails: end every rank, then start all again with "--resume latest" (replacing
+  // any --resume of the command), up to this many times. Not after a forwarded signal.
+  int max_restarts = 0;
   std::vector<std::string> command;  // program and arguments, run once per local rank
 };
 
@@ -25,7 +28,8 @@ struct LaunchResult {
   int exit_code = 0;     // 0 when every rank exited 0; else 1, or 128 + the signal forwarded
   int failed_rank = -1;  // global rank that failed first (-1: none)
   std::string reason;    // "exit code 3", "killed by signal 9 (SIGKILL)"
-  int master_port = 0;   // the port used
+  int master_port = 0;   // the port used (by the last start)
+  int restarts = 0;      // how many times every rank was started again
 };
 
 // Throws std::invalid_argument on bad options (message names the option and the fix).
@@ -34,9 +38,12 @@ void check_launch_options(const LaunchOptions& o);
 // A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
 int pick_free_port();
 
-// Runs the ranks and waits for all of them. Prefixed output goes to out / err; the launcher's
-// own messages ("wick launch: ...") go to err.
+// Runs the ranks and waits for all of them (and restarts them, see max_restarts). Prefixed
+// output goes to out / err; the launcher's own messages ("wick launch: ...") go to err.
 LaunchResult launch(const LaunchOptions& o, std::FILE* out = stdout, std::FILE* err = stderr);
+
+// The command with "--resume latest": an existing --resume's value replaced, else appended.
+std::vector<std::string> with_resume_latest(const std::vector<std::string>& command);
 
 // "exit code 3" or "killed by signal 9 (SIGKILL)" for a waitpid status.
 std::string describe_wait_status(int status);
