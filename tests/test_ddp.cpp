@@ -310,6 +310,28 @@ TEST_CASE("validation metrics of a 2-rank run are reduced over all validation sa
   CHECK(timed);
 }
 
+TEST_CASE(
+    "wick fit --nproc 2 on a config without a ddp hook adds one with a notice and trains alike") {
+  TempDir dir;
+  std::string text = config(dir / "with", "");
+  write_file(dir / "with.toml", text);
+  const std::string ddp = "[[hooks]]\nplugin = \"ddp\"\ntimeout_s = 20.0\n";
+  text.replace(text.find(ddp), ddp.size(), "");
+  text.replace(text.find((dir / "with").string()), (dir / "with").string().size(),
+               (dir / "without").string());
+  write_file(dir / "without.toml", text);
+  auto r = run_wick({"fit", (dir / "without.toml").string(), "--nproc", "2"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("[rank 0] wick: WORLD_SIZE is 2 and " + (dir / "without.toml").string() +
+                   " names no ddp hook: added [[hooks]] plugin = \"ddp\" with its defaults") !=
+        std::string::npos);
+  CHECK(r.err.find("[rank 1] wick: WORLD_SIZE is 2") == std::string::npos);
+  REQUIRE(run_wick({"fit", (dir / "with.toml").string(), "--nproc", "2"}).exit_code == 0);
+  CHECK(read_json(dir / "without" / "summary.json")["model_fingerprint"] ==
+        read_json(dir / "with" / "summary.json")["model_fingerprint"]);
+}
+
 TEST_CASE("a stop requested by one rank stops every rank at the same step") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run", "stop_rank = 1\nstop_at_step = 5\n"));

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "commands.hpp"
@@ -180,6 +181,23 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
   });
 }
 
+// Ranks started for data-parallel training (wick launch, torchrun, --nproc) train together
+// even when the config names no ddp hook: it is added with its defaults, with a notice.
+void add_ddp_if_ranks(const wick::Config& cfg, const wick::PluginFinder& finder,
+                      wick::Trainer& trainer) {
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!world || std::atol(world) <= 1) return;
+  for (const auto& h : trainer.hooks())
+    if (h.plugin == "ddp") return;
+  auto ddp = wick::Config::parse("[[hooks]]\nplugin = \"ddp\"\n", cfg.path(), {});
+  for (auto& h : ddp.make_hooks(finder)) trainer.add_hook(std::move(h));
+  if (trainer.run().is_main_process())
+    std::fprintf(stderr,
+                 "wick: WORLD_SIZE is %s and %s names no ddp hook: added [[hooks]] plugin = "
+                 "\"ddp\" with its defaults\n",
+                 world, cfg.path().c_str());
+}
+
 int cmd_fit(const ConfigArgs& a, const std::string& resume) {
   std::unique_ptr<wick::Trainer> trainer;
   int rc = guarded([&] {
@@ -188,6 +206,7 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
     wick::RunInfo run;
     run.resume = resume;
     trainer = wick::make_trainer(cfg, finder, run);
+    add_ddp_if_ranks(cfg, finder, *trainer);
     trainer->connect();
     return kOk;
   });
