@@ -4,7 +4,6 @@
 // written, by rank 0.
 #include <ATen/core/Tensor.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

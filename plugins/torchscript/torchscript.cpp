@@ -124,7 +124,6 @@ class TorchScriptTask : public wick::Task {
     } else if (loss_ != "module") {
       d.target = d.target.to(dtype);  // regression and binary targets in the model's dtype
     }
-    data_paths_.push_back(path);
     return std::make_shared<wick::TensorDataset>(d.input, d.target);
   }
 
@@ -171,7 +170,6 @@ class TorchScriptTask : public wick::Task {
   }
 
   std::string model_path_, loss_;
-  std::vector<std::string> data_paths_;
   wick::JitModule jit_{nullptr};
   std::shared_ptr<wick::TensorDataset> train_, valid_;
 };
