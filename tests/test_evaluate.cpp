@@ -198,6 +198,15 @@ np.save(f"{d}/text.npy", np.array(["a", "b"]))
   CHECK(refused("cells.csv").find("cells.csv:3:3: 'x' is not a number") != std::string::npos);
   write_file(d / "short.npy", read_file(d / "x.npy").substr(0, 200));
   CHECK(refused("short.npy").find("does not match the") != std::string::npos);
+  write_file(d / "zip.npz", "PK not a zip");
+  CHECK(refused("zip.npz").find("zip.npz: not a .npz (zip) file; write it with numpy.savez") !=
+        std::string::npos);
+  write_file(d / "none.py",
+             "import sys, numpy as np\n"
+             "np.save(sys.argv[1] + '/none.npy', np.zeros((0, 16), np.float32))\n");
+  REQUIRE(run({kPython, (d / "none.py").string(), d.path().string()}).exit_code == 0);
+  CHECK(refused("none.npy").find("none.npy: the input holds no sample; give one row per sample") !=
+        std::string::npos);
 }
 
 TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, naming them") {
@@ -219,6 +228,12 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
   CHECK(mismatch.err.find("0.weight: expected [8, 16] Float, found [32, 16] Float") !=
         std::string::npos);
 
+  // Ranks started without their rendezvous.
+  auto lone =
+      run_wick({"evaluate", cfg}, {"WORLD_SIZE=2", "RANK=0", "MASTER_ADDR=", "MASTER_PORT="});
+  CHECK(lone.exit_code == 2);
+  CHECK(lone.err.find("wick: WORLD_SIZE is 2 but MASTER_ADDR / MASTER_PORT are not set; start "
+                      "the ranks with wick launch (or --nproc N)") != std::string::npos);
   auto usage = [&](const std::vector<std::string>& args, const std::string& msg) {
     std::vector<std::string> all = {args[0], cfg};
     all.insert(all.end(), args.begin() + 1, args.end());
@@ -251,7 +266,37 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
                          "--output", (d / "p.npy").string()});
   CHECK(named.exit_code == 1);
   CHECK_FALSE(fs::exists(d / "p.npy"));
+
+  // Export of what it cannot export.
+  auto neither = run_wick({"export", d.path().string(), "--out", (d / "m.pt").string()});
+  CHECK(neither.exit_code == 2);
+  CHECK(neither.err.find("' is neither a run folder (with summary.json) nor a checkpoint folder "
+                         "(with manifest.json)") != std::string::npos);
+  auto not_jit = run_wick({"export", run_dir.string(), "--out", (d / "m.pt").string()});
+  CHECK(not_jit.exit_code == 2);
+  CHECK(not_jit.err.find("the model of task 'synthetic' is not a TorchScript module") !=
+        std::string::npos);
+  auto summary = read_json(run_dir / "summary.json");
+  summary.erase("config");
+  write_file(d / "old" / "summary.json", summary.dump());
+  auto old = run_wick({"export", (d / "old").string(), "--out", (d / "m.pt").string()});
+  CHECK(old.exit_code == 2);
+  CHECK(old.err.find("summary.json names no config (a run of an older wick, or of a host "
+                     "program)") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "m.pt"));
   CHECK(file_hashes(run_dir) == before);
+
+  // A task without validation data evaluates its training split.
+  write_file(d / "novalid.toml", synthetic_config(d / "novalid", ""));
+  auto text = read_file(d / "novalid.toml");
+  text.replace(text.find("valid_samples = 50"), 18, "valid_samples = 0");
+  write_file(d / "novalid.toml", text);
+  REQUIRE(run_wick({"fit", (d / "novalid.toml").string()}).exit_code == 0);
+  auto novalid = run_wick({"evaluate", (d / "novalid.toml").string()});
+  CHECK(novalid.exit_code == 2);
+  CHECK(novalid.err.find("the task has no validation data (its valid_data() gives none); use the "
+                         "training split (--split train)") != std::string::npos);
+  CHECK(run_wick({"evaluate", (d / "novalid.toml").string(), "--split", "train"}).exit_code == 0);
 }
 
 TEST_CASE("Trainer::evaluate equals validate, and predict gives every row in sample order") {

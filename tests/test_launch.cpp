@@ -139,6 +139,9 @@ TEST_CASE("max_restarts starts every rank again with --resume latest, up to N ti
   auto e = run_launch(o);
   CHECK(e.res.exit_code == 3);
   CHECK(e.res.restarts == 1);
+  o.max_restarts = -1;
+  CHECK_THROWS_WITH(wick::check_launch_options(o),
+                    "--max-restarts must be >= 0 (0: never restart)");
   CHECK(wick::with_resume_latest({"wick", "fit", "c.toml"}) ==
         std::vector<std::string>{"wick", "fit", "c.toml", "--resume", "latest"});
   CHECK(wick::with_resume_latest({"wick", "fit", "--resume=x"}) ==

@@ -106,6 +106,11 @@ TEST_CASE("classification metrics equal their hand-computed values, over two bat
   // One class only: no value, and the reason.
   auto one_class = metrics_of("[[metrics]]\nplugin = \"auroc\"\n");
   one_class[0].metric->update(torch::tensor({0.1, 0.7}), torch::tensor({1, 1}));
+  auto changed = metrics_of("[[metrics]]\nplugin = \"auroc\"\n");
+  changed[0].metric->update(torch::zeros({2, 3}), torch::tensor({0, 1}));
+  CHECK(message_of([&] {
+          changed[0].metric->update(torch::zeros({2, 4}), torch::tensor({0, 1}));
+        }) == "the prediction scores 4 classes where earlier batches scored 3");
   CHECK_THROWS_WITH(one_class[0].metric->compute(),
                     "AUROC needs samples of two classes, and the split's targets are all 1; "
                     "validate on data with both positive and negative samples");

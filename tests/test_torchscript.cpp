@@ -71,6 +71,16 @@ TEST_CASE(
   INFO(pred.err);
   CHECK(pred.exit_code == 0);
   CHECK(pred.out.find("wrote 1000 predictions of shape [3]") != std::string::npos);
+  // The tokens are integers: float rows are refused, not truncated.
+  auto floats = python(d,
+                       "import sys, numpy as np\n"
+                       "np.save(sys.argv[1] + '/floats.npy', np.full((4, 12), 1.5, np.float32))\n");
+  REQUIRE(floats.exit_code == 0);
+  auto refused = run_wick({"predict", cfg, "--set", out_dir, "--input", (d / "floats.npy").string(),
+                           "--output", (d / "f.npy").string()});
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("floats.npy: the input holds floating point values but the task's "
+                         "inputs are Long; give integer values") != std::string::npos);
 }
 
 namespace {
@@ -115,6 +125,7 @@ open(f"{d}/data.csv", "w").write("\n".join(rows) + "\n")
 torch.save({"input": x[:, :3], "target": y}, f"{d}/narrow.pt")
 torch.save({"input": x, "target": y + 2}, f"{d}/labels.pt")
 torch.save({"input": x, "target": y[:50]}, f"{d}/short.pt")
+torch.save({"input": x, "target": y.float() + 0.5}, f"{d}/halves.pt")
 )py";
 
 std::string small_config(const TempDir& d, const std::string& out, const std::string& task) {
@@ -200,6 +211,11 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
                 "--set", "trainer.output_dir=\"" + (d / "two").string() + "\""});
   INFO(two.out << two.err);
   REQUIRE(two.exit_code == 0);
+  auto no_ema = run_wick(
+      {"export", (d / "one").string(), "--weights", "ema", "--out", (d / "x.pt").string()});
+  CHECK(no_ema.exit_code == 2);
+  CHECK(no_ema.err.find("--weights ema: the run's config has no [[hooks]] plugin = \"ema\"") !=
+        std::string::npos);
   const auto a = read_json(d / "one" / "summary.json"), b = read_json(d / "two" / "summary.json");
   CHECK(b["optimizer_steps"] == a["optimizer_steps"]);
   CHECK(b["valid/loss"].get<double>() == Approx(a["valid/loss"].get<double>()).epsilon(1e-4));
@@ -260,6 +276,9 @@ TEST_CASE("the torchscript task refuses bad models and data with the file and th
       "labels out of range for cross_entropy: the target holds 2 .. 4 but the model scores 3 "
       "classes (0 .. 2)");
   has(check("train = \"short.pt\""), "short.pt: the input has 96 rows and the target 50");
+  has(check("train = \"halves.pt\""),
+      "halves.pt: task.loss \"cross_entropy\" needs class indices, but the target holds "
+      "fractional values");
   has(check("train = \"dict.pt\"\nloss = \"module\"", "noloss.pt"),
       "has no loss(prediction, target) method");
   write_file(d / "bad.csv", "a,b,c,d,label\n1,2,3,4,0\n1,2,x3,4,1\n");
