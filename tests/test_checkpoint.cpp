@@ -161,6 +161,34 @@ TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since
   check_matches_reference(d);
 }
 
+TEST_CASE("--resume auto after a death before the first checkpoint starts afresh, exactly") {
+  // What restarts use (wick launch --max-restarts, torchrun): killed at step 3, before the
+  // first periodic checkpoint (step 4), so there is nothing to resume from; the records the
+  // killed attempt wrote must not stay in the history.
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\n", fault("action = \"kill\"\nstep = 3\n")));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 128 + 9);
+  REQUIRE(!read_file(d / "run" / "metrics.jsonl").empty());
+  auto r = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("wick: --resume auto: no checkpoint to resume from; training from the start") !=
+        std::string::npos);
+  check_matches_reference(d);
+  // With checkpoints, auto is latest.
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\n", fault("action = \"kill\"\nstep = 14\n")));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 128 + 9);
+  auto r2 = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
+  check_matches_reference(d);
+}
+
 TEST_CASE("resuming from the end-of-epoch checkpoint before validation is exact") {
   TempDir d;
   write_file(d / "cfg.toml",

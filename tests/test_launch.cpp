@@ -6,10 +6,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "support.hpp"
+#include "wick/cluster.hpp"
 #include "wick/launch.hpp"
 
 using namespace wick::test;
@@ -107,7 +109,7 @@ TEST_CASE("when one rank fails, launch ends the others and names the rank and ex
   CHECK(c.seconds < 30);  // a liveness bound (the others sleep 60 s), not a timing
 }
 
-TEST_CASE("max_restarts starts every rank again with --resume latest, up to N times") {
+TEST_CASE("max_restarts starts every rank again with --resume auto, up to N times") {
   TempDir d;
   // Rank 1 fails on the first two starts (one marker file per start); the arguments each start
   // got are printed.
@@ -128,10 +130,10 @@ TEST_CASE("max_restarts starts every rank again with --resume latest, up to N ti
   CHECK(c.res.exit_code == 0);
   CHECK(c.res.restarts == 2);
   CHECK(c.err.find("wick launch: restart 1 of 2: starting every rank again with --resume "
-                   "latest") != std::string::npos);
+                   "auto") != std::string::npos);
   CHECK(c.err.find("wick launch: restart 2 of 2") != std::string::npos);
-  CHECK(c.out.find("[rank 1] --resume PATH\n") != std::string::npos);    // the first start
-  CHECK(c.out.find("[rank 1] --resume latest\n") != std::string::npos);  // the restarts
+  CHECK(c.out.find("[rank 1] --resume PATH\n") != std::string::npos);  // the first start
+  CHECK(c.out.find("[rank 1] --resume auto\n") != std::string::npos);  // the restarts
   // Out of restarts: the failure stands.
   o.max_restarts = 1;
   fs::remove(d / "m1");
@@ -142,10 +144,10 @@ TEST_CASE("max_restarts starts every rank again with --resume latest, up to N ti
   o.max_restarts = -1;
   CHECK_THROWS_WITH(wick::check_launch_options(o),
                     "--max-restarts must be >= 0 (0: never restart)");
-  CHECK(wick::with_resume_latest({"wick", "fit", "c.toml"}) ==
-        std::vector<std::string>{"wick", "fit", "c.toml", "--resume", "latest"});
-  CHECK(wick::with_resume_latest({"wick", "fit", "--resume=x"}) ==
-        std::vector<std::string>{"wick", "fit", "--resume=latest"});
+  CHECK(wick::with_resume_auto({"wick", "fit", "c.toml"}) ==
+        std::vector<std::string>{"wick", "fit", "c.toml", "--resume", "auto"});
+  CHECK(wick::with_resume_auto({"wick", "fit", "--resume=x"}) ==
+        std::vector<std::string>{"wick", "fit", "--resume=auto"});
 }
 
 TEST_CASE("a rank that ignores SIGTERM is killed after the grace period, signals are named") {
@@ -226,4 +228,92 @@ TEST_CASE("wick launch runs a command per rank and reports a failing rank") {
   CHECK(bad.exit_code == 5);
   CHECK(bad.err.find("rank 1") != std::string::npos);
   CHECK(bad.err.find("exit code 5") != std::string::npos);
+}
+
+namespace {
+// detect_cluster_env over a fixed set of variables.
+wick::ClusterEnv job_of(const std::map<std::string, std::string>& vars) {
+  return wick::detect_cluster_env([&](const char* n) -> const char* {
+    auto it = vars.find(n);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+}  // namespace
+
+TEST_CASE("the first host of a SLURM host list") {
+  CHECK(wick::first_slurm_host("node07") == "node07");
+  CHECK(wick::first_slurm_host("node[07-09,12],gpu1") == "node07");
+  CHECK(wick::first_slurm_host("gpu1,node[07-09]") == "gpu1");
+  CHECK(wick::first_slurm_host("node[12,07-09]") == "node12");
+  CHECK(wick::first_slurm_host("rack[1-2]-n[01-04]") == "rack1-n01");
+  CHECK(wick::first_slurm_host("") == "");
+  CHECK_THROWS_WITH(wick::first_slurm_host("node[1-2"), Catch::Contains("unclosed '['"));
+}
+
+TEST_CASE("a job's ranks from torchrun's or SLURM's variables") {
+  SECTION("none: one process") {
+    auto j = job_of({});
+    CHECK(j.source.empty());
+    CHECK(j.world == 1);
+    CHECK(j.rank == 0);
+  }
+  SECTION("torchrun's variables win over SLURM's (wick launch inside srun)") {
+    auto j = job_of({{"WORLD_SIZE", "4"},
+                     {"RANK", "3"},
+                     {"LOCAL_RANK", "1"},
+                     {"GROUP_RANK", "1"},
+                     {"MASTER_ADDR", "10.0.0.1"},
+                     {"MASTER_PORT", "2950"},
+                     {"TORCHELASTIC_RESTART_COUNT", "2"},
+                     {"SLURM_NTASKS", "2"},
+                     {"SLURM_PROCID", "0"}});
+    CHECK(j.source == "torchrun");
+    CHECK(j.world == 4);
+    CHECK(j.rank == 3);
+    CHECK(j.local_rank == 1);
+    CHECK(j.node_rank == 1);
+    CHECK(j.master_addr == "10.0.0.1");
+    CHECK(j.master_port == 2950);
+    CHECK(j.restart_count == 2);
+  }
+  SECTION("an srun task") {
+    std::map<std::string, std::string> v{{"SLURM_NTASKS", "8"},
+                                         {"SLURM_PROCID", "5"},
+                                         {"SLURM_LOCALID", "1"},
+                                         {"SLURM_NODEID", "2"},
+                                         {"SLURM_STEP_NODELIST", "n[3-6]"},
+                                         {"SLURM_JOB_ID", "123456"}};
+    auto j = job_of(v);
+    CHECK(j.source == "slurm");
+    CHECK(j.world == 8);
+    CHECK(j.rank == 5);
+    CHECK(j.local_rank == 1);
+    CHECK(j.node_rank == 2);
+    CHECK(j.master_addr == "n3");
+    CHECK(j.master_port == 10000 + 123456 % 50000);
+    v["MASTER_ADDR"] = "head";
+    v["MASTER_PORT"] = "4242";
+    j = job_of(v);
+    CHECK(j.master_addr == "head");
+    CHECK(j.master_port == 4242);
+  }
+  SECTION("bad values name the variable") {
+    CHECK_THROWS_WITH(job_of({{"WORLD_SIZE", "two"}}),
+                      Catch::Contains("WORLD_SIZE is 'two', not a whole number"));
+    CHECK_THROWS_WITH(job_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}}),
+                      Catch::Contains("RANK is 2, not below WORLD_SIZE = 2"));
+    CHECK_THROWS_WITH(
+        job_of({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_NODELIST", "n1"}}),
+        Catch::Contains("export MASTER_PORT"));
+    CHECK_THROWS_WITH(job_of({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "7"}}),
+                      Catch::Contains("export MASTER_ADDR"));
+    CHECK_THROWS_WITH(job_of({{"SLURM_NTASKS", "0"}, {"SLURM_PROCID", "0"}}),
+                      Catch::Contains("SLURM_NTASKS is 0"));
+  }
+}
+
+TEST_CASE("wick fit as an srun task with a bad SLURM variable stops with exit 2, naming it") {
+  auto r = run_wick({"fit", "no-such.toml"}, {"SLURM_NTASKS=2", "SLURM_PROCID=x"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("wick: SLURM_PROCID is 'x', not a whole number >= 0") != std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "commands.hpp"
+#include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
 #include "wick/schedule.hpp"
@@ -205,6 +206,15 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
     wick::RunInfo run;
     run.resume = resume;
+    // torchrun starts failed workers again with the same arguments: they continue the run.
+    const auto job = wick::detect_cluster_env([](const char* n) { return std::getenv(n); });
+    if (job.restart_count > 0 && resume.empty()) {
+      run.resume = "auto";
+      if (job.rank == 0)
+        std::fprintf(stderr,
+                     "wick: TORCHELASTIC_RESTART_COUNT is %d: resuming with --resume auto\n",
+                     job.restart_count);
+    }
     trainer = wick::make_trainer(cfg, finder, run);
     add_ddp_if_ranks(cfg, finder, *trainer);
     trainer->connect();
@@ -248,7 +258,9 @@ void add_core_commands(CLI::App& app, Registry& r) {
 
   auto* fit = app.add_subcommand("fit", "train the task of CONFIG with its hooks");
   add_config_args(fit, fit_args);
-  fit->add_option("--resume", resume, "continue from a checkpoint: latest or a PATH");
+  fit->add_option("--resume", resume,
+                  "continue from a checkpoint: latest, a PATH, or auto (latest if there is "
+                  "one, else start afresh; what restarts use)");
   r.push_back({fit, [] { return cmd_fit(fit_args, resume); }});
 
   auto* describe = app.add_subcommand(

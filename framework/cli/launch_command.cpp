@@ -75,7 +75,7 @@ void add_launch_command(CLI::App& app, Registry& r) {
                 "rendezvous port on the master (default: a free one; required with --nnodes > 1)");
   c->add_option("--grace", o.grace_s, "seconds between SIGTERM and SIGKILL when ending ranks");
   c->add_option("--max-restarts", o.max_restarts,
-                "when a rank dies, end every rank and start all again with --resume latest, up "
+                "when a rank dies, end every rank and start all again with --resume auto, up "
                 "to N times (default 0)");
   c->add_option("COMMAND", o.command, "the program and its arguments, after --")->required();
   r.push_back({c, [] { return run_launch(o); }});

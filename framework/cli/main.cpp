@@ -1,6 +1,9 @@
 // The `wick` command: parses the command line and runs one subcommand.
+#include <cstdio>
+
 #include "commands.hpp"
 #include "wick/build_info.hpp"
+#include "wick/cluster.hpp"
 #include "wick/system.hpp"
 
 int main(int argc, char** argv) {
@@ -28,7 +31,22 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? kOk : kUsage;
   }
-  for (auto& c : commands)
-    if (c.app->parsed()) return c.run();
+  for (auto& c : commands) {
+    if (!c.app->parsed()) continue;
+    const auto name = c.app->get_name();
+    if (name == "fit" || name == "evaluate" || name == "predict") {
+      // An srun task: SLURM's variables become torchrun's, which the rest of wick reads.
+      try {
+        const auto job = wick::adopt_cluster_env();
+        if (job.source == "slurm" && job.rank == 0 && job.world > 1)
+          std::fprintf(stderr, "wick: SLURM job of %d tasks: rendezvous at %s:%d\n", job.world,
+                       job.master_addr.c_str(), job.master_port);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "wick: %s\n", e.what());
+        return kUsage;
+      }
+    }
+    return c.run();
+  }
   return kUsage;
 }

@@ -128,22 +128,22 @@ int pick_free_port() {
   return ntohs(a.sin_port);
 }
 
-std::vector<std::string> with_resume_latest(const std::vector<std::string>& command) {
+std::vector<std::string> with_resume_auto(const std::vector<std::string>& command) {
   std::vector<std::string> out;
   bool replaced = false;
   for (std::size_t i = 0; i < command.size(); ++i) {
     if (i > 0 && command[i] == "--resume" && i + 1 < command.size()) {
-      out.insert(out.end(), {"--resume", "latest"});
+      out.insert(out.end(), {"--resume", "auto"});
       ++i;
       replaced = true;
     } else if (i > 0 && command[i].rfind("--resume=", 0) == 0) {
-      out.push_back("--resume=latest");
+      out.push_back("--resume=auto");
       replaced = true;
     } else {
       out.push_back(command[i]);
     }
   }
-  if (!replaced) out.insert(out.end(), {"--resume", "latest"});
+  if (!replaced) out.insert(out.end(), {"--resume", "auto"});
   return out;
 }
 
@@ -303,9 +303,9 @@ LaunchResult launch(const LaunchOptions& opts, std::FILE* out, std::FILE* err) {
     LaunchResult res = run_ranks(o, out, err);
     res.restarts = restarts;
     if (res.failed_rank < 0 || restarts >= o.max_restarts) return res;
-    o.command = with_resume_latest(opts.command);
+    o.command = with_resume_auto(opts.command);
     std::fprintf(err,
-                 "wick launch: restart %d of %d: starting every rank again with --resume latest\n",
+                 "wick launch: restart %d of %d: starting every rank again with --resume auto\n",
                  restarts + 1, o.max_restarts);
     std::fflush(err);
   }

@@ -1,5 +1,5 @@
 // Checkpoint policy: when to save (periodically, on cancel, on failure, at the end, the best
-// by a metric), where, which to keep, and resume (`wick fit CONFIG --resume latest|PATH`).
+// by a metric), where, which to keep, and resume (`wick fit CONFIG --resume latest|auto|PATH`).
 // What a checkpoint holds and how it is written and read is the framework's (Context::
 // save_checkpoint / inspect_checkpoint / restore_checkpoint, wick/checkpoint.hpp).
 //
@@ -99,8 +99,8 @@ class Checkpoint : public wick::Hook {
     fs::path d = dir_param_.empty() ? fs::path("checkpoints") : fs::path(dir_param_);
     dir_ = d.is_absolute() ? d : fs::path(run.output_dir) / d;
     if (run.is_main_process()) check_writable();
-    if (!run.resume.empty()) resume(c, run.resume);
-    if (run.is_main_process()) supersede_later(run.resume.empty());
+    const bool resumed = !run.resume.empty() && resume(c, run.resume);
+    if (run.is_main_process()) supersede_later(!resumed);
     ready_ = true;
   }
 
@@ -160,9 +160,10 @@ class Checkpoint : public wick::Hook {
   }
 
   // The folder `what` names: "latest" is the newest valid checkpoint (damaged or unfinished
-  // ones are skipped with the reason), anything else a path (as given, or in the folder).
+  // ones are skipped with the reason), "auto" the same or "" when there is none, anything
+  // else a path (as given, or in the folder).
   fs::path find(wick::Context& c, const std::string& what) const {
-    if (what != "latest") {
+    if (what != "latest" && what != "auto") {
       fs::path p(what);
       std::error_code ec;
       if (!fs::exists(p, ec) && fs::exists(dir_ / p, ec)) p = dir_ / p;
@@ -180,6 +181,7 @@ class Checkpoint : public wick::Hook {
         ++skipped;
       }
     }
+    if (what == "auto") return {};
     throw std::runtime_error("--resume latest: no valid checkpoint in '" + dir_.string() + "'" +
                              (skipped == 0
                                   ? std::string(" (it has none)")
@@ -187,9 +189,11 @@ class Checkpoint : public wick::Hook {
                              "; run without --resume to start afresh");
   }
 
-  void resume(wick::Context& c, const std::string& what) {
+  // False when "auto" found nothing to resume from (the trainer then starts afresh).
+  bool resume(wick::Context& c, const std::string& what) {
     const auto t0 = Clock::now();
     const auto dir = find(c, what);
+    if (dir.empty()) return false;
     const auto info = c.restore_checkpoint(dir.string());
     last_saved_ = dir.filename().string();
     std::printf("wick: resumed from %s (epoch %lld, batch %lld, optimizer step %lld) in %.1f ms\n",
@@ -197,6 +201,7 @@ class Checkpoint : public wick::Hook {
                 static_cast<long long>(info.position.batch),
                 static_cast<long long>(info.optimizer_step), ms_since(t0));
     std::fflush(stdout);
+    return true;
   }
 
   // ---- saving -----------------------------------------------------------------------------
@@ -326,7 +331,7 @@ WICK_PLUGIN(
     Checkpoint,
     wick::PluginDef("checkpoint", "2.0.0",
                     "Atomic checkpoints (periodic, on cancel/failure, at the end, best) "
-                    "and exact resume with --resume latest|PATH")
+                    "and exact resume with --resume latest|auto|PATH")
         .order(-100)
         .param_string("dir", "checkpoints", "checkpoint folder, relative to trainer.output_dir")
         .param_int("every_n_steps", 0, "save every N optimizer steps (0: never)")

@@ -18,7 +18,7 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;   // 0: pick a free port (single node only)
   double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when ending the other ranks
-  // When a rank fails: end every rank, then start all again with "--resume latest" (replacing
+  // When a rank fails: end every rank, then start all again with "--resume auto" (replacing
   // any --resume of the command), up to this many times. Not after a forwarded signal.
   int max_restarts = 0;
   std::vector<std::string> command;  // program and arguments, run once per local rank
@@ -42,8 +42,9 @@ int pick_free_port();
 // output goes to out / err; the launcher's own messages ("wick launch: ...") go to err.
 LaunchResult launch(const LaunchOptions& o, std::FILE* out = stdout, std::FILE* err = stderr);
 
-// The command with "--resume latest": an existing --resume's value replaced, else appended.
-std::vector<std::string> with_resume_latest(const std::vector<std::string>& command);
+// The command with "--resume auto" (the newest checkpoint, or a fresh start when there is
+// none yet): an existing --resume's value replaced, else appended.
+std::vector<std::string> with_resume_auto(const std::vector<std::string>& command);
 
 // "exit code 3" or "killed by signal 9 (SIGKILL)" for a waitpid status.
 std::string describe_wait_status(int status);

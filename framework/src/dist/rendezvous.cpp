@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <string>
 
 #include "wick/params.hpp"
 
@@ -19,14 +20,23 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
     throw ConfigError(who + ": WORLD_SIZE is " + std::to_string(world) +
                       " but MASTER_ADDR / MASTER_PORT are not set; start the ranks with wick "
                       "launch (or --nproc N)");
+  // Under torchrun the agent already serves a store at MASTER_PORT, shared by every restart
+  // of the workers: join it, under a prefix of this attempt (as torch.distributed does).
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && std::string(agent) == "True";
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(port);
-  so.isServer = rank == 0;
+  so.isServer = rank == 0 && !agent_store;
   so.numWorkers = static_cast<std::size_t>(world);
   so.waitWorkers = true;
   so.timeout = timeout;
-  auto tcp = c10::make_intrusive<c10d::TCPStore>(addr, so);
-  return c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(addr, so);
+  if (agent_store) {
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    store = c10::make_intrusive<c10d::PrefixStore>(
+        std::string("/worker/attempt_") + (attempt ? attempt : "0"), store);
+  }
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store,

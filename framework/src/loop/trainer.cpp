@@ -893,6 +893,16 @@ FitResult Trainer::fit() {
     I.dispatch.set_where("before_fit");
     I.rewind_records = -1;
     I.dispatch.emit(Point::before_fit);
+    // "--resume auto" with nothing to resume from (a restart before the first checkpoint):
+    // a fresh start, so what the failed attempt logged is dropped.
+    const bool fresh_auto = I.run.resume == "auto" && !I.resumed;
+    if (fresh_auto) {
+      I.rewind_records = 0;
+      if (I.state.is_main_process())
+        std::fprintf(stderr,
+                     "wick: --resume auto: no checkpoint to resume from; training from "
+                     "the start\n");
+    }
     if (I.rewind_records >= 0 && !I.opt.write_outputs) I.records.set_count(I.rewind_records);
     if (I.rewind_records >= 0 && I.opt.write_outputs) {
       I.dispatch.set_where("rewinding the metrics records to the checkpoint");
@@ -903,7 +913,7 @@ FitResult Trainer::fit() {
       throw ConfigError("WORLD_SIZE is " + std::to_string(I.state.num_processes) +
                         " but no hook set up data-parallel training, so the ranks would train "
                         "apart; add [[hooks]] plugin = \"ddp\" to the config");
-    if (!I.run.resume.empty() && !I.resumed)
+    if (!I.run.resume.empty() && !I.resumed && !fresh_auto)
       throw std::runtime_error("--resume " + I.run.resume +
                                " was given but no hook restored a checkpoint; enable one with "
                                "[[hooks]] plugin = \"checkpoint\"");
