@@ -405,9 +405,9 @@ TEST_CASE("a resume into another model or data order is refused with the differe
   CHECK(r.err.find("4.weight: expected [4, 8], not in the checkpoint") != std::string::npos);
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
-                      "trainer.seed=8", "--set", "trainer.batch_size=16"});
+                      "trainer.seed=8", "--set", "trainer.shuffle=false"});
   CHECK(r2.exit_code == 1);
-  CHECK(r2.err.find("batch_size: checkpoint 32, this run 16") != std::string::npos);
+  CHECK(r2.err.find("shuffle: checkpoint 1, this run 0") != std::string::npos);
   CHECK(r2.err.find("seed: checkpoint 7, this run 8") != std::string::npos);
   CHECK(file_hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
 }

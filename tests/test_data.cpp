@@ -165,6 +165,19 @@ TEST_CASE("a stream with steps_per_epoch continues where it was after kill -9") 
                     "kind = \"stream\"\n");
 }
 
+TEST_CASE("a stream resumes only with the batch size it was numbered by") {
+  TempDir d;
+  write_file(d / "cfg.toml", data_config(d, "steps_per_epoch = 4\n", "kind = \"stream\"\n"));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                     "trainer.batch_size=4", "--set", "trainer.epochs=2"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("batch_size: checkpoint 8, this run 4") != std::string::npos);
+  CHECK(r.err.find("(a stream's samples are numbered by world size and batch size)") !=
+        std::string::npos);
+}
+
 TEST_CASE("a loader thread's exception fails the fit naming the samples, checkpoints intact") {
   TempDir d;
   // Batch 3 (samples 24..31, not shuffled) fails; checkpoints at steps 1 and 2.

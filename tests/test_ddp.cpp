@@ -2,6 +2,7 @@
 // process with the combined batch, reduce validation metrics over all samples, stop together,
 // and a killed rank must end the run promptly with the rank named, the run resuming from its
 // last checkpoint.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -523,4 +524,115 @@ TEST_CASE("torchrun --no_python wick fit: ranks from torchrun, and its restart r
       run_wick({"fit", (dir / "clean.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3"})
           .exit_code == 0);
   CHECK(s["model_fingerprint"] == read_json(dir / "clean" / "summary.json")["model_fingerprint"]);
+}
+
+namespace {
+
+// data_task's 96 samples in batches of 4 (12 per epoch on 2 ranks, 24 on one), the samples of
+// each training batch written to LOG-rankR.txt, a checkpoint every 5 steps.
+std::string regear_config(const fs::path& dir, const std::string& probe) {
+  return "[trainer]\nepochs = 2\nseed = 3\nbatch_size = 4\nlog_every = 4\nthreads = 1\n"
+         "output_dir = \"" +
+         (dir / "run").string() +
+         "\"\n[task]\nplugin = \"data_task\"\nkind = \"throw\"\nsamples = 96\nfail_at = -1\n"
+         "log_samples = \"" +
+         (dir / "seen").string() +
+         "\"\n[optimizer]\nname = \"sgd\"\nlr = 0.05\n"
+         "[[hooks]]\nplugin = \"ddp\"\ntimeout_s = 20.0\n"
+         "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 5\nkeep_last = 0\n"
+         "[[hooks]]\nplugin = \"ddp_probe\"\n" +
+         probe + test_plugins_toml();
+}
+
+// The samples of epoch 0's batches [from, to) in a data_task log.
+std::vector<std::int64_t> seen_in(const fs::path& log, std::int64_t from, std::int64_t to) {
+  std::vector<std::int64_t> out;
+  std::istringstream in(read_file(log));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::int64_t epoch = 0, batch = 0;
+    char colon = 0;
+    l >> epoch >> batch >> colon;
+    if (epoch != 0 || batch < from || batch >= to) continue;
+    for (std::int64_t i; l >> i;) out.push_back(i);
+  }
+  return out;
+}
+
+void append(std::vector<std::int64_t>& to, const std::vector<std::int64_t>& more) {
+  to.insert(to.end(), more.begin(), more.end());
+}
+
+// Every one of the 96 samples exactly once.
+void check_one_permutation(std::vector<std::int64_t> all) {
+  std::sort(all.begin(), all.end());
+  std::vector<std::int64_t> want(96);
+  for (std::int64_t i = 0; i < 96; ++i) want[static_cast<std::size_t>(i)] = i;
+  CHECK(all == want);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a checkpoint of 2 ranks resumes on 1 process with another batch size: the rest of "
+    "the epoch is exactly the samples not yet seen") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", regear_config(dir.path(), "kill_rank = 1\nkill_at_step = 7\n"));
+  auto killed = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
+  INFO(killed.out << killed.err);
+  REQUIRE(killed.exit_code != 0);
+  // The same global batch of 8, on one process: 56 samples left -> 7 batches (5 .. 11).
+  auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--resume", "latest", "--set",
+                     "hooks.ddp_probe.kill_rank=-1", "--set", "trainer.batch_size=8", "--set",
+                     "task.log_samples=\"" + (dir / "resumed").string() + "\""});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("(epoch 0, batch 5, optimizer step 5)") != std::string::npos);
+  CHECK(r.err.find("wick: resuming a checkpoint of 2 rank(s) x batch 4 on 1 rank(s) x batch 8 "
+                   "(global batch 8 -> 8); the 56 samples of epoch 0 not yet seen are dealt "
+                   "anew") != std::string::npos);
+  std::vector<std::int64_t> epoch0;
+  append(epoch0, seen_in(dir / "seen-rank0.txt", 0, 5));
+  append(epoch0, seen_in(dir / "seen-rank1.txt", 0, 5));
+  REQUIRE(epoch0.size() == 40);
+  const auto rest = seen_in(dir / "resumed-rank0.txt", 0, 100);
+  CHECK(rest.size() == 56);
+  append(epoch0, rest);
+  check_one_permutation(epoch0);
+  const auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["optimizer_steps"] == 5 + 7 + 12);
+  CHECK(s["samples_seen"] == 2 * 96);
+}
+
+TEST_CASE("1 process -> 2 ranks -> 1 process within one epoch: each sample once") {
+  TempDir dir;
+  const auto cfg = (dir / "cfg.toml").string();
+  write_file(dir / "cfg.toml", regear_config(dir.path(), "kill_rank = 0\nkill_at_step = 11\n"));
+  REQUIRE(run_wick({"fit", cfg}).exit_code == 128 + 9);  // checkpoint at batch 10 of 24
+  // On 2 ranks: 56 samples left, 7 batches each (10 .. 16); rank 1 dies at step 16, after the
+  // checkpoint at batch 15, which must remember where its dealing began.
+  auto two = run_wick({"fit", cfg, "--nproc", "2", "--resume", "latest", "--set",
+                       "hooks.ddp_probe.kill_rank=1", "--set", "hooks.ddp_probe.kill_at_step=16",
+                       "--set", "task.log_samples=\"" + (dir / "two").string() + "\""});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code != 0);
+  CHECK(two.err.find("the 56 samples of epoch 0 not yet seen are dealt anew") != std::string::npos);
+  auto one = run_wick({"fit", cfg, "--resume", "latest", "--set", "hooks.ddp_probe.kill_rank=-1",
+                       "--set", "task.log_samples=\"" + (dir / "one").string() + "\""});
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.out.find("(epoch 0, batch 15, optimizer step 15)") != std::string::npos);
+  // 40 + 5 * 2 * 4 = 80 seen: 16 left, 4 batches (15 .. 18).
+  CHECK(one.err.find("the 16 samples of epoch 0 not yet seen are dealt anew") != std::string::npos);
+  std::vector<std::int64_t> epoch0 = seen_in(dir / "seen-rank0.txt", 0, 10);
+  append(epoch0, seen_in(dir / "two-rank0.txt", 10, 15));
+  append(epoch0, seen_in(dir / "two-rank1.txt", 10, 15));
+  append(epoch0, seen_in(dir / "one-rank0.txt", 0, 100));
+  CHECK(epoch0.size() == 96);
+  check_one_permutation(epoch0);
+  const auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["optimizer_steps"] == 15 + 4 + 24);
 }

@@ -3,6 +3,11 @@
 //            and flip drawn from wick::fetch_generator()
 //   stream   a stateful stream (size wick::kUnsized) that checks it is read in order
 //   throw    a dataset whose get() fails on the batch holding sample `fail_at`
+// and, with log_samples, writes down which samples each training batch held.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 #include <wick/torch_data.hpp>
@@ -69,6 +74,38 @@ class Failing : public wick::TensorDataset {
   std::int64_t fail_at_;
 };
 
+// Appends "epoch batch: i i ..." for every training batch to PREFIX-rankR.txt (R from RANK),
+// flushed per line: what each rank saw, even in a run killed later.
+class Logged : public wick::Dataset {
+ public:
+  Logged(std::shared_ptr<wick::Dataset> inner, const std::string& prefix)
+      : inner_(std::move(inner)) {
+    const char* rank = std::getenv("RANK");
+    path_ = prefix + "-rank" + (rank ? rank : "0") + ".txt";
+  }
+  std::int64_t size() const override { return inner_->size(); }
+  wick::Batch get(const at::Tensor& indices, wick::Fetch& f) override {
+    if (f.phase == wick::Phase::train) {
+      std::string line = std::to_string(f.epoch) + " " + std::to_string(f.batch) + ":";
+      const auto idx = indices.contiguous();
+      for (std::int64_t i = 0; i < idx.numel(); ++i)
+        line += " " + std::to_string(idx.data_ptr<std::int64_t>()[i]);
+      if (std::FILE* out = std::fopen(path_.c_str(), "a")) {
+        std::fprintf(out, "%s\n", line.c_str());
+        std::fclose(out);
+      }
+    }
+    return inner_->get(indices, f);
+  }
+  bool has_state() const override { return inner_->has_state(); }
+  void save_state(wick::StateDict& out) const override { inner_->save_state(out); }
+  void load_state(const wick::StateDict& in) override { inner_->load_state(in); }
+
+ private:
+  std::shared_ptr<wick::Dataset> inner_;
+  std::string path_;
+};
+
 class DataTask : public wick::ClassificationTask {
  public:
   explicit DataTask(const wick::Params& p) : kind_(p.get_string("kind")) {
@@ -83,6 +120,8 @@ class DataTask : public wick::ClassificationTask {
     } else {
       train_ = std::make_shared<Failing>(images(n), labels(n), p.get_int("fail_at"));
     }
+    if (!p.get_string("log_samples").empty())
+      train_ = std::make_shared<Logged>(train_, p.get_string("log_samples"));
   }
   std::shared_ptr<torch::nn::Module> model() override {
     net_ = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(64, 16), torch::nn::ReLU(),
@@ -106,4 +145,6 @@ WICK_PLUGIN(DataTask,
             wick::PluginDef("data_task", "1.0.0", "Test-only: augmented, streamed, failing data")
                 .param_choice("kind", {"augment", "stream", "throw"}, "augment", "which data")
                 .param_int("samples", 64, "samples (augment, throw)")
-                .param_int("fail_at", 13, "throw: the sample whose batch fails"))
+                .param_int("fail_at", 13, "throw: the sample whose batch fails (-1: none)")
+                .param_string("log_samples", "",
+                              "append each training batch's samples to THIS-rankR.txt"))

@@ -26,13 +26,17 @@ std::uint64_t fetch_seed(std::int64_t seed, Phase phase, std::int64_t epoch, std
 }
 
 at::Tensor train_order(std::int64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle,
-                       Sharding s) {
+                       Sharding s, std::int64_t offset) {
   at::Tensor order;
   if (shuffle) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(epoch_seed(seed, epoch));
     order = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
   } else {
     order = at::arange(n, at::kLong);
+  }
+  if (offset > 0) {
+    order = order.slice(0, std::min(offset, n));
+    n = order.size(0);
   }
   if (s.world <= 1) return order;
   const std::int64_t total = (n + s.world - 1) / s.world * s.world;

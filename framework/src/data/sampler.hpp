@@ -21,17 +21,40 @@ std::uint64_t epoch_seed(std::int64_t seed, std::int64_t epoch);
 // The seed of the generator a Dataset::get receives for one batch.
 std::uint64_t fetch_seed(std::int64_t seed, Phase phase, std::int64_t epoch, std::int64_t batch);
 
-// Training: the epoch's permutation (or 0..n-1), padded by wrapping to a multiple of the world
-// size and dealt round-robin (DistributedSampler: rank r takes r, r + world, ...), so every
-// rank runs the same number of batches.
+// Where the dealt part of an epoch's order begins: batches from first_batch on take the order's
+// samples from position offset on. (0, 0) but in the epoch a run resumed in on another world
+// size or batch size: it deals the samples not yet seen anew.
+struct EpochStart {
+  std::int64_t first_batch = 0;
+  std::int64_t offset = 0;
+};
+
+// Training: the epoch's permutation (or 0..n-1) from `offset` on, padded by wrapping to a
+// multiple of the world size and dealt round-robin (DistributedSampler: rank r takes r,
+// r + world, ...), so every rank runs the same number of batches.
 at::Tensor train_order(std::int64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle,
-                       Sharding s);
+                       Sharding s, std::int64_t offset = 0);
 // Validation: 0..n-1 in contiguous, unpadded shards, so reduced metrics count each sample once.
 at::Tensor valid_order(std::int64_t n, Sharding s);
 
 // Batches of `local` samples at batch size bs.
 inline std::int64_t batches_of(std::int64_t local, std::int64_t bs, bool drop_last) {
   return drop_last ? local / bs : (local + bs - 1) / bs;
+}
+
+// The batch count of an epoch of n samples dealt from `start` (each rank runs as many).
+inline std::int64_t epoch_batches(std::int64_t n, EpochStart start, std::int64_t world,
+                                  std::int64_t bs, bool drop_last) {
+  const std::int64_t left = n > start.offset ? n - start.offset : 0;
+  return start.first_batch + batches_of((left + world - 1) / world, bs, drop_last);
+}
+
+// How many positions of the epoch's order `batch` batches consumed: dealing is round-robin, so
+// the first k batches of every rank hold exactly the order's next k * bs * world samples.
+inline std::int64_t order_consumed(std::int64_t n, EpochStart start, std::int64_t batch,
+                                   std::int64_t world, std::int64_t bs) {
+  const std::int64_t used = start.offset + (batch - start.first_batch) * bs * world;
+  return used < n ? used : n;
 }
 
 }  // namespace wick

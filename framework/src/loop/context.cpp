@@ -1,4 +1,5 @@
 // The host's services as plugins reach them through the Context.
+#include <cstdio>
 #include <filesystem>
 
 #include "loop/trainer_impl.hpp"
@@ -139,7 +140,14 @@ fs::path resolve(const Trainer::Impl& I, const std::string& folder) {
 // A position this run can continue from: inside its data (a batch index past the epoch's
 // batches is a damaged or foreign checkpoint).
 void check_position(const Trainer::Impl& I, const Manifest& m) {
-  const std::int64_t nb = I.train_batches();
+  // The epoch as the checkpoint's run dealt it (its world size and batch size).
+  std::int64_t nb = I.train_batches();
+  if (!I.streaming()) {
+    nb = epoch_batches(I.train_ds->size(), {m.dealt_from_batch, m.dealt_from_sample},
+                       std::max<std::int64_t>(1, m.run.world_size),
+                       std::max<std::int64_t>(1, m.run.batch_size), m.run.drop_last);
+    if (I.opt.steps_per_epoch > 0) nb = std::min(nb, I.opt.steps_per_epoch);
+  }
   if (m.position.batch > nb)
     throw CheckpointError("its position (epoch " + std::to_string(m.position.epoch) + ", batch " +
                           std::to_string(m.position.batch) + ") is past the " + std::to_string(nb) +
@@ -188,8 +196,8 @@ CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
   } catch (const CheckpointError& e) {
     throw CheckpointError("cannot resume from " + where + ": " + e.what());
   }
-  // The data order is a function of (seed, epoch) and the batch geometry: a resume with
-  // another of these would not continue the same run.
+  // The data order is a function of (seed, epoch, shuffle): a resume with another of these
+  // would not continue the same run.
   const RunIdentity now{I.opt.seed, I.opt.batch_size, I.state.num_processes, I.opt.shuffle,
                         I.opt.drop_last};
   std::string diff;
@@ -199,14 +207,18 @@ CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
               std::to_string(mine);
   };
   cmp("seed", m.run.seed, now.seed);
-  cmp("batch_size", m.run.batch_size, now.batch_size);
-  cmp("world_size", m.run.world_size, now.world_size);
   cmp("shuffle", m.run.shuffle, now.shuffle);
   cmp("drop_last", m.run.drop_last, now.drop_last);
+  const bool regeared = m.run.world_size != now.world_size || m.run.batch_size != now.batch_size;
+  if (regeared && I.streaming()) {
+    cmp("batch_size", m.run.batch_size, now.batch_size);
+    cmp("world_size", m.run.world_size, now.world_size);
+    diff += "\n  (a stream's samples are numbered by world size and batch size)";
+  }
   if (!diff.empty())
     throw std::runtime_error(where + " was written by a run with other settings:" + diff +
-                             "\na resume must use the checkpoint's seed, batch_size, world size, "
-                             "shuffle and drop_last (they fix the data order)");
+                             "\na resume must use the checkpoint's seed, shuffle and drop_last "
+                             "(they fix the data order)");
   if (m.position.epoch > I.opt.epochs)
     throw std::runtime_error(where + " is at epoch " + std::to_string(m.position.epoch) +
                              ", past this run's trainer.epochs = " + std::to_string(I.opt.epochs) +
@@ -220,6 +232,29 @@ CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
   I.pos = m.position;
   I.resumed = true;
   I.resumed_mid_epoch = m.position.batch > 0;
+  I.epoch_start = {m.dealt_from_batch, m.dealt_from_sample};
+  if (regeared) {
+    std::string rest;
+    if (m.position.batch > 0) {
+      // The rest of the epoch: exactly the samples of its order not yet seen, dealt to this
+      // run's ranks at its batch size.
+      const std::int64_t n = I.train_ds->size();
+      const std::int64_t seen =
+          order_consumed(n, I.epoch_start, m.position.batch, m.run.world_size, m.run.batch_size);
+      I.epoch_start = {m.position.batch, seen};
+      rest = "; the " + std::to_string(n - seen) + " samples of epoch " +
+             std::to_string(m.position.epoch) + " not yet seen are dealt anew";
+    }
+    if (I.state.is_main_process())
+      std::fprintf(stderr,
+                   "wick: resuming a checkpoint of %lld rank(s) x batch %lld on %lld rank(s) x "
+                   "batch %lld (global batch %lld -> %lld)%s\n",
+                   static_cast<long long>(m.run.world_size),
+                   static_cast<long long>(m.run.batch_size), static_cast<long long>(now.world_size),
+                   static_cast<long long>(now.batch_size),
+                   static_cast<long long>(m.run.world_size * m.run.batch_size),
+                   static_cast<long long>(now.world_size * now.batch_size), rest.c_str());
+  }
   std::uint64_t bytes = 0;
   for (const auto& f : files) bytes += f.second.size();
   return checkpoint_info(dir, m, bytes);

@@ -339,10 +339,8 @@ Sharding Trainer::Impl::sharding() const {
 
 std::int64_t Trainer::Impl::train_batches() const {
   if (streaming()) return opt.steps_per_epoch;
-  const std::int64_t n = train_ds->size();
-  const std::int64_t w = state.num_processes;
-  const std::int64_t local = w > 1 ? (n + w - 1) / w : n;
-  const std::int64_t nb = batches_of(local, opt.batch_size, opt.drop_last);
+  const std::int64_t nb = epoch_batches(train_ds->size(), epoch_start, state.num_processes,
+                                        opt.batch_size, opt.drop_last);
   return opt.steps_per_epoch > 0 ? std::min(nb, opt.steps_per_epoch) : nb;
 }
 
@@ -365,10 +363,11 @@ LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
     };
     return p;
   }
-  at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding());
-  const std::int64_t local = order.size(0);
-  p.indices = [order, local, bs](std::int64_t b) {
-    return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+  at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding(),
+                                 epoch_start.offset);
+  const std::int64_t local = order.size(0), first = epoch_start.first_batch;
+  p.indices = [order, local, bs, first](std::int64_t b) {
+    return order.slice(0, (b - first) * bs, std::min(local, (b - first + 1) * bs));
   };
   return p;
 }
@@ -558,6 +557,7 @@ void Trainer::Impl::cancelled(CancelScope scope) {
 void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   model->train();
   state.phase = Phase::train;
+  if (first_batch == 0) epoch_start = {};  // a resume's new dealing lasts for its epoch
   const std::int64_t nb = train_batches();
   state.batches_in_epoch = nb;
   state.batch_idx = first_batch;

@@ -105,6 +105,9 @@ struct Trainer::Impl : Context::Host {
   // The training data's state after the last batch the loop consumed (has_state()): what a
   // checkpoint keeps, whatever the loader threads have loaded ahead.
   std::shared_ptr<StateDict> data_state;
+  // Where this epoch's dealing of the order begins (data/sampler.hpp): saved in checkpoints,
+  // moved when a run resumes on another world size or batch size.
+  EpochStart epoch_start;
 
   torch::optim::Optimizer& optim() { return *optimizers[current_opt].optimizer; }
   // The index of an optimizer by name; throws naming the known ones.

@@ -91,7 +91,11 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
     }
     json j = {{"format", kFormat},
               {"reason", m.reason},
-              {"position", {{"epoch", m.position.epoch}, {"batch", m.position.batch}}},
+              {"position",
+               {{"epoch", m.position.epoch},
+                {"batch", m.position.batch},
+                {"dealt_from_batch", m.dealt_from_batch},
+                {"dealt_from_sample", m.dealt_from_sample}}},
               {"optimizer_step", m.optimizer_step},
               {"micro_step", m.micro_step},
               {"samples_seen", m.samples_seen},
@@ -153,6 +157,13 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
     throw CheckpointError(mf + " has no position");
   m.position.epoch = get_count(j.at("position"), "epoch", mf + " position");
   m.position.batch = get_count(j.at("position"), "batch", mf + " position");
+  // Absent in older checkpoints (none of them resumed on another geometry).
+  if (j.at("position").contains("dealt_from_batch")) {
+    m.dealt_from_batch = get_count(j.at("position"), "dealt_from_batch", mf + " position");
+    m.dealt_from_sample = get_count(j.at("position"), "dealt_from_sample", mf + " position");
+    if (m.dealt_from_batch > m.position.batch)
+      throw CheckpointError(mf + " position 'dealt_from_batch' is past its 'batch'");
+  }
   m.optimizer_step = get_count(j, "optimizer_step", mf);
   m.micro_step = get_count(j, "micro_step", mf);
   m.samples_seen = get_count(j, "samples_seen", mf);

@@ -22,6 +22,9 @@ struct RunIdentity {
 struct Manifest {
   std::string reason;
   Position position;
+  // Where the epoch's dealing of its order began (data/sampler.hpp EpochStart): a batch and
+  // the order's position there; 0, 0 unless the run resumed in this epoch on another geometry.
+  std::int64_t dealt_from_batch = 0, dealt_from_sample = 0;
   std::int64_t optimizer_step = 0, micro_step = 0, samples_seen = 0, records = 0;
   RunIdentity run;
 };

@@ -190,6 +190,10 @@ Manifest snapshot_manifest(const Trainer::Impl& I, const std::string& reason) {
   Manifest m;
   m.reason = reason;
   m.position = I.pos;
+  if (I.pos.epoch == I.state.epoch) {  // not the next epoch's start (after_epoch)
+    m.dealt_from_batch = I.epoch_start.first_batch;
+    m.dealt_from_sample = I.epoch_start.offset;
+  }
   m.optimizer_step = I.state.optimizer_step;
   m.micro_step = I.state.micro_step;
   m.samples_seen = I.state.samples_seen;

@@ -34,7 +34,7 @@ enum class NanPolicy : std::uint8_t {
 struct RunInfo {
   std::string config_path;  // absolute path of the config file ("" for a host program)
   std::string output_dir;   // absolute path of the run directory
-  std::string resume;       // "", "latest" or a checkpoint path, from --resume
+  std::string resume;       // "", "latest", "auto" or a checkpoint path, from --resume
   Device device;            // resolved ("auto" has become cpu or cuda)
   std::int64_t seed = 0;
   std::int64_t epochs = 1;
