@@ -70,6 +70,12 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   // Both ranks report, each line prefixed.
   CHECK(two.out.find("[rank 0] wick: completed") != std::string::npos);
   CHECK(two.out.find("[rank 1] wick: completed") != std::string::npos);
+  // This tiny MLP computes a step in ~0.4 ms and exchanges its gradients in ~1.2 ms: rank 0
+  // says so once, after the first epoch.
+  const std::string note = "ddp: note: in epoch 0 communication took longer than computation";
+  CHECK(two.err.find("[rank 0] " + note) != std::string::npos);
+  CHECK(two.err.find("[rank 1] " + note) == std::string::npos);
+  CHECK(two.err.find("in epoch 1 communication") == std::string::npos);
 
   auto p1 = read_numbers(dir / "one" / "params_rank0.txt");
   auto r0 = read_numbers(dir / "run" / "params_rank0.txt");
@@ -635,4 +641,15 @@ TEST_CASE("1 process -> 2 ranks -> 1 process within one epoch: each sample once"
   const auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");
   CHECK(s["optimizer_steps"] == 15 + 4 + 24);
+}
+
+TEST_CASE("no communication note where computation outweighs the exchange") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run", "slow_ms = 10\n"));
+  auto r =
+      run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=1"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("per step compute 1") != std::string::npos);  // >= 10 ms of sleep
+  CHECK(r.err.find("communication took longer") == std::string::npos);
 }

@@ -46,7 +46,8 @@
 //   ddp/comm_ms (the optimizer_step stage's part: pack, start, wait, unpack; the
 //   communication not hidden behind backward), ddp/wait_ms (the part of comm_ms spent waiting
 //   for the slowest rank's compute). Logged on each all-reduced step as the mean since the
-//   last step record.
+//   last step record. After the run's first epoch rank 0 prints a note when comm_ms exceeded
+//   compute_ms there, with the options.
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -195,6 +196,11 @@ class Ddp : public wick::Hook, public wick::Collectives {
     r.on_record([this](const wick::Record& rec) {
       if (rec.kind == wick::Record::Kind::step) window_ = {};
     });
+    r.on(wick::Point::after_epoch, [this](wick::Context& c) {
+      if (pg_ && c.state().is_main_process() && !comm_noticed_ && total_.steps > 0)
+        notice_if_comm_dominates(c);
+      comm_noticed_ = true;  // the first epoch of the run decides
+    });
     r.on(wick::Point::after_fit, [this](wick::Context& c) {
       broadcast_buffers();
       if (pg_ && c.state().is_main_process() && total_.steps > 0) print_totals();
@@ -217,6 +223,22 @@ class Ddp : public wick::Hook, public wick::Collectives {
   }
 
  private:
+  // Where exchanging gradients costs more than computing them (a small model on Gloo), more
+  // ranks slow training down: say so once, with the measured split and the remedies.
+  void notice_if_comm_dominates(wick::Context& c) const {
+    const double n = static_cast<double>(total_.steps);
+    // Waiting for a slower rank is imbalance, not communication: it does not count.
+    if (total_.comm - total_.wait <= total_.compute) return;
+    std::fprintf(stderr,
+                 "ddp: note: in epoch %lld communication took longer than computation: per step "
+                 "%.3f ms exchanging gradients after backward, %.3f ms of forward and backward "
+                 "(%d ranks), so these ranks may train slower than one process. Options: fewer "
+                 "ranks; [[hooks]] plugin = \"grad_accum\" (one exchange per K batches); a "
+                 "larger trainer.batch_size (more computation per exchange)\n",
+                 static_cast<long long>(c.state().epoch), total_.comm / n, total_.compute / n,
+                 world_);
+  }
+
   void print_totals() const {
     const double n = static_cast<double>(total_.steps);
     std::string per_rank;
@@ -246,6 +268,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     world_ = static_cast<int>(st.num_processes);
     rank_ = static_cast<int>(st.rank);
     agreed_stop_ = false;
+    comm_noticed_ = false;
     window_ = total_ = {};
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
@@ -556,6 +579,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
   at::Tensor trailer_, trailer_host_;  // the last bucket's trailer, and a CPU double copy
   std::vector<double> rank_compute_;   // sum over steps of each rank's compute ms
   bool agreed_stop_ = false;
+  bool comm_noticed_ = false;
   wick::Context* ctx_ = nullptr;
   std::int64_t barriers_ = 0, all_reduces_ = 0;
   Clock::time_point step_start_ = Clock::now();

@@ -1,14 +1,16 @@
 // Test-only hook for the data-parallel tests: dumps each rank's final parameters and step
 // count, evaluates the whole validation set in one process (the reference for reduced
 // metrics), and injects faults (a rank kills itself, a rank alone asks to stop, two backward
-// passes per micro-batch).
+// passes per micro-batch, slow computation).
 #include <wick/context.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 namespace {
 
@@ -21,7 +23,8 @@ class DdpProbe : public wick::Hook {
         stop_at_step_(p.get_int("stop_at_step")),
         stop_after_epoch_(p.get_int("stop_after_epoch")),
         backward_twice_(p.get_bool("backward_twice")),
-        kill_fresh_only_(p.get_bool("kill_fresh_only")) {}
+        kill_fresh_only_(p.get_bool("kill_fresh_only")),
+        slow_ms_(p.get_int("slow_ms")) {}
 
   void connect(wick::Registrar& r) override {
     // A second backward pass into the same gradients, before the stage's own.
@@ -36,6 +39,11 @@ class DdpProbe : public wick::Hook {
           !(kill_fresh_only_ && !c.run().resume.empty()))
         std::raise(SIGKILL);
     });
+    // Computation that outweighs the exchange of the gradients (the ddp hook's timings).
+    if (slow_ms_ > 0)
+      r.on(wick::Point::after_pred, [this](wick::Context&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
+      });
     r.on(wick::Point::after_step, [this](wick::Context& c) {
       const auto& s = c.state();
       if (s.training() && s.rank == stop_rank_ && s.optimizer_step == stop_at_step_)
@@ -91,6 +99,7 @@ class DdpProbe : public wick::Hook {
 
   std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_, stop_after_epoch_;
   bool backward_twice_, kill_fresh_only_;
+  std::int64_t slow_ms_;
 };
 
 }  // namespace
@@ -107,4 +116,5 @@ WICK_PLUGIN(DdpProbe, wick::PluginDef("ddp_probe", "1.0.0",
                           .param_bool("kill_fresh_only", false,
                                       "kill only in a run that did not resume (a restart lives)")
                           .param_bool("backward_twice", false,
-                                      "run backward once more before the backward stage's own"))
+                                      "run backward once more before the backward stage's own")
+                          .param_int("slow_ms", 0, "milliseconds of sleep in every forward"))
