@@ -15,7 +15,9 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm  # make fuzz: clang, libFuzzer and the sanitizer runtimes,
                                  # llvm-symbolizer for readable reports
   python3-sklearn                # reference values for the metric plugins' tests
-  python3-torch                  # tests: TorchScript models and data made as users make them
+  python3-torch                  # tests: TorchScript models and data made as users make them,
+                                 # torchrun
+  iproute2                       # tests: two nodes in network namespaces (ip netns)
 )
 
 missing=()

@@ -2,12 +2,16 @@
 // process with the combined batch, reduce validation metrics over all samples, stop together,
 // and a killed rank must end the run promptly with the rank named, the run resuming from its
 // last checkpoint.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include "support.hpp"
 #include "wick/launch.hpp"
@@ -652,4 +656,126 @@ TEST_CASE("no communication note where computation outweighs the exchange") {
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("per step compute 1") != std::string::npos);  // >= 10 ms of sleep
   CHECK(r.err.find("communication took longer") == std::string::npos);
+}
+
+namespace {
+
+// Two network namespaces joined by a veth pair, 10.77.0.1 (node 0) and 10.77.0.2 (node 1):
+// two machines as far as sockets go. Removed again, whatever the test does.
+struct TwoNodes {
+  std::string ip, a, b;
+  bool ok = false;
+  TwoNodes() {
+    for (const char* p : {"/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"})
+      if (fs::exists(p)) ip = p;
+    if (ip.empty() || ::geteuid() != 0) return;
+    const auto id = std::to_string(::getpid());
+    a = "wk" + id + "a";
+    b = "wk" + id + "b";
+    ok = sh({"netns", "add", a}) && sh({"netns", "add", b}) &&
+         sh({"link", "add", a, "type", "veth", "peer", "name", b}) &&
+         sh({"link", "set", a, "netns", a}) && sh({"link", "set", b, "netns", b}) &&
+         sh({"-n", a, "addr", "add", "10.77.0.1/24", "dev", a}) &&
+         sh({"-n", b, "addr", "add", "10.77.0.2/24", "dev", b}) &&
+         sh({"-n", a, "link", "set", a, "up"}) && sh({"-n", b, "link", "set", b, "up"}) &&
+         sh({"-n", a, "link", "set", "lo", "up"}) && sh({"-n", b, "link", "set", "lo", "up"});
+  }
+  ~TwoNodes() {
+    if (a.empty()) return;
+    sh({"netns", "del", a});  // takes the veth pair with it
+    sh({"netns", "del", b});
+  }
+  bool sh(std::vector<std::string> args) const {
+    args.insert(args.begin(), ip);
+    return run(args).exit_code == 0;
+  }
+  // `wick launch` of one node, inside its namespace.
+  std::future<RunResult> node(int rank, int port, const std::string& cfg,
+                              const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> argv = {ip,
+                                     "netns",
+                                     "exec",
+                                     rank == 0 ? a : b,
+                                     WICK_BIN,
+                                     "launch",
+                                     "--nproc",
+                                     "1",
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--master-addr",
+                                     "10.77.0.1",
+                                     "--master-port",
+                                     std::to_string(port),
+                                     "--grace",
+                                     "2",
+                                     "--",
+                                     WICK_BIN,
+                                     "fit",
+                                     cfg};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::async(std::launch::async, [argv] { return run(argv); });
+  }
+  // kill -9 of every process in node 1's namespace: the machine is gone.
+  void kill_node1() const {
+    auto pids = run({ip, "netns", "pids", b});
+    std::istringstream in(pids.out);
+    for (long pid; in >> pid;) ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "two nodes over a real network interface train like one process; a dead node ends "
+    "the other within timeout_s, naming the rank",
+    "[netns]") {
+  TwoNodes nodes;
+  if (!nodes.ok) {
+    WARN(
+        "skipped: making network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and "
+        "iproute2's ip");
+    return;
+  }
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run"));
+  auto n0 = nodes.node(0, 29517, (dir / "cfg.toml").string());
+  auto n1 = nodes.node(1, 29517, (dir / "cfg.toml").string());
+  auto r0 = n0.get(), r1 = n1.get();
+  INFO(r0.out << r0.err << r1.out << r1.err);
+  REQUIRE(r0.exit_code == 0);
+  REQUIRE(r1.exit_code == 0);
+  CHECK(read_json(dir / "run" / "summary.json")["num_processes"] == 2);
+  auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
+                       "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
+  REQUIRE(one.exit_code == 0);
+  const auto p1 = read_numbers(dir / "one" / "params_rank0.txt");
+  const auto p_a = read_numbers(dir / "run" / "params_rank0.txt");
+  CHECK(max_abs_diff(p_a, read_numbers(dir / "run" / "params_rank1.txt")) == 0.0);
+  CHECK(max_abs_diff(p1, p_a) <= 1e-5);
+
+  // A long run, then node 1 dies mid-run.
+  TempDir dir2;
+  write_file(dir2 / "cfg.toml", config(dir2 / "run"));
+  const std::vector<std::string> longer = {"--set", "trainer.epochs=100000", "--set",
+                                           "hooks.ddp.timeout_s=5.0"};
+  auto k0 = nodes.node(0, 29518, (dir2 / "cfg.toml").string(), longer);
+  auto k1 = nodes.node(1, 29518, (dir2 / "cfg.toml").string(), longer);
+  const auto metrics = dir2 / "run" / "metrics.jsonl";
+  for (int i = 0; i < 600 && (!fs::exists(metrics) || fs::file_size(metrics) == 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(fs::exists(metrics));
+  const auto t0 = std::chrono::steady_clock::now();
+  nodes.kill_node1();
+  auto d0 = k0.get();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  k1.get();
+  INFO(d0.out << d0.err);
+  CHECK(d0.exit_code == 1);
+  CHECK(s < 5.0 + 3.0);  // timeout_s, and the launcher's own ending
+  CHECK(d0.err.find("on rank 0 failed") != std::string::npos);
+  CHECK(d0.err.find("(rank 1, the other rank, died or stalled; timeout_s = 5 s") !=
+        std::string::npos);
+  CHECK(d0.err.find("wick launch: failed: rank 0 exit code 1") != std::string::npos);
 }

@@ -423,15 +423,19 @@ class Ddp : public wick::Hook, public wick::Collectives {
 
   void start(Bucket& b) {
     ++all_reduces_;
-    if (b.exchange) {
-      // Receive posted first, so that the peer's data lands in place as soon as it comes.
-      const int peer = 1 - rank_;
-      const int tag = static_cast<int>(&b - grad_buckets_.data());
-      b.recv = pg_->recv(b.peer, peer, tag);
-      b.work = pg_->send(b.io, peer, tag);
-      return;
+    try {
+      if (b.exchange) {
+        // Receive posted first, so that the peer's data lands in place as soon as it comes.
+        const int peer = 1 - rank_;
+        const int tag = static_cast<int>(&b - grad_buckets_.data());
+        b.recv = pg_->recv(b.peer, peer, tag);
+        b.work = pg_->send(b.io, peer, tag);
+        return;
+      }
+      b.work = pg_->allreduce(b.io);
+    } catch (const std::exception& e) {  // Gloo sends at once: a dead peer fails here
+      comm_failed(b.exchange ? "gradient exchange" : "gradient all-reduce", e);
     }
-    b.work = pg_->allreduce(b.io);
   }
 
   // Waits for a bucket's all-reduce; the bucket then holds the sum over ranks.
@@ -446,18 +450,27 @@ class Ddp : public wick::Hook, public wick::Collectives {
     }
   }
 
-  // Waits for a collective; c10d's error (with its C++ backtrace) becomes one line that says
-  // what was being waited for and what to do.
+  // Waits for a collective.
   void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
     try {
       w->wait(timeout_);
-    } catch (const c10::Error& e) {
-      throw std::runtime_error(
-          std::string("ddp: ") + what + " on rank " + std::to_string(rank_) +
-          " failed: " + e.what_without_backtrace() +
-          " (another rank died or stalled; timeout_s = " + std::to_string(timeout_.count() / 1000) +
-          " s bounds how long ranks wait for each other)");
+    } catch (const std::exception& e) {
+      comm_failed(what, e);
     }
+  }
+
+  // c10d's or Gloo's error (c10d's with its C++ backtrace) as one line that says what failed,
+  // which rank is likely gone and what bounds the wait.
+  [[noreturn]] void comm_failed(const char* what, const std::exception& e) const {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    throw std::runtime_error(
+        std::string("ddp: ") + what + " on rank " + std::to_string(rank_) +
+        " failed: " + (c10_error ? c10_error->what_without_backtrace() : e.what()) + " (" +
+        // Of two ranks the culprit is known; Gloo's message names a peer's address.
+        (world_ == 2 ? "rank " + std::to_string(1 - rank_) + ", the other rank,"
+                     : std::string("another rank")) +
+        " died or stalled; timeout_s = " + std::to_string(timeout_.count() / 1000) +
+        " s bounds how long ranks wait for each other)");
   }
 
   // Sums a small CPU tensor over ranks (through the device when the backend needs it there).

@@ -1,5 +1,9 @@
 #include "wick/rendezvous.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -39,6 +43,33 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
   return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
 }
 
+namespace {
+
+// The address of this host's interface that packets to `host` leave from (the route's source),
+// or "" when it cannot be found. A UDP connect sends nothing; it only picks the route.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  std::string out;
+  const int fd = ::socket(found->ai_family, SOCK_DGRAM, 0);
+  sockaddr_storage mine{};
+  socklen_t len = sizeof mine;
+  char text[NI_MAXHOST];
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len) == 0 &&
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&mine), len, text, sizeof text, nullptr, 0,
+                    NI_NUMERICHOST) == 0)
+    out = text;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return out;
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                       int rank, int world,
                                                       std::chrono::milliseconds timeout) {
@@ -48,6 +79,10 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
     o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
   else if (addr == "localhost" || addr.rfind("127.", 0) == 0)
     o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  // Not Gloo's default (this host's name, which Debian maps to 127.0.1.1, unreachable from
+  // other nodes): the interface on the way to the master, which the other nodes reach too.
+  else if (const auto here = local_address_towards(addr); !here.empty())
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(here));
   else
     o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   o->threads = 2;
