@@ -83,6 +83,7 @@ json run_loader(Settings& s);
 json run_metrics(Settings& s);
 // The torchscript task against the built-in C++ MLP (bench/torchscript.cpp).
 json run_torchscript(Settings& s);
+json run_restart(Settings& s);
 
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,

@@ -6,7 +6,7 @@
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
 //              [--ddp-rounds N] [--only
-//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript]
+//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -307,6 +307,18 @@ std::string markdown(const json& r) {
        << fmt("%.3f", num(x, "ratio", "median")) << " (" << fmt("%.3f", num(x, "ratio", "min"))
        << "–" << fmt("%.3f", num(x, "ratio", "max")) << ").\n";
   }
+  if (r.contains("restart")) {
+    const auto& x = r["restart"];
+    md << "\nRestart (`wick launch --nproc 2 --max-restarts 1`, the ddp MLP, a checkpoint every "
+       << x.value("checkpoint_every_n_steps", 0)
+       << " steps): from kill -9 of rank 1 to every "
+          "rank training again "
+       << fmt("%.2f", num(x, "recovery_s", "median")) << " s ("
+       << fmt("%.2f", num(x, "recovery_s", "min")) << "–"
+       << fmt("%.2f", num(x, "recovery_s", "max")) << " s, " << x.value("rounds", 0)
+       << " rounds); steps done again after the resume: "
+       << fmt("%.0f", num(x, "steps_redone", "median")) << ".\n";
+  }
   if (!m["notes"].empty()) {
     md << "\nNotes:\n\n";
     for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
@@ -319,7 +331,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
                "[--child-reps N] [--ddp-rounds N] [--only "
-               "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript]\n");
+               "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart]\n");
   return 2;
 }
 
@@ -433,6 +445,7 @@ int main(int argc, char** argv) {
     if (want("loader")) r["loader"] = run_loader(s);
     if (want("metrics")) r["metrics"] = run_metrics(s);
     if (want("torchscript")) r["torchscript"] = run_torchscript(s);
+    if (want("restart")) r["restart"] = run_restart(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

@@ -70,6 +70,9 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(j["metrics"]["share"]["median"].get<double>() > 0);
   CHECK(j["metrics"]["updates_us"]["median"].get<double>() > 0);
   CHECK(j["torchscript"]["ratio"]["median"].get<double>() > 0);
+  // A rank killed, every rank trained again: seconds, and at least one step done again.
+  CHECK(j["restart"]["recovery_s"]["median"].get<double>() > 0);
+  CHECK(j["restart"]["steps_redone"]["median"].get<double>() >= 1);
 
   REQUIRE(j["targets"].size() == 10);
   for (const auto& t : j["targets"]) {
