@@ -161,7 +161,7 @@ TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since
   check_matches_reference(d);
 }
 
-TEST_CASE("--resume auto after a death before the first checkpoint starts afresh, exactly") {
+TEST_CASE("resume auto after a death before the first checkpoint starts afresh, exactly") {
   // What restarts use (wick launch --max-restarts, torchrun): killed at step 3, before the
   // first periodic checkpoint (step 4), so there is nothing to resume from; the records the
   // killed attempt wrote must not stay in the history.

@@ -728,7 +728,7 @@ struct TwoNodes {
 }  // namespace
 
 TEST_CASE(
-    "two nodes over a real network interface train like one process; a dead node ends "
+    "two nodes over a real network interface train like one process, and a dead node ends "
     "the other within timeout_s, naming the rank",
     "[netns]") {
   TwoNodes nodes;
