@@ -381,6 +381,18 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     tamper([](nlohmann::json& m) { m["position"]["batch"] = 9; });
     refused("its position (epoch 2, batch 9) is past the 8 batches of an epoch of this run");
   }
+  SECTION("a world size of 0 or one past any machine") {
+    const std::int64_t world = GENERATE(std::int64_t{0}, std::int64_t{1} << 40);
+    tamper([&](nlohmann::json& m) { m["run"]["world_size"] = world; });
+    refused("manifest.json run 'batch_size' or 'world_size' is out of range (32, " +
+            std::to_string(world) + ")");
+  }
+  SECTION("an epoch dealt from a batch past its position") {
+    tamper([](nlohmann::json& m) {
+      m["position"]["dealt_from_batch"] = m["position"]["batch"].get<int>() + 1;
+    });
+    refused("manifest.json position 'dealt_from_batch' is past its 'batch'");
+  }
   SECTION("a record count of zero does not delete the logged history") {
     const auto before = read_jsonl(d / "run" / "metrics.jsonl").size();
     tamper([](nlohmann::json& m) { m["records"] = 0; });

@@ -53,8 +53,9 @@ inline std::int64_t epoch_batches(std::int64_t n, EpochStart start, std::int64_t
 // the first k batches of every rank hold exactly the order's next k * bs * world samples.
 inline std::int64_t order_consumed(std::int64_t n, EpochStart start, std::int64_t batch,
                                    std::int64_t world, std::int64_t bs) {
-  const std::int64_t used = start.offset + (batch - start.first_batch) * bs * world;
-  return used < n ? used : n;
+  const std::int64_t per_batch = bs * world, batches = batch - start.first_batch;
+  if (start.offset >= n || (batches > 0 && batches > (n - start.offset) / per_batch)) return n;
+  return start.offset + batches * per_batch;  // < n: no overflow
 }
 
 }  // namespace wick

@@ -175,6 +175,12 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
                    : throw CheckpointError(mf + " run 'seed' is missing or not an integer");
   m.run.batch_size = get_count(r, "batch_size", mf + " run");
   m.run.world_size = get_count(r, "world_size", mf + " run");
+  // Bounded, so that the arithmetic of a resume on another geometry cannot overflow.
+  if (m.run.batch_size < 1 || m.run.batch_size > (std::int64_t{1} << 31) || m.run.world_size < 1 ||
+      m.run.world_size > (std::int64_t{1} << 20))
+    throw CheckpointError(mf + " run 'batch_size' or 'world_size' is out of range (" +
+                          std::to_string(m.run.batch_size) + ", " +
+                          std::to_string(m.run.world_size) + ")");
   m.run.shuffle = get_flag(r, "shuffle", mf + " run");
   m.run.drop_last = get_flag(r, "drop_last", mf + " run");
 
