@@ -317,3 +317,21 @@ TEST_CASE("wick fit as an srun task with a bad SLURM variable stops with exit 2,
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("wick: SLURM_PROCID is 'x', not a whole number >= 0") != std::string::npos);
 }
+
+TEST_CASE("wick launch under srun takes the nodes, its node index and the rendezvous from SLURM") {
+  const std::vector<std::string> slurm = {"SLURM_NTASKS=2", "SLURM_PROCID=1", "SLURM_NODEID=1",
+                                          "SLURM_STEP_NODELIST=node[4-5]", "SLURM_JOB_ID=4242"};
+  auto r = run_wick({"launch", "--nproc", "2", "--", "sh", "-c",
+                     "echo $RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"},
+                    slurm);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  // Node 1 of 2 with 2 ranks each: ranks 2 and 3 of 4, the master on the job's first node.
+  CHECK(r.out.find("[rank 2] 2 4 1 node4 14242") != std::string::npos);
+  CHECK(r.out.find("[rank 3] 3 4 1 node4 14242") != std::string::npos);
+  // Options given win; one node keeps its own loopback rendezvous.
+  auto given = run_wick({"launch", "--nproc", "1", "--nnodes", "1", "--node-rank", "0", "--", "sh",
+                         "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR"},
+                        slurm);
+  CHECK(given.out.find("[rank 0] 0 1 127.0.0.1") != std::string::npos);
+}

@@ -5,10 +5,12 @@
 
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 
 #include "commands.hpp"
+#include "wick/cluster.hpp"
 #include "wick/launch.hpp"
 
 namespace wick::cli {
@@ -26,6 +28,19 @@ int run_launch(const LaunchOptions& o) {
     std::fprintf(stderr, "wick launch: error: %s\n", e.what());
     return kFailed;
   }
+}
+
+// One `wick launch` per node under srun (--ntasks-per-node=1): the nodes are the tasks, this
+// node's index is the task's, and the rendezvous is SLURM's, unless the options say otherwise.
+void slurm_defaults(const CLI::App& c, LaunchOptions& o) {
+  if (std::getenv("WORLD_SIZE")) return;  // already one rank of a torchrun-style job
+  const auto job = detect_cluster_env([](const char* n) { return std::getenv(n); });
+  if (job.source != "slurm" || job.world <= 1) return;
+  if (c.count("--nnodes") == 0) o.nnodes = job.world;
+  if (c.count("--node-rank") == 0) o.node_rank = job.rank;
+  if (o.nnodes == 1) return;  // one node: its own loopback rendezvous
+  if (c.count("--master-addr") == 0) o.master_addr = job.master_addr;
+  if (c.count("--master-port") == 0) o.master_port = job.master_port;
 }
 
 // This process's own command line without "--nproc N" / "--nproc=N", run under launch.
@@ -68,7 +83,9 @@ void add_launch_command(CLI::App& app, Registry& r) {
   auto* c = app.add_subcommand(
       "launch", "run COMMAND once per data-parallel rank with torchrun's environment variables");
   c->add_option("--nproc", o.nproc, "ranks to start on this node")->check(CLI::PositiveNumber);
-  c->add_option("--nnodes", o.nnodes, "nodes in the job (each runs its own wick launch)");
+  c->add_option("--nnodes", o.nnodes,
+                "nodes in the job (each runs its own wick launch; under srun: SLURM_NTASKS, "
+                "with --node-rank, --master-addr and --master-port from SLURM too)");
   c->add_option("--node-rank", o.node_rank, "this node's index, 0 .. nnodes-1");
   c->add_option("--master-addr", o.master_addr, "address of the node with rank 0");
   c->add_option("--master-port", o.master_port,
@@ -78,7 +95,15 @@ void add_launch_command(CLI::App& app, Registry& r) {
                 "when a rank dies, end every rank and start all again with --resume auto, up "
                 "to N times (default 0)");
   c->add_option("COMMAND", o.command, "the program and its arguments, after --")->required();
-  r.push_back({c, [] { return run_launch(o); }});
+  r.push_back({c, [c] {
+                 try {
+                   slurm_defaults(*c, o);
+                 } catch (const std::invalid_argument& e) {
+                   std::fprintf(stderr, "wick launch: %s\n", e.what());
+                   return kUsage;
+                 }
+                 return run_launch(o);
+               }});
 
   // `wick fit|evaluate|predict CONFIG --nproc N`: the same command, N ranks on this machine.
   static int nproc[3] = {1, 1, 1};
