@@ -174,8 +174,9 @@ TEST_CASE("resume auto after a death before the first checkpoint starts afresh, 
       {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.err.find("wick: --resume auto: no checkpoint to resume from; training from the start") !=
-        std::string::npos);
+  CHECK(r.err.find(
+            "wick: --resume auto: no checkpoint was restored (none yet, or no checkpoint hook); "
+            "training from the start") != std::string::npos);
   check_matches_reference(d);
   // With checkpoints, auto is latest.
   write_file(d / "cfg.toml",
@@ -386,6 +387,10 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     tamper([&](nlohmann::json& m) { m["run"]["world_size"] = world; });
     refused("manifest.json run 'batch_size' or 'world_size' is out of range (32, " +
             std::to_string(world) + ")");
+  }
+  SECTION("a position past any data") {
+    tamper([](nlohmann::json& m) { m["position"]["batch"] = std::int64_t{1} << 41; });
+    refused("manifest.json position is out of range (batch 2199023255552, dealt_from_sample 0)");
   }
   SECTION("an epoch dealt from a batch past its position") {
     tamper([](nlohmann::json& m) {

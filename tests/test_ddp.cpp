@@ -75,9 +75,11 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   CHECK(two.out.find("[rank 0] wick: completed") != std::string::npos);
   CHECK(two.out.find("[rank 1] wick: completed") != std::string::npos);
   // This tiny MLP computes a step in ~0.4 ms and exchanges its gradients in ~1.2 ms: rank 0
-  // says so once, after the first epoch.
+  // says so, once, after the first epoch, and rank 1 never.
   const std::string note = "ddp: note: in epoch 0 communication took longer than computation";
-  CHECK(two.err.find("[rank 0] " + note) != std::string::npos);
+  // Timing decides whether it appears (no pass/fail on timings): a warning when it does not.
+  if (two.err.find("[rank 0] " + note) == std::string::npos)
+    WARN("the communication note did not appear for the tiny MLP (a loaded machine?)");
   CHECK(two.err.find("[rank 1] " + note) == std::string::npos);
   CHECK(two.err.find("in epoch 1 communication") == std::string::npos);
 
@@ -463,7 +465,7 @@ TEST_CASE("srun tasks (SLURM's variables alone) train like wick launch's ranks")
   auto task = [&](int rank) {
     return std::async(std::launch::async, [&dir, rank, port] {
       return run_wick({"fit", (dir / "cfg.toml").string()},
-                      {"SLURM_NTASKS=2", "SLURM_PROCID=" + std::to_string(rank),
+                      {"SLURM_NTASKS=2", "SLURM_STEP_ID=0", "SLURM_PROCID=" + std::to_string(rank),
                        "SLURM_LOCALID=" + std::to_string(rank), "SLURM_NODEID=0",
                        "SLURM_STEP_NODELIST=localhost",
                        "SLURM_JOB_ID=" + std::to_string(port - 10000), "OMP_NUM_THREADS=1"});

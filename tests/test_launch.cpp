@@ -277,12 +277,10 @@ TEST_CASE("a job's ranks from torchrun's or SLURM's variables") {
     CHECK(j.restart_count == 2);
   }
   SECTION("an srun task") {
-    std::map<std::string, std::string> v{{"SLURM_NTASKS", "8"},
-                                         {"SLURM_PROCID", "5"},
-                                         {"SLURM_LOCALID", "1"},
-                                         {"SLURM_NODEID", "2"},
-                                         {"SLURM_STEP_NODELIST", "n[3-6]"},
-                                         {"SLURM_JOB_ID", "123456"}};
+    std::map<std::string, std::string> v{
+        {"SLURM_NTASKS", "8"},     {"SLURM_PROCID", "5"}, {"SLURM_STEP_ID", "0"},
+        {"SLURM_LOCALID", "1"},    {"SLURM_NODEID", "2"}, {"SLURM_STEP_NODELIST", "n[3-6]"},
+        {"SLURM_JOB_ID", "123456"}};
     auto j = job_of(v);
     CHECK(j.source == "slurm");
     CHECK(j.world == 8);
@@ -297,30 +295,49 @@ TEST_CASE("a job's ranks from torchrun's or SLURM's variables") {
     CHECK(j.master_addr == "head");
     CHECK(j.master_port == 4242);
   }
+  SECTION("sbatch's batch script is no srun task: it starts no ranks") {
+    for (const char* step : {"batch", "4294967294", ""}) {
+      std::map<std::string, std::string> v{{"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"}};
+      if (*step) v["SLURM_STEP_ID"] = step;
+      CHECK(job_of(v).source.empty());
+      CHECK(job_of(v).world == 1);
+    }
+  }
   SECTION("bad values name the variable") {
     CHECK_THROWS_WITH(job_of({{"WORLD_SIZE", "two"}}),
                       Catch::Contains("WORLD_SIZE is 'two', not a whole number"));
     CHECK_THROWS_WITH(job_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}}),
                       Catch::Contains("RANK is 2, not below WORLD_SIZE = 2"));
-    CHECK_THROWS_WITH(
-        job_of({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_NODELIST", "n1"}}),
-        Catch::Contains("export MASTER_PORT"));
-    CHECK_THROWS_WITH(job_of({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "7"}}),
+    CHECK_THROWS_WITH(job_of({{"SLURM_NTASKS", "2"},
+                              {"SLURM_PROCID", "0"},
+                              {"SLURM_STEP_ID", "0"},
+                              {"SLURM_STEP_NODELIST", "n1"}}),
+                      Catch::Contains("export MASTER_PORT"));
+    CHECK_THROWS_WITH(job_of({{"SLURM_NTASKS", "2"},
+                              {"SLURM_PROCID", "0"},
+                              {"SLURM_STEP_ID", "0"},
+                              {"SLURM_JOB_ID", "7"}}),
                       Catch::Contains("export MASTER_ADDR"));
-    CHECK_THROWS_WITH(job_of({{"SLURM_NTASKS", "0"}, {"SLURM_PROCID", "0"}}),
-                      Catch::Contains("SLURM_NTASKS is 0"));
+    CHECK_THROWS_WITH(
+        job_of({{"SLURM_NTASKS", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}}),
+        Catch::Contains("SLURM_NTASKS is 0"));
   }
 }
 
 TEST_CASE("wick fit as an srun task with a bad SLURM variable stops with exit 2, naming it") {
-  auto r = run_wick({"fit", "no-such.toml"}, {"SLURM_NTASKS=2", "SLURM_PROCID=x"});
+  auto r =
+      run_wick({"fit", "no-such.toml"}, {"SLURM_NTASKS=2", "SLURM_PROCID=x", "SLURM_STEP_ID=0"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("wick: SLURM_PROCID is 'x', not a whole number >= 0") != std::string::npos);
 }
 
 TEST_CASE("wick launch under srun takes the nodes, its node index and the rendezvous from SLURM") {
-  const std::vector<std::string> slurm = {"SLURM_NTASKS=2", "SLURM_PROCID=1", "SLURM_NODEID=1",
-                                          "SLURM_STEP_NODELIST=node[4-5]", "SLURM_JOB_ID=4242"};
+  const std::vector<std::string> slurm = {"SLURM_NTASKS=2",
+                                          "SLURM_PROCID=1",
+                                          "SLURM_STEP_ID=3",
+                                          "SLURM_NODEID=1",
+                                          "SLURM_STEP_NODELIST=node[4-5]",
+                                          "SLURM_JOB_ID=4242"};
   auto r = run_wick({"launch", "--nproc", "2", "--", "sh", "-c",
                      "echo $RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"},
                     slurm);

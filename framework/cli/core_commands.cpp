@@ -208,7 +208,7 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
     run.resume = resume;
     // torchrun starts failed workers again with the same arguments: they continue the run.
     const auto job = wick::detect_cluster_env([](const char* n) { return std::getenv(n); });
-    if (job.restart_count > 0 && resume.empty()) {
+    if (job.restart_count > 0 && resume != "auto") {
       run.resume = "auto";
       if (job.rank == 0)
         std::fprintf(stderr,

@@ -235,8 +235,8 @@ class Ddp : public wick::Hook, public wick::Collectives {
                  "(%d ranks), so these ranks may train slower than one process. Options: fewer "
                  "ranks; [[hooks]] plugin = \"grad_accum\" (one exchange per K batches); a "
                  "larger trainer.batch_size (more computation per exchange)\n",
-                 static_cast<long long>(c.state().epoch), total_.comm / n, total_.compute / n,
-                 world_);
+                 static_cast<long long>(c.state().epoch), (total_.comm - total_.wait) / n,
+                 total_.compute / n, world_);
   }
 
   void print_totals() const {

@@ -19,11 +19,11 @@ struct ClusterEnv {
 
 using EnvLookup = std::function<const char*(const char*)>;
 
-// The job this process belongs to. SLURM: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
-// SLURM_NODEID; the master is MASTER_ADDR or the first host of SLURM_STEP_NODELIST (else
-// SLURM_JOB_NODELIST), the port MASTER_PORT or 10000 + SLURM_JOB_ID % 50000 (the same on every
-// task of the job). Throws std::invalid_argument naming a variable that is not a valid number
-// or a rank outside the world.
+// The job this process belongs to. SLURM (an srun step: SLURM_STEP_ID set, not sbatch's batch
+// script): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID; the master is MASTER_ADDR or
+// the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), the port MASTER_PORT or 10000 +
+// SLURM_JOB_ID % 50000 (the same on every task of the job). Throws std::invalid_argument naming a
+// variable that is not a valid number or a rank outside the world.
 ClusterEnv detect_cluster_env(const EnvLookup& env);
 
 // The first host of a SLURM host list: "node[07-09,12],gpu1" -> "node07",

@@ -26,6 +26,14 @@ std::string text(const EnvLookup& env, const char* name) {
   return v ? v : "";
 }
 
+// A task of an srun step: sbatch's batch script (step "batch", 4294967294) and the extern step
+// also carry SLURM_PROCID and SLURM_NTASKS, but start no ranks.
+bool in_srun_step(const EnvLookup& env) {
+  const std::string step = text(env, "SLURM_STEP_ID");
+  return !step.empty() && step != "batch" && step != "extern" && step != "4294967294" &&
+         step != "4294967293";
+}
+
 }  // namespace
 
 std::string first_slurm_host(std::string_view list) {
@@ -62,7 +70,7 @@ ClusterEnv detect_cluster_env(const EnvLookup& env) {
     c.node_rank = static_cast<int>(number(env, "GROUP_RANK", 0));
     c.master_addr = text(env, "MASTER_ADDR");
     c.master_port = static_cast<int>(number(env, "MASTER_PORT", 0));
-  } else if (env("SLURM_NTASKS") && env("SLURM_PROCID")) {
+  } else if (env("SLURM_NTASKS") && env("SLURM_PROCID") && in_srun_step(env)) {
     c.source = "slurm";
     rank_var = "SLURM_PROCID";
     world_var = "SLURM_NTASKS";

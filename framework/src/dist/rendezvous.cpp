@@ -1,5 +1,7 @@
 #include "wick/rendezvous.hpp"
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,7 +48,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
 namespace {
 
 // The address of this host's interface that packets to `host` leave from (the route's source),
-// or "" when it cannot be found. A UDP connect sends nothing; it only picks the route.
+// or "" when it cannot be found. A UDP connect sends nothing; it only picks the route. When
+// `host` is this host (a loopback route): its first non-loopback IPv4 address.
 std::string local_address_towards(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -65,6 +68,21 @@ std::string local_address_towards(const std::string& host) {
     out = text;
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(found);
+  if (out.rfind("127.", 0) != 0 && out != "::1") return out;
+  // MASTER_ADDR is this host's own name, which Debian maps to 127.0.1.1: the other nodes
+  // reach this host on its first interface that is up and not loopback.
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  out.clear();
+  for (ifaddrs* i = all; i && out.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+        (i->ifa_flags & IFF_LOOPBACK))
+      continue;
+    if (::getnameinfo(i->ifa_addr, sizeof(sockaddr_in), text, sizeof text, nullptr, 0,
+                      NI_NUMERICHOST) == 0)
+      out = text;
+  }
+  ::freeifaddrs(all);
   return out;
 }
 

@@ -900,8 +900,8 @@ FitResult Trainer::fit() {
       I.rewind_records = 0;
       if (I.state.is_main_process())
         std::fprintf(stderr,
-                     "wick: --resume auto: no checkpoint to resume from; training from "
-                     "the start\n");
+                     "wick: --resume auto: no checkpoint was restored (none yet, or no "
+                     "checkpoint hook); training from the start\n");
     }
     if (I.rewind_records >= 0 && !I.opt.write_outputs) I.records.set_count(I.rewind_records);
     if (I.rewind_records >= 0 && I.opt.write_outputs) {

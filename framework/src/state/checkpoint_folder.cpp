@@ -164,6 +164,11 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
     if (m.dealt_from_batch > m.position.batch)
       throw CheckpointError(mf + " position 'dealt_from_batch' is past its 'batch'");
   }
+  constexpr std::int64_t kMaxPosition = std::int64_t{1} << 40;  // no overflow in the dealing
+  if (m.position.batch > kMaxPosition || m.dealt_from_sample > kMaxPosition)
+    throw CheckpointError(mf + " position is out of range (batch " +
+                          std::to_string(m.position.batch) + ", dealt_from_sample " +
+                          std::to_string(m.dealt_from_sample) + ")");
   m.optimizer_step = get_count(j, "optimizer_step", mf);
   m.micro_step = get_count(j, "micro_step", mf);
   m.samples_seen = get_count(j, "samples_seen", mf);
