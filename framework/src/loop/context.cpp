@@ -140,14 +140,10 @@ fs::path resolve(const Trainer::Impl& I, const std::string& folder) {
 // A position this run can continue from: inside its data (a batch index past the epoch's
 // batches is a damaged or foreign checkpoint).
 void check_position(const Trainer::Impl& I, const Manifest& m) {
-  // The epoch as the checkpoint's run dealt it (its world size and batch size).
-  std::int64_t nb = I.train_batches();
-  if (!I.streaming()) {
-    nb = epoch_batches(I.train_ds->size(), {m.dealt_from_batch, m.dealt_from_sample},
-                       std::max<std::int64_t>(1, m.run.world_size),
-                       std::max<std::int64_t>(1, m.run.batch_size), m.run.drop_last);
-    if (I.opt.steps_per_epoch > 0) nb = std::min(nb, I.opt.steps_per_epoch);
-  }
+  // The epoch as the checkpoint's run dealt it (its world size and batch size, both >= 1 as
+  // read_checkpoint checked).
+  const std::int64_t nb = I.train_batches({m.dealt_from_batch, m.dealt_from_sample},
+                                          m.run.world_size, m.run.batch_size, m.run.drop_last);
   if (m.position.batch > nb)
     throw CheckpointError("its position (epoch " + std::to_string(m.position.epoch) + ", batch " +
                           std::to_string(m.position.batch) + ") is past the " + std::to_string(nb) +

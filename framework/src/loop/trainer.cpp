@@ -338,9 +338,13 @@ Sharding Trainer::Impl::sharding() const {
 }
 
 std::int64_t Trainer::Impl::train_batches() const {
+  return train_batches(epoch_start, state.num_processes, opt.batch_size, opt.drop_last);
+}
+
+std::int64_t Trainer::Impl::train_batches(EpochStart start, std::int64_t world, std::int64_t bs,
+                                          bool drop_last) const {
   if (streaming()) return opt.steps_per_epoch;
-  const std::int64_t nb = epoch_batches(train_ds->size(), epoch_start, state.num_processes,
-                                        opt.batch_size, opt.drop_last);
+  const std::int64_t nb = epoch_batches(train_ds->size(), start, world, bs, drop_last);
   return opt.steps_per_epoch > 0 ? std::min(nb, opt.steps_per_epoch) : nb;
 }
 

@@ -124,6 +124,9 @@ struct Trainer::Impl : Context::Host {
 
   Sharding sharding() const;
   std::int64_t train_batches() const;  // batches of a training epoch on this rank
+  // The same for an epoch dealt from `start` on `world` ranks at batch size bs.
+  std::int64_t train_batches(EpochStart start, std::int64_t world, std::int64_t bs,
+                             bool drop_last) const;
   bool streaming() const { return train_ds->size() == kUnsized; }
   LoadPlan train_plan(std::int64_t first_batch);  // the current epoch's training batches
   Batch to_device(Batch b) const;
