@@ -34,16 +34,12 @@ Stats make_stats(std::vector<double> v) {
   return s;
 }
 
-namespace {
-
-std::string slurp(const fs::path& p) {
+std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
-
-}  // namespace
 
 ChildResult run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   // Streams go to files rather than pipes: nothing to drain while the child runs, so the
@@ -78,8 +74,8 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::vector<st
   r.wall_s = seconds_since(t0);
   r.max_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  r.out = read_text(out_path);
+  r.err = read_text(err_path);
   std::error_code ec;
   fs::remove_all(dir, ec);
   return r;

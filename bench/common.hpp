@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -48,6 +49,8 @@ struct WickRun {
 };
 WickRun read_summary(const std::string& dir);
 
+// A file's bytes ("" when it cannot be read).
+std::string read_text(const std::filesystem::path& p);
 // Peak resident set of this process so far, in MiB (VmHWM).
 double self_peak_rss_mb();
 // The 1-minute load average (how busy the shared machine was).
@@ -84,6 +87,8 @@ json run_metrics(Settings& s);
 // The torchscript task against the built-in C++ MLP (bench/torchscript.cpp).
 json run_torchscript(Settings& s);
 json run_restart(Settings& s);
+// The profiler's overhead on the MLP step (bench/profiler.cpp).
+json run_profiler(Settings& s);
 
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,

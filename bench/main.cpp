@@ -6,7 +6,7 @@
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
 //              [--ddp-rounds N] [--only
-//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart]
+//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -100,6 +100,11 @@ std::vector<Target> targets(const json& r) {
     double x = num(r["torchscript"], "ratio", "median");
     t.push_back({"torchscript: scripted MLP samples/s / built-in C++ MLP (Fashion-MNIST)",
                  ">= 0.95", x, x >= 0.95});
+  }
+  if (r.contains("profiler")) {
+    double x = num(r["profiler"], "overhead", "median");
+    t.push_back({"profiler: --profile's cost per MLP step (samples/s off / on - 1)", "<= 0.02", x,
+                 x <= 0.02});
   }
   return t;
 }
@@ -319,6 +324,18 @@ std::string markdown(const json& r) {
        << " rounds); steps done again after the resume: "
        << fmt("%.0f", num(x, "steps_redone", "median")) << ".\n";
   }
+  if (r.contains("profiler")) {
+    const auto& x = r["profiler"];
+    md << "\nProfiler (`wick fit --profile`, the MLP on generated data, batch 64, one thread, "
+       << x.value("samples", 0) << " samples, " << x.value("rounds", 0)
+       << " alternated rounds): " << fmt("%.0f", num(x, "on_samples_per_s", "median"))
+       << " samples/s profiled against " << fmt("%.0f", num(x, "off_samples_per_s", "median"))
+       << ", overhead " << fmt("%.2f", 100 * num(x, "overhead", "median")) << "% ("
+       << fmt("%.2f", 100 * num(x, "overhead", "min")) << "–"
+       << fmt("%.2f", 100 * num(x, "overhead", "max")) << "%); the phases account for "
+       << fmt("%.1f", 100 * num(x, "phases_share_of_step", "median")) << "% of the "
+       << fmt("%.3f", num(x, "step_ms", "median")) << " ms step.\n";
+  }
   if (!m["notes"].empty()) {
     md << "\nNotes:\n\n";
     for (const auto& n : m["notes"]) md << "- " << n.get<std::string>() << "\n";
@@ -328,10 +345,11 @@ std::string markdown(const json& r) {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
-               "[--child-reps N] [--ddp-rounds N] [--only "
-               "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart]\n");
+  std::fprintf(
+      stderr,
+      "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
+      "[--child-reps N] [--ddp-rounds N] [--only "
+      "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler]\n");
   return 2;
 }
 
@@ -446,6 +464,7 @@ int main(int argc, char** argv) {
     if (want("metrics")) r["metrics"] = run_metrics(s);
     if (want("torchscript")) r["torchscript"] = run_torchscript(s);
     if (want("restart")) r["restart"] = run_restart(s);
+    if (want("profiler")) r["profiler"] = run_profiler(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

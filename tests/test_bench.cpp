@@ -74,7 +74,13 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(j["restart"]["recovery_s"]["median"].get<double>() > 0);
   CHECK(j["restart"]["steps_redone"]["median"].get<double>() >= 1);
 
-  REQUIRE(j["targets"].size() == 10);
+  // --profile against without: samples/s of both, and how much of the step the phases cover.
+  CHECK(j["profiler"]["on_samples_per_s"]["median"].get<double>() > 0);
+  const double covered = j["profiler"]["phases_share_of_step"]["median"];
+  CHECK(covered > 0.5);
+  CHECK(covered <= 1.0);
+
+  REQUIRE(j["targets"].size() == 11);
   for (const auto& t : j["targets"]) {
     CHECK(t.contains("name"));
     CHECK(t.contains("value"));

@@ -48,8 +48,7 @@ std::vector<std::string> csv_rows(const TempDir& d) {
   for (const auto& row : cells) {
     std::string kept;
     for (std::size_t i = 0; i < row.size() && i < header.size(); ++i)
-      if (header[i] != "time_s" && header[i] != "epoch_time_s" && header[i] != "samples_per_s")
-        kept += row[i] + ",";
+      if (!is_timing_key(header[i])) kept += row[i] + ",";
     out.push_back(kept);
   }
   return out;

@@ -7,6 +7,7 @@
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
+#include "wick/model_summary.hpp"
 #include "wick/schedule.hpp"
 #include "wick/trainer.hpp"
 
@@ -104,6 +105,15 @@ int cmd_describe(const ConfigArgs& a) {
     wick::ScheduleTable table;
     wick::connect_hooks(hooks, 0, nullptr, table);
     std::fputs(wick::describe_markdown(table).c_str(), stdout);
+    if (cfg.has_task()) {
+      // Building the model may need the task's data; the schedule stands without it.
+      std::printf("\n");
+      try {
+        std::fputs(wick::task_model_summary(cfg, finder).c_str(), stdout);
+      } catch (const std::exception& e) {
+        std::printf("Model: not built (%s)\n", e.what());
+      }
+    }
     print_optimizers(cfg);
     print_metrics(cfg, finder);
     print_libraries(hooks, task_lib);
@@ -199,7 +209,16 @@ void add_ddp_if_ranks(const wick::Config& cfg, const wick::PluginFinder& finder,
                  world, cfg.path().c_str());
 }
 
-int cmd_fit(const ConfigArgs& a, const std::string& resume) {
+// `wick fit --profile`: the profiler hook with its defaults, unless the config has one.
+void add_profiler(const wick::Config& cfg, const wick::PluginFinder& finder,
+                  wick::Trainer& trainer) {
+  for (const auto& h : trainer.hooks())
+    if (h.plugin == "profiler") return;
+  auto prof = wick::Config::parse("[[hooks]]\nplugin = \"profiler\"\n", cfg.path(), {});
+  for (auto& h : prof.make_hooks(finder)) trainer.add_hook(std::move(h));
+}
+
+int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile) {
   std::unique_ptr<wick::Trainer> trainer;
   int rc = guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
@@ -217,7 +236,11 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
     }
     trainer = wick::make_trainer(cfg, finder, run);
     add_ddp_if_ranks(cfg, finder, *trainer);
+    if (profile) add_profiler(cfg, finder, *trainer);
     trainer->connect();
+    if (trainer->run().is_main_process())
+      std::printf("%s\n", wick::model_summary(trainer->model()).c_str());
+    std::fflush(stdout);  // before the fit's own output on stderr
     return kOk;
   });
   if (rc != kOk) return rc;
@@ -254,6 +277,7 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume) {
 void add_core_commands(CLI::App& app, Registry& r) {
   static ConfigArgs fit_args, describe_args, check_args;
   static std::string resume;
+  static bool profile = false;
   static std::vector<std::string> plugin_paths;
 
   auto* fit = app.add_subcommand("fit", "train the task of CONFIG with its hooks");
@@ -261,7 +285,10 @@ void add_core_commands(CLI::App& app, Registry& r) {
   fit->add_option("--resume", resume,
                   "continue from a checkpoint: latest, a PATH, or auto (latest if there is "
                   "one, else start afresh; what restarts use)");
-  r.push_back({fit, [] { return cmd_fit(fit_args, resume); }});
+  fit->add_flag("--profile", profile,
+                "time every hook, stage handler and step phase (the profiler hook): a table at "
+                "the end, profile.json and summary.json's \"profile\"");
+  r.push_back({fit, [] { return cmd_fit(fit_args, resume, profile); }});
 
   auto* describe = app.add_subcommand(
       "describe", "print which hook runs at which point and the stage chains (trains nothing)");

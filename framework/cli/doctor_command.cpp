@@ -1,6 +1,6 @@
 // `wick doctor`: is this machine set up to train fast? Prints the BLAS LibTorch calls, the
-// thread counts, the LibTorch version, CUDA, the plugin folders, and what to fix. Exit code 0
-// when there is nothing to fix, 1 otherwise.
+// thread counts, the peak fp32 matrix-product rate, the LibTorch version, CUDA, the plugin folders,
+// and what to fix. Exit code 0 when there is nothing to fix, 1 otherwise.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -50,6 +50,10 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
                       "): oversubscribed threads slow training; unset OMP_NUM_THREADS or set "
                       "trainer.threads <= " +
                       std::to_string(hw));
+
+    // The ceiling train/flops_utilization is measured against (trainer.peak_gflops = 0).
+    std::printf("Peak       %.1f GFLOP/s fp32 matrix product on %d thread(s) (0.2 s probe)\n",
+                wick::measure_peak_gflops(0.2), sys.intra_op_threads);
 
     if (sys.cuda_available)
       std::printf("CUDA       available, %d device(s)\n", sys.cuda_devices);

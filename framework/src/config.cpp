@@ -178,6 +178,10 @@ std::vector<ParamInfo> trainer_schema() {
       {"device", ParamType::string, "\"cpu\"", "cpu, cuda, cuda:N or auto"},
       {"nan_policy", ParamType::string, "\"error\"", "non-finite loss: error, skip or ignore"},
       {"output_dir", ParamType::string, "\"runs/default\"", "run directory"},
+      {"flops", ParamType::boolean, "true",
+       "count the FLOPs of a training step; log train/flops_per_s"},
+      {"peak_gflops", ParamType::floating, "0.0",
+       "peak GFLOP/s for train/flops_utilization (0: measured at the first step)"},
   };
 }
 
@@ -663,6 +667,8 @@ void Config::Impl::validate_builtin() {
   const auto device = tp.get_string("device");
   const auto nan_policy = tp.get_string("nan_policy");
   trainer.output_dir = tp.get_string("output_dir");
+  trainer.flops = tp.get_bool("flops");
+  trainer.peak_gflops = tp.get_float("peak_gflops");
   const std::string trainer_where = where(tt ? tt->source() : toml::source_region{});
   auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg,
                    const char* section) { Impl::check(p, key, ok, msg, section, trainer_where); };
@@ -684,6 +690,8 @@ void Config::Impl::validate_builtin() {
             "; more threads than cores only slows training, so set at most the number of cores "
             "(`wick doctor` shows it)",
         "[trainer]");
+  check(tp, "peak_gflops", trainer.peak_gflops >= 0 && std::isfinite(trainer.peak_gflops),
+        "must be >= 0 (0: measured with a short matrix-product probe)", "[trainer]");
   check(tp, "num_workers", trainer.num_workers >= 0, "must be >= 0 (0: load on the main thread)",
         "[trainer]");
   check(tp, "steps_per_epoch", trainer.steps_per_epoch >= 0, "must be >= 0 (0: from the data)",
@@ -874,6 +882,12 @@ Config Config::load(const std::string& path, const std::vector<std::string>& set
                         " MiB, the most wick reads; is it the right file?");
   }
   return parse(text, path, sets);
+}
+
+std::string Config::toml() const {
+  std::ostringstream o;
+  o << toml::toml_formatter{impl_->root};
+  return o.str() + "\n";
 }
 
 const std::string& Config::path() const {

@@ -41,6 +41,10 @@ class RecordingRegistrar : public Registrar {
   void on_rewind(std::function<void(const std::vector<Record>&)> fn) override {
     if (sink_) sink_->on_rewind(h_, std::move(fn));
   }
+  void request_profile() override {
+    t_.profiled_by.push_back(h_.instance);
+    if (sink_) sink_->request_profile(h_);
+  }
 
  private:
   const HookEntry& h_;
@@ -145,6 +149,11 @@ std::string describe_markdown(const ScheduleTable& t) {
   for (std::size_t i = 0; i < kNumStages; ++i)
     o << "| " << pad(std::string(to_string(static_cast<Stage>(i))), w_stage) << " | "
       << pad(chains[i], w_chain) << " |\n";
+  if (!t.profiled_by.empty()) {
+    o << "\nProfiled (asked by";
+    for (const auto& h : t.profiled_by) o << " " << h;
+    o << "): every hook, stage handler and step phase above is timed.\n";
+  }
   return o.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -105,6 +106,12 @@ bool keep_freed_memory() {
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
   const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
   return mmap_ok && trim_ok;
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 }  // namespace wick

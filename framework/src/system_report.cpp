@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <chrono>
 #include <thread>
 
 namespace wick {
@@ -26,6 +28,29 @@ SystemReport system_report() {
   r.blas_path = loaded_blas();
   r.blas = classify_blas_path(r.blas_path);
   return r;
+}
+
+double measure_peak_gflops(double seconds) {
+  // fp32 products of 512 x 512 matrices (268 MFLOP each) on the current threads, the best of
+  // the repetitions: what the BLAS reaches on dense work, the ceiling of a training step.
+  torch::NoGradGuard g;
+  constexpr std::int64_t n = 512;
+  auto a = torch::rand({n, n});
+  auto b = torch::rand({n, n});
+  auto c = torch::empty({n, n});
+  torch::mm_out(c, a, b);  // warm-up: threads started, pages touched
+  const double flops = 2.0 * n * n * n;
+  double best = 0;
+  const auto t_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int reps = 0;
+  while (reps < 3 || std::chrono::steady_clock::now() < t_end) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (dt > 0) best = std::max(best, flops / dt / 1e9);
+    if (++reps >= 1000) break;
+  }
+  return best;
 }
 
 }  // namespace wick

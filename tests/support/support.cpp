@@ -68,11 +68,20 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
   return out;
 }
 
+bool is_timing_key(const std::string& key) {
+  for (const char* k : {"time_s", "epoch_time_s", "samples_per_s", "train/flops_per_s",
+                        "train/flops_utilization", "peak_rss_mb"})
+    if (key == k) return true;
+  return false;
+}
+
 std::vector<std::string> logged_values(const TempDir& dir) {
   std::vector<std::string> out;
-  for (auto& l : read_jsonl(dir / "run" / "metrics.jsonl")) {
-    for (const char* k : {"time_s", "epoch_time_s", "samples_per_s"}) l.erase(k);
-    out.push_back(l.dump());
+  for (const auto& l : read_jsonl(dir / "run" / "metrics.jsonl")) {
+    nlohmann::json kept;
+    for (const auto& [k, v] : l.items())
+      if (!is_timing_key(k)) kept[k] = v;
+    out.push_back(kept.dump());
   }
   return out;
 }

@@ -34,6 +34,9 @@ std::string read_file(const fs::path& p);
 std::map<std::string, std::string> file_hashes(const fs::path& dir);
 nlohmann::json read_json(const fs::path& p);
 std::vector<nlohmann::json> read_jsonl(const fs::path& p);
+// The record keys that hold timings or memory (they differ between two runs of the same
+// training): time_s, epoch_time_s, samples_per_s, train/flops_per_s, ...
+bool is_timing_key(const std::string& key);
 // The records of DIR/run/metrics.jsonl without their timings: what must agree between two runs
 // of the same training (an uninterrupted one and a resumed one).
 std::vector<std::string> logged_values(const TempDir& dir);

@@ -31,6 +31,8 @@ class Config {
   ~Config();
 
   const std::string& path() const;  // absolute
+  // The whole config with its --set values applied, as TOML (RunInfo::config_toml).
+  std::string toml() const;
   const TrainerOptions& trainer() const;
   const OptimizerOptions& optimizer() const;  // the first of optimizers()
   // [optimizer] (one entry, module "") or one entry per [optimizers.NAME], in config order.

@@ -31,6 +31,9 @@ struct Summary {
   std::string model_fingerprint;
   std::string config;                  // absolute path of the config file ("" in host programs)
   std::vector<std::string> overrides;  // its --set values
+  std::string profile_json;            // wick/profile.hpp's profile_json() when profiled
+  double flops_per_step = 0;           // per process, counted at the first step (0: none)
+  double peak_gflops = 0;              // what train/flops_utilization compares with
 };
 
 std::string record_to_json(const Record& r);

@@ -32,6 +32,7 @@ struct Scheduled {
 struct ScheduleTable {
   std::array<std::vector<Scheduled>, kNumPoints> points;
   std::array<std::vector<Scheduled>, kNumStages> stages;
+  std::vector<std::string> profiled_by;  // instances that asked for timings (request_profile)
 };
 
 // Receives the subscriptions with the hook they came from (the Trainer connects signals).
@@ -43,6 +44,7 @@ class HookSink {
   virtual void on_record(const HookEntry& h, std::function<void(const Record&)> fn) = 0;
   virtual void on_rewind(const HookEntry& h,
                          std::function<void(const std::vector<Record>&)> fn) = 0;
+  virtual void request_profile(const HookEntry& h) = 0;
 };
 
 // Stable-sorts hooks by order (ties keep their given order), calls connect() on each (skipping

@@ -50,4 +50,11 @@ struct SystemReport {
 // Runs a small matrix product first, so that whatever BLAS LibTorch calls is mapped.
 SystemReport system_report();
 
+// The fp32 matrix-product rate LibTorch reaches on this machine with its current intra-op
+// threads (GFLOP/s; the best of repeated 512 x 512 products for about `seconds`): the peak
+// that train/flops_utilization and `wick doctor` compare with.
+double measure_peak_gflops(double seconds = 0.05);
+// The process's peak resident memory so far, in MiB (getrusage).
+double peak_rss_mb();
+
 }  // namespace wick

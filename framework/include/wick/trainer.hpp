@@ -41,6 +41,11 @@ struct TrainerOptions {
   NanPolicy nan_policy = NanPolicy::error;
   std::string output_dir = "runs/default";
   bool write_outputs = true;  // metrics.jsonl and summary.json in output_dir
+  // Count the FLOPs of the first training step (matrix products and convolutions, forward
+  // x 3) and log train/flops_per_s, and train/flops_utilization against peak_gflops (0: a
+  // probe measures it, as `wick doctor` does).
+  bool flops = true;
+  double peak_gflops = 0;
   // The --set overrides the config was loaded with: summary.json keeps them beside the
   // config's path, so that `wick export RUN_DIR` rebuilds the run's task.
   std::vector<std::string> overrides;

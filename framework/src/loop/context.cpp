@@ -99,6 +99,11 @@ void Context::log(std::string_view key, const at::Tensor& scalar) {
 const Record& Context::last_record() const {
   return impl(host_).records.last();
 }
+Profile Context::profile() const {
+  auto& I = impl(host_);
+  const Profiler* p = I.dispatch.profiler();
+  return p ? p->snapshot(Profiler::since(I.fit_start)) : Profile{};
+}
 
 void Context::request_stop(std::string_view reason) {
   auto& I = impl(host_);

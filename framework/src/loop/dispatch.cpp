@@ -10,31 +10,16 @@ bool Next::operator()() const {
   return chain_->terminal(*ctx_);
 }
 
-// Connects a hook's subscriptions to the signals and chains, each stage handler wrapped so
-// that an exception can be blamed on the hook that threw it.
+// Collects a hook's subscriptions for wire(), which connects them to the signals and chains,
+// each stage handler wrapped so that an exception can be blamed on the hook that threw it.
 class Dispatcher::Sink : public HookSink {
  public:
   explicit Sink(Dispatcher& d) : d_(d) {}
   void on(const HookEntry& h, Point p, PointFn fn) override {
-    // connect_hooks calls in hook order; within a group Signals2 keeps connection order, so
-    // the slots run in the order of blame_order.
-    const auto i = static_cast<std::size_t>(p);
-    d_.signals_[i].connect(h.order, std::move(fn), boost::signals2::at_back);
-    d_.blame_order_[i].push_back(&h);
-    d_.signals_[i].set_combiner(BlameCombiner{&d_.current_, d_.blame_order_[i].data()});
+    points.push_back({&h, p, std::move(fn)});
   }
   void stage(const HookEntry& h, Stage s, StageFn fn) override {
-    Dispatcher* d = &d_;
-    const HookEntry* entry = &h;
-    d_.chains_[static_cast<std::size_t>(s)].handlers.push_back(
-        [d, entry, fn = std::move(fn)](Context& c, Next n) {
-          // Handlers nest: when this one returns, an error belongs to its caller again.
-          const HookEntry* caller = d->current_;
-          d->current_ = entry;
-          bool r = fn(c, n);
-          d->current_ = caller;
-          return r;
-        });
+    stages.push_back({&h, s, std::move(fn)});
   }
   void on_record(const HookEntry&, std::function<void(const Record&)> fn) override {
     d_.sinks_.push_back(std::move(fn));
@@ -42,6 +27,11 @@ class Dispatcher::Sink : public HookSink {
   void on_rewind(const HookEntry&, std::function<void(const std::vector<Record>&)> fn) override {
     d_.rewinds_.push_back(std::move(fn));
   }
+  void request_profile(const HookEntry&) override { profile = true; }
+
+  std::vector<PendingPoint> points;
+  std::vector<PendingStage> stages;
+  bool profile = false;
 
  private:
   Dispatcher& d_;
@@ -68,19 +58,85 @@ void Dispatcher::connect(std::int64_t rank) {
   if (connected_) return;
   Sink sink(*this);
   connect_hooks(hooks_, rank, &sink, table_);
+  if (sink.profile) {
+    profiler_ = std::make_unique<Profiler>();
+    for (std::size_t s = 0; s < kNumStages; ++s)
+      default_ids_[s] = profiler_->add_entry(
+          "stage", "default @ " + std::string(to_string(static_cast<Stage>(s))));
+  }
+  wire(std::move(sink.points), std::move(sink.stages));
   connected_ = true;
 }
 
+void Dispatcher::wire(std::vector<PendingPoint> points, std::vector<PendingStage> stages) {
+  Profiler* prof = profiler_.get();
+  for (auto& p : points) {
+    // In hook order; within a group Signals2 keeps connection order, so the slots run in the
+    // order of blame_order.
+    const auto i = static_cast<std::size_t>(p.point);
+    PointFn fn = std::move(p.fn);
+    if (prof) {
+      const std::size_t id =
+          prof->add_entry("point", p.hook->instance + " @ " + std::string(to_string(p.point)));
+      fn = [prof, id, fn = std::move(fn)](Context& c) {
+        const auto t0 = Profiler::Clock::now();
+        fn(c);
+        prof->add(id, Profiler::since(t0));
+      };
+    }
+    signals_[i].connect(p.hook->order, std::move(fn), boost::signals2::at_back);
+    blame_order_[i].push_back(p.hook);
+    signals_[i].set_combiner(BlameCombiner{&current_, blame_order_[i].data()});
+  }
+  for (auto& s : stages) {
+    const HookEntry* entry = s.hook;
+    auto& handlers = chains_[static_cast<std::size_t>(s.stage)].handlers;
+    if (!prof) {
+      handlers.push_back([this, entry, fn = std::move(s.fn)](Context& c, Next n) {
+        // Handlers nest: when this one returns, an error belongs to its caller again.
+        const HookEntry* caller = current_;
+        current_ = entry;
+        bool r = fn(c, n);
+        current_ = caller;
+        return r;
+      });
+      continue;
+    }
+    const std::size_t id =
+        prof->add_entry("stage", entry->instance + " @ " + std::string(to_string(s.stage)));
+    handlers.push_back([this, prof, id, entry, fn = std::move(s.fn)](Context& c, Next n) {
+      const HookEntry* caller = current_;
+      current_ = entry;
+      const double outer = prof->nested_s;
+      prof->nested_s = 0;
+      const auto t0 = Profiler::Clock::now();
+      bool r = fn(c, n);
+      const double elapsed = Profiler::since(t0);
+      prof->add(id, elapsed - prof->nested_s);  // its own time: less the rest of the chain
+      prof->nested_s = outer + elapsed;
+      current_ = caller;
+      return r;
+    });
+  }
+}
+
 void Dispatcher::set_terminal(Stage s, std::function<bool(Context&)> fn) {
-  chains_[static_cast<std::size_t>(s)].terminal = [this, fn = std::move(fn)](Context& c) {
+  chains_[static_cast<std::size_t>(s)].terminal = [this, s, fn = std::move(fn)](Context& c) {
     current_ = nullptr;
-    return fn(c);
+    if (!profiler_) return fn(c);
+    const auto t0 = Profiler::Clock::now();
+    bool r = fn(c);
+    const double elapsed = Profiler::since(t0);
+    profiler_->add(default_ids_[static_cast<std::size_t>(s)], elapsed);
+    profiler_->nested_s += elapsed;
+    return r;
   };
 }
 
 bool Dispatcher::run_stage(Stage s) {
   const auto& chain = chains_[static_cast<std::size_t>(s)];
   where_ = to_string(s);
+  if (profiler_) profiler_->nested_s = 0;  // what a chain an exception cut short left behind
   bool r = Next(&chain, 0, &ctx_)();
   current_ = nullptr;
   return r;

@@ -6,10 +6,12 @@
 #include <array>
 #include <boost/signals2.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "loop/profiler.hpp"
 #include "wick/context.hpp"
 #include "wick/hook.hpp"
 #include "wick/schedule.hpp"
@@ -48,6 +50,9 @@ class Dispatcher {
   // only), checks capability order. Throws ConfigError on an impossible order.
   void connect(std::int64_t rank);
   bool connected() const { return connected_; }
+  // The run's timings when a hook asked for them (Registrar::request_profile) at connect;
+  // else null, and nothing is timed.
+  Profiler* profiler() const { return profiler_.get(); }
   const ScheduleTable& table() const { return table_; }
 
   // The default at the end of stage s; it runs on no plugin's behalf.
@@ -81,6 +86,19 @@ class Dispatcher {
 
  private:
   class Sink;
+  // Subscriptions as connect_hooks hands them over; wired (timed or not) once every hook has
+  // connected, since any of them may ask for timings.
+  struct PendingPoint {
+    const HookEntry* hook;
+    Point point;
+    PointFn fn;
+  };
+  struct PendingStage {
+    const HookEntry* hook;
+    Stage stage;
+    StageFn fn;
+  };
+  void wire(std::vector<PendingPoint> points, std::vector<PendingStage> stages);
   using Signal = boost::signals2::signal_type<
       void(Context&), boost::signals2::keywords::mutex_type<boost::signals2::dummy_mutex>,
       boost::signals2::keywords::group_type<int>,
@@ -98,6 +116,8 @@ class Dispatcher {
   std::vector<std::function<void(const std::vector<Record>&)>> rewinds_;
   const HookEntry* current_ = nullptr;
   std::string_view where_ = "start";
+  std::unique_ptr<Profiler> profiler_;
+  std::array<std::size_t, kNumStages> default_ids_{};  // the chains' defaults in profiler_
 };
 
 }  // namespace wick

@@ -8,7 +8,9 @@
 #include <ctime>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 
+#include "loop/flops.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "optim/optimizers.hpp"
@@ -423,12 +425,19 @@ void Trainer::Impl::backward(const at::Tensor& loss, std::size_t i) {
   }
   current_opt = i;
   backward_loss = loss;
-  dispatch.run_stage(Stage::backward);
-  dispatch.emit(Point::after_backward);
+  {
+    PhaseTimer t(step_profiler(), Profiler::backward);
+    dispatch.run_stage(Stage::backward);
+  }
+  {
+    PhaseTimer t(step_profiler(), Profiler::hooks);
+    dispatch.emit(Point::after_backward);
+  }
   current_opt = 0;
 }
 
 bool Trainer::Impl::step_optimizer(std::size_t i) {
+  PhaseTimer t(step_profiler(), Profiler::optimizer);
   current_opt = i;
   const bool stepped = !skip_batch && dispatch.run_stage(Stage::optimizer_step);
   dispatch.run_stage(Stage::zero_grad);
@@ -437,6 +446,7 @@ bool Trainer::Impl::step_optimizer(std::size_t i) {
 }
 
 void Trainer::Impl::zero_grad_optimizer(std::size_t i) {
+  PhaseTimer t(step_profiler(), Profiler::optimizer);
   current_opt = i;
   dispatch.run_stage(Stage::zero_grad);
   current_opt = 0;
@@ -445,35 +455,85 @@ void Trainer::Impl::zero_grad_optimizer(std::size_t i) {
 // The forward stage (the task's forward, wrapped by handlers), after_pred, the task's loss,
 // after_loss: what training and validation steps share.
 void Trainer::Impl::forward_and_loss() {
+  Profiler* prof = step_profiler();  // training steps only
   output = Output{};
-  dispatch.run_stage(Stage::forward);
+  // The first training step's matrix products and convolutions (forward and loss; the
+  // backward is counted as twice the forward, as is usual).
+  const bool count = in_step && opt.flops && flops_per_step < 0 && !manual;
+  double counted = 0;
+  {
+    PhaseTimer t(prof, Profiler::forward);
+    std::optional<FlopCounter> c;
+    if (count) c.emplace();
+    dispatch.run_stage(Stage::forward);
+    if (c) counted += c->flops();
+  }
   if (!output.pred.defined())
     throw std::runtime_error("the task's forward() returned no prediction");
-  dispatch.emit(Point::after_pred);
-  dispatch.set_where("the task's loss()");
-  at::Tensor pred = output.pred;
-  Output o = task->loss(ctx, pred, batch);
-  output.loss = std::move(o.loss);
-  output.metrics = std::move(o.metrics);
+  {
+    PhaseTimer t(prof, Profiler::hooks);
+    dispatch.emit(Point::after_pred);
+  }
+  {
+    PhaseTimer t(prof, Profiler::loss);
+    std::optional<FlopCounter> c;
+    if (count) c.emplace();
+    dispatch.set_where("the task's loss()");
+    at::Tensor pred = output.pred;
+    Output o = task->loss(ctx, pred, batch);
+    output.loss = std::move(o.loss);
+    output.metrics = std::move(o.metrics);
+    if (c) counted += c->flops();
+  }
+  if (count) set_step_flops(3 * counted);
   if (!output.loss.defined()) throw std::runtime_error("the task's loss() returned no loss");
+  PhaseTimer t(prof, Profiler::hooks);
   dispatch.emit(Point::after_loss);
 }
 
 void Trainer::Impl::train_step(BatchLoader& loader) {
+  Profiler* prof = dispatch.profiler();
+  const auto t_step = prof ? Profiler::Clock::now() : Profiler::Clock::time_point{};
   state.batch_size = loader.size_of(state.batch_idx);
   state.stepped = false;
   in_step = true;
-  dispatch.emit(Point::before_step);
-  // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
-  dispatch.set_where("the training data's get()");
-  Loaded got = loader.take(state.batch_idx);
-  if (got.state) data_state = std::move(got.state);
-  batch = to_device(std::move(got.batch));
+  {
+    PhaseTimer t(prof, Profiler::hooks);
+    dispatch.emit(Point::before_step);
+  }
+  {
+    // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
+    PhaseTimer t(prof, Profiler::data);
+    dispatch.set_where("the training data's get()");
+    Loaded got = loader.take(state.batch_idx);
+    if (got.state) data_state = std::move(got.state);
+    batch = to_device(std::move(got.batch));
+  }
   skip_batch = false;
   if (manual) {
     // The task runs backward and steps itself, through the Context (same stage chains).
+    // Profiled, its time less what its backward and steps took counts as forward.
+    const double staged0 = prof
+                               ? prof->total(Profiler::backward) +
+                                     prof->total(Profiler::optimizer) + prof->total(Profiler::hooks)
+                               : 0.0;
+    const auto t0 = Profiler::Clock::now();
     dispatch.set_where("the task's train_step()");
+    // Under manual optimization the first step's ops are counted as the task runs them,
+    // its backward included.
+    std::optional<FlopCounter> c;
+    if (opt.flops && flops_per_step < 0) c.emplace();
     output = task->train_step(ctx, batch);
+    if (c) {
+      const double counted = c->flops();
+      c.reset();
+      set_step_flops(counted);
+    }
+    if (prof)
+      prof->add(Profiler::forward, Profiler::since(t0) - (prof->total(Profiler::backward) +
+                                                          prof->total(Profiler::optimizer) +
+                                                          prof->total(Profiler::hooks) - staged0));
+    PhaseTimer t(prof, Profiler::hooks);
     dispatch.emit(Point::after_pred);
     dispatch.emit(Point::after_loss);
   } else {
@@ -495,10 +555,18 @@ void Trainer::Impl::train_step(BatchLoader& loader) {
   samples_this_run += state.batch_size * state.num_processes;
   // The step's record is written before after_step, so that a hook there (a checkpoint) sees
   // the step complete, its record included.
-  log_step_if_due();
+  {
+    PhaseTimer t(prof, Profiler::records);
+    log_step_if_due();
+  }
   in_step = false;
   pos = {state.epoch, state.batch_idx + 1};
-  dispatch.emit(Point::after_step);
+  {
+    PhaseTimer t(prof, Profiler::hooks);
+    dispatch.emit(Point::after_step);
+  }
+  if (prof) prof->add_step(Profiler::since(t_step) - probe_s);
+  probe_s = 0;
 }
 
 std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whole_epoch) {
@@ -536,6 +604,9 @@ void Trainer::Impl::log_step_if_due() {
   r.kind = Record::Kind::step;
   r.values = train_means(/*whole_epoch=*/false);
   add_lrs(r);
+  add_flops(r, state.micro_step - window_micro0, seconds_since(window_t0));
+  window_t0 = Clock::now();
+  window_micro0 = state.micro_step;
   epoch.logged_loss = epoch.losses.size();
   for (std::size_t k = 0; k < epoch.names.size(); ++k)
     epoch.logged_metric[k] = epoch.metrics[k].size();
@@ -544,6 +615,25 @@ void Trainer::Impl::log_step_if_due() {
   r.samples_seen = state.samples_seen;
   r.time_s = seconds_since(fit_start);
   records.write(std::move(r));
+}
+
+void Trainer::Impl::set_step_flops(double counted) {
+  flops_per_step = counted;
+  if (counted <= 0) return;
+  const auto t0 = Clock::now();
+  peak_flops = opt.peak_gflops > 0 ? opt.peak_gflops * 1e9 : measure_peak_gflops() * 1e9;
+  // The probe is not the step's work: the profile leaves it out, and the first rate starts
+  // with the next step.
+  probe_s = seconds_since(t0);
+  window_t0 = Clock::now();
+  window_micro0 = state.micro_step + 1;
+}
+
+void Trainer::Impl::add_flops(Record& r, std::int64_t steps, double seconds) const {
+  if (flops_per_step <= 0 || steps <= 0 || seconds <= 0) return;
+  const double mine = flops_per_step * static_cast<double>(steps) / seconds;
+  r.values.emplace_back("train/flops_per_s", mine * static_cast<double>(state.num_processes));
+  if (peak_flops > 0) r.values.emplace_back("train/flops_utilization", mine / peak_flops);
 }
 
 // A CancelStep or CancelEpoch was caught: count it and tell the after_cancel hooks.
@@ -574,6 +664,8 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
 
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
+  window_t0 = t0;
+  window_micro0 = epoch_micro0 = state.micro_step;
   // The state the data starts the epoch with (restored, or as the task made it), before any
   // loader thread moves it on.
   if (train_ds->has_state() && !data_state) {
@@ -606,7 +698,8 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   } catch (const CancelEpoch&) {
     cancelled(CancelScope::epoch);
   }
-  train_seconds += seconds_since(t0);
+  epoch_train_s = seconds_since(t0);
+  train_seconds += epoch_train_s;
   train_cpu_seconds += process_cpu_seconds() - c0;
 }
 
@@ -810,6 +903,8 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   r.values.emplace_back("epoch_time_s", dt);
   r.values.emplace_back("samples_per_s",
                         dt > 0 ? static_cast<double>(samples_this_run - samples_before) / dt : 0.0);
+  add_flops(r, state.micro_step - epoch_micro0, epoch_train_s);
+  r.values.emplace_back("peak_rss_mb", peak_rss_mb());
   r.epoch = state.epoch;
   r.step = state.optimizer_step;
   r.samples_seen = state.samples_seen;
@@ -869,6 +964,9 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   if (res) s.model_fingerprint = self->model_fingerprint();
   s.config = run.config_path;
   s.overrides = opt.overrides;
+  s.flops_per_step = std::max(flops_per_step, 0.0);
+  s.peak_gflops = peak_flops / 1e9;
+  if (const Profiler* p = dispatch.profiler()) s.profile_json = profile_json(p->snapshot(s.wall_s));
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
 
@@ -927,7 +1025,10 @@ FitResult Trainer::fit() {
       const auto samples_before = I.samples_this_run;
       I.train_epoch(e == I.start.epoch ? I.start.batch : 0);
       if (interrupt_requested()) throw Interrupted{};
-      I.last_valid = I.validation(I.valid_ds.get());
+      {
+        PhaseTimer t(I.dispatch.profiler(), Profiler::validation);
+        I.last_valid = I.validation(I.valid_ds.get());
+      }
       I.write_epoch_record(t_epoch, samples_before);
       I.pos = {e + 1, 0};
       I.dispatch.emit(Point::after_epoch);
@@ -1006,6 +1107,7 @@ std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& fin
     optimizers.front().lr = d.lr;
   }
   run.config_path = cfg.path();
+  run.config_toml = cfg.toml();
   auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), std::move(optimizers),
                                      std::move(run));
   for (auto& h : hooks) t->add_hook(std::move(h));

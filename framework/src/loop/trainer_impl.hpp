@@ -84,6 +84,15 @@ struct Trainer::Impl : Context::Host {
   EpochValues epoch;
 
   Clock::time_point fit_start = Clock::now();
+  // FLOPs (opt.flops): per training step of this rank, counted at the first step (< 0: not
+  // yet; 0: nothing countable), the peak they are compared with (FLOP/s), and the window the
+  // next step record's rate covers.
+  double flops_per_step = -1, peak_flops = 0;
+  Clock::time_point window_t0;
+  std::int64_t window_micro0 = 0;
+  double probe_s = 0;  // the peak probe's time in this step (not the step's own work)
+  double epoch_train_s = 0;
+  std::int64_t epoch_micro0 = 0;
   double train_seconds = 0, train_cpu_seconds = 0;
   std::int64_t samples_this_run = 0;
   ValidResult last_valid;
@@ -121,6 +130,9 @@ struct Trainer::Impl : Context::Host {
     return collectives ? collectives->agree_stop(stop, epoch_end) : stop;
   }
   bool distributed() const { return collectives && state.num_processes > 1; }
+  // The profiler inside a training step (its phases), else null: validation steps share
+  // forward_and_loss but are timed as a whole.
+  Profiler* step_profiler() const { return in_step ? dispatch.profiler() : nullptr; }
 
   Sharding sharding() const;
   std::int64_t train_batches() const;  // batches of a training epoch on this rank
@@ -153,6 +165,12 @@ struct Trainer::Impl : Context::Host {
   // Outside a fit with WORLD_SIZE > 1 and no hook's collectives: wick's own Gloo group.
   void join_ranks_if_needed();
   void log_step_if_due();
+  // At the first training step: what the step just counted makes the FLOPs per step; the
+  // peak is measured if not given.
+  void set_step_flops(double counted);
+  // train/flops_per_s (all ranks) and train/flops_utilization (this rank against the peak)
+  // for `steps` steps in `seconds`.
+  void add_flops(Record& r, std::int64_t steps, double seconds) const;
   void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.
   std::vector<std::pair<std::string, double>> train_means(bool whole_epoch);

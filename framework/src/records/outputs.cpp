@@ -73,6 +73,11 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
     j["config"] = s.config;
     j["overrides"] = s.overrides;
   }
+  if (s.flops_per_step > 0) {
+    j["flops_per_step"] = number(s.flops_per_step);
+    j["peak_gflops"] = number(s.peak_gflops);
+  }
+  if (!s.profile_json.empty()) j["profile"] = nlohmann::ordered_json::parse(s.profile_json);
   write_file_atomic(file, j.dump(2) + "\n");
 }
 

@@ -12,6 +12,7 @@
 #include "wick/checkpoint.hpp"
 #include "wick/collectives.hpp"
 #include "wick/metrics.hpp"
+#include "wick/profile.hpp"
 #include "wick/run.hpp"
 #include "wick/state.hpp"
 #include "wick/version.hpp"
@@ -117,6 +118,9 @@ class WICK_EXPORT Context {
   void log(std::string_view key, const at::Tensor& scalar);
   // The latest record written (empty before the first one).
   const Record& last_record() const;
+  // Since SDK 2.3: the timings so far, when a hook asked for them (Registrar::request_profile);
+  // else a Profile with enabled == false.
+  Profile profile() const;
 
   // ---- stopping and cancelling -------------------------------------------------------------
   // Asks the trainer to stop at the end of the current step (graceful: after_epoch is not

@@ -71,6 +71,9 @@ class Registrar {
   // the restored run had written (in order; read back from metrics.jsonl) and must leave its
   // output holding exactly those, so that nothing is logged twice.
   virtual void on_rewind(std::function<void(const std::vector<Record>&)> fn) = 0;
+  // Since SDK 2.3: time the loop's phases and every hook and stage handler of this run, for
+  // Context::profile() (the profiler plugin asks). Without it nothing is timed.
+  virtual void request_profile() = 0;
 };
 
 class Hook {

@@ -46,6 +46,9 @@ struct RunInfo {
   NanPolicy nan_policy = NanPolicy::error;
   std::int64_t world_size = 1;  // data-parallel processes
   std::int64_t rank = 0;        // this process
+  // Since SDK 2.3: the config with its --set values applied, as TOML ("" in a host program
+  // that built its Trainer from options).
+  std::string config_toml;
   bool is_main_process() const { return rank == 0; }
 };
 

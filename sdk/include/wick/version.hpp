@@ -6,10 +6,13 @@
 //   1.1  Params::get_path
 //   2.0  host services through Context only (no Trainer), typed run facts, collectives,
 //        framework-built checkpoints, forward/loss task contract, forward stage, task state
+//   2.1  metric plugins (wick/metric.hpp)
+//   2.2  Metric::rows, wick/tensor_files.hpp, wick/rendezvous.hpp
+//   2.3  Registrar::request_profile, Context::profile (wick/profile.hpp)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 2
+#define WICK_API_MINOR 3
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

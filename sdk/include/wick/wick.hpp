@@ -10,6 +10,7 @@
 #include "wick/params.hpp"
 #include "wick/plugin.hpp"
 #include "wick/points.hpp"
+#include "wick/profile.hpp"
 #include "wick/run.hpp"
 #include "wick/state.hpp"
 #include "wick/state_dict.hpp"

@@ -1,0 +1,149 @@
+// TensorBoard event files in the run directory, written without TensorFlow or Python: a
+// scalar for every value of every metrics record (step records at their optimizer step under
+// the value's own name; epoch records under "epoch/" + name, validation values under their
+// own "valid/..." names, since only epoch records carry them), the resolved config as text,
+// and optionally histograms of the weights and gradients every N optimizer steps. Main
+// process only. A resumed run rewrites the file from the records it keeps, as metrics.jsonl
+// is cut back, so that no step appears twice (histograms from before the resume are not
+// kept).
+#include <torch/torch.h>
+#include <unistd.h>
+#include <wick/context.hpp>
+#include <wick/plugin.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "event_writer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double wall_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class TensorBoard : public wick::Hook {
+ public:
+  explicit TensorBoard(const wick::Params& p)
+      : dir_(p.get_string("dir")),
+        every_(p.get_int("histograms_every")),
+        bins_(p.get_int("bins")),
+        config_(p.get_bool("config")) {
+    if (every_ < 0) throw p.error("histograms_every", "must be >= 0 (0: no histograms)");
+    if (bins_ < 1 || bins_ > 10000) throw p.error("bins", "must be between 1 and 10000");
+  }
+
+  void connect(wick::Registrar& r) override {
+    r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      folder_ = fs::path(c.run().output_dir) / dir_;
+      config_text_ = c.run().config_toml;
+      // A resumed run waits for its records (on_rewind) before it touches the old file.
+      if (c.run().resume.empty()) start({});
+    });
+    r.on_rewind([this](const std::vector<wick::Record>& kept) { start(kept); });
+    r.on_record([this](const wick::Record& rec) {
+      if (folder_.empty()) return;
+      if (!file_) start({});
+      write(rec);
+    });
+    if (every_ > 0)
+      r.on(wick::Point::after_backward, [this](wick::Context& c) {
+        const auto& s = c.state();
+        if (!s.training() || !s.is_accum_boundary() || (s.optimizer_step + 1) % every_ != 0) return;
+        histograms(c, s.optimizer_step + 1);
+      });
+  }
+
+ private:
+  // A new event file holding exactly `kept`; earlier event files in the folder go.
+  void start(const std::vector<wick::Record>& kept) {
+    file_.reset();
+    fs::create_directories(folder_);
+    for (const auto& e : fs::directory_iterator(folder_))
+      if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && e.is_regular_file())
+        fs::remove(e.path());
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    const double now = wall_time();
+    const std::string name = "events.out.tfevents." + std::to_string(static_cast<long long>(now)) +
+                             "." + host + "." + std::to_string(getpid()) + ".wick";
+    file_ = std::make_unique<wick_tb::EventFile>((folder_ / name).string());
+    file_->write(wick_tb::file_version_event(now));
+    if (config_ && !config_text_.empty())
+      file_->write(wick_tb::text_event(now, 0, "config", "```toml\n" + config_text_ + "```"));
+    for (const auto& rec : kept) write(rec);
+  }
+
+  void write(const wick::Record& rec) {
+    const double now = wall_time();
+    const bool epoch = rec.kind == wick::Record::Kind::epoch;
+    for (const auto& [k, v] : rec.values) {
+      const std::string tag = epoch && k.rfind("valid/", 0) != 0 ? "epoch/" + k : k;
+      file_->write(wick_tb::scalar_event(now, rec.step, tag, static_cast<float>(v)));
+    }
+  }
+
+  void histograms(wick::Context& c, std::int64_t step) {
+    if (!file_) return;
+    torch::NoGradGuard g;
+    const double now = wall_time();
+    for (const auto& p : c.model().named_parameters()) {
+      file_->write(wick_tb::histogram_event(now, step, "weights/" + p.key(), histogram(p.value())));
+      if (p.value().grad().defined())
+        file_->write(
+            wick_tb::histogram_event(now, step, "grads/" + p.key(), histogram(p.value().grad())));
+    }
+  }
+
+  wick_tb::Histogram histogram(const at::Tensor& t) const {
+    auto x = t.detach().to(torch::kCPU, torch::kDouble).flatten();
+    wick_tb::Histogram h;
+    h.num = static_cast<double>(x.numel());
+    if (x.numel() == 0) return h;
+    h.min = x.min().item<double>();
+    h.max = x.max().item<double>();
+    h.sum = x.sum().item<double>();
+    h.sum_squares = x.square().sum().item<double>();
+    if (!(h.max > h.min)) {  // one value (or non-finite ones): one bucket
+      h.limits = {h.max};
+      h.counts = {h.num};
+      return h;
+    }
+    auto counts = torch::histc(x, bins_, h.min, h.max);
+    auto a = counts.accessor<double, 1>();
+    for (std::int64_t i = 0; i < bins_; ++i) {
+      h.limits.push_back(i + 1 == bins_ ? h.max
+                                        : h.min + (h.max - h.min) * static_cast<double>(i + 1) /
+                                                      static_cast<double>(bins_));
+      h.counts.push_back(a[i]);
+    }
+    return h;
+  }
+
+  std::string dir_;
+  std::int64_t every_, bins_;
+  bool config_;
+  fs::path folder_;
+  std::string config_text_;
+  std::unique_ptr<wick_tb::EventFile> file_;
+};
+
+}  // namespace
+
+WICK_PLUGIN(TensorBoard,
+            wick::PluginDef("tensorboard", "1.0.0",
+                            "TensorBoard event files: every record's values as scalars, the "
+                            "config as text, weight and gradient histograms")
+                .order(90)
+                .main_process_only()
+                .param_string("dir", "",
+                              "folder of the event files, relative to the run directory "
+                              "(\"\": the run directory)")
+                .param_int("histograms_every", 0,
+                           "histograms of the weights and gradients every N optimizer steps "
+                           "(0: none)")
+                .param_int("bins", 30, "buckets per histogram")
+                .param_bool("config", true, "write the resolved config as text"))

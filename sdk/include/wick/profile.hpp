@@ -1,0 +1,43 @@
+// Where a run's time goes: what the profiler plugin reports (Context::profile()). The host
+// times the loop's phases and every hook and stage handler once a hook has asked for it
+// (Registrar::request_profile); otherwise nothing is timed and the profile is empty.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wick/version.hpp"
+
+namespace wick {
+
+struct ProfileEntry {
+  // "phase": a part of every training step (data, forward, loss, backward, optimizer, hooks,
+  // records) or of the fit (validation); "point": one hook instance at one lifecycle point;
+  // "stage": one handler of a stage chain, its own time only (the rest of the chain, which it
+  // calls, is not counted in it), or the chain's "default".
+  std::string kind;
+  std::string name;  // "forward"; "progress @ after_step"; "grad_clip @ optimizer_step"
+  std::int64_t calls = 0;
+  double total_s = 0;
+};
+
+struct Profile {
+  bool enabled = false;               // some hook asked for timings
+  std::int64_t steps = 0;             // training steps timed
+  double step_s = 0;                  // their wall time, before_step to the end of after_step
+  double fit_s = 0;                   // since the fit started
+  std::vector<ProfileEntry> entries;  // by total_s, largest first
+};
+
+// The table the profiler prints: a row per entry (kind, name, calls, total s, mean ms, % of
+// the steps' time; at most max_rows rows, 0: all), then the phases' sum against the step time.
+WICK_EXPORT std::string profile_table(const Profile& p, std::size_t max_rows = 0);
+// {"steps", "step_s", "fit_s", "phases_s", "entries": [{"kind", "name", "calls", "total_s",
+// "mean_ms"}, ...]}: profile.json, and "profile" in summary.json.
+WICK_EXPORT std::string profile_json(const Profile& p);
+// The sum of the step phases (kind "phase" but validation): compare with step_s.
+WICK_EXPORT double phases_seconds(const Profile& p);
+
+}  // namespace wick

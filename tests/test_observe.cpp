@@ -1,0 +1,341 @@
+// Seeing inside a run (issue 18): the tensorboard plugin's event files read back by an
+// independent reader, the profiler, the model summary, FLOPs counted from shapes.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <set>
+
+#include <wick/model_summary.hpp>
+
+#include "loop/flops.hpp"
+#include "support.hpp"
+
+using namespace wick::test;
+
+namespace {
+
+const char* const kPython = "/usr/bin/python3";
+
+// A synthetic run: 256 samples, batch 32 (8 steps an epoch), a record every step.
+std::string config(const TempDir& d, const std::string& extra, int epochs = 2) {
+  return "[trainer]\nepochs = " + std::to_string(epochs) +
+         "\nbatch_size = 32\nlog_every = 1\nseed = 0\noutput_dir = \"" + (d / "run").string() +
+         "\"\n[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n" + extra +
+         test_plugins_toml();
+}
+
+fs::path event_file(const TempDir& d) {
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(d / "run"))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      found.push_back(e.path());
+  REQUIRE(found.size() == 1);
+  return found[0];
+}
+
+nlohmann::json read_events(const fs::path& file) {
+  auto r = run(
+      {kPython, std::string(WICK_SOURCE_DIR) + "/tests/support/read_tfevents.py", file.string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+// (step -> value) of one tag's scalars; a step seen twice fails.
+std::map<std::int64_t, double> scalars(const nlohmann::json& events, const std::string& tag) {
+  std::map<std::int64_t, double> out;
+  for (const auto& e : events)
+    for (const auto& v : e["values"])
+      if (v["tag"] == tag && v.contains("simple_value")) {
+        const std::int64_t step = e.value("step", 0);
+        INFO(tag << " at step " << step);
+        CHECK(out.count(step) == 0);
+        out[step] = v["simple_value"].get<double>();
+      }
+  return out;
+}
+
+// Every value of every record of metrics.jsonl is in the event file, as a float32, at the
+// record's step: step records under their names, epoch records under "epoch/" (valid/*
+// as they are).
+void check_records_match(const TempDir& d, const nlohmann::json& events) {
+  const auto records = read_jsonl(d / "run" / "metrics.jsonl");
+  std::size_t step_records = 0;
+  for (const auto& rec : records) {
+    const bool epoch = rec["kind"] == "epoch";
+    step_records += epoch ? 0 : 1;
+    for (const auto& [k, v] : rec.items()) {
+      if (k == "kind" || k == "epoch" || k == "step" || k == "samples_seen" || k == "time_s")
+        continue;
+      const std::string tag = epoch && k.rfind("valid/", 0) != 0 ? "epoch/" + k : k;
+      const auto got = scalars(events, tag);
+      const std::int64_t step = rec["step"];
+      INFO(tag << " at step " << step);
+      REQUIRE(got.count(step) == 1);
+      CHECK(got.at(step) == static_cast<double>(static_cast<float>(v.get<double>())));
+    }
+  }
+  // No step twice: as many train/loss scalars as step records.
+  CHECK(scalars(events, "train/loss").size() == step_records);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "tensorboard: the event file read back by an independent reader holds every record "
+    "of metrics.jsonl, the resolved config and histograms") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "[[hooks]]\nplugin = \"tensorboard\"\nhistograms_every = 4\nbins = 10\n"));
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.seed=3"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto events = read_events(event_file(d));
+  REQUIRE(!events.empty());
+  CHECK(events[0]["file_version"] == "brain.Event:2");
+  check_records_match(d, events);
+  CHECK(scalars(events, "train/loss").size() == 16);
+
+  // The config with its --set value, as a text summary.
+  bool config_seen = false;
+  for (const auto& e : events)
+    for (const auto& v : e["values"])
+      if (v["tag"] == "config") {
+        config_seen = true;
+        CHECK(v["plugin"] == "text");
+        CHECK(v["tensor_dtype"] == 7);  // DT_STRING
+        const std::string text = v["text"][0];
+        CHECK_THAT(text, Catch::Contains("seed = 3"));
+        CHECK_THAT(text, Catch::Contains("plugin = 'tensorboard'") ||
+                             Catch::Contains("plugin = \"tensorboard\""));
+      }
+  CHECK(config_seen);
+
+  // Histograms of every parameter and its gradient at steps 4, 8, 12, 16; each counts all of
+  // the tensor's values, and its buckets add up to that.
+  std::map<std::string, std::set<std::int64_t>> hist_steps;
+  for (const auto& e : events)
+    for (const auto& v : e["values"])
+      if (v.contains("histo")) {
+        const auto& h = v["histo"];
+        hist_steps[v["tag"]].insert(e["step"].get<std::int64_t>());
+        double total = 0;
+        for (double c : h["bucket"]) total += c;
+        CHECK(total == h["num"].get<double>());
+        CHECK(h["bucket_limit"].size() == h["bucket"].size());
+        CHECK(h["min"].get<double>() <= h["max"].get<double>());
+        CHECK(h["bucket_limit"].back().get<double>() == h["max"].get<double>());
+      }
+  const std::set<std::int64_t> expected = {4, 8, 12, 16};
+  // The synthetic MLP (16 -> 32 -> 4): two Linear layers.
+  for (const char* t : {"weights/0.weight", "weights/0.bias", "grads/0.weight", "grads/2.bias"}) {
+    INFO(t);
+    CHECK(hist_steps[t] == expected);
+  }
+  CHECK(hist_steps.size() == 8);
+
+  // The reader checks the CRCs: a flipped byte is found.
+  auto bytes = read_file(event_file(d));
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
+  write_file(d / "corrupt", bytes);
+  auto bad = run({kPython, std::string(WICK_SOURCE_DIR) + "/tests/support/read_tfevents.py",
+                  (d / "corrupt").string()});
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.err, Catch::Contains("CRC mismatch"));
+}
+
+TEST_CASE(
+    "tensorboard: after kill -9 and resume the event file holds each step once, as "
+    "metrics.jsonl") {
+  TempDir d;
+  const std::string hooks =
+      "[[hooks]]\nplugin = \"tensorboard\"\n[[hooks]]\nplugin = \"checkpoint\"\n"
+      "every_n_steps = 4\n";
+  write_file(d / "cfg.toml",
+             config(d, hooks + "[[hooks]]\nplugin = \"fault\"\naction = \"kill\"\nstep = 11\n"));
+  auto killed = run_wick({"fit", (d / "cfg.toml").string()});
+  REQUIRE(killed.exit_code == 128 + SIGKILL);
+  // Steps 1..11 (the fault kills in after_step, after the step's record), as flushed.
+  const auto before = read_events(event_file(d));
+  check_records_match(d, before);
+  CHECK(scalars(before, "train/loss").size() == 11);
+  write_file(d / "cfg.toml", config(d, hooks));
+  auto resumed = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  const auto events = read_events(event_file(d));
+  check_records_match(d, events);
+  CHECK(scalars(events, "train/loss").size() == 16);
+}
+
+TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases cover the steps") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d,
+                    "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 1.0\n"
+                    "[[hooks]]\nplugin = \"early_stopping\"\nmonitor = \"valid/loss\"\n",
+                    3));
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--profile"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("wick: profile (rank 0)"));
+  CHECK_THAT(r.err, Catch::Contains("their phases sum to"));
+  const auto p = read_json(d / "run" / "profile.json");
+  const auto s = read_json(d / "run" / "summary.json");
+  REQUIRE(s.contains("profile"));
+  CHECK(s["profile"]["steps"] == 24);
+  CHECK(p["steps"] == 24);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& e : p["entries"]) rows[e["name"].get<std::string>()] = e;
+  for (const char* phase : {"data", "forward", "loss", "backward", "optimizer", "hooks"}) {
+    INFO(phase);
+    REQUIRE(rows.count(phase));
+    CHECK(rows[phase]["kind"] == "phase");
+    CHECK(rows[phase]["total_s"].get<double>() > 0);
+  }
+  CHECK(rows["forward"]["calls"] == 24);
+  CHECK(rows["data"]["calls"] == 24);
+  CHECK(rows["validation"]["calls"] == 3);
+  CHECK(rows["records"]["calls"] == 24);  // log_every = 1
+  // Each stage handler once per step, and the defaults at the end of the chains.
+  CHECK(rows["grad_clip @ optimizer_step"]["kind"] == "stage");
+  CHECK(rows["grad_clip @ optimizer_step"]["calls"] == 24);
+  CHECK(rows["default @ optimizer_step"]["calls"] == 24);
+  CHECK(rows["default @ backward"]["calls"] == 24);
+  CHECK(rows["default @ forward"]["calls"] == 24 + 3 * 2);  // and 2 validation batches a time
+  CHECK(rows["early_stopping @ after_epoch"]["kind"] == "point");
+  CHECK(rows["early_stopping @ after_epoch"]["calls"] == 3);
+  // A handler's own time excludes the rest of its chain (the optimizer's step).
+  CHECK(rows["grad_clip @ optimizer_step"]["total_s"].get<double>() <
+        rows["optimizer"]["total_s"].get<double>());
+  // The phases account for the step's time (the rest is the loop's bookkeeping).
+  const double step_s = p["step_s"], phases_s = p["phases_s"];
+  INFO("steps " << step_s << " s, phases " << phases_s << " s");
+  CHECK(phases_s <= step_s);
+  CHECK(phases_s >= 0.9 * step_s);
+
+  // Off: nothing timed, nothing written.
+  TempDir off;
+  write_file(off / "cfg.toml", config(off, ""));
+  auto r2 = run_wick({"fit", (off / "cfg.toml").string()});
+  REQUIRE(r2.exit_code == 0);
+  CHECK_FALSE(read_json(off / "run" / "summary.json").contains("profile"));
+  CHECK_FALSE(fs::exists(off / "run" / "profile.json"));
+  CHECK_THAT(r2.err, !Catch::Contains("profile"));
+
+  // As a hook in the config, `wick describe` says so.
+  write_file(off / "p.toml", config(off, "[[hooks]]\nplugin = \"profiler\"\n"));
+  auto desc = run_wick({"describe", (off / "p.toml").string()});
+  REQUIRE(desc.exit_code == 0);
+  CHECK_THAT(desc.out, Catch::Contains("Profiled (asked by profiler)"));
+}
+
+TEST_CASE("model summary: parameters per module, trainable or frozen, and bytes") {
+  torch::nn::Sequential net(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3),
+                            torch::nn::Linear(3, 2));
+  net[2]->as<torch::nn::Linear>()->weight.set_requires_grad(false);  // 6 frozen
+  const auto rows = wick::module_rows(*net);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].type == "Sequential");
+  CHECK(rows[0].params == 15 + 6 + 8);
+  CHECK(rows[0].trainable == 29 - 6);
+  // float32 parameters and running statistics, and the int64 batch counter.
+  CHECK(rows[0].bytes == 29 * 4 + 6 * 4 + 8);
+  CHECK(rows[1].name == "0");
+  CHECK(rows[1].type == "Linear");
+  CHECK(rows[1].params == 15);
+  CHECK(rows[2].type == "BatchNorm1d");
+  CHECK(rows[2].params == 6);
+  CHECK(rows[2].bytes == 6 * 4 + 6 * 4 + 8);
+  CHECK(rows[3].trainable == 2);
+  const auto text = wick::model_summary(*net);
+  CHECK_THAT(text, Catch::Contains("29 parameters (23 trainable, 6 frozen), 148 bytes"));
+
+  // `wick describe` and `wick fit` show the task's model: 16 -> 32 -> 4 is 676 parameters.
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "", 1));
+  auto desc = run_wick({"describe", (d / "cfg.toml").string()});
+  INFO(desc.out << desc.err);
+  REQUIRE(desc.exit_code == 0);
+  CHECK_THAT(desc.out, Catch::Contains("676 parameters (676 trainable, 0 frozen)"));
+  auto fit = run_wick({"fit", (d / "cfg.toml").string()});
+  REQUIRE(fit.exit_code == 0);
+  CHECK_THAT(fit.out, Catch::StartsWith("Model Sequential: 676 parameters"));
+}
+
+TEST_CASE("FLOPs: matrix products and convolutions counted from their shapes") {
+  torch::NoGradGuard g;
+  auto conv = torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3).padding(1));
+  auto lin = torch::nn::Linear(5, 4);
+  double conv_flops = 0, lin_flops = 0, mm_flops = 0, nested = 0;
+  {
+    wick::FlopCounter c;
+    conv(torch::randn({2, 3, 10, 10}));
+    conv_flops = c.flops();
+  }
+  {
+    wick::FlopCounter c;
+    lin(torch::randn({3, 5}));
+    lin_flops = c.flops();
+  }
+  {
+    wick::FlopCounter c;
+    (void)torch::matmul(torch::randn({2, 3, 4}), torch::randn({4, 5}));
+    mm_flops = c.flops();
+    CHECK(mm_flops == 2.0 * 6 * 4 * 5);  // folded into one [6, 4] x [4, 5] product
+    {
+      wick::FlopCounter inner;  // a nested counter takes over, then gives back
+      (void)torch::mm(torch::randn({2, 2}), torch::randn({2, 2}));
+      nested = inner.flops();
+    }
+    (void)torch::mm(torch::randn({2, 3}), torch::randn({3, 1}));
+    mm_flops = c.flops() - mm_flops;
+  }
+  // 2 x 8 x 10 x 10 outputs, each 3 x 3 x 3 multiply-adds, plus the bias.
+  CHECK(conv_flops == 2.0 * 1600 * 27 + 1600);
+  // [3, 5] x [5, 4] and the bias.
+  CHECK(lin_flops == 2.0 * 3 * 5 * 4 + 3 * 4);
+  CHECK(nested == 2.0 * 2 * 2 * 2);
+  CHECK(mm_flops == 2.0 * 2 * 3 * 1);  // the second product only: the first was before
+  {
+    wick::FlopCounter c;
+    (void)torch::relu(torch::randn({100}));
+    CHECK(c.flops() == 0);  // elementwise work is not counted
+  }
+}
+
+TEST_CASE("FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as a rate") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             "[trainer]\nepochs = 1\nbatch_size = 64\nlog_every = 2\nmax_steps = 4\n"
+             "output_dir = \"" +
+                 (d / "run").string() +
+                 "\"\n[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\nhidden = [256, 128]\n"
+                 "limit = 256\n");
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto s = read_json(d / "run" / "summary.json");
+  const double hand = 6.0 * 235146 * 64;
+  const double got = s["flops_per_step"];
+  INFO("counted " << got << ", hand " << hand);
+  CHECK(std::abs(got - hand) <= 0.05 * hand);
+  CHECK(s["peak_gflops"].get<double>() > 0);
+  const auto recs = read_jsonl(d / "run" / "metrics.jsonl");
+  REQUIRE(recs.size() == 3);  // steps 2 and 4, the epoch
+  for (const auto& rec : recs) {
+    CHECK(rec["train/flops_per_s"].get<double>() > 0);
+    CHECK(rec["train/flops_utilization"].get<double>() > 0);
+  }
+  CHECK(recs[2]["peak_rss_mb"].get<double>() > 10);
+
+  // Off: no count, no rates.
+  TempDir off;
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.flops=false", "--set",
+                      "trainer.output_dir=\"" + (off / "run").string() + "\""});
+  REQUIRE(r2.exit_code == 0);
+  CHECK_FALSE(read_json(off / "run" / "summary.json").contains("flops_per_step"));
+  CHECK_FALSE(read_jsonl(off / "run" / "metrics.jsonl")[0].contains("train/flops_per_s"));
+}
