@@ -2,10 +2,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
+#include <memory>
 
 #include "commands.hpp"
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
+#include "wick/context.hpp"
 #include "wick/loader.hpp"
 #include "wick/model_summary.hpp"
 #include "wick/schedule.hpp"
@@ -218,6 +221,23 @@ void add_profiler(const wick::Config& cfg, const wick::PluginFinder& finder,
   for (auto& h : prof.make_hooks(finder)) trainer.add_hook(std::move(h));
 }
 
+// Prints the model's summary when the fit starts (before_fit: once the run folder is the
+// fit's; a fit refused at the start prints nothing), on the main process, first of all hooks.
+class ModelSummaryHook : public wick::Hook {
+ public:
+  void connect(wick::Registrar& r) override {
+    r.on(wick::Point::before_fit, [](wick::Context& c) {
+      std::printf("%s\n", wick::model_summary(c.model()).c_str());
+      std::fflush(stdout);  // before the fit's own output on stderr
+    });
+  }
+};
+
+void add_model_summary(wick::Trainer& trainer) {
+  trainer.add_hook({std::make_shared<ModelSummaryHook>(), "wick fit", "(model summary)",
+                    std::numeric_limits<int>::min(), /*main_process_only=*/true, ""});
+}
+
 int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile) {
   std::unique_ptr<wick::Trainer> trainer;
   int rc = guarded([&] {
@@ -237,10 +257,8 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile) {
     trainer = wick::make_trainer(cfg, finder, run);
     add_ddp_if_ranks(cfg, finder, *trainer);
     if (profile) add_profiler(cfg, finder, *trainer);
+    add_model_summary(*trainer);
     trainer->connect();
-    if (trainer->run().is_main_process())
-      std::printf("%s\n", wick::model_summary(trainer->model()).c_str());
-    std::fflush(stdout);  // before the fit's own output on stderr
     return kOk;
   });
   if (rc != kOk) return rc;

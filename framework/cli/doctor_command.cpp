@@ -107,7 +107,9 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
 void add_doctor_command(CLI::App& app, Registry& r) {
   static std::vector<std::string> plugin_paths;
   auto* doctor = app.add_subcommand(
-      "doctor", "check the set-up: BLAS, threads, LibTorch, CUDA, plugin folders; say what to fix");
+      "doctor",
+      "check the set-up: BLAS, threads, peak GFLOP/s, LibTorch, CUDA, plugin folders; say "
+      "what to fix");
   doctor->add_option("--plugin-path", plugin_paths, "search this folder first")->type_name("DIR");
   r.push_back({doctor, [] { return cmd_doctor(plugin_paths); }});
 }

@@ -181,7 +181,7 @@ std::vector<ParamInfo> trainer_schema() {
       {"flops", ParamType::boolean, "true",
        "count the FLOPs of a training step; log train/flops_per_s"},
       {"peak_gflops", ParamType::floating, "0.0",
-       "peak GFLOP/s for train/flops_utilization (0: measured at the first step)"},
+       "peak GFLOP/s for train/flops_utilization (0: a probe measures it)"},
   };
 }
 

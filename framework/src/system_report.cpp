@@ -35,8 +35,10 @@ double measure_peak_gflops(double seconds) {
   // the repetitions: what the BLAS reaches on dense work, the ceiling of a training step.
   torch::NoGradGuard g;
   constexpr std::int64_t n = 512;
-  auto a = torch::rand({n, n});
-  auto b = torch::rand({n, n});
+  // Fixed values, not random ones: the probe runs inside a fit and must not move the global
+  // generator (a resumed run would draw other numbers than an uninterrupted one).
+  auto a = torch::full({n, n}, 0.5f);
+  auto b = torch::full({n, n}, 0.25f);
   auto c = torch::empty({n, n});
   torch::mm_out(c, a, b);  // warm-up: threads started, pages touched
   const double flops = 2.0 * n * n * n;

@@ -565,8 +565,7 @@ void Trainer::Impl::train_step(BatchLoader& loader) {
     PhaseTimer t(prof, Profiler::hooks);
     dispatch.emit(Point::after_step);
   }
-  if (prof) prof->add_step(Profiler::since(t_step) - probe_s);
-  probe_s = 0;
+  if (prof) prof->add_step(Profiler::since(t_step));
 }
 
 std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whole_epoch) {
@@ -619,12 +618,7 @@ void Trainer::Impl::log_step_if_due() {
 
 void Trainer::Impl::set_step_flops(double counted) {
   flops_per_step = counted;
-  if (counted <= 0) return;
-  const auto t0 = Clock::now();
-  peak_flops = opt.peak_gflops > 0 ? opt.peak_gflops * 1e9 : measure_peak_gflops() * 1e9;
-  // The probe is not the step's work: the profile leaves it out, and the first rate starts
-  // with the next step.
-  probe_s = seconds_since(t0);
+  // The first rate starts with the next step: this one counted (more work than the others).
   window_t0 = Clock::now();
   window_micro0 = state.micro_step + 1;
 }
@@ -1019,6 +1013,10 @@ FitResult Trainer::fit() {
       throw std::runtime_error("--resume " + I.run.resume +
                                " was given but no hook restored a checkpoint; enable one with "
                                "[[hooks]] plugin = \"checkpoint\"");
+    // The peak utilisation is measured against: a ~10 ms probe before training, so that no
+    // step (nor a hook timing one) carries it.
+    if (I.opt.flops && I.peak_flops <= 0)
+      I.peak_flops = (I.opt.peak_gflops > 0 ? I.opt.peak_gflops : measure_peak_gflops(0.01)) * 1e9;
     for (std::int64_t e = I.start.epoch; e < I.opt.epochs; ++e) {
       I.state.epoch = e;
       const auto t_epoch = Clock::now();

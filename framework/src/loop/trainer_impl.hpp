@@ -90,7 +90,6 @@ struct Trainer::Impl : Context::Host {
   double flops_per_step = -1, peak_flops = 0;
   Clock::time_point window_t0;
   std::int64_t window_micro0 = 0;
-  double probe_s = 0;  // the peak probe's time in this step (not the step's own work)
   double epoch_train_s = 0;
   std::int64_t epoch_micro0 = 0;
   double train_seconds = 0, train_cpu_seconds = 0;
