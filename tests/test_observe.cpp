@@ -339,3 +339,36 @@ TEST_CASE("FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as
   CHECK_FALSE(read_json(off / "run" / "summary.json").contains("flops_per_step"));
   CHECK_FALSE(read_jsonl(off / "run" / "metrics.jsonl")[0].contains("train/flops_per_s"));
 }
+
+TEST_CASE("values wrong on their face in the new keys are refused, naming the file and key") {
+  TempDir d;
+  struct Bad {
+    std::string extra, key, section, say;
+  };
+  const std::vector<Bad> cases = {
+      {"[[hooks]]\nplugin = \"tensorboard\"\nhistograms_every = -1\n", "histograms_every",
+       "[hooks.tensorboard]", "must be >= 0"},
+      {"[[hooks]]\nplugin = \"tensorboard\"\nbins = 0\n", "bins", "[hooks.tensorboard]",
+       "must be between 1 and 10000"},
+      {"[[hooks]]\nplugin = \"profiler\"\nfile = \"\"\n", "file", "[hooks.profiler]",
+       "must not be empty"},
+      {"[[hooks]]\nplugin = \"profiler\"\ntop = -2\n", "top", "[hooks.profiler]", "must be >= 0"},
+  };
+  for (const auto& c : cases) {
+    write_file(d / "cfg.toml", config(d, c.extra));
+    auto r = run_wick({"check", (d / "cfg.toml").string()});
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains((d / "cfg.toml").string() + ":"));
+    CHECK_THAT(r.err, Catch::Contains("'" + c.key + "'"));
+    CHECK_THAT(r.err, Catch::Contains(c.section));
+    CHECK_THAT(r.err, Catch::Contains(c.say));
+  }
+  write_file(d / "cfg.toml", config(d, ""));
+  auto r = run_wick({"check", (d / "cfg.toml").string(), "--set", "trainer.peak_gflops=-1"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("'peak_gflops'"));
+  CHECK_THAT(r.err, Catch::Contains("[trainer]"));
+  CHECK_THAT(r.err, Catch::Contains("must be >= 0"));
+}

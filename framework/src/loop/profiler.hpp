@@ -42,13 +42,14 @@ class Profiler {
     ++steps_;
     step_s_ += seconds;
   }
-  double total(std::size_t id) const { return entries_[id].total_s; }
   // The Profile as the SDK shows it, rows by total time (largest first).
   Profile snapshot(double fit_s) const;
 
   // Stage handlers nest (each calls the rest of its chain): a handler's own time is its
   // elapsed time less that of the handlers it called, which they add here.
   double nested_s = 0;
+  // The same for phases (PhaseTimer).
+  double phase_nested_s = 0;
 
   static double since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -60,15 +61,23 @@ class Profiler {
   double step_s_ = 0;
 };
 
-// Times a scope into a phase when profiling (p non-null); nothing otherwise. A scope left by
-// an exception is not counted.
+// Times a scope into a phase when profiling (p non-null); nothing otherwise. Phases nest (a
+// manually optimized task's train_step, counted as forward, runs the backward and optimizer
+// phases inside it): a phase gets its own time, less the phases timed inside it. A scope left
+// by an exception is not counted.
 class PhaseTimer {
  public:
   PhaseTimer(Profiler* p, Profiler::Phase ph) : p_(p), ph_(ph) {
-    if (p_) t0_ = Profiler::Clock::now();
+    if (!p_) return;
+    outer_ = p_->phase_nested_s;
+    p_->phase_nested_s = 0;
+    t0_ = Profiler::Clock::now();
   }
   ~PhaseTimer() {
-    if (p_ && !std::uncaught_exceptions()) p_->add(ph_, Profiler::since(t0_));
+    if (!p_) return;
+    const double elapsed = Profiler::since(t0_);
+    if (!std::uncaught_exceptions()) p_->add(ph_, elapsed - p_->phase_nested_s);
+    p_->phase_nested_s = outer_ + elapsed;
   }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
@@ -76,6 +85,7 @@ class PhaseTimer {
  private:
   Profiler* p_;
   Profiler::Phase ph_;
+  double outer_ = 0;
   Profiler::Clock::time_point t0_{};
 };
 

@@ -512,27 +512,21 @@ void Trainer::Impl::train_step(BatchLoader& loader) {
   skip_batch = false;
   if (manual) {
     // The task runs backward and steps itself, through the Context (same stage chains).
-    // Profiled, its time less what its backward and steps took counts as forward.
-    const double staged0 = prof
-                               ? prof->total(Profiler::backward) +
-                                     prof->total(Profiler::optimizer) + prof->total(Profiler::hooks)
-                               : 0.0;
-    const auto t0 = Profiler::Clock::now();
-    dispatch.set_where("the task's train_step()");
-    // Under manual optimization the first step's ops are counted as the task runs them,
-    // its backward included.
-    std::optional<FlopCounter> c;
-    if (opt.flops && flops_per_step < 0) c.emplace();
-    output = task->train_step(ctx, batch);
-    if (c) {
-      const double counted = c->flops();
-      c.reset();
-      set_step_flops(counted);
+    // Profiled, its time less its backward and steps (phases of their own) counts as forward.
+    {
+      PhaseTimer t(prof, Profiler::forward);
+      dispatch.set_where("the task's train_step()");
+      // Under manual optimization the first step's ops are counted as the task runs them,
+      // its backward included.
+      std::optional<FlopCounter> c;
+      if (opt.flops && flops_per_step < 0) c.emplace();
+      output = task->train_step(ctx, batch);
+      if (c) {
+        const double counted = c->flops();
+        c.reset();
+        set_step_flops(counted);
+      }
     }
-    if (prof)
-      prof->add(Profiler::forward, Profiler::since(t0) - (prof->total(Profiler::backward) +
-                                                          prof->total(Profiler::optimizer) +
-                                                          prof->total(Profiler::hooks) - staged0));
     PhaseTimer t(prof, Profiler::hooks);
     dispatch.emit(Point::after_pred);
     dispatch.emit(Point::after_loss);

@@ -9,6 +9,12 @@
 
 namespace wick {
 
+namespace {
+double mean_ms(const ProfileEntry& e) {
+  return e.calls ? 1e3 * e.total_s / static_cast<double>(e.calls) : 0.0;
+}
+}  // namespace
+
 double phases_seconds(const Profile& p) {
   double s = 0;
   for (const auto& e : p.entries)
@@ -28,11 +34,10 @@ std::string profile_table(const Profile& p, std::size_t max_rows) {
   for (const auto& e : p.entries) {
     if (e.calls == 0) continue;  // subscribed, never reached (the profiler's own report)
     if (max_rows && rows++ >= max_rows) break;
-    const double mean_ms = e.calls ? 1e3 * e.total_s / static_cast<double>(e.calls) : 0.0;
     const double pct = p.step_s > 0 ? 100.0 * e.total_s / p.step_s : 0.0;
     std::snprintf(line, sizeof line, "%-6s %-*s %10lld %10.3f %10.4f %7.1f\n", e.kind.c_str(),
                   static_cast<int>(w_name), e.name.c_str(), static_cast<long long>(e.calls),
-                  e.total_s, mean_ms, pct);
+                  e.total_s, mean_ms(e), pct);
     out += line;
   }
   const double phases = phases_seconds(p);
@@ -59,7 +64,7 @@ std::string profile_json(const Profile& p) {
     r["name"] = e.name;
     r["calls"] = e.calls;
     r["total_s"] = e.total_s;
-    r["mean_ms"] = e.calls ? 1e3 * e.total_s / static_cast<double>(e.calls) : 0.0;
+    r["mean_ms"] = mean_ms(e);
     rows.push_back(std::move(r));
   }
   j["entries"] = std::move(rows);
