@@ -39,6 +39,8 @@ void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, pl
 void add_doctor_command(CLI::App& app, Registry& r);
 void add_new_plugin_command(CLI::App& app, Registry& r);
 void add_plot_command(CLI::App& app, Registry& r);       // plot
+void add_lr_find_command(CLI::App& app, Registry& r);    // lr-find
+void add_sweep_command(CLI::App& app, Registry& r);      // sweep
 void add_evaluate_commands(CLI::App& app, Registry& r);  // evaluate, predict
 // Loads the weights --checkpoint names into t: "latest" (the newest usable checkpoint of
 // hooks.checkpoint.dir; damaged ones are skipped with the reason), "best", or a folder (as

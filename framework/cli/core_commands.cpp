@@ -133,7 +133,8 @@ int cmd_check(const ConfigArgs& a) {
     // names, parameter groups). Nothing is written.
     std::size_t num_hooks = 0, num_metrics = 0;
     if (cfg.has_task()) {
-      auto trainer = wick::make_trainer(cfg, finder);
+      // An "auto" batch size is chosen when the fit starts, not here (check trains nothing).
+      auto trainer = wick::make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
       num_hooks = trainer->hooks().size();
       num_metrics = trainer->metrics().size();
       (void)trainer->describe();  // connects the hooks: order and capability checks
@@ -238,10 +239,12 @@ void add_model_summary(wick::Trainer& trainer) {
                     std::numeric_limits<int>::min(), /*main_process_only=*/true, ""});
 }
 
-int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile) {
+int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile, bool auto_batch) {
   std::unique_ptr<wick::Trainer> trainer;
   int rc = guarded([&] {
-    auto cfg = wick::Config::load(a.config, a.sets);
+    auto sets = a.sets;
+    if (auto_batch) sets.push_back("trainer.batch_size=auto");
+    auto cfg = wick::Config::load(a.config, sets);
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
     wick::RunInfo run;
     run.resume = resume;
@@ -295,7 +298,7 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile) {
 void add_core_commands(CLI::App& app, Registry& r) {
   static ConfigArgs fit_args, describe_args, check_args;
   static std::string resume;
-  static bool profile = false;
+  static bool profile = false, auto_batch = false;
   static std::vector<std::string> plugin_paths;
 
   auto* fit = app.add_subcommand("fit", "train the task of CONFIG with its hooks");
@@ -306,7 +309,11 @@ void add_core_commands(CLI::App& app, Registry& r) {
   fit->add_flag("--profile", profile,
                 "time every hook, stage handler and step phase (the profiler hook): a table at "
                 "the end, profile.json and summary.json's \"profile\"");
-  r.push_back({fit, [] { return cmd_fit(fit_args, resume, profile); }});
+  fit->add_flag("--auto-batch-size", auto_batch,
+                "choose trainer.batch_size before training (as batch_size = \"auto\"): the "
+                "power of two up to trainer.max_batch_size with the most samples/s on the CPU, "
+                "the largest that fits on CUDA; printed and kept in summary.json");
+  r.push_back({fit, [] { return cmd_fit(fit_args, resume, profile, auto_batch); }});
 
   auto* describe = app.add_subcommand(
       "describe", "print which hook runs at which point and the stage chains (trains nothing)");

@@ -40,7 +40,7 @@ Loaded load(const UseArgs& a) {
   PluginFinder finder(cfg.search_path(absolute_all(a.config.plugin_paths)));
   // The trainer builds the task's model and data; hooks are built (their parameters checked)
   // but never connected, so none runs.
-  auto trainer = make_trainer(cfg, finder);
+  auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
   auto info = load_checkpoint(cfg, *trainer, a.checkpoint);
   if (trainer->run().is_main_process())
     std::fprintf(stderr, "wick: weights of %s (epoch %lld, batch %lld, optimizer step %lld)\n",

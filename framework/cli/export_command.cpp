@@ -61,7 +61,7 @@ int cmd_export(const ExportArgs& a) {
     sets.push_back("trainer.output_dir='" + run.string() + "'");
     auto cfg = Config::load(summary["config"].get<std::string>(), sets);
     PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
-    auto trainer = make_trainer(cfg, finder);
+    auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
     auto* jit = dynamic_cast<JitModuleImpl*>(&trainer->model());
     if (!jit)
       throw ConfigError("the model of task '" + cfg.task_plugin() +

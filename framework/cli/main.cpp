@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   add_doctor_command(app, commands);
   add_new_plugin_command(app, commands);
   add_plot_command(app, commands);
+  add_lr_find_command(app, commands);
+  add_sweep_command(app, commands);
   add_evaluate_commands(app, commands);
   add_export_command(app, commands);
   add_launch_command(app, commands);

@@ -9,9 +9,7 @@
 // single-quoted literals (no backquote or macro substitution) with control characters
 // replaced, and gnuplot writes into a private temporary folder whose name we generate; the
 // PNG is then copied to its destination by this program.
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +26,7 @@
 #include <sstream>
 
 #include "commands.hpp"
-
-extern char** environ;
+#include "gnuplot.hpp"
 
 namespace fs = std::filesystem;
 
@@ -104,29 +101,6 @@ Curves read_curves(const fs::path& file) {
   return c;
 }
 
-// Any text as a gnuplot string literal that stays one: single quotes (gnuplot substitutes
-// backquoted commands and @macros in double-quoted strings, never in single-quoted ones), a
-// quote doubled, control characters (a newline would end the command) shown as '?', and at
-// most 200 characters.
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  std::size_t n = 0;
-  for (char ch : s) {
-    if (++n > 200) {
-      out += "...";
-      break;
-    }
-    const auto u = static_cast<unsigned char>(ch);
-    if (u < 0x20 || u == 0x7f)
-      out += '?';
-    else if (ch == '\'')
-      out += "''";
-    else
-      out += ch;
-  }
-  return out + "'";
-}
-
 // One panel: its data blocks and plot command, or an empty frame that says why.
 void panel(std::ostringstream& gp, const Curves& c, const Series& series, const std::string& title,
            bool by_epoch, const std::string& ylabel, int& block) {
@@ -160,71 +134,6 @@ void panel(std::ostringstream& gp, const Curves& c, const Series& series, const 
   gp << "plot ";
   for (std::size_t i = 0; i < parts.size(); ++i) gp << (i ? ", \\\n     " : "") << parts[i];
   gp << "\n";
-}
-
-// Runs gnuplot on a script file; returns its exit status, or -1 with errno when it did not start.
-int run_gnuplot(const std::string& script) {
-  const char* argv[] = {"gnuplot", script.c_str(), nullptr};
-  pid_t pid;
-  int rc = posix_spawnp(&pid, "gnuplot", nullptr, nullptr, const_cast<char**>(argv), environ);
-  if (rc != 0) {
-    errno = rc;
-    return -1;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-// Draws `body` (gnuplot commands after the terminal and output) into the PNG `out`. gnuplot
-// works in a private folder: the script and the PNG have names made here, so neither the
-// output path nor the run folder's name is ever part of a command.
-void render(const std::string& body, const fs::path& out, int width, int height) {
-  char tmpl[] = "/tmp/wick-plot-XXXXXX";
-  if (!::mkdtemp(tmpl))
-    throw std::runtime_error(std::string("cannot create a temporary folder in /tmp: ") +
-                             std::strerror(errno));
-  const fs::path work(tmpl);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{work};
-  const fs::path script = work / "plot.gp", png = work / "plot.png";
-  {
-    std::ofstream f(script, std::ios::binary);
-    f << "set terminal pngcairo size " << width << "," << height << " noenhanced font \"sans,10\"\n"
-      << "set output " << quote(png.string()) << "\n"
-      << body << "set output\n";
-    if (!f.flush()) throw std::runtime_error("cannot write the gnuplot script to " + work.string());
-  }
-  const int rc = run_gnuplot(script.string());
-  const int err = errno;
-  if (rc == -1) {
-    if (err == ENOENT)
-      throw std::runtime_error(
-          "gnuplot not found in PATH; install it with `sudo apt-get install gnuplot-nox` "
-          "(or run scripts/install-deps.sh)");
-    throw std::runtime_error(std::string("cannot run gnuplot: ") + std::strerror(err));
-  }
-  std::error_code ec;
-  if (rc != 0 || !fs::is_regular_file(png, ec))
-    throw std::runtime_error("gnuplot failed (exit status " + std::to_string(rc) +
-                             ", its messages are above); it needs the pngcairo terminal "
-                             "(Debian's gnuplot-nox has it)");
-  // Copied beside the destination, then renamed: a reader never sees half a PNG.
-  const fs::path tmp_png = out.string() + ".tmp";
-  fs::copy_file(png, tmp_png, fs::copy_options::overwrite_existing, ec);
-  if (!ec) fs::rename(tmp_png, out, ec);
-  if (ec) {
-    std::error_code ignore;
-    fs::remove(tmp_png, ignore);
-    throw std::runtime_error("cannot write '" + out.string() + "': " + ec.message());
-  }
 }
 
 // A confusion matrix written by the confusion_matrix metric: a header "true/predicted,0,1,..."

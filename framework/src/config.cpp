@@ -166,7 +166,10 @@ std::vector<ParamInfo> trainer_schema() {
   return {
       {"epochs", ParamType::integer, "1", "epochs to train"},
       {"seed", ParamType::integer, "0", "seed for initialisation and the sample order"},
-      {"batch_size", ParamType::integer, "32", "training batch size per process"},
+      {"batch_size", ParamType::integer, "32",
+       "training batch size per process, or \"auto\": the fastest power of two (CPU), the "
+       "largest that fits (CUDA)"},
+      {"max_batch_size", ParamType::integer, "1024", "batch_size = \"auto\": the largest tried"},
       {"valid_batch_size", ParamType::integer, "0", "validation batch size (0: batch_size)"},
       {"shuffle", ParamType::boolean, "true", "shuffle the training set each epoch"},
       {"drop_last", ParamType::boolean, "false", "drop the last, short training batch"},
@@ -652,10 +655,25 @@ void Config::Impl::validate_builtin() {
 
   static const toml::table empty;
   const toml::table* tt = section_table("trainer");
+  // batch_size = "auto" is the one string an integer key takes: validated as the default,
+  // chosen later by make_trainer(); put back afterwards, so that toml() keeps "auto".
+  const toml::node* auto_node = tt ? tt->get("batch_size") : nullptr;
+  if (auto_node && auto_node->is_string()) {
+    if (auto_node->value_or(std::string()) != "auto")
+      throw error(where(*auto_node),
+                  "trainer.batch_size must be an integer or \"auto\" (the fastest power of two "
+                  "on the CPU, the largest that fits on CUDA), not " +
+                      toml_text(*auto_node));
+    root.get("trainer")->as_table()->insert_or_assign("batch_size", 32);
+    trainer.auto_batch_size = true;
+  }
   Params tp = validate(tt ? *tt : empty, trainer_schema(), "[trainer]", {}, "trainer", "trainer");
   trainer.epochs = tp.get_int("epochs");
   trainer.seed = tp.get_int("seed");
   trainer.batch_size = tp.get_int("batch_size");
+  trainer.max_batch_size = tp.get_int("max_batch_size");
+  if (trainer.auto_batch_size)
+    root.get("trainer")->as_table()->insert_or_assign("batch_size", "auto");
   trainer.valid_batch_size = tp.get_int("valid_batch_size");
   trainer.shuffle = tp.get_bool("shuffle");
   trainer.drop_last = tp.get_bool("drop_last");
@@ -678,6 +696,8 @@ void Config::Impl::validate_builtin() {
   check(tp, "epochs", trainer.epochs >= 0, "must be >= 0 (0: nothing trained)", "[trainer]");
   // Batch sizes stay far from int64 overflow in the batch arithmetic.
   check(tp, "batch_size", trainer.batch_size >= 1 && trainer.batch_size <= kIntMax,
+        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "max_batch_size", trainer.max_batch_size >= 1 && trainer.max_batch_size <= kIntMax,
         "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
   check(tp, "valid_batch_size",
         trainer.valid_batch_size >= 0 && trainer.valid_batch_size <= kIntMax,

@@ -7,6 +7,8 @@
 //   pause         writes the file `marker`, then waits (up to 60 s) for a SIGINT to arrive,
 //                 so that a test can send a real one at a known place
 //   hang          writes `marker`, then waits forever (only a second SIGINT ends the run)
+//   slow          sleeps `ms` milliseconds at every call from `step` on (a run slow enough to
+//                 be watched or killed mid-way)
 #include <wick/context.hpp>
 #include <wick/plugin.hpp>
 #include <wick/trainer.hpp>
@@ -22,12 +24,15 @@ namespace {
 class Thrower : public wick::Hook {
  public:
   explicit Thrower(const wick::Params& p)
-      : step_(p.get_int("step")), action_(p.get_string("action")), marker_(p.get_string("marker")) {
+      : step_(p.get_int("step")),
+        ms_(p.get_int("ms")),
+        action_(p.get_string("action")),
+        marker_(p.get_string("marker")) {
     auto pt = wick::point_from_string(p.get_string("point"));
     if (!pt) throw p.error("point", "is not a lifecycle point");
     point_ = *pt;
-    static const char* kActions[] = {"throw",  "cancel_step", "cancel_epoch", "cancel_fit",
-                                     "sigint", "stop",        "pause",        "hang"};
+    static const char* kActions[] = {"throw", "cancel_step", "cancel_epoch", "cancel_fit", "sigint",
+                                     "stop",  "pause",       "hang",         "slow"};
     bool known = false;
     for (const char* a : kActions) known = known || action_ == a;
     if (!known) throw p.error("action", "is not one of the actions listed in thrower.cpp");
@@ -41,6 +46,10 @@ class Thrower : public wick::Hook {
           point_ == wick::Point::before_step || point_ == wick::Point::after_pred ||
           point_ == wick::Point::after_loss || point_ == wick::Point::after_step;
       if (step_level && c.state().validating()) return;
+      if (action_ == "slow") {
+        if (calls_++ >= step_) std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+        return;
+      }
       if (calls_++ != step_) return;
       act(c);
     });
@@ -70,7 +79,7 @@ class Thrower : public wick::Hook {
   }
 
   wick::Point point_;
-  std::int64_t step_;
+  std::int64_t step_, ms_;
   std::string action_, marker_;
   std::int64_t calls_ = 0;
 };
@@ -82,4 +91,5 @@ WICK_PLUGIN(Thrower, wick::PluginDef("thrower", "1.0.0", "Test: throws, cancels 
                          .param_string("point", "after_step", "lifecycle point to act at")
                          .param_int("step", 0, "act on this call of the point (from 0)")
                          .param_string("action", "throw", "see thrower.cpp")
+                         .param_int("ms", 0, "slow: milliseconds per call")
                          .param_string("marker", "", "file written before pause and hang"))

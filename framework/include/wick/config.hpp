@@ -64,9 +64,12 @@ class Config {
   std::unique_ptr<Impl> impl_;
 };
 
-// Everything `wick fit` builds from a config: task, optimizer, hooks, trainer.
+// Everything `wick fit` builds from a config: task, optimizer, hooks, trainer. With
+// trainer.batch_size = "auto" the size a resumed run began with (its summary.json) is kept;
+// otherwise, when `probe_batch_size`, find_batch_size() (wick/tuning.hpp) chooses it, and
+// without (check, evaluate, export) the run folder's choice or the default stands.
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder,
-                                      RunInfo run = {});
+                                      RunInfo run = {}, bool probe_batch_size = true);
 
 // "cpu", "cuda" or "cuda:N" as a Device; nullopt for anything else ("auto" included).
 std::optional<Device> parse_device(const std::string& s);

@@ -34,6 +34,8 @@ struct Summary {
   std::string profile_json;            // wick/profile.hpp's profile_json() when profiled
   double flops_per_step = 0;           // per process, counted at the first step (0: none)
   double peak_gflops = 0;              // what train/flops_utilization compares with
+  std::int64_t batch_size = 0;         // per process
+  std::string batch_size_search;       // TrainerOptions::batch_size_search (JSON) when "auto"
 };
 
 std::string record_to_json(const Record& r);

@@ -46,6 +46,12 @@ struct TrainerOptions {
   // probe measures it, as `wick doctor` does).
   bool flops = true;
   double peak_gflops = 0;
+  // trainer.batch_size = "auto": make_trainer() chooses batch_size before training with
+  // find_batch_size() (wick/tuning.hpp), among powers of two up to max_batch_size, and keeps
+  // what it measured here as JSON for summary.json ("" when the size was given).
+  bool auto_batch_size = false;
+  std::int64_t max_batch_size = 1024;
+  std::string batch_size_search;
   // The --set overrides the config was loaded with: summary.json keeps them beside the
   // config's path, so that `wick export RUN_DIR` rebuilds the run's task.
   std::vector<std::string> overrides;

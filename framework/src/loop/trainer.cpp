@@ -954,6 +954,8 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.overrides = opt.overrides;
   s.flops_per_step = std::max(flops_per_step, 0.0);
   s.peak_gflops = peak_flops / 1e9;
+  s.batch_size = opt.batch_size;
+  s.batch_size_search = opt.batch_size_search;
   if (const Profiler* p = dispatch.profiler()) s.profile_json = profile_json(p->snapshot(s.wall_s));
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
@@ -1083,28 +1085,6 @@ FitResult Trainer::fit() {
 ValidResult Trainer::validate() {
   connect();
   return impl_->validation(impl_->valid_ds.get());
-}
-
-std::unique_ptr<Trainer> make_trainer(const Config& cfg, const PluginFinder& finder, RunInfo run) {
-  // Hooks first: they are cheap to build and their config errors should not wait for data.
-  auto hooks = cfg.make_hooks(finder);
-  auto metrics = cfg.make_metrics(finder);
-  // The task after seeding, so that random draws in its constructor are reproducible.
-  torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
-  auto task = cfg.make_task(finder);
-  auto optimizers = cfg.optimizers();
-  if (!cfg.has_optimizer()) {
-    auto d = task->default_optimizer();
-    optimizers.front().name = d.name;
-    optimizers.front().lr = d.lr;
-  }
-  run.config_path = cfg.path();
-  run.config_toml = cfg.toml();
-  auto t = std::make_unique<Trainer>(cfg.trainer(), std::move(task), std::move(optimizers),
-                                     std::move(run));
-  for (auto& h : hooks) t->add_hook(std::move(h));
-  for (auto& m : metrics) t->add_metric(std::move(m));
-  return t;
 }
 
 }  // namespace wick

@@ -64,6 +64,9 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   j["cancelled_steps"] = s.cancelled_steps;
   j["cancelled_epochs"] = s.cancelled_epochs;
   j["num_processes"] = s.num_processes;
+  if (s.batch_size > 0) j["batch_size"] = s.batch_size;
+  if (!s.batch_size_search.empty())
+    j["batch_size_search"] = nlohmann::ordered_json::parse(s.batch_size_search);
   j["train_samples_per_s"] = number(s.train_samples_per_s);
   j["train_cpu_s"] = number(s.train_cpu_s);
   j["wall_s"] = number(s.wall_s);
