@@ -437,3 +437,44 @@ TEST_CASE("wick sweep refuses bad input with exit 2, naming the place") {
                                     "value"));
   CHECK_THAT(r.err, Catch::Contains("did you mean 'valid/loss'?"));
 }
+
+TEST_CASE("wick sweep refuses bad options, and auto batch sizes with several ranks, with exit 2") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", synthetic(dir / "run", 1));
+  const auto cfg = (dir / "cfg.toml").string();
+  const std::vector<std::string> lr = {"--param", "optimizer.lr=[0.001]"};
+  auto sweep = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"sweep", cfg, "--out", (dir / "sweep").string()};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_wick(args);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "needs at least one --param"},
+      {{"--param", "optimizer.lr=[0.001]", "--mode", "best"}, "--mode must be min or max"},
+      {{"--param", "optimizer.lr=[0.001]", "--jobs", "0"}, "--jobs must be at least 1"},
+      {{"--param", "optimizer.lr=[0.001]", "--trials", "0"}, "--trials must be at least 1"},
+      {{"--param", "optimizer.lr=[0.001]", "--halving", "--eta", "1"}, "--eta must be at least 2"},
+      {{"--param", "optimizer.lr=[0.001]", "--min-epochs", "0"}, "--min-epochs must be at least 1"},
+      {{"--param", "optimizer.lr=[0.001]", "--param", "optimizer.lr=[0.01]"}, "is swept twice"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = sweep(args);
+    INFO(message);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(message));
+  }
+  CHECK_FALSE(fs::exists(dir / "sweep"));
+  // A folder holding something else than a sweep's state.
+  write_file(dir / "sweep" / "sweep.json", "{}");
+  auto r = sweep(lr);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("sweep.json is not a sweep's state"));
+
+  // Ranks probing apart could choose apart: a number is asked for.
+  r = run_wick({"fit", cfg, "--auto-batch-size"}, {"WORLD_SIZE=2", "RANK=0", "LOCAL_RANK=0",
+                                                   "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains(cfg + ": trainer.batch_size = \"auto\" probes one process "
+                                          "alone"));
+  CHECK_FALSE(fs::exists(dir / "run" / "summary.json"));
+}

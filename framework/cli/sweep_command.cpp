@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -288,7 +287,8 @@ void wait_for_folder(const fs::path& dir) {
 void Sweep::start(Trial& t) {
   const fs::path tdir = dir_ / t.dir;
   fs::create_directories(tdir);
-  std::vector<std::string> args = {"/proc/self/exe", "fit", a_.config.config};
+  std::vector<std::string> args = {fs::read_symlink("/proc/self/exe").string(), "fit",
+                                   a_.config.config};
   for (const auto& s : trial_sets(t)) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", "trainer.output_dir=" + tdir.string()});
   if (threads_ > 0)
@@ -299,30 +299,18 @@ void Sweep::start(Trial& t) {
     args.insert(args.end(), {"--resume", "auto"});
     wait_for_folder(tdir);
   }
-  const std::string log = (tdir / "fit.log").string();
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0)
-    throw std::runtime_error(std::string("cannot start a trial: ") + std::strerror(errno));
-  if (pid == 0) {
-    // Its own process group: a Ctrl-C at the terminal reaches the sweep, which stops each trial
-    // once (a second signal would end a fit without its checkpoint). A sweep killed outright
-    // takes its trials along (SIGTERM: they save a checkpoint).
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(143);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    if (threads_ > 0) ::setenv("OMP_NUM_THREADS", std::to_string(threads_).c_str(), 1);
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
-    ::_exit(127);
-  }
+  const int log =
+      ::open((tdir / "fit.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0)
+    throw std::runtime_error("cannot write " + (tdir / "fit.log").string() + ": " +
+                             std::strerror(errno));
+  std::vector<ChildEnv> env;
+  if (threads_ > 0) env.push_back({"OMP_NUM_THREADS", std::to_string(threads_)});
+  // Its own process group, as launch's ranks: a Ctrl-C at the terminal reaches the sweep,
+  // which stops each trial once; a sweep killed outright takes its trials along (SIGTERM:
+  // they save a checkpoint).
+  const pid_t pid = start_child(args, log, log, env);
+  ::close(log);
   t.pid = pid;
   t.status = "running";
   t.started = true;

@@ -51,34 +51,47 @@ void emit_lines(std::string& partial, const char* buf, std::size_t n, const std:
   std::fflush(f);
 }
 
-[[noreturn]] void exec_rank(const LaunchOptions& o, const Rank& r, int out_w, int err_w,
-                            pid_t launcher) {
-  // Own process group: a terminal's Ctrl-C reaches the launcher alone, which forwards it once
-  // (the trainer treats a second SIGINT as "exit now"). Die with the launcher.
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != launcher) _exit(128 + SIGTERM);
-  dup2(out_w, STDOUT_FILENO);
-  dup2(err_w, STDERR_FILENO);
+// The environment of one rank: torchrun's variables.
+std::vector<ChildEnv> rank_env(const LaunchOptions& o, const Rank& r) {
   const int world = o.nnodes * o.nproc;
-  setenv("RANK", std::to_string(r.rank).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(r.local).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
-  setenv("GROUP_RANK", std::to_string(o.node_rank).c_str(), 1);
-  setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
-  setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
+  std::vector<ChildEnv> env = {{"RANK", std::to_string(r.rank)},
+                               {"LOCAL_RANK", std::to_string(r.local)},
+                               {"WORLD_SIZE", std::to_string(world)},
+                               {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+                               {"GROUP_RANK", std::to_string(o.node_rank)},
+                               {"MASTER_ADDR", o.master_addr},
+                               {"MASTER_PORT", std::to_string(o.master_port)}};
   // As torchrun does: several ranks on one node should not each start a thread per core.
-  if (o.nproc > 1) setenv("OMP_NUM_THREADS", "1", 0);
-  std::vector<char*> argv;
-  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
-  std::fprintf(stderr, "wick launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-  _exit(127);
+  if (o.nproc > 1) env.push_back({"OMP_NUM_THREADS", "1", /*overwrite=*/false});
+  return env;
 }
 
 }  // namespace
+
+pid_t start_child(const std::vector<std::string>& command, int out_fd, int err_fd,
+                  const std::vector<ChildEnv>& env) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Own process group: a terminal's Ctrl-C reaches the parent alone, which forwards it once
+    // (the trainer treats a second SIGINT as "exit now"). Die with the parent.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    for (const auto& e : env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
+    std::vector<char*> argv;
+    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "wick: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so that a signal sent right away reaches the group
+  return pid;
+}
 
 std::string describe_wait_status(int status) {
   if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
@@ -166,7 +179,6 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
   std::fflush(err);
 
   std::vector<Rank> ranks(static_cast<std::size_t>(o.nproc));
-  const pid_t self = getpid();
   for (int i = 0; i < o.nproc; ++i) {
     Rank& r = ranks[static_cast<std::size_t>(i)];
     r.local = i;
@@ -174,10 +186,7 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
     int po[2], pe[2];
     if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)
       throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) exec_rank(o, r, po[1], pe[1], self);
-    setpgid(pid, pid);  // also here, so that a signal sent right away reaches the group
+    const pid_t pid = start_child(o.command, po[1], pe[1], rank_env(o, r));
     close(po[1]);
     close(pe[1]);
     r.pid = pid;

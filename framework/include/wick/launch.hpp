@@ -5,6 +5,8 @@
 // grace period, and the result names the first rank that failed and why.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -45,6 +47,19 @@ LaunchResult launch(const LaunchOptions& o, std::FILE* out = stdout, std::FILE* 
 // The command with "--resume auto" (the newest checkpoint, or a fresh start when there is
 // none yet): an existing --resume's value replaced, else appended.
 std::vector<std::string> with_resume_auto(const std::vector<std::string>& command);
+
+// A variable set in a child's environment (overwrite = false: only where not set already).
+struct ChildEnv {
+  std::string name, value;
+  bool overwrite = true;
+};
+
+// Starts `command` (PATH searched) with stdout and stderr on out_fd and err_fd and `env` set,
+// in its own process group (a terminal's Ctrl-C reaches this process alone, which forwards
+// it once) and ended with SIGTERM when this process dies, kill -9 included. Returns its pid;
+// throws std::runtime_error when it cannot fork. A command that cannot run exits 127.
+pid_t start_child(const std::vector<std::string>& command, int out_fd, int err_fd,
+                  const std::vector<ChildEnv>& env = {});
 
 // "exit code 3" or "killed by signal 9 (SIGKILL)" for a waitpid status.
 std::string describe_wait_status(int status);

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "wick/trainer.hpp"
-
 namespace wick {
 
 class Config;

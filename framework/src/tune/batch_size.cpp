@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "loop/build_trainer.hpp"
 #include "tune/probe.hpp"
+#include "wick/cluster.hpp"
 #include "wick/hook.hpp"
 #include "wick/tuning.hpp"
 
@@ -62,12 +64,6 @@ bool out_of_memory(const FitResult& r) {
          r.error.find("out of memory") != std::string::npos;
 }
 
-std::string with_commas(double v) {
-  auto s = std::to_string(static_cast<long long>(std::llround(v)));
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
-  return s;
-}
-
 }  // namespace
 
 std::string BatchSizeChoice::json() const {
@@ -90,7 +86,8 @@ std::string BatchSizeChoice::line() const {
   for (const auto& p : probes) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(p.batch_size) + " ";
     tried += p.note.empty()
-                 ? (method == "throughput" ? with_commas(p.samples_per_s) + "/s" : "fits")
+                 ? (method == "throughput" ? std::to_string(std::llround(p.samples_per_s)) + "/s"
+                                           : "fits")
                  : p.note;
   }
   return "trainer.batch_size = \"auto\": " + std::to_string(batch_size) +
@@ -101,11 +98,12 @@ std::string BatchSizeChoice::line() const {
 
 BatchSizeChoice find_batch_size(const Config& cfg, const PluginFinder& finder) {
   const auto& base = cfg.trainer();
-  if (const char* w = std::getenv("WORLD_SIZE"); w && std::atol(w) > 1)
+  if (const auto job = detect_cluster_env(std::getenv); job.world > 1)
     throw ConfigError(cfg.path() +
                       ": trainer.batch_size = \"auto\" probes one process alone, and ranks "
                       "probing apart could choose apart; with WORLD_SIZE " +
-                      w + " set a number (e.g. what `wick fit --auto-batch-size` chooses on one)");
+                      std::to_string(job.world) +
+                      " set a number (e.g. what `wick fit --auto-batch-size` chooses on one)");
   std::int64_t bound = 1;
   while (bound * 2 <= base.max_batch_size) bound *= 2;
   const bool cuda = base.device.is_cuda() || (base.auto_device && torch::cuda::is_available());
@@ -172,7 +170,7 @@ BatchSizeChoice find_batch_size(const Config& cfg, const PluginFinder& finder) {
 
 void choose_auto_batch_size(const Config& cfg, const PluginFinder& finder, const RunInfo& run,
                             TrainerOptions& opts, bool probe) {
-  const bool main = !std::getenv("RANK") || std::atol(std::getenv("RANK")) == 0;
+  const bool main = detect_cluster_env(std::getenv).rank == 0;
   // A run resumed (or looked at) keeps the size it began with: its checkpoints' batches are of
   // that size, and a new probe could choose another.
   const fs::path summary = fs::path(opts.output_dir) / "summary.json";
