@@ -87,6 +87,8 @@ json run_metrics(Settings& s);
 // The torchscript task against the built-in C++ MLP (bench/torchscript.cpp).
 json run_torchscript(Settings& s);
 json run_restart(Settings& s);
+// wick's Fashion-MNIST samples against a plain PyTorch loop (bench/python_peer.cpp).
+json run_python(Settings& s);
 // The profiler's overhead on the MLP step (bench/profiler.cpp).
 json run_profiler(Settings& s);
 

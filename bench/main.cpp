@@ -6,7 +6,7 @@
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
 //              [--ddp-rounds N] [--only
-//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler]
+//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler,python]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -100,6 +100,14 @@ std::vector<Target> targets(const json& r) {
     double x = num(r["torchscript"], "ratio", "median");
     t.push_back({"torchscript: scripted MLP samples/s / built-in C++ MLP (Fashion-MNIST)",
                  ">= 0.95", x, x >= 0.95});
+  }
+  if (r.contains("python") && r["python"].contains("cnn")) {
+    double x = num(r["python"]["cnn"], "ratio", "median");
+    t.push_back({"python: cnn.toml as shipped samples/s / plain PyTorch fp32 loop (1 thread)",
+                 ">= 1.7", x, x >= 1.7});
+    x = num(r["python"]["mlp"], "ratio", "median");
+    t.push_back(
+        {"python: mlp.toml samples/s / plain PyTorch loop (1 thread)", ">= 1.15", x, x >= 1.15});
   }
   if (r.contains("profiler")) {
     double x = num(r["profiler"], "overhead", "median");
@@ -312,6 +320,23 @@ std::string markdown(const json& r) {
        << fmt("%.3f", num(x, "ratio", "median")) << " (" << fmt("%.3f", num(x, "ratio", "min"))
        << "–" << fmt("%.3f", num(x, "ratio", "max")) << ").\n";
   }
+  if (r.contains("python") && r["python"].contains("cnn")) {
+    md << "\nAgainst a plain PyTorch loop (bench/python_loop.py, python3-torch "
+          "1.13, fp32; one thread each, alternated processes):\n";
+    for (const char* m : {"cnn", "mlp"}) {
+      const auto& x = r["python"][m];
+      const long epochs = x.value("epochs", 0L);
+      md << "- " << x.value("config", "") << " as shipped, "
+         << (epochs > 0 ? std::to_string(epochs) + " epochs"
+                        : std::to_string(x.value("steps", 0L)) + " steps")
+         << " of batch 64, " << x.value("rounds", 0)
+         << " rounds: " << fmt("%.0f", num(x, "wick_samples_per_s", "median"))
+         << " samples/s against " << fmt("%.0f", num(x, "python_samples_per_s", "median"))
+         << ", ratio " << fmt("%.2f", num(x, "ratio", "median")) << " ("
+         << fmt("%.2f", num(x, "ratio", "min")) << "–" << fmt("%.2f", num(x, "ratio", "max"))
+         << ").\n";
+    }
+  }
   if (r.contains("restart")) {
     const auto& x = r["restart"];
     md << "\nRestart (`wick launch --nproc 2 --max-restarts 1`, the ddp MLP, a checkpoint every "
@@ -345,11 +370,11 @@ std::string markdown(const json& r) {
 }
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
-      "[--child-reps N] [--ddp-rounds N] [--only "
-      "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler]\n");
+  std::fprintf(stderr,
+               "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
+               "[--child-reps N] [--ddp-rounds N] [--only "
+               "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler,"
+               "python]\n");
   return 2;
 }
 
@@ -465,6 +490,7 @@ int main(int argc, char** argv) {
     if (want("torchscript")) r["torchscript"] = run_torchscript(s);
     if (want("restart")) r["restart"] = run_restart(s);
     if (want("profiler")) r["profiler"] = run_profiler(s);
+    if (want("python")) r["python"] = run_python(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

@@ -51,7 +51,9 @@ Workload choose_workload(Settings& s) {
           "parity ran on the synthetic stand-in: samples/fashion_mnist/mlp.toml or its plugin "
           "is not built");
   }
-  w.sets = {"trainer.epochs=1"};
+  // The hand loop steps with torch::optim::Adam: the loops are compared on the same
+  // arithmetic, so wick's one-pass Adam (a shipped config's fused = true) is off here.
+  w.sets = {"trainer.epochs=1", "optimizer.fused=false"};
   if (s.smoke) {
     // A few dozen steps: enough to run every code path, no timing meaning.
     w.sets.push_back("task.samples=1024");
@@ -268,10 +270,10 @@ json parity_callgrind(const Settings& s, const Workload& w) {
   const bool fashion = w.config.find("fashion_mnist") != std::string::npos;
   std::string config = (fs::path(s.source_dir) / "bench/parity_synthetic.toml").string();
   std::vector<std::string> sets = {"trainer.epochs=1", "trainer.log_every=10", "task.samples=2048",
-                                   "task.valid_samples=0"};
+                                   "task.valid_samples=0", "optimizer.fused=false"};
   if (fashion) {
     config = w.config;
-    sets = {"trainer.epochs=1", "trainer.log_every=10", "task.limit=2048"};
+    sets = {"trainer.epochs=1", "trainer.log_every=10", "task.limit=2048", "optimizer.fused=false"};
   }
   const fs::path dir = fs::path(s.work_dir) / "parity_callgrind";
   fs::remove_all(dir);

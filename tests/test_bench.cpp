@@ -80,7 +80,13 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(covered > 0.5);
   CHECK(covered <= 1.0);
 
-  REQUIRE(j["targets"].size() == 11);
+  // The Python peers: both sides trained, on the same data.
+  for (const char* m : {"cnn", "mlp"}) {
+    CHECK(j["python"][m]["wick_samples_per_s"]["median"].get<double>() > 0);
+    CHECK(j["python"][m]["python_samples_per_s"]["median"].get<double>() > 0);
+  }
+
+  REQUIRE(j["targets"].size() == 13);
   for (const auto& t : j["targets"]) {
     CHECK(t.contains("name"));
     CHECK(t.contains("value"));

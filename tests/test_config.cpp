@@ -96,7 +96,7 @@ TEST_CASE("unknown keys are reported where they are, with a suggestion") {
     Case c("[optimizer]\nxyzzy = 1\n");
     CHECK(c.error() == c.at(2, 1) +
                            "unknown key 'xyzzy' in [optimizer]; known keys: groups name lr "
-                           "weight_decay betas eps amsgrad momentum dampening nesterov");
+                           "weight_decay betas eps amsgrad fused momentum dampening nesterov");
   }
   SECTION("a misspelt section") {
     Case c("[trainr]\nepochs = 2\n");

@@ -1,7 +1,12 @@
 // Which BLAS LibTorch calls: the maps-line parsing (the fallback) and path classification behind
 // the warning at the start of `fit` and `wick doctor`, and both end to end with the reference BLAS
-// forced in through LD_LIBRARY_PATH.
+// forced in through LD_LIBRARY_PATH; the CPU features `wick doctor` reports.
+#include <fstream>
+#include <set>
+#include <sstream>
+
 #include "support.hpp"
+#include "wick/hardware.hpp"
 #include "wick/system.hpp"
 
 using namespace wick::test;
@@ -103,4 +108,32 @@ TEST_CASE("with a fast BLAS, wick fit does not warn") {
   INFO(f.out << f.err);
   CHECK(f.exit_code == 0);
   CHECK_THAT(f.err, !Contains("reference BLAS"));
+}
+
+TEST_CASE(
+    "wick doctor reports the CPU's features as /proc/cpuinfo lists them, and LibTorch's kernels") {
+  std::set<std::string> flags;
+  {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("flags", 0) == 0) {
+        std::istringstream words(line.substr(line.find(':') + 1));
+        for (std::string w; words >> w;) flags.insert(w);
+        break;
+      }
+  }
+  auto yes = [&](const char* f) { return flags.count(f) ? std::string("yes") : std::string("no"); };
+  auto r = run_wick({"doctor"});
+  INFO(r.out << r.err);
+  CHECK_THAT(r.out, Contains("AVX2 " + yes("avx2") + ", AVX-512 " + yes("avx512f") +
+                             ", AVX512-BF16 " + yes("avx512_bf16") + ", AMX " + yes("amx_tile")));
+  const bool native = flags.count("avx512_bf16") || flags.count("amx_bf16");
+  CHECK(wick::cpu_features().native_bf16() == native);
+  CHECK_THAT(r.out, Contains(native ? "bf16: this CPU runs it natively" : "bf16 is not native"));
+  CHECK_THAT(r.out, Contains("plugin = \"channels_last\""));
+  // LibTorch's dispatch follows ATEN_CPU_CAPABILITY; doctor reports what it chose.
+  auto d = run_wick({"doctor"}, {"ATEN_CPU_CAPABILITY=default"});
+  CHECK_THAT(d.out, Contains("LibTorch's own kernels: DEFAULT"));
+  if (flags.count("avx2")) CHECK_THAT(r.out, !Contains("LibTorch's own kernels: DEFAULT"));
 }

@@ -196,6 +196,8 @@ std::vector<ParamInfo> optimizer_schema() {
       {"betas", ParamType::float_list, "[0.9, 0.999]", "adam/adamw: coefficients"},
       {"eps", ParamType::floating, "1e-08", "adam/adamw: denominator term"},
       {"amsgrad", ParamType::boolean, "false", "adam/adamw: AMSGrad variant"},
+      {"fused", ParamType::boolean, "false",
+       "adam: update each float32 CPU parameter in one pass (same formulas, faster)"},
       {"momentum", ParamType::floating, "0.0", "sgd: momentum"},
       {"dampening", ParamType::floating, "0.0", "sgd: dampening"},
       {"nesterov", ParamType::boolean, "false", "sgd: Nesterov momentum"},
@@ -433,6 +435,7 @@ struct Config::Impl {
     o.betas = op.get_float_list("betas");
     o.eps = op.get_float("eps");
     o.amsgrad = op.get_bool("amsgrad");
+    o.fused = op.get_bool("fused");
     o.momentum = op.get_float("momentum");
     o.dampening = op.get_float("dampening");
     o.nesterov = op.get_bool("nesterov");
@@ -448,6 +451,7 @@ struct Config::Impl {
           std::all_of(o.betas.begin(), o.betas.end(), [](double b) { return b >= 0 && b < 1; }),
           "must each be in [0, 1), e.g. [0.9, 0.999]");
     check(op, "eps", std::isfinite(o.eps) && o.eps > 0, "must be a finite number > 0");
+    check(op, "fused", !o.fused || name == "adam", "is for name = \"adam\" only");
     check(op, "weight_decay", std::isfinite(o.weight_decay) && o.weight_decay >= 0,
           "must be a finite number >= 0");
     check(op, "momentum", o.momentum >= 0 && o.momentum <= 1, "must be in [0, 1]");

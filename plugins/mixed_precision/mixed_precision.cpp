@@ -5,10 +5,14 @@
 // scale; in optimizer_step the gradients are unscaled and checked, a step with an inf or
 // NaN is skipped and the scale backed off, and it grows after growth_interval good steps.
 // LibTorch 1.13 has no fp16 matmul on CPU, so on CPU fp16 runs the loss scaling alone.
+// auto (the default): bf16 where the device runs it natively (AVX512-BF16 or AMX on the CPU,
+// compute capability 8.0+ on CUDA), else fp32 (no autocast): emulated bf16 is slower than fp32.
 #include <ATen/autocast_mode.h>
 
 #include <cstdio>
+#include <string>
 
+#include <wick/hardware.hpp>
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
 
@@ -23,6 +27,7 @@ class MixedPrecision : public wick::Hook {
                 p.get_float("backoff_factor"), p.get_int("growth_interval")) {
     const auto dtype = p.get_string("dtype");
     fp16_ = dtype == "fp16" || dtype == "float16";
+    auto_ = dtype == "auto";
     if (!(p.get_float("init_scale") > 0)) throw p.error("init_scale", "must be > 0");
     if (!(p.get_float("growth_factor") > 1)) throw p.error("growth_factor", "must be > 1");
     const double b = p.get_float("backoff_factor");
@@ -33,6 +38,11 @@ class MixedPrecision : public wick::Hook {
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
       cuda_ = c.run().device.is_cuda();
+      if (auto_ && !announced_) {
+        fp32_ = !wick::native_bf16(c.run().device);
+        if (c.run().is_main_process()) std::fprintf(stderr, "%s\n", auto_choice(c).c_str());
+        announced_ = true;
+      }
       if (fp16_ && !cuda_ && !warned_) {
         std::fprintf(stderr,
                      "wick: mixed_precision: fp16 autocast needs CUDA (LibTorch 1.13 has no "
@@ -93,8 +103,21 @@ class MixedPrecision : public wick::Hook {
   }
 
  private:
+  static std::string auto_choice(wick::Context& c) {
+    const auto& d = c.run().device;
+    const std::string where = d.is_cuda() ? "this GPU" : "this CPU";
+    if (wick::native_bf16(d))
+      return "mixed_precision: dtype = \"auto\": bf16 (" + where +
+             (d.is_cuda() ? " runs bf16 natively)"
+                          : std::string(" has ") +
+                                (wick::cpu_features().amx_bf16 ? "AMX-BF16)" : "AVX512-BF16)"));
+    return "mixed_precision: dtype = \"auto\": fp32, no autocast (" + where +
+           " has no native bf16" + (d.is_cuda() ? "" : ": no AVX512-BF16 or AMX-BF16") +
+           ", and emulated bf16 is slower than fp32)";
+  }
+
   void autocast_on() {
-    if (active_ || (fp16_ && !cuda_)) return;
+    if (active_ || fp32_ || (fp16_ && !cuda_)) return;
     const auto dtype = fp16_ ? at::kHalf : at::kBFloat16;
     if (cuda_) {
       prev_enabled_ = at::autocast::is_enabled();
@@ -126,6 +149,7 @@ class MixedPrecision : public wick::Hook {
 
   wick::amp::LossScaler scaler_;
   bool fp16_ = false, cuda_ = false, warned_ = false, active_ = false;
+  bool auto_ = false, fp32_ = false, announced_ = false;  // dtype = "auto" and its choice
   bool prev_enabled_ = false;
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
@@ -133,12 +157,14 @@ class MixedPrecision : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(MixedPrecision,
-            wick::PluginDef("mixed_precision", "2.0.0",
-                            "bf16/fp16 autocast around the forward pass; fp16 loss scaling")
+            wick::PluginDef("mixed_precision", "2.1.0",
+                            "bf16/fp16 autocast around the forward pass (bf16 where native with "
+                            "\"auto\"); fp16 loss scaling")
                 .order(-5)
-                .param_choice("dtype", {"bf16", "fp16", "bfloat16", "float16"}, "bf16",
-                              "bf16: autocast, CPU or CUDA; fp16: autocast on CUDA + dynamic "
-                              "loss scaling")
+                .param_choice("dtype", {"auto", "bf16", "fp16", "bfloat16", "float16"}, "auto",
+                              "auto: bf16 where the CPU (AVX512-BF16, AMX) or GPU runs it "
+                              "natively, else fp32; bf16: autocast, CPU or CUDA; fp16: autocast "
+                              "on CUDA + dynamic loss scaling")
                 .param_float("init_scale", 65536.0, "fp16: initial loss scale")
                 .param_float("growth_factor", 2.0,
                              "fp16: scale multiplier after growth_interval "

@@ -75,6 +75,7 @@ struct OptimizerOptions {
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
   bool amsgrad = false;
+  bool fused = false;  // adam: one pass over each float32 parameter per step
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;

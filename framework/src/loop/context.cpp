@@ -82,6 +82,15 @@ void Context::zero_grad(std::string_view optimizer) {
   I.zero_grad_optimizer(I.optimizer_index(optimizer));
 }
 
+at::Tensor Context::recompute_loss() {
+  auto& I = impl(host_);
+  if (I.manual || !I.in_step || !I.state.training() || I.recomputing)
+    throw std::logic_error(
+        "Context::recompute_loss is for an optimizer_step handler of a training step (not "
+        "under manual optimization, not inside another recompute_loss)");
+  return I.recompute_loss();
+}
+
 void Context::set_accumulation(std::int64_t steps) {
   if (steps < 1) throw std::invalid_argument("set_accumulation: steps must be >= 1");
   impl(host_).state.grad_accum_steps = steps;

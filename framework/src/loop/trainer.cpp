@@ -491,6 +491,27 @@ void Trainer::Impl::forward_and_loss() {
   dispatch.emit(Point::after_loss);
 }
 
+// A second pass for an optimizer_step handler (SAM): the step's output is put back after it.
+at::Tensor Trainer::Impl::recompute_loss() {
+  struct Restore {
+    Impl& I;
+    Output first;
+    ~Restore() {
+      I.output = std::move(first);
+      I.recomputing = false;
+    }
+  } restore{*this, std::move(output)};
+  recomputing = true;
+  forward_and_loss();
+  at::Tensor loss = output.loss;
+  {
+    PhaseTimer t(step_profiler(), Profiler::backward);
+    dispatch.set_where("the backward pass of Context::recompute_loss()");
+    loss.backward();
+  }
+  return loss.detach();
+}
+
 void Trainer::Impl::train_step(BatchLoader& loader) {
   Profiler* prof = dispatch.profiler();
   const auto t_step = prof ? Profiler::Clock::now() : Profiler::Clock::time_point{};

@@ -105,6 +105,7 @@ struct Trainer::Impl : Context::Host {
   std::int64_t rewind_records = -1;  // after before_fit: rewind the records to this count
   Position pos;                      // where the loop is between steps
   bool in_step = false;              // inside a training step (before_step .. its end)
+  bool recomputing = false;          // inside Context::recompute_loss
   bool skip_batch = false;           // a non-finite loss under nan_policy "skip": no step
   bool in_fit = false;
   const CancelInfo* cancel = nullptr;  // set during after_cancel
@@ -148,6 +149,7 @@ struct Trainer::Impl : Context::Host {
   void cancelled(CancelScope scope);
   void train_step(BatchLoader& loader);
   void forward_and_loss();
+  at::Tensor recompute_loss();
   // This rank's batches of an evaluation pass over `ds` (its shard of `order`, in order).
   LoadPlan eval_plan(Dataset& ds, const at::Tensor& order, const char* what);
   // Loss, the task's metrics and the metric plugins over `ds` (the validation data in a fit),

@@ -1,5 +1,7 @@
 #include "optim/optimizers.hpp"
 
+#include "optim/fused_adam.hpp"
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -63,8 +65,12 @@ std::unique_ptr<torch::optim::OptimizerOptions> group_options(
 }
 
 std::unique_ptr<torch::optim::Optimizer> build(
-    const std::string& name, std::vector<torch::optim::OptimizerParamGroup> groups,
+    const OptimizerOptions& o, std::vector<torch::optim::OptimizerParamGroup> groups,
     const torch::optim::OptimizerOptions& defaults) {
+  const auto& name = o.name;
+  if (name == "adam" && o.fused)
+    return std::make_unique<FusedAdam>(std::move(groups),
+                                       static_cast<const torch::optim::AdamOptions&>(defaults));
   if (name == "adam")
     return std::make_unique<torch::optim::Adam>(
         std::move(groups), static_cast<const torch::optim::AdamOptions&>(defaults));
@@ -112,7 +118,7 @@ std::unique_ptr<torch::optim::Optimizer> make_one(const OptimizerOptions& o, con
   if (!rest.empty() || chosen.empty()) groups.emplace_back(std::move(rest));
   for (std::size_t k = 0; k < chosen.size(); ++k)
     groups.emplace_back(std::move(chosen[k]), group_options(*defaults, o.groups[k]));
-  return build(o.name, std::move(groups), *defaults);
+  return build(o, std::move(groups), *defaults);
 }
 
 }  // namespace

@@ -110,6 +110,15 @@ class WICK_EXPORT Context {
   // An optimizer_step handler that declines the step for a reason the run should count
   // (non-finite gradients) calls this and returns false without calling next().
   void count_skipped_step();
+  // Since SDK 2.4, in an optimizer_step handler of a training step (not under manual
+  // optimization): runs the step's forward stage, after_pred, the task's loss and after_loss
+  // again on the current batch at the current weights (so autocast, channels-last and loss
+  // transforms such as label smoothing or mixup apply as in the first pass), then adds the
+  // loss's gradients to the parameters' .grad by plain autograd (no backward stage: no
+  // accumulation scaling, no loss scaling, no all-reduce). Returns the loss. The step's
+  // logged loss and metrics stay those of the first pass. Sharpness-aware minimization
+  // takes its second gradient with it.
+  at::Tensor recompute_loss();
 
   // ---- records ----------------------------------------------------------------------------
   // Adds a value to the next metrics record. The tensor overload defers the device sync to

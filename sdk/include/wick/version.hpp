@@ -9,10 +9,11 @@
 //   2.1  metric plugins (wick/metric.hpp)
 //   2.2  Metric::rows, wick/tensor_files.hpp, wick/rendezvous.hpp
 //   2.3  Registrar::request_profile, Context::profile (wick/profile.hpp)
+//   2.4  Context::recompute_loss
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 3
+#define WICK_API_MINOR 4
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

@@ -1,0 +1,100 @@
+// Adam ([optimizer] fused = true): torch::optim::Adam's formulas and state (AdamParamState, so
+// checkpoints are interchangeable), but a contiguous float32 CPU parameter is updated in one
+// pass that reads the parameter, its gradient and both moments once and writes them once,
+// where torch::optim's step runs eight tensor operations, each a pass of its own with a
+// dispatch. On a small model on one thread the optimizer step is a quarter of a training step
+// (the Fashion-MNIST MLP); fused, it is about half as long. Results differ from torch::optim's
+// by float rounding only. Other parameters (another dtype or device, not contiguous, amsgrad)
+// take the same formulas as tensor operations.
+#include "optim/fused_adam.hpp"
+
+#include <cmath>
+#include <cstdint>
+
+namespace wick {
+
+namespace {
+
+// Compiled for AVX-512, AVX2 and the x86-64 baseline; the loader picks one at start.
+template <bool kDecay>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adam_pass(
+    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+    std::int64_t n, float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
+    float decay) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    if (kDecay) gi += decay * p[i];
+    const float mi = m[i] * beta1 + (1 - beta1) * gi;
+    const float vi = v[i] * beta2 + (1 - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+  }
+}
+
+bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+  for (const auto* t : {&p, &g, &m, &v})
+    if (t->scalar_type() != at::kFloat || !t->device().is_cpu() || !t->is_contiguous())
+      return false;
+  return true;
+}
+
+}  // namespace
+
+at::Tensor FusedAdam::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto it = state_.find(key);
+      if (it == state_.end()) {
+        auto s = std::make_unique<torch::optim::AdamParamState>();
+        s->step(0);
+        s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        if (o.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        it = state_.emplace(key, std::move(s)).first;
+      }
+      auto& s = static_cast<torch::optim::AdamParamState&>(*it->second);
+      s.step(s.step() + 1);
+      const auto [beta1, beta2] = o.betas();
+      const double bc1 = 1 - std::pow(beta1, static_cast<double>(s.step()));
+      const double bc2 = 1 - std::pow(beta2, static_cast<double>(s.step()));
+      const double step_size = o.lr() / bc1, wd = o.weight_decay();
+      auto& m = s.exp_avg();
+      auto& v = s.exp_avg_sq();
+      const auto& g = p.grad();
+      if (!o.amsgrad() && fusable(p, g, m, v)) {
+        auto* run = wd != 0 ? &adam_pass<true> : &adam_pass<false>;
+        run(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
+            p.numel(), static_cast<float>(beta1), static_cast<float>(beta2),
+            static_cast<float>(step_size), static_cast<float>(std::sqrt(bc2)),
+            static_cast<float>(o.eps()), static_cast<float>(wd));
+        continue;
+      }
+      // torch::optim::Adam's own operations.
+      auto grad = wd != 0 ? g.add(p, wd) : g;
+      m.mul_(beta1).add_(grad, 1 - beta1);
+      v.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+      at::Tensor denom;
+      if (o.amsgrad()) {
+        auto& vmax = s.max_exp_avg_sq();
+        at::maximum_out(vmax, vmax, v);
+        denom = (vmax.sqrt() / std::sqrt(bc2)).add_(o.eps());
+      } else {
+        denom = (v.sqrt() / std::sqrt(bc2)).add_(o.eps());
+      }
+      p.addcdiv_(m, denom, -step_size);
+    }
+  }
+  return loss;
+}
+
+}  // namespace wick

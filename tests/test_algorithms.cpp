@@ -1,0 +1,687 @@
+// The training-algorithm plugins (label_smoothing, mixup, cutmix, sam, swa, freeze) and the
+// speed plugins (channels_last, mixed_precision dtype = "auto") on tiny classifiers, checked
+// against references computed here from the closed forms; then exact resume with each on,
+// through `wick fit`.
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <sstream>
+
+#include <wick/config.hpp>
+#include <wick/hardware.hpp>
+#include <wick/loader.hpp>
+#include <wick/task.hpp>
+#include <wick/trainer.hpp>
+
+#include "support.hpp"
+
+using namespace wick;
+using Catch::Matchers::Contains;
+using wick::test::TempDir;
+
+namespace {
+
+constexpr std::int64_t kClasses = 3;
+
+// Fixed random images [n, 1, side, side] (or flat [n, side * side]) with labels 0..2.
+//   linear: Flatten, Linear(side^2, 3)
+//   conv:   Conv2d(1, 2, 3, padding 1), Flatten, Linear(2 side^2, 3)
+//   bn:     Flatten, Linear(side^2, 4), BatchNorm1d(4), Linear(4, 3)
+class ImageTask : public Task {
+ public:
+  enum class Net { linear, conv, bn };
+  ImageTask(std::int64_t n, std::int64_t side, Net net, std::int64_t valid = 0, bool flat = false)
+      : side_(side), net_kind_(net) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    auto shape = [&](std::int64_t m) {
+      return flat ? std::vector<std::int64_t>{m, side * side}
+                  : std::vector<std::int64_t>{m, 1, side, side};
+    };
+    x_ = torch::randn(shape(n), gen);
+    y_ = torch::randint(kClasses, {n}, gen, torch::kLong);
+    train_ = std::make_shared<TensorDataset>(x_, y_);
+    if (valid > 0) {
+      vx_ = torch::randn(shape(valid), gen);
+      valid_ = std::make_shared<TensorDataset>(vx_, torch::randint(kClasses, {valid}, gen));
+    }
+  }
+  std::shared_ptr<torch::nn::Module> model() override {
+    namespace nn = torch::nn;
+    const auto d = side_ * side_;
+    net_ = nn::Sequential();
+    if (net_kind_ == Net::conv) {
+      net_->push_back(nn::Conv2d(nn::Conv2dOptions(1, 2, 3).padding(1)));
+      net_->push_back(nn::Flatten());
+      net_->push_back(nn::Linear(2 * d, kClasses));
+    } else if (net_kind_ == Net::bn) {
+      net_->push_back(nn::Flatten());
+      net_->push_back(nn::Linear(d, 4));
+      net_->push_back(nn::BatchNorm1d(4));
+      net_->push_back(nn::Linear(4, kClasses));
+    } else {
+      net_->push_back(nn::Flatten());
+      net_->push_back(nn::Linear(d, kClasses));
+    }
+    return net_.ptr();
+  }
+  std::shared_ptr<Dataset> train_data() override { return train_; }
+  std::shared_ptr<Dataset> valid_data() override { return valid_; }
+  at::Tensor forward(Context& c, const Batch& b) override {
+    auto pred = net_->forward(b.input);
+    if (on_forward) on_forward(c, b.input, pred);
+    return pred;
+  }
+  Output loss(Context& c, const at::Tensor& pred, const Batch& b) override {
+    return classification_loss(pred, b.target, c.state().validating());
+  }
+
+  at::Tensor x_, y_, vx_;
+  std::function<void(Context&, const at::Tensor& input, const at::Tensor& pred)> on_forward;
+  torch::nn::Sequential net_{nullptr};
+
+ private:
+  std::int64_t side_;
+  Net net_kind_;
+  std::shared_ptr<TensorDataset> train_, valid_;
+};
+
+std::vector<HookEntry> load_hooks(const std::string& toml) {
+  auto cfg = Config::parse(toml, "/nonexistent/algorithms.toml");
+  PluginFinder finder({WICK_PLUGIN_DIR});
+  return cfg.make_hooks(finder);
+}
+
+// An in-test hook with a function per point.
+struct Probe : Hook {
+  std::map<Point, std::function<void(Context&)>> points;
+  void connect(Registrar& r) override {
+    for (auto& [p, fn] : points) r.on(p, fn);
+  }
+};
+
+HookEntry entry(std::shared_ptr<Hook> h, const std::string& name, int order) {
+  HookEntry e;
+  e.hook = std::move(h);
+  e.plugin = name;
+  e.instance = name;
+  e.order = order;
+  return e;
+}
+
+TrainerOptions options(std::int64_t batch, std::int64_t epochs = 1) {
+  TrainerOptions o;
+  o.batch_size = batch;
+  o.epochs = epochs;
+  o.shuffle = false;
+  o.write_outputs = false;
+  o.log_every = 0;
+  return o;
+}
+
+OptimizerOptions sgd(double lr) {
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.lr = lr;
+  return o;
+}
+
+std::unique_ptr<Trainer> make(const std::shared_ptr<Task>& task, TrainerOptions o,
+                              OptimizerOptions opt, const std::string& hooks) {
+  auto t = std::make_unique<Trainer>(std::move(o), task, std::move(opt));
+  if (!hooks.empty())
+    for (auto& h : load_hooks(hooks)) t->add_hook(std::move(h));
+  return t;
+}
+
+// ---- hand references (plain loops over the numbers) ----------------------------------------
+
+std::vector<double> values(const at::Tensor& t) {
+  auto c = t.to(torch::kDouble).contiguous();
+  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
+}
+
+// -log softmax(z_i)[k] for logits [n, C].
+double nll(const std::vector<double>& z, std::int64_t i, std::int64_t k) {
+  double m = -1e300, s = 0;
+  for (std::int64_t j = 0; j < kClasses; ++j) m = std::max(m, z[i * kClasses + j]);
+  for (std::int64_t j = 0; j < kClasses; ++j) s += std::exp(z[i * kClasses + j] - m);
+  return m + std::log(s) - z[i * kClasses + k];
+}
+
+// Cross-entropy: the mean over the batch of -log p(target).
+double ce(const at::Tensor& logits, const at::Tensor& target) {
+  const auto z = values(logits);
+  const auto y = values(target);
+  double s = 0;
+  for (std::size_t i = 0; i < y.size(); ++i)
+    s += nll(z, static_cast<std::int64_t>(i), static_cast<std::int64_t>(y[i]));
+  return s / static_cast<double>(y.size());
+}
+
+// The uniform term of label smoothing: the mean over the batch and classes of -log p.
+double uniform_term(const at::Tensor& logits) {
+  const auto z = values(logits);
+  const auto n = logits.size(0);
+  double s = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t k = 0; k < kClasses; ++k) s += nll(z, i, k);
+  return s / static_cast<double>(n * kClasses);
+}
+
+// Closed-form gradient of the cross-entropy of z = x W^T + b: D = (softmax(z) - onehot) / n,
+// dW = D^T x, db = sum_i D_i.
+std::pair<at::Tensor, at::Tensor> ce_grad(const at::Tensor& w, const at::Tensor& b,
+                                          const at::Tensor& x, const at::Tensor& y) {
+  auto xf = x.reshape({x.size(0), -1}).to(torch::kDouble);
+  auto z = xf.matmul(w.to(torch::kDouble).t()) + b.to(torch::kDouble);
+  auto p = z.exp() / z.exp().sum(1, true);
+  auto d = (p - torch::one_hot(y, kClasses).to(torch::kDouble)) / static_cast<double>(x.size(0));
+  return {d.t().matmul(xf), d.sum(0)};
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// Every permutation of 0..n-1 (n small).
+std::vector<std::vector<std::int64_t>> permutations(std::int64_t n) {
+  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  std::vector<std::vector<std::int64_t>> out;
+  do out.push_back(p);
+  while (std::next_permutation(p.begin(), p.end()));
+  return out;
+}
+
+at::Tensor take(const at::Tensor& t, const std::vector<std::int64_t>& perm) {
+  return t.index_select(0, torch::tensor(perm, torch::kLong));
+}
+
+// What the model saw and what the loss was, for each training step.
+struct Seen {
+  std::vector<at::Tensor> inputs, preds, valid_inputs;
+  std::vector<double> losses;
+};
+void watch(Trainer& t, ImageTask& task, Seen& seen) {
+  task.on_forward = [&seen](Context& c, const at::Tensor& in, const at::Tensor&) {
+    (c.state().training() ? seen.inputs : seen.valid_inputs).push_back(in.detach().clone());
+  };
+  auto probe = std::make_shared<Probe>();
+  probe->points[Point::after_loss] = [&seen](Context& c) {
+    if (!c.state().training()) return;
+    seen.preds.push_back(c.output().pred.detach().clone());
+    seen.losses.push_back(c.output().loss.item<double>());
+  };
+  t.add_hook(entry(probe, "probe", 50));
+}
+
+// mixup's draw, recovered from the mixed batch m of x: the permutation and lam with
+// m = lam x + (1 - lam) x[perm].
+struct Mix {
+  std::vector<std::int64_t> perm;
+  double lam = 1;
+};
+Mix recover_mixup(const at::Tensor& m, const at::Tensor& x) {
+  for (const auto& perm : permutations(x.size(0))) {
+    auto xp = take(x, perm);
+    auto dx = (x - xp).to(torch::kDouble), dm = (m - xp).to(torch::kDouble);
+    const double nn = (dx * dx).sum().item<double>();
+    if (nn == 0) continue;  // the identity
+    const double lam = (dm * dx).sum().item<double>() / nn;
+    if (max_diff(m, lam * x + (1 - lam) * xp) < 1e-5) return {perm, lam};
+  }
+  FAIL("the mixed batch is no lam x + (1 - lam) x[perm]");
+  return {};
+}
+
+}  // namespace
+
+// ---- label_smoothing ----------------------------------------------------------------------
+
+TEST_CASE("label_smoothing: training loss (1 - eps) CE + eps mean(-log p), validation plain CE",
+          "[algorithms][label_smoothing]") {
+  auto task = std::make_shared<ImageTask>(8, 4, ImageTask::Net::linear, 4);
+  auto tp =
+      make(task, options(4), sgd(0.1), "[[hooks]]\nplugin = \"label_smoothing\"\nepsilon = 0.2\n");
+  auto& t = *tp;
+  Seen seen;
+  watch(t, *task, seen);
+  std::vector<double> valid_losses;
+  auto probe = std::make_shared<Probe>();
+  probe->points[Point::after_loss] = [&](Context& c) {
+    if (c.state().validating()) valid_losses.push_back(c.output().loss.item<double>());
+  };
+  t.add_hook(entry(probe, "valid_probe", 60));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(seen.preds.size() == 2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto y = task->y_.slice(0, 4 * k, 4 * k + 4);
+    const double want = 0.8 * ce(seen.preds[k], y) + 0.2 * uniform_term(seen.preds[k]);
+    CHECK(std::abs(seen.losses[k] - want) < 1e-5);
+    // And LibTorch's own label-smoothed cross-entropy agrees.
+    const double torch_ls =
+        torch::nn::functional::cross_entropy(
+            seen.preds[k], y, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.2))
+            .item<double>();
+    CHECK(std::abs(seen.losses[k] - torch_ls) < 1e-5);
+  }
+  REQUIRE(valid_losses.size() == 1);
+  const auto vpred = task->net_->forward(task->vx_);
+  CHECK(
+      std::abs(valid_losses[0] -
+               ce(vpred, std::dynamic_pointer_cast<TensorDataset>(task->valid_data())->target())) <
+      1e-5);
+}
+
+TEST_CASE("label_smoothing refuses predictions that are not class scores [N, C]",
+          "[algorithms][label_smoothing]") {
+  auto task = std::make_shared<ImageTask>(4, 2, ImageTask::Net::linear);
+  auto tp = make(task, options(4), sgd(0.1), "[[hooks]]\nplugin = \"label_smoothing\"\n");
+  auto& t = *tp;
+  task->on_forward = [](Context&, const at::Tensor&, const at::Tensor&) {};
+  auto probe = std::make_shared<Probe>();
+  // After the task's loss, before label_smoothing (order -3): a prediction of one score each.
+  probe->points[Point::after_loss] = [](Context& c) { c.output().pred = c.output().pred.sum(1); };
+  t.add_hook(entry(probe, "flatten_pred", -50));
+  auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Contains("label_smoothing") && Contains("class scores [N, C]"));
+}
+
+// ---- mixup and cutmix ---------------------------------------------------------------------
+
+TEST_CASE("mixup: inputs lam x + (1 - lam) x[perm], loss lam CE(y) + (1 - lam) CE(y[perm])",
+          "[algorithms][mixup]") {
+  auto run = [](const std::string& extra, Seen& seen, std::shared_ptr<ImageTask>& task) {
+    task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear, 4);
+    auto o = options(4);
+    o.seed = 3;
+    auto tp = make(task, o, sgd(0.1), "[[hooks]]\nplugin = \"mixup\"\nalpha = 0.4\n" + extra);
+    auto& t = *tp;
+    watch(t, *task, seen);
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+  };
+  Seen seen;
+  std::shared_ptr<ImageTask> task;
+  run("", seen, task);
+  REQUIRE(seen.inputs.size() == 2);
+  std::vector<double> lams;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto x = task->x_.slice(0, 4 * k, 4 * k + 4);
+    const auto y = task->y_.slice(0, 4 * k, 4 * k + 4);
+    const auto m = recover_mixup(seen.inputs[k], x);
+    INFO("step " << k << " lam " << m.lam);
+    CHECK((m.lam > 0 && m.lam < 1));
+    const double want =
+        m.lam * ce(seen.preds[k], y) + (1 - m.lam) * ce(seen.preds[k], take(y, m.perm));
+    CHECK(std::abs(seen.losses[k] - want) < 1e-5);
+    lams.push_back(m.lam);
+  }
+  CHECK(lams[0] != lams[1]);  // a draw per batch
+  // Validation sees the data as it is.
+  REQUIRE(seen.valid_inputs.size() == 1);
+  CHECK(seen.valid_inputs[0].equal(task->vx_));
+
+  // The same seed draws the same mixes (what exact resume rests on).
+  Seen again;
+  std::shared_ptr<ImageTask> task2;
+  run("", again, task2);
+  for (std::size_t k = 0; k < 2; ++k) CHECK(again.inputs[k].equal(seen.inputs[k]));
+
+  // With label smoothing after it: (1 - eps) * the mixed loss + eps * the uniform term.
+  Seen both;
+  std::shared_ptr<ImageTask> task3;
+  run("[[hooks]]\nplugin = \"label_smoothing\"\nepsilon = 0.1\n", both, task3);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto x = task3->x_.slice(0, 4 * k, 4 * k + 4);
+    const auto y = task3->y_.slice(0, 4 * k, 4 * k + 4);
+    const auto m = recover_mixup(both.inputs[k], x);
+    const auto& z = both.preds[k];
+    const double mixed = m.lam * ce(z, y) + (1 - m.lam) * ce(z, take(y, m.perm));
+    CHECK(std::abs(both.losses[k] - (0.9 * mixed + 0.1 * uniform_term(z))) < 1e-5);
+  }
+}
+
+TEST_CASE("cutmix: a box from x[perm], loss weighted by the pixels kept", "[algorithms][cutmix]") {
+  auto task = std::make_shared<ImageTask>(12, 8, ImageTask::Net::linear, 4);
+  auto o = options(4);
+  o.seed = 1;
+  auto tp = make(task, o, sgd(0.1), "[[hooks]]\nplugin = \"cutmix\"\n");
+  auto& t = *tp;
+  Seen seen;
+  watch(t, *task, seen);
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(seen.inputs.size() == 3);
+  int boxes = 0;
+  for (std::size_t k = 0; k < 3; ++k) {
+    INFO("step " << k);
+    const auto x = task->x_.slice(0, 4 * k, 4 * k + 4);
+    const auto y = task->y_.slice(0, 4 * k, 4 * k + 4);
+    const auto& m = seen.inputs[k];
+    // The pixels that changed in any image span the box.
+    const auto changed = (m != x).any(0).any(0);  // [H, W]
+    double want = ce(seen.preds[k], y);
+    if (changed.any().item<bool>()) {
+      const auto rows = changed.any(1).nonzero(), cols = changed.any(0).nonzero();
+      const auto y1 = rows.min().item<std::int64_t>(), y2 = rows.max().item<std::int64_t>() + 1;
+      const auto x1 = cols.min().item<std::int64_t>(), x2 = cols.max().item<std::int64_t>() + 1;
+      using torch::indexing::Slice;
+      const std::vector<torch::indexing::TensorIndex> box{Slice(), Slice(), Slice(y1, y2),
+                                                          Slice(x1, x2)};
+      // Outside the box nothing changed.
+      auto outside = m.clone();
+      outside.index_put_(box, x.index(box));
+      CHECK(outside.equal(x));
+      bool found = false;
+      for (const auto& perm : permutations(4))
+        if (m.index(box).equal(take(x, perm).index(box))) {
+          const double lam = 1 - static_cast<double>((y2 - y1) * (x2 - x1)) / 64.0;
+          want = lam * ce(seen.preds[k], y) + (1 - lam) * ce(seen.preds[k], take(y, perm));
+          found = true;
+          break;
+        }
+      CHECK(found);
+      ++boxes;
+    }
+    CHECK(std::abs(seen.losses[k] - want) < 1e-5);
+  }
+  CHECK(boxes >= 2);
+  CHECK(seen.valid_inputs.at(0).equal(task->vx_));
+}
+
+TEST_CASE("cutmix refuses inputs that are not images", "[algorithms][cutmix]") {
+  auto task = std::make_shared<ImageTask>(4, 4, ImageTask::Net::linear, 0, /*flat=*/true);
+  auto tp = make(task, options(4), sgd(0.1), "[[hooks]]\nplugin = \"cutmix\"\n");
+  auto& t = *tp;
+  auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Contains("cutmix needs image batches [N, C, H, W]") && Contains("[4, 16]") &&
+                          Contains("mixup"));
+}
+
+// ---- sam ----------------------------------------------------------------------------------
+
+TEST_CASE("sam: the step uses the gradient at w + rho g / |g|, by hand", "[algorithms][sam]") {
+  for (const bool clip : {false, true}) {
+    INFO((clip ? "with grad_clip" : "alone"));
+    auto task = std::make_shared<ImageTask>(8, 3, ImageTask::Net::linear);
+    auto tp =
+        make(task, options(8), sgd(0.5),
+             "[[hooks]]\nplugin = \"sam\"\nrho = 0.3\n" +
+                 std::string(clip ? "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 0.05\n" : ""));
+    auto& t = *tp;
+    at::Tensor w0, b0;
+    double logged = 0;
+    auto probe = std::make_shared<Probe>();
+    probe->points[Point::before_step] = [&](Context& c) {
+      auto ps = c.model().parameters();
+      w0 = ps[0].detach().clone();
+      b0 = ps[1].detach().clone();
+    };
+    probe->points[Point::after_step] = [&](Context& c) { logged = c.output().loss.item<double>(); };
+    t.add_hook(entry(probe, "probe", 50));
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+
+    const auto& x = task->x_;
+    const auto& y = task->y_;
+    auto [gw, gb] = ce_grad(w0, b0, x, y);
+    const double norm = std::sqrt((gw * gw).sum().item<double>() + (gb * gb).sum().item<double>());
+    const double s = 0.3 / norm;
+    auto [hw, hb] = ce_grad(w0 + s * gw, b0 + s * gb, x, y);
+    if (clip) {
+      const double n2 = std::sqrt((hw * hw).sum().item<double>() + (hb * hb).sum().item<double>());
+      const double coef = std::min(1.0, 0.05 / (n2 + 1e-6));
+      hw = hw * coef;
+      hb = hb * coef;
+    }
+    auto ps = t.model().parameters();
+    CHECK(max_diff(ps[0], w0 - 0.5 * hw) < 1e-5);
+    CHECK(max_diff(ps[1], b0 - 0.5 * hb) < 1e-5);
+    // A plain step would have landed elsewhere.
+    CHECK(max_diff(ps[0], w0 - 0.5 * gw) > 1e-4);
+    // The logged loss is the first pass's, at w.
+    auto xf = x.reshape({8, -1});
+    CHECK(std::abs(logged - ce(xf.matmul(w0.t()) + b0, y)) < 1e-5);
+  }
+}
+
+TEST_CASE("sam refuses grad_accum, ddp and several optimizers with the reason",
+          "[algorithms][sam]") {
+  auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
+  auto tp = make(task, options(4), sgd(0.1),
+                 "[[hooks]]\nplugin = \"sam\"\n[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n");
+  auto& t = *tp;
+  auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Contains("grad_accum (steps = 2)") && Contains("trainer.batch_size"));
+}
+
+// ---- swa ----------------------------------------------------------------------------------
+
+TEST_CASE("swa: the model ends as the mean of the epochs' weights, batch norm recomputed",
+          "[algorithms][swa]") {
+  auto task = std::make_shared<ImageTask>(16, 2, ImageTask::Net::bn, 4);
+  auto tp = make(task, options(4, 3), sgd(0.2), "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 1\n");
+  auto& t = *tp;
+  std::vector<std::vector<at::Tensor>> trained;  // each epoch's weights, before swa acts
+  auto probe = std::make_shared<Probe>();
+  probe->points[Point::before_valid] = [&](Context& c) {
+    std::vector<at::Tensor> ps;
+    for (const auto& p : c.model().parameters()) ps.push_back(p.detach().clone());
+    trained.push_back(ps);
+  };
+  t.add_hook(entry(probe, "probe", -200));
+  auto r = t.fit();
+  REQUIRE(r.status == FitResult::Status::completed);
+  REQUIRE(trained.size() == 3);
+  auto ps = t.model().parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    CHECK(max_diff(ps[i], (trained[1][i] + trained[2][i]) / 2) < 1e-6);
+
+  // Batch norm: the mean over the 4 training batches of each batch's mean and unbiased
+  // variance of the first layer's output, at the averaged weights.
+  auto bn = task->net_[2]->as<torch::nn::BatchNorm1dImpl>();
+  REQUIRE(bn);
+  auto lin = task->net_[1]->as<torch::nn::LinearImpl>();
+  at::Tensor mean = torch::zeros({4}, torch::kDouble), var = torch::zeros({4}, torch::kDouble);
+  for (int b = 0; b < 4; ++b) {
+    auto h = task->x_.slice(0, 4 * b, 4 * b + 4)
+                 .reshape({4, -1})
+                 .to(torch::kDouble)
+                 .matmul(lin->weight.to(torch::kDouble).t()) +
+             lin->bias.to(torch::kDouble);
+    mean += h.mean(0) / 4;
+    var += h.var(0, /*unbiased=*/true) / 4;
+  }
+  CHECK(max_diff(bn->running_mean, mean) < 1e-5);
+  CHECK(max_diff(bn->running_var, var) < 1e-5);
+}
+
+TEST_CASE("swa refuses a start_epoch the run never reaches", "[algorithms][swa]") {
+  auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
+  auto tp = make(task, options(4, 2), sgd(0.1), "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 2\n");
+  auto& t = *tp;
+  auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Contains("start_epoch = 2") && Contains("2 epochs"));
+}
+
+// ---- freeze -------------------------------------------------------------------------------
+
+TEST_CASE("freeze: matched parameters get no gradient and keep their values until the epoch",
+          "[algorithms][freeze]") {
+  auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::bn);
+  OptimizerOptions adam;
+  adam.lr = 0.05;
+  adam.weight_decay = 0.1;  // would move a parameter with a zero gradient
+  auto tp = make(task, options(4, 2), adam,
+                 "[[hooks]]\nplugin = \"freeze\"\npatterns = [\"1.*\"]\nuntil_epoch = 1\n");
+  auto& t = *tp;
+  std::vector<std::vector<at::Tensor>> at_end;
+  std::vector<at::Tensor> initial;
+  bool frozen_grad_seen = false;
+  auto snapshot = [](Context& c) {
+    std::vector<at::Tensor> ps;
+    for (const auto& p : c.model().parameters()) ps.push_back(p.detach().clone());
+    return ps;
+  };
+  auto probe = std::make_shared<Probe>();
+  probe->points[Point::before_fit] = [&](Context& c) { initial = snapshot(c); };
+  probe->points[Point::after_backward] = [&](Context& c) {
+    if (c.state().epoch == 0)
+      for (const auto& item : c.model().named_parameters())
+        if (item.key().rfind("1.", 0) == 0) frozen_grad_seen |= item.value().grad().defined();
+  };
+  probe->points[Point::after_epoch] = [&](Context& c) { at_end.push_back(snapshot(c)); };
+  t.add_hook(entry(probe, "probe", 50));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(at_end.size() == 2);
+  CHECK_FALSE(frozen_grad_seen);
+  // Parameters 0, 1 are layer 1 (frozen in epoch 0); 2.. are batch norm and layer 3.
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(at_end[0][i].equal(initial[i]));
+    CHECK(max_diff(at_end[1][i], at_end[0][i]) > 1e-4);
+  }
+  for (std::size_t i = 2; i < initial.size(); ++i) CHECK(max_diff(at_end[0][i], initial[i]) > 1e-4);
+}
+
+TEST_CASE("freeze names the model's parameters when a pattern matches none",
+          "[algorithms][freeze]") {
+  auto task = std::make_shared<ImageTask>(4, 2, ImageTask::Net::linear);
+  auto tp = make(task, options(4), sgd(0.1),
+                 "[[hooks]]\nplugin = \"freeze\"\npatterns = [\"encoder.*\"]\n");
+  auto& t = *tp;
+  auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error,
+             Contains("pattern 'encoder.*' matches no parameter") && Contains("1.weight, 1.bias"));
+}
+
+// ---- channels_last and mixed_precision dtype = "auto" -------------------------------------
+
+TEST_CASE("channels_last: 4-D weights and inputs channels-last, same training",
+          "[algorithms][channels_last]") {
+  auto run = [](bool on, std::vector<at::Tensor>& out) {
+    auto task = std::make_shared<ImageTask>(8, 4, ImageTask::Net::conv, 4);
+    auto tp =
+        make(task, options(4, 2), sgd(0.1), on ? "[[hooks]]\nplugin = \"channels_last\"\n" : "");
+    auto& t = *tp;
+    int seen = 0, channels_last = 0;
+    task->on_forward = [&](Context& c, const at::Tensor& in, const at::Tensor&) {
+      ++seen;
+      const auto w = c.model().parameters()[0];
+      // What convolutions choose their layout by. With one channel, is_contiguous(ChannelsLast)
+      // holds for a plain NCHW tensor too, which convolutions still run NCHW.
+      if (in.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
+          w.suggest_memory_format() == at::MemoryFormat::ChannelsLast)
+        ++channels_last;
+    };
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    for (const auto& p : t.model().parameters()) out.push_back(p.detach().clone());
+    return std::make_pair(seen, channels_last);
+  };
+  std::vector<at::Tensor> a, b;
+  const auto [seen_on, cl_on] = run(true, a);
+  const auto [seen_off, cl_off] = run(false, b);
+  CHECK(seen_on == 6);  // 2 epochs of 2 training batches and 1 validation batch
+  CHECK(cl_on == seen_on);
+  CHECK(cl_off == 0);
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_diff(a[i], b[i]) < 1e-5);
+}
+
+TEST_CASE("mixed_precision dtype auto: bf16 exactly where /proc/cpuinfo lists native bf16",
+          "[algorithms][amp]") {
+  // Read here independently of wick's own parsing.
+  bool native = false;
+  {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("flags", 0) == 0) {
+        std::istringstream words(line);
+        for (std::string w; words >> w;) native |= w == "avx512_bf16" || w == "amx_bf16";
+        break;
+      }
+  }
+  CHECK(wick::cpu_features().native_bf16() == native);
+  CHECK(wick::native_bf16(Device{}) == native);
+  auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
+  auto tp = make(task, options(4), sgd(0.1), "[[hooks]]\nplugin = \"mixed_precision\"\n");
+  auto& t = *tp;
+  std::vector<at::ScalarType> dtypes;
+  task->on_forward = [&](Context&, const at::Tensor&, const at::Tensor& pred) {
+    dtypes.push_back(pred.scalar_type());
+  };
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(dtypes.size() == 2);
+  for (auto d : dtypes) CHECK(d == (native ? at::kBFloat16 : at::kFloat));
+}
+
+// ---- exact resume, through wick fit -------------------------------------------------------
+
+namespace {
+
+// A small CNN on the first 512 Fashion-MNIST images: 16 steps of 32 per epoch, 3 epochs.
+std::string cnn_config(const TempDir& d, const std::string& hooks) {
+  return "[trainer]\nepochs = 3\nseed = 4\nbatch_size = 32\nvalid_batch_size = 256\n"
+         "log_every = 4\nthreads = 1\noutput_dir = \"" +
+         (d / "run").string() +
+         "\"\n[task]\nplugin = \"fashion_mnist\"\nmodel = \"cnn\"\nchannels = [4, 8]\n"
+         "batch_norm = true\nhidden = [16]\nlimit = 512\n"
+         "[optimizer]\nname = \"adam\"\nlr = 0.003\n"
+         "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 5\n" +
+         hooks + wick::test::test_plugins_toml();
+}
+
+void killed_then_resumed(const std::string& hooks, int step) {
+  TempDir ref;
+  wick::test::write_file(ref / "cfg.toml", cnn_config(ref, hooks));
+  auto r0 = wick::test::run_wick({"fit", (ref / "cfg.toml").string()});
+  INFO(r0.out << r0.err);
+  REQUIRE(r0.exit_code == 0);
+
+  TempDir d;
+  wick::test::write_file(d / "cfg.toml",
+                         cnn_config(d, hooks +
+                                           "[[hooks]]\nplugin = \"fault\"\naction = \"kill\"\n"
+                                           "step = " +
+                                           std::to_string(step) + "\n"));
+  auto r1 = wick::test::run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r1.out << r1.err);
+  REQUIRE(r1.exit_code == 128 + 9);
+  auto r2 = wick::test::run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                                  "hooks.fault.enabled=false"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.err.find("starts afresh") == std::string::npos);
+  auto a = wick::test::read_json(ref / "run" / "summary.json");
+  auto b = wick::test::read_json(d / "run" / "summary.json");
+  CHECK(b["model_fingerprint"] == a["model_fingerprint"]);
+  CHECK(wick::test::logged_values(d) == wick::test::logged_values(ref));
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 then resume is exact with channels_last, bf16, label_smoothing, mixup, sam, swa",
+          "[algorithms][resume]") {
+  // Step 22 is mid-epoch 1, after swa's first average would start at its end; the last
+  // checkpoint (step 20) is two steps back.
+  killed_then_resumed(
+      "[[hooks]]\nplugin = \"channels_last\"\n[[hooks]]\nplugin = \"mixed_precision\"\n"
+      "[[hooks]]\nplugin = \"label_smoothing\"\n[[hooks]]\nplugin = \"mixup\"\n"
+      "[[hooks]]\nplugin = \"sam\"\n[[hooks]]\nplugin = \"swa\"\nstart_epoch = 1\n",
+      22);
+}
+
+TEST_CASE("kill -9 then resume is exact with cutmix, freeze and swa", "[algorithms][resume]") {
+  // Step 38 is in epoch 2: freeze has let go, swa holds epoch 1's weights.
+  killed_then_resumed(
+      "[[hooks]]\nplugin = \"cutmix\"\n[[hooks]]\nplugin = \"freeze\"\npatterns = [\"0.*\"]\n"
+      "until_epoch = 1\n[[hooks]]\nplugin = \"swa\"\nstart_epoch = 1\n",
+      38);
+}
