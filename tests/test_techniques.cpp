@@ -14,9 +14,13 @@
 #include <wick/trainer.hpp>
 
 #include "../plugins/mixed_precision/loss_scaler.hpp"
+#include "in_process.hpp"
 #include "support.hpp"
 
 using namespace wick;
+using wick::test::entry;
+using wick::test::load_hooks;
+using wick::test::options;
 using wick::test::TempDir;
 
 namespace {
@@ -63,13 +67,6 @@ class LinearTask : public Task {
   torch::nn::Linear lin_{nullptr};
 };
 
-// Hooks from a TOML snippet of [[hooks]] tables, loaded from the built plugins.
-std::vector<HookEntry> load_hooks(const std::string& toml) {
-  auto cfg = Config::parse(toml, "/nonexistent/techniques.toml");
-  PluginFinder finder({WICK_PLUGIN_DIR});
-  return cfg.make_hooks(finder);
-}
-
 // An in-test hook: handlers in every stage and at every point, each optional.
 struct Probe : Hook {
   std::function<void(Context&, Stage)> stage_fn;
@@ -85,25 +82,6 @@ struct Probe : Hook {
     for (auto& [p, fn] : points) r.on(p, fn);
   }
 };
-
-HookEntry entry(std::shared_ptr<Hook> h, const std::string& name, int order) {
-  HookEntry e;
-  e.hook = std::move(h);
-  e.plugin = name;
-  e.instance = name;
-  e.order = order;
-  return e;
-}
-
-TrainerOptions options(std::int64_t batch, std::int64_t epochs = 1) {
-  TrainerOptions o;
-  o.batch_size = batch;
-  o.epochs = epochs;
-  o.shuffle = false;
-  o.write_outputs = false;
-  o.log_every = 0;
-  return o;
-}
 
 OptimizerOptions optimizer(const std::string& name, double lr) {
   OptimizerOptions o;
