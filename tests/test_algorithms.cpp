@@ -593,6 +593,17 @@ TEST_CASE("mixed_precision dtype auto: bf16 exactly where /proc/cpuinfo lists na
   REQUIRE(t.fit().status == FitResult::Status::completed);
   REQUIRE(dtypes.size() == 2);
   for (auto d : dtypes) CHECK(d == (native ? at::kBFloat16 : at::kFloat));
+
+  // A validation with no fit before it (wick evaluate) chooses the same way.
+  auto vtask = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear, 4);
+  auto v = make(vtask, options(4), sgd(0.1), "[[hooks]]\nplugin = \"mixed_precision\"\n");
+  dtypes.clear();
+  vtask->on_forward = [&](Context&, const at::Tensor&, const at::Tensor& pred) {
+    dtypes.push_back(pred.scalar_type());
+  };
+  v->validate();
+  REQUIRE(dtypes.size() == 1);
+  CHECK(dtypes[0] == (native ? at::kBFloat16 : at::kFloat));
 }
 
 // ---- exact resume, through wick fit -------------------------------------------------------

@@ -36,22 +36,9 @@ class MixedPrecision : public wick::Hook {
   }
 
   void connect(wick::Registrar& r) override {
-    r.on(wick::Point::before_fit, [this](wick::Context& c) {
-      cuda_ = c.run().device.is_cuda();
-      if (auto_ && !announced_) {
-        fp32_ = !wick::native_bf16(c.run().device);
-        if (c.run().is_main_process()) std::fprintf(stderr, "%s\n", auto_choice(c).c_str());
-        announced_ = true;
-      }
-      if (fp16_ && !cuda_ && !warned_) {
-        std::fprintf(stderr,
-                     "wick: mixed_precision: fp16 autocast needs CUDA (LibTorch 1.13 has no "
-                     "fp16 matmul on CPU); running fp32 forward with loss scaling only. Use "
-                     "dtype = \"bf16\" for reduced precision on CPU.\n");
-        warned_ = true;
-      }
-    });
+    r.on(wick::Point::before_fit, [this](wick::Context& c) { set_up(c); });
     r.stage(wick::Stage::forward, [this](wick::Context& c, wick::Next next) {
+      set_up(c);  // evaluate and predict run no before_fit
       struct Scope {
         MixedPrecision* mp;
         ~Scope() { mp->autocast_off(); }
@@ -103,6 +90,22 @@ class MixedPrecision : public wick::Hook {
   }
 
  private:
+  // The device, and with dtype = "auto" the choice, known once per run.
+  void set_up(wick::Context& c) {
+    if (set_up_) return;
+    set_up_ = true;
+    cuda_ = c.run().device.is_cuda();
+    if (auto_) {
+      fp32_ = !wick::native_bf16(c.run().device);
+      if (c.run().is_main_process()) std::fprintf(stderr, "%s\n", auto_choice(c).c_str());
+    }
+    if (fp16_ && !cuda_)
+      std::fprintf(stderr,
+                   "wick: mixed_precision: fp16 autocast needs CUDA (LibTorch 1.13 has no "
+                   "fp16 matmul on CPU); running fp32 forward with loss scaling only. Use "
+                   "dtype = \"bf16\" for reduced precision on CPU.\n");
+  }
+
   static std::string auto_choice(wick::Context& c) {
     const auto& d = c.run().device;
     const std::string where = d.is_cuda() ? "this GPU" : "this CPU";
@@ -148,8 +151,8 @@ class MixedPrecision : public wick::Hook {
   }
 
   wick::amp::LossScaler scaler_;
-  bool fp16_ = false, cuda_ = false, warned_ = false, active_ = false;
-  bool auto_ = false, fp32_ = false, announced_ = false;  // dtype = "auto" and its choice
+  bool fp16_ = false, cuda_ = false, active_ = false, set_up_ = false;
+  bool auto_ = false, fp32_ = false;  // dtype = "auto" and its choice
   bool prev_enabled_ = false;
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
