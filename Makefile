@@ -1,6 +1,15 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing
-# (scripts/install-deps.sh, Debian packages only), then build with CMake + Ninja.
+# (scripts/install-deps.sh: Debian's packages, and LibTorch 2.x from PyPI's torch wheel), then
+# build with CMake + Ninja.
+#
+# Two LibTorch builds: LIBTORCH=wheel (PyPI's torch==2.11.0, CUDA 13.0, in .deps/) and
+# LIBTORCH=debian (Debian's libtorch-dev 1.13, CPU). The default, chosen by measurement
+# (README: Choosing a LibTorch), is built into build/; make test also builds and tests the
+# other one in build-OTHER/.
+LIBTORCH   ?= wheel
+OTHER      := $(if $(filter wheel,$(LIBTORCH)),debian,wheel)
 BUILD      ?= build
+OTHER_BUILD ?= build-$(OTHER)
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 BUILD_TYPE ?= Release
@@ -8,9 +17,11 @@ CONFIG     ?= samples/fashion_mnist/mlp.toml
 # The run directory of CONFIG: its trainer.output_dir (override with RUN_DIR=...).
 RUN_DIR    ?= $(or $(shell sed -n 's/^output_dir *= *"\(.*\)".*/\1/p' $(CONFIG) 2>/dev/null | head -n 1),runs/default)
 WICK       := $(BUILD)/bin/wick
+# -DWICK_TORCH=... for a LibTorch build (none for Debian's: CMake finds it in /usr).
+torch_flag = $(if $(filter wheel,$(1)),-DWICK_TORCH=$(shell scripts/install-libtorch.sh --print),)
 
-.PHONY: all deps configure build run test test-sanitize fuzz-build fuzz test-fuzz bench \
-        bench-smoke format clean install
+.PHONY: all deps configure build build-other run test test-other test-sanitize fuzz-build fuzz \
+        test-fuzz bench bench-smoke gpu-check format clean install
 
 all: build
 
@@ -18,12 +29,20 @@ deps:
 	@./scripts/install-deps.sh
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(call torch_flag,$(LIBTORCH))
+
+$(OTHER_BUILD)/build.ninja:
+	cmake -S . -B $(OTHER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  $(call torch_flag,$(OTHER))
 
 configure: deps $(BUILD)/build.ninja
 
 build: configure
 	cmake --build $(BUILD)
+
+# The same tree against the other LibTorch.
+build-other: deps $(OTHER_BUILD)/build.ninja
+	cmake --build $(OTHER_BUILD)
 
 # Train CONFIG (the Fashion-MNIST MLP by default) and draw its curves; the last lines are
 # the run's summary (accuracy, time, samples/s) and where its files are.
@@ -36,8 +55,13 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600
+	$(MAKE) test-other
 	$(MAKE) test-sanitize
 	$(MAKE) test-fuzz
+
+# Every test again, against the other LibTorch.
+test-other: build-other
+	cd $(OTHER_BUILD) && ctest --output-on-failure -j2 --timeout 600
 
 # The plugin loader and trainer core under AddressSanitizer and UBSan, with the
 # purpose-built bad libraries (a separate, smaller build). No sanitizer check is switched off:
@@ -85,8 +109,13 @@ bench: build
 bench-smoke: build
 	$(BUILD)/bin/wick_bench --smoke --out $(BUILD)/bench-smoke.json
 
+# On a machine with an NVIDIA GPU: build against its python3's CUDA torch, run every test and
+# the GPU bench (scripts/gpu-check.sh); without a GPU it builds and says what it would run.
+gpu-check:
+	scripts/gpu-check.sh
+
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(OTHER_BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages wick needs to build, test and run. Idempotent: only
-# missing packages are installed. Runs apt-get as root, or through sudo.
+# Installs what wick needs to build, test and run: Debian's packages (only the missing ones,
+# through apt-get as root or with sudo), then LibTorch 2.x for the second build
+# (scripts/install-libtorch.sh: PyPI's pinned torch wheel in .deps/). Idempotent.
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +19,8 @@ PACKAGES=(
   python3-torch                  # tests: TorchScript models and data made as users make them,
                                  # torchrun
   iproute2                       # tests: two nodes in network namespaces (ip netns)
+  python3-pip python3-venv       # LibTorch 2.x from PyPI's wheel; make bench's Python peers
+  binutils                       # tests: objcopy (a plugin without its build record)
 )
 
 missing=()
@@ -27,9 +30,10 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+here=$(dirname "$0")
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+  exec "$here/install-libtorch.sh"
 fi
 
 SUDO=""
@@ -47,3 +51,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+exec "$here/install-libtorch.sh"

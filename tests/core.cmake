@@ -4,6 +4,13 @@ wick_add_test(test_smoke SOURCES test_smoke.cpp)
 wick_add_test(test_lifecycle SOURCES test_lifecycle.cpp TORCH SANITIZE)
 wick_add_test(test_cancel SOURCES test_cancel.cpp SANITIZE)
 wick_add_test(test_loader SOURCES test_loader.cpp SANITIZE)
+# The version of the other LibTorch a mismatched test plugin was built against
+# (tests/plugins/bad): none when this machine has only one LibTorch (the test skips).
+get_property(wick_other_torch_version GLOBAL PROPERTY WICK_OTHER_TORCH_VERSION)
+if(wick_other_torch_version AND TARGET test_loader)
+  target_compile_definitions(test_loader PRIVATE
+                             WICK_OTHER_TORCH_VERSION="${wick_other_torch_version}")
+endif()
 wick_add_test(test_config SOURCES test_config.cpp SANITIZE)
 wick_add_test(test_describe SOURCES test_describe.cpp)
 # SHA-256 (nettle) against the NIST example vectors.

@@ -7,10 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <numeric>
-#include <sstream>
 
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
@@ -569,18 +567,8 @@ TEST_CASE("channels_last: 4-D weights and inputs channels-last, same training",
 
 TEST_CASE("mixed_precision dtype auto: bf16 exactly where /proc/cpuinfo lists native bf16",
           "[algorithms][amp]") {
-  // Read here independently of wick's own parsing.
-  bool native = false;
-  {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-      if (line.rfind("flags", 0) == 0) {
-        std::istringstream words(line);
-        for (std::string w; words >> w;) native |= w == "avx512_bf16" || w == "amx_bf16";
-        break;
-      }
-  }
+  const auto flags = wick::test::cpu_flags();
+  const bool native = flags.count("avx512_bf16") || flags.count("amx_bf16");
   CHECK(wick::cpu_features().native_bf16() == native);
   CHECK(wick::native_bf16(Device{}) == native);
   auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
@@ -604,6 +592,30 @@ TEST_CASE("mixed_precision dtype auto: bf16 exactly where /proc/cpuinfo lists na
   v->validate();
   REQUIRE(dtypes.size() == 1);
   CHECK(dtypes[0] == (native ? at::kBFloat16 : at::kFloat));
+}
+
+// ---- parameter refusals ---------------------------------------------------------------------
+
+TEST_CASE("the algorithm plugins refuse bad parameters, naming the key and the fix",
+          "[algorithms][config]") {
+  struct Bad {
+    std::string table, key, message;
+  };
+  const std::vector<Bad> cases = {
+      {"plugin = \"label_smoothing\"\nepsilon = 1.0", "epsilon", "must be in [0, 1)"},
+      {"plugin = \"mixup\"\nalpha = 0.0", "alpha", "must be > 0"},
+      {"plugin = \"cutmix\"\nalpha = -1.0", "alpha", "must be > 0"},
+      {"plugin = \"sam\"\nrho = 0.0", "rho", "must be > 0"},
+      {"plugin = \"swa\"\nstart_epoch = -2", "start_epoch", "or -1 for the last quarter"},
+      {"plugin = \"freeze\"\npatterns = []", "patterns", "at least one pattern"},
+      {"plugin = \"freeze\"\npatterns = [\"0.*\"]\nuntil_epoch = -2", "until_epoch",
+       "or -1 for the whole run"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.table);
+    CHECK_THROWS_WITH(load_hooks("[[hooks]]\n" + c.table + "\n"),
+                      Contains("'" + c.key + "'") && Contains(c.message) && Contains("hooks.toml"));
+  }
 }
 
 // ---- exact resume, through wick fit -------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -487,11 +488,8 @@ TEST_CASE("srun tasks (SLURM's variables alone) train like wick launch's ranks")
 }
 
 TEST_CASE("torchrun --no_python wick fit: ranks from torchrun, and its restart resumes") {
-  const std::string python = "/usr/bin/python3";
-  if (run({python, "-c", "import torch.distributed.run"}).exit_code != 0) {
-    WARN("skipped: Debian's python3-torch (torchrun) is not installed (scripts/install-deps.sh)");
-    return;
-  }
+  const std::string python = kPython;
+  need_python({"torch.distributed.run"});
   TempDir dir;
   const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
   write_file(
@@ -733,17 +731,15 @@ TEST_CASE(
     "two nodes over a real network interface train like one process, and a dead node ends "
     "the other within timeout_s, naming the rank",
     "[netns]") {
-  TwoNodes nodes;
-  if (!nodes.ok) {
-    WARN(
-        "skipped: making network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and "
-        "iproute2's ip");
-    return;
+  auto nodes = std::make_unique<TwoNodes>();
+  if (!nodes->ok) {
+    nodes.reset();  // removes what it made
+    skip("making network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2's ip");
   }
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
-  auto n0 = nodes.node(0, 29517, (dir / "cfg.toml").string());
-  auto n1 = nodes.node(1, 29517, (dir / "cfg.toml").string());
+  auto n0 = nodes->node(0, 29517, (dir / "cfg.toml").string());
+  auto n1 = nodes->node(1, 29517, (dir / "cfg.toml").string());
   auto r0 = n0.get(), r1 = n1.get();
   INFO(r0.out << r0.err << r1.out << r1.err);
   REQUIRE(r0.exit_code == 0);
@@ -762,14 +758,14 @@ TEST_CASE(
   write_file(dir2 / "cfg.toml", config(dir2 / "run"));
   const std::vector<std::string> longer = {"--set", "trainer.epochs=100000", "--set",
                                            "hooks.ddp.timeout_s=5.0"};
-  auto k0 = nodes.node(0, 29518, (dir2 / "cfg.toml").string(), longer);
-  auto k1 = nodes.node(1, 29518, (dir2 / "cfg.toml").string(), longer);
+  auto k0 = nodes->node(0, 29518, (dir2 / "cfg.toml").string(), longer);
+  auto k1 = nodes->node(1, 29518, (dir2 / "cfg.toml").string(), longer);
   const auto metrics = dir2 / "run" / "metrics.jsonl";
   for (int i = 0; i < 600 && (!fs::exists(metrics) || fs::file_size(metrics) == 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE(fs::exists(metrics));
   const auto t0 = std::chrono::steady_clock::now();
-  nodes.kill_node1();
+  nodes->kill_node1();
   auto d0 = k0.get();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   k1.get();

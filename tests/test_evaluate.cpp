@@ -15,7 +15,6 @@ using namespace wick::test;
 
 namespace {
 
-const char* const kPython = "/usr/bin/python3";
 
 // The valid/* values of an evaluate --json file or of summary.json.
 std::map<std::string, double> valid_values(const nlohmann::json& j) {
@@ -47,6 +46,7 @@ std::string synthetic_config(const fs::path& run_dir, const std::string& extra =
 TEST_CASE(
     "wick evaluate on the Fashion-MNIST MLP equals the fit's validation, scikit-learn's f1 and "
     "accuracy on wick predict's outputs, and 2 ranks alike") {
+  need_python({"numpy", "sklearn", "torch"});
   TempDir d;
   const auto run_dir = d / "run";
   write_file(d / "mlp.toml",
@@ -126,6 +126,7 @@ print(json.dumps({"shape": list(p.shape), "dtype": str(p.dtype),
 }
 
 TEST_CASE("wick predict reads .npy, .csv and .pt inputs as the task's own rows") {
+  need_python({"numpy", "sklearn", "torch"});
   TempDir d;
   write_file(d / "cfg.toml", synthetic_config(d / "run"));
   const std::string cfg = (d / "cfg.toml").string();

@@ -161,6 +161,7 @@ TEST_CASE("metrics_log writes metrics.csv with the records of metrics.jsonl") {
 }
 
 TEST_CASE("wick plot draws a PNG of the requested size from a recorded run") {
+  need_program("gnuplot", "gnuplot-nox");
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir, "", 3));
   auto fit = run_wick({"fit", (dir / "cfg.toml").string()});

@@ -29,6 +29,7 @@ std::string read_idx_error(const fs::path& p, int rank, wick::idx::IdxError::Kin
 }  // namespace
 
 TEST_CASE("wick plot: no metric name or run folder name becomes a gnuplot command") {
+  need_program("gnuplot", "gnuplot-nox");
   TempDir dir;
   // A run folder whose name has a quote, a newline, a backquoted command and a semicolon.
   const fs::path run = dir / "ru\"n\n'x`touch PWNED_DIR`;y";

@@ -1,6 +1,7 @@
 // The plugin loader against purpose-built bad libraries (tests/plugins/bad/): each is refused
 // with its own PluginError kind and a message that names the file and the fix; none crashes.
 #include <sys/stat.h>
+#include <torch/version.h>
 
 #include "support.hpp"
 #include "wick/config.hpp"
@@ -29,6 +30,8 @@ TEST_CASE("a good plugin loads, with its info read before the factory runs") {
   CHECK(i.kind == wick::PluginKind::hook);
   CHECK(i.api_major == WICK_API_MAJOR);
   CHECK(i.path == fs::canonical(kGood / "wick_recorder.so").string());
+  // Its build record: the LibTorch this build compiled it against.
+  CHECK(i.torch_build.rfind("LibTorch " TORCH_VERSION " (", 0) == 0);
   REQUIRE(i.params.size() == 4);
   CHECK(i.params[0].key == "path");
   CHECK_FALSE(i.params[0].default_toml.has_value());  // required
@@ -43,6 +46,31 @@ TEST_CASE("a shared object that is not a wick plugin") {
   CHECK(msg == "'" + p +
                    "' is not a wick plugin: it exports no 'wick_plugin_info' (a plugin "
                    "declares itself with WICK_PLUGIN(Class, ...) from <wick/plugin.hpp>)");
+}
+
+TEST_CASE("a plugin built against another LibTorch is refused before it is loaded, naming both") {
+#ifndef WICK_OTHER_TORCH_VERSION
+  skip("no second LibTorch to build a plugin against (WICK_OTHER_TORCH; make test installs both)");
+#else
+  const auto p = fs::canonical(kBad / "other_torch" / "wick_other_torch.so").string();
+  auto msg = refused(Kind::torch_mismatch, [&] { wick::load_plugin_library(p); });
+  INFO(msg);
+  CHECK(has(msg, "'" + p + "' was built against LibTorch " WICK_OTHER_TORCH_VERSION " ("));
+  CHECK(has(msg, ", but this wick runs on LibTorch " TORCH_VERSION " ("));
+  CHECK(has(msg, "loading it would put a second LibTorch in this process"));
+  CHECK(has(msg, "Rebuild the plugin against this wick"));
+  // Built before SDK 2.5, it has no record: refused for the LibTorch library it links.
+  const auto old = fs::canonical(kBad / "old_other_torch" / "wick_old_other_torch.so").string();
+  auto old_msg = refused(Kind::torch_mismatch, [&] { wick::load_plugin_library(old); });
+  INFO(old_msg);
+  CHECK(has(old_msg, "'" + old + "' has no LibTorch build record (built with wick's SDK before "
+                     "2.5) and links libc10.so"));
+  // `wick plugins` lists it as skipped, with the same reason, and goes on.
+  auto r = run_wick({"plugins", "--plugin-path", (kBad / "other_torch").string()});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.err, "wick: skipped: '" + p + "' was built against LibTorch " WICK_OTHER_TORCH_VERSION));
+#endif
 }
 
 TEST_CASE("an info record without the wick signature") {

@@ -1,9 +1,7 @@
 // Which BLAS LibTorch calls: the maps-line parsing (the fallback) and path classification behind
 // the warning at the start of `fit` and `wick doctor`, and both end to end with the reference BLAS
 // forced in through LD_LIBRARY_PATH; the CPU features `wick doctor` reports.
-#include <fstream>
-#include <set>
-#include <sstream>
+#include <torch/version.h>
 
 #include "support.hpp"
 #include "wick/hardware.hpp"
@@ -38,6 +36,8 @@ TEST_CASE("classify_blas_path tells the reference BLAS from the fast ones") {
   CHECK(wick::classify_blas_path("/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3") ==
         BlasKind::other);
   CHECK(wick::classify_blas_path("/opt/intel/lib/libmkl_rt.so") == BlasKind::other);
+  // PyPI's wheel links MKL into libtorch_cpu, whose sgemm_ LibTorch then calls.
+  CHECK(wick::classify_blas_path("/venv/torch/lib/libtorch_cpu.so") == BlasKind::bundled);
   CHECK(wick::classify_blas_path("") == BlasKind::none);
 }
 
@@ -68,20 +68,24 @@ TEST_CASE("wick doctor prints the set-up") {
   auto r = run_wick({"doctor"});
   INFO(r.out << r.err);
   CHECK((r.exit_code == 0 || r.exit_code == 1));
-  CHECK_THAT(r.out, Contains("LibTorch   1.13"));
+  // The LibTorch this build compiled against, and where it was loaded from.
+  const auto sys = wick::system_report();
+  CHECK_THAT(r.out, Contains("LibTorch   " + std::string(TORCH_VERSION) + " ("));
+  CHECK_THAT(r.out, Contains(sys.torch_library));
+  CHECK_THAT(r.out, Contains(sys.cuda_version.empty() ? "CPU only" : "CUDA " + sys.cuda_version));
   CHECK_THAT(r.out, Contains("BLAS"));
   CHECK_THAT(r.out, Contains("intra-op"));
   CHECK_THAT(r.out, Contains("CUDA"));
   CHECK_THAT(r.out, Contains("synthetic"));  // the built-in plugin folder is searched
-  const auto blas = wick::system_report().blas;
-  if (blas != BlasKind::reference) CHECK_THAT(r.out, !Contains("reference BLAS"));
+  if (sys.blas != BlasKind::reference) CHECK_THAT(r.out, !Contains("reference BLAS"));
 }
 
 TEST_CASE("with the reference BLAS, wick fit warns and wick doctor says what to fix") {
-  if (!fs::exists(fs::path(kReferenceBlasDir) / "libblas.so.3")) {
-    WARN("Debian's reference BLAS (libblas3) is not installed; nothing to force in");
-    return;
-  }
+  if (!fs::exists(fs::path(kReferenceBlasDir) / "libblas.so.3"))
+    skip("Debian's reference BLAS (libblas3) is not installed; nothing to force in");
+  if (wick::system_report().blas == BlasKind::bundled)
+    skip("this LibTorch has its BLAS linked in (" + wick::system_report().blas_info +
+         "): no libblas.so.3 to replace");
   // The loader searches LD_LIBRARY_PATH before the alternatives symlink, so libtorch_cpu's
   // libblas.so.3 becomes the reference implementation.
   const std::vector<std::string> env = {std::string("LD_LIBRARY_PATH=") + kReferenceBlasDir};
@@ -99,10 +103,8 @@ TEST_CASE("with the reference BLAS, wick fit warns and wick doctor says what to 
 }
 
 TEST_CASE("with a fast BLAS, wick fit does not warn") {
-  if (wick::system_report().blas == BlasKind::reference) {
-    WARN("this machine uses the reference BLAS itself; install libopenblas0-openmp");
-    return;
-  }
+  if (wick::system_report().blas == BlasKind::reference)
+    skip("this machine uses the reference BLAS itself; install libopenblas0-openmp");
   TempDir dir;
   auto f = run_wick({"fit", tiny_config(dir)});
   INFO(f.out << f.err);
@@ -112,17 +114,7 @@ TEST_CASE("with a fast BLAS, wick fit does not warn") {
 
 TEST_CASE(
     "wick doctor reports the CPU's features as /proc/cpuinfo lists them, and LibTorch's kernels") {
-  std::set<std::string> flags;
-  {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-      if (line.rfind("flags", 0) == 0) {
-        std::istringstream words(line.substr(line.find(':') + 1));
-        for (std::string w; words >> w;) flags.insert(w);
-        break;
-      }
-  }
+  const auto flags = cpu_flags();
   auto yes = [&](const char* f) { return flags.count(f) ? std::string("yes") : std::string("no"); };
   auto r = run_wick({"doctor"});
   INFO(r.out << r.err);

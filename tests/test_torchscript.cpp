@@ -10,7 +10,6 @@ using namespace wick::test;
 
 namespace {
 
-const char* const kPython = "/usr/bin/python3";
 
 RunResult python(const TempDir& d, const std::string& script, std::vector<std::string> args = {}) {
   write_file(d / "script.py", script);
@@ -28,6 +27,7 @@ double json_number(const std::string& out, const std::string& key) {
 TEST_CASE(
     "a transformer scripted in Python trains from TOML alone to the accuracy of Python's own "
     "loop, and its export gives in Python the accuracy wick logged") {
+  need_python({"numpy", "torch"});
   TempDir d;
   const std::string samples = std::string(WICK_SOURCE_DIR) + "/samples/torchscript";
   auto made = run({kPython, samples + "/make.py", d.path().string()});
@@ -139,6 +139,7 @@ std::string small_config(const TempDir& d, const std::string& out, const std::st
 TEST_CASE(
     "the torchscript task trains alike from .pt, .npz, .npy and .csv data, with a named loss or "
     "the module's own, and resumes exactly") {
+  need_python({"numpy", "torch"});
   TempDir d;
   auto made = python(d, kMakeSmall);
   INFO(made.err);
@@ -176,6 +177,7 @@ TEST_CASE(
 }
 
 TEST_CASE("every built-in hook and metric works with the torchscript task, and 2 ranks too") {
+  need_python({"numpy", "torch"});
   TempDir d;
   auto made = python(d, kMakeSmall);
   INFO(made.err);
@@ -245,6 +247,7 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
 }
 
 TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {
+  need_python({"numpy", "torch"});
   TempDir d;
   auto made = python(d, kMakeSmall);
   INFO(made.err);
@@ -290,6 +293,7 @@ TEST_CASE("the torchscript task refuses bad models and data with the file and th
 }
 
 TEST_CASE("a .npy folder larger than the process's memory limit trains: it is memory-mapped") {
+  need_python({"numpy", "torch"});
   TempDir d;
   // 1 GiB of inputs (1 M samples of 256 float32 features), a sparse file of zeros (no disk),
   // under a 768 MiB limit on the data segment (heap and private writable mappings; one thread,

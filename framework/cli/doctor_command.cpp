@@ -25,8 +25,12 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
     const auto sys = wick::system_report();
 
     std::printf("wick       %s\n", WICK_VERSION);
-    std::printf("LibTorch   %s\n", sys.torch_version.c_str());
-    std::printf("BLAS       %s: %s\n", std::string(wick::to_string(sys.blas)).c_str(),
+    std::printf("LibTorch   %s (%s): %s\n", sys.torch_version.c_str(),
+                sys.cuda_version.empty() ? "CPU only" : ("CUDA " + sys.cuda_version).c_str(),
+                sys.torch_library.c_str());
+    const std::string blas_info = sys.blas_info.empty() ? "" : " (" + sys.blas_info + ")";
+    std::printf("BLAS       %s%s: %s\n", std::string(wick::to_string(sys.blas)).c_str(),
+                sys.blas == wick::BlasKind::bundled ? blas_info.c_str() : "",
                 sys.blas_path.empty() ? "(no BLAS library mapped)" : sys.blas_path.c_str());
     if (sys.blas == wick::BlasKind::reference)
       fixes.push_back(
@@ -88,6 +92,11 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
 
     if (sys.cuda_available)
       std::printf("CUDA       available, %d device(s)\n", sys.cuda_devices);
+    else if (!sys.cuda_version.empty())
+      std::printf(
+          "CUDA       not available: this LibTorch is built for CUDA %s but finds no GPU (no "
+          "NVIDIA device or driver); it trains on the CPU: trainer.device = \"cpu\"\n",
+          sys.cuda_version.c_str());
     else
       std::printf(
           "CUDA       not available (this LibTorch runs on the CPU: trainer.device = \"cpu\")\n");

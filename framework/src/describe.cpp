@@ -130,9 +130,9 @@ std::string describe_markdown(const ScheduleTable& t) {
       first = false;
     }
   }
-  static const char* kDefaults[kNumStages] = {"default: task.forward()", "default: loss.backward()",
-                                              "default: optimizer.step()",
-                                              "default: optimizer.zero_grad()"};
+  static const char* kDefaults[kNumStages] = {
+      "default: task.forward()", "default: loss.backward()", "default: optimizer.step()",
+      "default: optimizer.zero_grad()", "default: forward, loss, backward"};
   std::vector<std::string> chains;
   std::size_t w_stage = std::string("Stage").size(),
               w_chain = std::string("Chain (call order)").size();

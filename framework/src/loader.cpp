@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 
+#include "plugins/torch_check.hpp"
 #include "wick/system.hpp"
 
 namespace wick {
@@ -332,7 +333,8 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
 // The plugins of a WICK_PLUGINS library. The list header is checked (signature, version,
 // count) before any entry is read, and every entry before any is returned.
 std::vector<std::shared_ptr<const PluginLibrary>> read_list(
-    const std::shared_ptr<boost::dll::shared_library>& lib, const std::string& p) {
+    const std::shared_ptr<boost::dll::shared_library>& lib, const std::string& p,
+    const std::string& torch_build) {
   auto malformed = [&](const std::string& what) {
     return PluginError(PluginError::Kind::malformed,
                        "'" + p + "': malformed plugin list: " + what +
@@ -382,6 +384,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
                         "'" + p + "' declares plugin '" + info.name + "' twice; remove one");
     info.in_library = true;
     info.library_size = cl->count;
+    info.torch_build = torch_build;
     auto h = std::make_shared<PluginLibrary::Handle>();
     h->lib = lib;
     h->create = e.create;
@@ -406,6 +409,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
 
   check_not_world_writable(path.parent_path().string(), "folder");
   check_not_world_writable(p, "file");
+  const std::string torch_build = check_torch_build(p);
 
   auto lib = std::make_shared<boost::dll::shared_library>();
   try {
@@ -423,7 +427,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "' exports both 'wick_plugin_info' and 'wick_plugin_list'; declare "
                           "its plugins with one WICK_PLUGINS(...) only");
   if (list) {
-    auto plugins = read_list(lib, p);
+    auto plugins = read_list(lib, p, torch_build);
     L.by_path.emplace(p, plugins);
     return plugins;
   }
@@ -452,6 +456,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "WICK_PLUGIN(Class, ...), which "
                           "exports them)");
   PluginInfo info = read_info(ci, p, "");
+  info.torch_build = torch_build;
   auto handle = std::make_shared<PluginLibrary::Handle>();
   handle->lib = lib;
   handle->create = &lib->get_alias<CreateFn>("wick_plugin_create");

@@ -10,8 +10,8 @@ namespace {
 constexpr std::array<std::string_view, kNumPoints> kPointNames = {
     "before_fit", "before_epoch", "before_step", "after_pred", "after_loss",  "after_backward",
     "after_step", "before_valid", "after_epoch", "after_fit",  "after_cancel"};
-constexpr std::array<std::string_view, kNumStages> kStageNames = {"forward", "backward",
-                                                                  "optimizer_step", "zero_grad"};
+constexpr std::array<std::string_view, kNumStages> kStageNames = {
+    "forward", "backward", "optimizer_step", "zero_grad", "gradients"};
 }  // namespace
 
 std::string_view to_string(Point p) {

@@ -37,6 +37,8 @@ std::string_view to_string(BlasKind k) {
       return "OpenBLAS";
     case BlasKind::other:
       return "optimised BLAS";
+    case BlasKind::bundled:
+      return "linked into LibTorch";
   }
   return "?";
 }
@@ -54,6 +56,8 @@ std::string blas_path_in_maps_line(std::string_view line) {
 
 BlasKind classify_blas_path(std::string_view path) {
   if (path.empty()) return BlasKind::none;
+  if (fs::path(std::string(path)).filename().string().rfind("libtorch_cpu", 0) == 0)
+    return BlasKind::bundled;
   if (path.find("openblas") != std::string_view::npos) return BlasKind::openblas;
   for (const char* fast : {"blis", "mkl", "atlas"})
     if (path.find(fast) != std::string_view::npos) return BlasKind::other;

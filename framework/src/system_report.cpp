@@ -2,6 +2,7 @@
 // torch-free so that the loader links without it (the fuzz build, fuzz/CMakeLists.txt).
 #include "wick/system.hpp"
 
+#include <dlfcn.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -10,6 +11,18 @@
 #include <thread>
 
 namespace wick {
+
+namespace {
+
+// A value of at::show_config()'s "Build settings: KEY=value, ..." line ("" when absent).
+std::string build_setting(const std::string& config, const std::string& key) {
+  const auto at = config.find(" " + key + "=");
+  if (at == std::string::npos) return {};
+  const auto from = at + key.size() + 2;
+  return config.substr(from, config.find_first_of(",\n", from) - from);
+}
+
+}  // namespace
 
 SystemReport system_report() {
   SystemReport r;
@@ -20,6 +33,9 @@ SystemReport system_report() {
     (void)a.mm(a);
   }
   r.torch_version = TORCH_VERSION;
+  Dl_info where{};
+  if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &where) && where.dli_fname)
+    r.torch_library = where.dli_fname;
   r.intra_op_threads = at::get_num_threads();
   r.inter_op_threads = at::get_num_interop_threads();
   r.hardware_threads = std::thread::hardware_concurrency();
@@ -27,6 +43,9 @@ SystemReport system_report() {
   r.cuda_devices = r.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
   r.blas_path = loaded_blas();
   r.blas = classify_blas_path(r.blas_path);
+  const auto config = at::show_config();
+  r.blas_info = build_setting(config, "BLAS_INFO");
+  r.cuda_version = build_setting(config, "CUDA_VERSION");
   return r;
 }
 

@@ -31,8 +31,7 @@ class ChannelsLast : public wick::Hook {
   // make the convolution run NCHW, and every layer after it follows.
   static at::Tensor to_channels_last(const at::Tensor& t) {
     if (t.suggest_memory_format() == at::MemoryFormat::ChannelsLast) return t;
-    return t.to(t.options(), /*non_blocking=*/false, /*copy=*/true,
-                at::MemoryFormat::ChannelsLast);
+    return t.to(t.options(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::ChannelsLast);
   }
 
   void convert_model(wick::Context& c) {

@@ -58,6 +58,7 @@
 
 #include <wick/rendezvous.hpp>
 #include <wick/task.hpp>
+#include <wick/torch_compat.hpp>
 #include <wick/wick.hpp>
 
 #include <algorithm>
@@ -585,7 +586,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
   bool exchange_ = false;
   std::size_t exchanged_buckets_ = 0;
   int world_ = 1, rank_ = 0;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<wick::compat::CommBackend> pg_;
   torch::Device device_{torch::kCPU};
   std::vector<Bucket> grad_buckets_, buffer_buckets_;
   std::int64_t max_bucket_numel_ = 0;

@@ -1,19 +1,20 @@
 // Mixed precision. bf16: autocast around the forward pass (a forward-stage handler; the
-// prediction leaves it as float32, so the task's loss is computed in full precision) (CPU through
-// at::autocast::set_cpu_enabled, CUDA through at::autocast::set_enabled), no loss scaling.
+// prediction leaves it as float32, so the task's loss is computed in full precision), on the CPU
+// or CUDA (wick/torch_compat.hpp: the switches differ between LibTorch 1.13 and 2.x), no loss
+// scaling.
 // fp16: autocast on CUDA plus dynamic loss scaling: the backward loss is multiplied by the
 // scale; in optimizer_step the gradients are unscaled and checked, a step with an inf or
 // NaN is skipped and the scale backed off, and it grows after growth_interval good steps.
-// LibTorch 1.13 has no fp16 matmul on CPU, so on CPU fp16 runs the loss scaling alone.
+// fp16 autocast is for CUDA (LibTorch 1.13 has no fp16 matmul on the CPU), so on the CPU fp16
+// runs the loss scaling alone.
 // auto (the default): bf16 where the device runs it natively (AVX512-BF16 or AMX on the CPU,
 // compute capability 8.0+ on CUDA), else fp32 (no autocast): emulated bf16 is slower than fp32.
-#include <ATen/autocast_mode.h>
-
 #include <cstdio>
 #include <string>
 
 #include <wick/hardware.hpp>
 #include <wick/task.hpp>
+#include <wick/torch_compat.hpp>
 #include <wick/wick.hpp>
 
 #include "loss_scaler.hpp"
@@ -101,9 +102,9 @@ class MixedPrecision : public wick::Hook {
     }
     if (fp16_ && !cuda_)
       std::fprintf(stderr,
-                   "wick: mixed_precision: fp16 autocast needs CUDA (LibTorch 1.13 has no "
-                   "fp16 matmul on CPU); running fp32 forward with loss scaling only. Use "
-                   "dtype = \"bf16\" for reduced precision on CPU.\n");
+                   "wick: mixed_precision: fp16 autocast is for CUDA; on the CPU the forward "
+                   "runs in fp32, with loss scaling only. Use dtype = \"bf16\" for reduced "
+                   "precision on CPU.\n");
   }
 
   static std::string auto_choice(wick::Context& c) {
@@ -121,30 +122,19 @@ class MixedPrecision : public wick::Hook {
 
   void autocast_on() {
     if (active_ || fp32_ || (fp16_ && !cuda_)) return;
-    const auto dtype = fp16_ ? at::kHalf : at::kBFloat16;
-    if (cuda_) {
-      prev_enabled_ = at::autocast::is_enabled();
-      prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
-      at::autocast::set_autocast_gpu_dtype(dtype);
-      at::autocast::set_enabled(true);
-    } else {
-      prev_enabled_ = at::autocast::is_cpu_enabled();
-      prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
-      at::autocast::set_autocast_cpu_dtype(dtype);
-      at::autocast::set_cpu_enabled(true);
-    }
+    const auto dev = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+    prev_enabled_ = wick::compat::autocast_enabled(dev);
+    prev_dtype_ = wick::compat::autocast_dtype(dev);
+    wick::compat::set_autocast_dtype(dev, fp16_ ? at::kHalf : at::kBFloat16);
+    wick::compat::set_autocast_enabled(dev, true);
     at::autocast::increment_nesting();
     active_ = true;
   }
   void autocast_off() {
     if (!active_) return;
-    if (cuda_) {
-      at::autocast::set_enabled(prev_enabled_);
-      at::autocast::set_autocast_gpu_dtype(prev_dtype_);
-    } else {
-      at::autocast::set_cpu_enabled(prev_enabled_);
-      at::autocast::set_autocast_cpu_dtype(prev_dtype_);
-    }
+    const auto dev = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+    wick::compat::set_autocast_enabled(dev, prev_enabled_);
+    wick::compat::set_autocast_dtype(dev, prev_dtype_);
     // The cast weights cached during the forward are stale once the optimizer steps.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     active_ = false;

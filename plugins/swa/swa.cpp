@@ -116,7 +116,6 @@ class Swa : public wick::Hook {
   std::string recompute_batch_norm(wick::Context& c) {
     namespace nn = torch::nn;
     struct Bn {
-      at::Tensor mean, var, tracked;
       std::function<void()> reset;
       c10::optional<double>* momentum;
     };
@@ -124,8 +123,7 @@ class Swa : public wick::Hook {
     for (const auto& m : c.model().modules(/*include_self=*/true)) {
       auto add = [&](auto* bn) {
         if (bn && bn->options.track_running_stats())
-          bns.push_back({bn->running_mean, bn->running_var, bn->num_batches_tracked,
-                         [bn] { bn->reset_running_stats(); }, &bn->options.momentum()});
+          bns.push_back({[bn] { bn->reset_running_stats(); }, &bn->options.momentum()});
       };
       add(m->as<nn::BatchNorm1dImpl>());
       add(m->as<nn::BatchNorm2dImpl>());

@@ -7,6 +7,9 @@
 //   readonly  chmod 0555 the folder `path` (relative to output_dir)
 //   fsize     cap the size of any file written from now on at `bytes` (a full disk: writes past
 //             it fail with EFBIG instead of killing the process)
+//   sync      read the step's loss on the host (.item(): a device sync on a GPU)
+//   noise     every step from `step` on (not once): scale the loss by 1 + 0.1 * a draw from the
+//             run device's random generator, so that training depends on its state
 // step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any).
 #include <signal.h>
 #include <sys/resource.h>
@@ -36,14 +39,16 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw", "sigint", "abort", "kill", "nan", "readonly", "fsize"};
+    const char* actions[] = {"throw", "sigint", "abort",    "kill", "nan",
+                             "readonly", "fsize", "sync", "noise"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
-      throw p.error("action", "must be throw, sigint, abort, kill, nan, readonly or fsize");
+      throw p.error("action",
+                    "must be throw, sigint, abort, kill, nan, readonly, fsize, sync or noise");
   }
 
   void connect(wick::Registrar& r) override {
     r.on(point_, [this](wick::Context& c) {
-      if (fired_ || !matches(c)) return;
+      if ((fired_ && action_ != "noise") || !matches(c)) return;
       fired_ = true;
       fire(c);
     });
@@ -57,7 +62,7 @@ class Fault : public wick::Hook {
     if (!s.training()) return false;
     // At after_step the batch is counted in micro_step; before it, it is the next one.
     const auto batch = point_ == wick::Point::after_step ? s.micro_step : s.micro_step + 1;
-    return batch == step_;
+    return action_ == "noise" ? batch >= step_ : batch == step_;
   }
 
   void fire(wick::Context& c) {
@@ -70,6 +75,11 @@ class Fault : public wick::Hook {
       ::kill(::getpid(), SIGKILL);
     } else if (action_ == "nan") {
       c.output().loss = c.output().loss * std::numeric_limits<double>::quiet_NaN();
+    } else if (action_ == "sync") {
+      (void)c.output().loss.item<double>();
+    } else if (action_ == "noise") {
+      auto& loss = c.output().loss;
+      loss = loss * (1 + 0.1 * torch::randn({}, loss.options()));
     } else if (action_ == "readonly") {
       auto p = std::filesystem::path(c.run().output_dir) / path_;
       if (::chmod(p.c_str(), 0555) != 0)
@@ -95,7 +105,7 @@ WICK_PLUGIN(Fault,
             wick::PluginDef("fault", "1.0.0", "Test-only: inject a fault at a point and step")
                 .param_string("at", "after_step", "lifecycle point")
                 .param_string("action", "throw",
-                              "throw, sigint, abort, kill, nan, readonly or fsize")
+                              "throw, sigint, abort, kill, nan, readonly, fsize, sync or noise")
                 .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
                 .param_string("message", "injected fault", "message for throw")

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -150,6 +151,43 @@ std::string idx_header(std::uint32_t magic, const std::vector<std::uint32_t>& di
   put(magic);
   for (auto d : dims) put(d);
   return s;
+}
+
+void skip(const std::string& why) {
+  std::printf("SKIPPED: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::exit(kSkipped);
+}
+
+void need_python(const std::vector<std::string>& modules) {
+  std::string names;
+  for (const auto& m : modules) names += (names.empty() ? "" : ", ") + m;
+  // One interpreter for all: importing torch takes a second or two.
+  if (run({kPython, "-c", "import " + names}).exit_code != 0)
+    skip(std::string(kPython) + " cannot import " + names +
+         " (scripts/install-deps.sh installs Debian's python3-torch and python3-sklearn; "
+         "WICK_TEST_PYTHON names another python)");
+}
+
+void need_program(const std::string& program, const std::string& package) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return;
+  skip(program + " is not installed (Debian's " + package + "; scripts/install-deps.sh)");
+}
+
+std::set<std::string> cpu_flags() {
+  std::set<std::string> flags;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      for (std::string w; words >> w;) flags.insert(w);
+      break;
+    }
+  return flags;
 }
 
 }  // namespace wick::test

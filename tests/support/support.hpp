@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 #include <wick/loader.hpp>
@@ -29,6 +30,8 @@ class TempDir {
 
 void write_file(const fs::path& p, const std::string& text);
 std::string read_file(const fs::path& p);
+// The CPU flags /proc/cpuinfo lists, read here independently of wick's own parsing.
+std::set<std::string> cpu_flags();
 // Every file under dir (path relative to it -> sha256): "left intact" means this map did not
 // change.
 std::map<std::string, std::string> file_hashes(const fs::path& dir);
@@ -66,6 +69,21 @@ std::string refused(wick::PluginError::Kind k, F&& f) {
   FAIL("no PluginError thrown");
   return {};
 }
+
+// The python3 the tests run (WICK_TEST_PYTHON in CMake; Debian's /usr/bin/python3 by default):
+// TorchScript models and data made as users make them (torch), reference metrics (sklearn).
+inline constexpr const char* kPython = WICK_PYTHON;
+// Skips the test (see skip) unless kPython imports every module named.
+void need_python(const std::vector<std::string>& modules);
+
+// Skips the test (see skip) unless `program` is on PATH.
+void need_program(const std::string& program, const std::string& package);
+
+// Ends a test that cannot run here (no GPU, not root, a tool missing) as skipped: prints why
+// and exits with kSkipped, which ctest reports as "Skipped" (SKIP_RETURN_CODE, set on every
+// test by wick_add_test), never as passed. Call it before the test makes anything to clean up.
+inline constexpr int kSkipped = 77;
+[[noreturn]] void skip(const std::string& why);
 
 // An IDX file's header: the magic number, then each dimension, big-endian.
 std::string idx_header(std::uint32_t magic, const std::vector<std::uint32_t>& dims);

@@ -38,6 +38,9 @@ struct PluginInfo {
   // Declared in a multi-plugin library (WICK_PLUGINS) among `library_size` plugins.
   bool in_library = false;
   std::size_t library_size = 1;
+  // What its build record says it was compiled against: "LibTorch 2.11.0 (CUDA, C++11 ABI)",
+  // "no LibTorch"; "" for a library built before SDK 2.5 (no record).
+  std::string torch_build;
 };
 
 class WICK_EXPORT PluginError : public std::runtime_error {
@@ -52,8 +55,9 @@ class WICK_EXPORT PluginError : public std::runtime_error {
     unsafe_path,
     wrong_kind,
     name_mismatch,
-    malformed  // a record or plugin list that cannot be right: null, unreadable or absurd
-               // names, counts, types, defaults or choices
+    malformed,  // a record or plugin list that cannot be right: null, unreadable or absurd
+                // names, counts, types, defaults or choices
+    torch_mismatch  // built against another LibTorch than this wick's (refused before loading)
   };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
   Kind kind;

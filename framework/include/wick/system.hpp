@@ -12,7 +12,8 @@ std::string executable_dir();
 // The folder where built-in plugins live, relative to the executable: <exe>/../lib/wick/plugins.
 std::string default_plugin_dir();
 
-enum class BlasKind { none, reference, openblas, other };
+// bundled: linked into LibTorch itself (PyPI's wheel links MKL into libtorch_cpu).
+enum class BlasKind { none, reference, openblas, other, bundled };
 std::string_view to_string(BlasKind k);
 // The BLAS library a /proc/<pid>/maps line maps ("" when it maps something else).
 std::string blas_path_in_maps_line(std::string_view line);
@@ -39,6 +40,7 @@ bool keep_freed_memory();
 
 struct SystemReport {
   std::string torch_version;  // LibTorch's TORCH_VERSION
+  std::string torch_library;  // the file LibTorch's CPU library was loaded from
   int intra_op_threads = 0;
   int inter_op_threads = 0;
   unsigned hardware_threads = 0;
@@ -46,6 +48,8 @@ struct SystemReport {
   int cuda_devices = 0;
   std::string blas_path;
   BlasKind blas = BlasKind::none;
+  std::string blas_info;     // LibTorch's own word for its BLAS (BLAS_INFO: "mkl", "open")
+  std::string cuda_version;  // the CUDA LibTorch was built for ("" without CUDA)
 };
 // Runs a small matrix product first, so that whatever BLAS LibTorch calls is mapped.
 SystemReport system_report();

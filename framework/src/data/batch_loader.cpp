@@ -1,5 +1,7 @@
 #include "data/batch_loader.hpp"
 
+#include "cuda/cuda_support.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -63,6 +65,10 @@ Loaded load_batch(const LoadPlan& plan, std::int64_t b, const at::Tensor& indice
   try {
     GeneratorScope scope(f.generator);
     out.batch = plan.ds->get(indices, f);
+    if (plan.pin) {
+      out.batch.input = cuda::pinned(out.batch.input);
+      out.batch.target = cuda::pinned(out.batch.target);
+    }
     if (plan.ds->has_state()) {
       out.state = std::make_shared<StateDict>();
       plan.ds->save_state(*out.state);

@@ -30,6 +30,9 @@ struct LoadPlan {
   std::int64_t first = 0, end = 0;
   std::function<at::Tensor(std::int64_t)> indices;  // called on the main thread only
   const char* what = "the training data";           // for error messages
+  // The batches go to a CUDA device: each is put in page-locked memory as it is loaded (on the
+  // loading thread), so that its copy to the GPU can overlap the step before it.
+  bool pin = false;
 };
 
 struct Loaded {

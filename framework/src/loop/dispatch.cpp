@@ -124,11 +124,15 @@ void Dispatcher::set_terminal(Stage s, std::function<bool(Context&)> fn) {
   chains_[static_cast<std::size_t>(s)].terminal = [this, s, fn = std::move(fn)](Context& c) {
     current_ = nullptr;
     if (!profiler_) return fn(c);
+    // A default may run other stages (gradients runs forward and backward): its own time is
+    // its elapsed time less theirs.
+    const double outer = profiler_->nested_s;
+    profiler_->nested_s = 0;
     const auto t0 = Profiler::Clock::now();
     bool r = fn(c);
     const double elapsed = Profiler::since(t0);
-    profiler_->add(default_ids_[static_cast<std::size_t>(s)], elapsed);
-    profiler_->nested_s += elapsed;
+    profiler_->add(default_ids_[static_cast<std::size_t>(s)], elapsed - profiler_->nested_s);
+    profiler_->nested_s = outer + elapsed;
     return r;
   };
 }
@@ -136,8 +140,18 @@ void Dispatcher::set_terminal(Stage s, std::function<bool(Context&)> fn) {
 bool Dispatcher::run_stage(Stage s) {
   const auto& chain = chains_[static_cast<std::size_t>(s)];
   where_ = to_string(s);
-  if (profiler_) profiler_->nested_s = 0;  // what a chain an exception cut short left behind
+  if (!profiler_) {
+    bool r = Next(&chain, 0, &ctx_)();
+    current_ = nullptr;
+    return r;
+  }
+  // The whole chain is nested time for a handler or default that runs this stage inside its
+  // own (gradients); a chain an exception cut short leaves nested_s for the next to reset.
+  const double outer = profiler_->nested_s;
+  profiler_->nested_s = 0;
+  const auto t0 = Profiler::Clock::now();
   bool r = Next(&chain, 0, &ctx_)();
+  profiler_->nested_s = outer + Profiler::since(t0);
   current_ = nullptr;
   return r;
 }

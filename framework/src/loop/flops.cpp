@@ -28,8 +28,12 @@ Op op_of(const char* name) {
   return Op::none;
 }
 
+// What the end callback needs of a convolution's inputs, read at its start: LibTorch 2.x lets a
+// callback read the inputs only there (they are gone by the end).
 struct Counted : at::ObserverContext {
   Op op;
+  std::vector<std::int64_t> input, weight;
+  bool transposed = false, bias = false;
   explicit Counted(Op o) : op(o) {}
 };
 
@@ -75,25 +79,31 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     default:
       break;  // convolution: at the end, from its output
   }
-  return std::make_unique<Counted>(op);
+  auto counted = std::make_unique<Counted>(op);
+  if (op == Op::conv) {
+    // convolution(input, weight, bias, stride, padding, dilation, transposed, ...)
+    const auto in = fn.inputs();
+    counted->input = sizes_of(fn, 0).vec();
+    counted->weight = sizes_of(fn, 1).vec();
+    counted->transposed = in.size() > 6 && in[6].isBool() && in[6].toBool();
+    counted->bias = in.size() > 2 && in[2].isTensor() && in[2].toTensor().defined();
+  }
+  return counted;
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!ctx) return;
   --t_depth;
-  if (!t_flops || static_cast<Counted*>(ctx)->op != Op::conv) return;
-  // convolution(input, weight, bias, stride, padding, dilation, transposed, ...): weight is
-  // [C_out, C_in / groups, k...] ([C_in, C_out / groups, k...] when transposed).
-  const auto w = sizes_of(fn, 1);
-  const auto in = fn.inputs();
+  const auto& c = *static_cast<Counted*>(ctx);
+  if (!t_flops || c.op != Op::conv) return;
+  // The weight is [C_out, C_in / groups, k...] ([C_in, C_out / groups, k...] when transposed).
+  const auto& w = c.weight;
   if (w.size() < 3 || fn.outputs().empty() || !fn.outputs()[0].isTensor()) return;
-  const bool transposed = in.size() > 6 && in[6].isBool() && in[6].toBool();
   const double kernel = product(w, 2);
   const double out = static_cast<double>(fn.outputs()[0].toTensor().numel());
-  const double macs = transposed ? product(sizes_of(fn, 0)) * static_cast<double>(w[1]) * kernel
-                                 : out * static_cast<double>(w[1]) * kernel;
-  const bool bias = in.size() > 2 && in[2].isTensor() && in[2].toTensor().defined();
-  *t_flops += 2.0 * macs + (bias ? out : 0.0);
+  const double macs = c.transposed ? product(c.input) * static_cast<double>(w[1]) * kernel
+                                   : out * static_cast<double>(w[1]) * kernel;
+  *t_flops += 2.0 * macs + (c.bias ? out : 0.0);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <optional>
 
+#include "cuda/cuda_support.hpp"
 #include "loop/flops.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
@@ -231,6 +232,11 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
     c.backward_loss().backward();
     return true;
   });
+  I.dispatch.set_terminal(Stage::gradients, [impl](Context&) {
+    impl->forward_and_loss();
+    impl->backward(impl->output.loss, 0);
+    return true;
+  });
   I.dispatch.set_terminal(Stage::optimizer_step, [impl](Context&) {
     impl->optim().step();
     return true;
@@ -359,6 +365,7 @@ LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
   p.first = first_batch;
   p.end = train_batches();
   p.what = "the training data";
+  p.pin = device.is_cuda();
   const std::int64_t bs = opt.batch_size;
   if (streaming()) {
     // Running sample numbers, dealt to ranks batch by batch (see wick::kUnsized).
@@ -380,8 +387,10 @@ LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
 
 Batch Trainer::Impl::to_device(Batch b) const {
   if (device.is_cpu()) return b;
-  b.input = b.input.to(device, /*non_blocking=*/true);
-  if (b.target.defined()) b.target = b.target.to(device, true);  // predict's inputs have none
+  // From page-locked memory (LoadPlan::pin) on a copy stream: overlapped with the previous
+  // step's work still running on the GPU. Predict's inputs have no target (undefined stays so).
+  b.input = cuda::to_device_async(b.input, device);
+  b.target = cuda::to_device_async(b.target, device);
   return b;
 }
 
@@ -411,7 +420,9 @@ std::size_t Trainer::Impl::optimizer_index(std::string_view name) const {
 }
 
 void Trainer::Impl::backward(const at::Tensor& loss, std::size_t i) {
-  if (opt.nan_policy != NanPolicy::ignore && !loss_is_finite(loss)) {
+  // While a CUDA graph captures the step, nothing may wait for the GPU: cuda_graph checks the
+  // loss of each replay itself.
+  if (opt.nan_policy != NanPolicy::ignore && !cuda::capturing(device) && !loss_is_finite(loss)) {
     if (opt.nan_policy == NanPolicy::error)
       throw std::runtime_error(
           "non-finite loss (" + std::to_string(loss.item<double>()) + ")" +
@@ -552,8 +563,7 @@ void Trainer::Impl::train_step(BatchLoader& loader) {
     dispatch.emit(Point::after_pred);
     dispatch.emit(Point::after_loss);
   } else {
-    forward_and_loss();
-    backward(output.loss, 0);
+    dispatch.run_stage(Stage::gradients);
     // One backward, then each optimizer's step (several: one per module) through its chain.
     for (std::size_t i = 0; i < optimizers.size(); ++i)
       if (step_optimizer(i)) state.stepped = true;
@@ -721,6 +731,7 @@ LoadPlan Trainer::Impl::eval_plan(Dataset& ds, const at::Tensor& order, const ch
   plan.epoch = state.epoch;
   plan.end = (local + bs - 1) / bs;
   plan.what = what;
+  plan.pin = device.is_cuda();
   plan.indices = [order, local, bs](std::int64_t b) {
     return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
   };

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "wick/build_record.hpp"
 #include "wick/hook.hpp"
 #include "wick/params.hpp"
 #include "wick/version.hpp"
@@ -236,7 +237,8 @@ using DestroyFn = void(void*);
 
 }  // namespace wick
 
-// The three exported names the host looks up (Boost.DLL aliases, see boost/dll/alias.hpp).
+// The three exported names the host looks up (Boost.DLL aliases, see boost/dll/alias.hpp), and
+// the LibTorch build record it reads from the file first (wick/build_record.hpp).
 #define WICK_PLUGIN(Class, definition)                                                \
   namespace {                                                                         \
   const wick_plugin_info* wick_info_impl_() {                                         \
@@ -253,7 +255,8 @@ using DestroyFn = void(void*);
   }                                                                                   \
   BOOST_DLL_ALIAS(wick_info_impl_, wick_plugin_info)                                  \
   BOOST_DLL_ALIAS(wick_create_impl_, wick_plugin_create)                              \
-  BOOST_DLL_ALIAS(wick_destroy_impl_, wick_plugin_destroy)
+  BOOST_DLL_ALIAS(wick_destroy_impl_, wick_plugin_destroy)                            \
+  WICK_EMIT_BUILD_RECORD
 
 namespace wick::detail {
 // One WICK_ENTRY: F is a lambda type unique to the entry, so each gets its own static def.
@@ -279,7 +282,8 @@ wick_plugin_entry entry(F make_def) {
     return &list;                                                                          \
   }                                                                                        \
   }                                                                                        \
-  BOOST_DLL_ALIAS(wick_list_impl_, wick_plugin_list)
+  BOOST_DLL_ALIAS(wick_list_impl_, wick_plugin_list)                                       \
+  WICK_EMIT_BUILD_RECORD
 
 // Inline so that describing a plugin needs nothing from libwick. %.15g round-trips the
 // decimal literals people write (0.001, 1e-8); TOML wants a '.' or exponent in a float.

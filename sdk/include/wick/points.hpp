@@ -28,8 +28,12 @@ inline constexpr std::size_t kNumPoints = 11;
 // (the task's forward, loss.backward(), optimizer.step(), optimizer.zero_grad()). A handler
 // wraps what comes after it: autocast or a memory format around the forward, loss scaling
 // around backward, accumulation, unscaling, clipping and all-reduce before the step.
-enum class Stage : std::uint8_t { forward, backward, optimizer_step, zero_grad };
-inline constexpr std::size_t kNumStages = 4;
+// gradients (SDK 2.5) wraps a training step's whole way to its gradients: the forward stage,
+// after_pred, the task's loss, after_loss, the backward stage and after_backward (its default
+// runs them; cuda_graph captures them once and replays them). Not run under manual
+// optimization, where the task drives its own steps.
+enum class Stage : std::uint8_t { forward, backward, optimizer_step, zero_grad, gradients };
+inline constexpr std::size_t kNumStages = 5;
 
 std::string_view to_string(Point p);
 std::string_view to_string(Stage s);

@@ -10,10 +10,12 @@
 //   2.2  Metric::rows, wick/tensor_files.hpp, wick/rendezvous.hpp
 //   2.3  Registrar::request_profile, Context::profile (wick/profile.hpp)
 //   2.4  Context::recompute_loss
+//   2.5  the LibTorch build record (wick/build_record.hpp), checked before a plugin is loaded;
+//        wick/torch_compat.hpp
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 4
+#define WICK_API_MINOR 5
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

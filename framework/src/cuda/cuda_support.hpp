@@ -1,0 +1,31 @@
+// Private: what wick does differently on a CUDA device, behind one interface. With a CUDA
+// LibTorch it is built from cuda_support.cpp and the kernels in *.cu (nvcc); with a CPU-only
+// one from no_cuda.cpp, whose functions are never reached (a CUDA device is refused first).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace wick::cuda {
+
+// Whether this wick was built with CUDA (a CUDA LibTorch and nvcc).
+bool compiled();
+
+// Whether the current CUDA stream of `device` is capturing a CUDA graph (cuda_graph): work
+// that needs the host (reading a value) must not run then.
+bool capturing(const at::Device& device);
+
+// `host` in page-locked memory (a copy unless it is already), so that its copy to the GPU can
+// run asynchronously. Called on the loader threads.
+at::Tensor pinned(const at::Tensor& host);
+
+// Copies `host` to `device` on a copy stream of its own, so that the copy overlaps the work
+// already queued on the current stream (the previous step); the current stream waits for the
+// copy (an event, not the host) before the work queued after this call.
+at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
+
+// One Adam step of a contiguous float32 CUDA parameter, on the current stream: the formulas of
+// fused_adam.cpp's CPU pass (decay > 0: L2 weight decay added to the gradient), one kernel.
+void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
+               float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+
+}  // namespace wick::cuda

@@ -1,0 +1,22 @@
+// Private: what wick reads of a plugin library's file before loading it, from its ELF headers:
+// the content of a named section and the libraries it needs (DT_NEEDED). The file is not
+// trusted: every offset and size is checked against the file's length. Torch-free.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wick {
+
+struct ElfFacts {
+  std::optional<std::string> section;  // the named section's bytes, if the file has it
+  std::vector<std::string> needed;     // DT_NEEDED sonames, in order
+  std::string soname;                  // DT_SONAME ("" when it has none)
+};
+
+// nullopt when `path` is not a readable 64-bit little-endian ELF file (what wick loads here);
+// the loader then goes on and lets dlopen say what is wrong.
+std::optional<ElfFacts> read_elf_facts(const std::string& path, const std::string& section_name);
+
+}  // namespace wick

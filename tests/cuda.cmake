@@ -1,0 +1,13 @@
+# CUDA: training on the GPU, the CUDA kernels, pinned copies, the CUDA generator in
+# checkpoints, fp16 loss scaling, NCCL and cuda_graph. Skipped without a GPU (and, but for the
+# cuda_graph refusals that need none, in a build against a CPU-only LibTorch).
+set(WICK_CUDA_TEST_DEPENDS synthetic checkpoint grad_accum)
+if(WICK_CUDA)
+  list(APPEND WICK_CUDA_TEST_DEPENDS cuda_graph)
+endif()
+wick_add_test(test_cuda SOURCES test_cuda.cpp TORCH DEPENDS ${WICK_CUDA_TEST_DEPENDS})
+if(TARGET test_cuda AND WICK_CUDA)
+  # White-box: the private interface behind the pinned copies (framework/src/cuda).
+  target_compile_definitions(test_cuda PRIVATE WICK_TEST_CUDA USE_C10D_NCCL)
+  target_include_directories(test_cuda PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
+endif()

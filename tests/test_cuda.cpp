@@ -1,0 +1,259 @@
+// What wick does on a CUDA device: training there, fused Adam's CUDA kernel, batches copied from
+// pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss scaling's CUDA
+// path, NCCL, and the cuda_graph plugin. Each test needs a GPU and reports itself skipped
+// (ctest: Skipped) without one, or in a build against a CPU-only LibTorch. The refusals of
+// cuda_graph that need no GPU run wherever the plugin is built (a CUDA LibTorch).
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#ifdef WICK_TEST_CUDA
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "cuda/cuda_support.hpp"
+#endif
+
+#include <wick/trainer.hpp>
+
+#include "../plugins/mixed_precision/loss_scaler.hpp"
+#include "in_process.hpp"
+#include "support.hpp"
+
+using namespace wick;
+using namespace wick::test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+void need_gpu() {
+#ifndef WICK_TEST_CUDA
+  skip("this wick is built against a CPU-only LibTorch (" TORCH_VERSION ")");
+#endif
+  if (!torch::cuda::is_available())
+    skip("no CUDA device here (torch::cuda::is_available() is false)");
+}
+
+void need_cuda_graph_plugin() {
+#ifndef WICK_TEST_CUDA
+  skip("the cuda_graph plugin is built with a CUDA LibTorch only; this one is CPU-only (" TORCH_VERSION
+       ")");
+#endif
+}
+
+// y = x A + noise, 256 samples, on a linear model: small enough for exact comparisons.
+class Linear : public Task {
+ public:
+  Linear() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    auto a = torch::randn({8, 2}, gen);
+    x_ = torch::randn({256, 8}, gen);
+    data_ = std::make_shared<TensorDataset>(x_, x_.matmul(a) + 0.1 * torch::randn({256, 2}, gen));
+  }
+  std::shared_ptr<torch::nn::Module> model() override {
+    lin_ = torch::nn::Linear(8, 2);
+    return lin_.ptr();
+  }
+  std::shared_ptr<Dataset> train_data() override { return data_; }
+  at::Tensor forward(Context&, const Batch& b) override {
+    CHECK(b.input.is_cuda());
+    return lin_->forward(b.input);
+  }
+  Output loss(Context&, const at::Tensor& pred, const Batch& b) override {
+    Output o;
+    o.loss = torch::mse_loss(pred, b.target);
+    return o;
+  }
+
+  at::Tensor x_;
+
+ private:
+  std::shared_ptr<TensorDataset> data_;
+  torch::nn::Linear lin_{nullptr};
+};
+
+std::vector<at::Tensor> cpu_params(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : t.model().parameters()) out.push_back(p.detach().cpu().clone());
+  return out;
+}
+
+double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+// A synthetic-task config on the GPU, 8 batches of 32 per epoch.
+std::string gpu_config(const TempDir& d, const std::string& run, const std::string& extra) {
+  return "[trainer]\nepochs = 2\nseed = 5\nbatch_size = 32\nlog_every = 2\ndevice = \"cuda\"\n"
+         "output_dir = \"" +
+         (d / run).string() + "\"\n[task]\nplugin = \"synthetic\"\nsamples = 256\n"
+         "valid_samples = 64\n[optimizer]\nname = \"adam\"\nlr = 0.01\nfused = true\n" +
+         extra + test_plugins_toml();
+}
+
+nlohmann::json fit(const TempDir& d, const std::string& run, const std::string& extra,
+                   const std::vector<std::string>& args = {}) {
+  write_file(d / (run + ".toml"), gpu_config(d, run, extra));
+  std::vector<std::string> argv = {"fit", (d / (run + ".toml")).string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_wick(argv);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  return read_json(d / run / "summary.json");
+}
+
+}  // namespace
+
+TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim::Adam", "[cuda]") {
+  need_gpu();
+  auto task = std::make_shared<Linear>();
+  auto run = [&](bool fused, double wd) {
+    TrainerOptions o = options(16, 3);
+    o.device = Device{DeviceType::cuda, 0};
+    OptimizerOptions adam;
+    adam.name = "adam";
+    adam.lr = 0.05;
+    adam.fused = fused;
+    adam.weight_decay = wd;
+    Trainer t(o, task, adam);
+    auto p0 = cpu_params(t);
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    for (const auto& p : t.model().parameters()) CHECK(p.is_cuda());
+    return std::make_pair(p0, cpu_params(t));
+  };
+  for (const double wd : {0.0, 0.1}) {
+    INFO("weight_decay " << wd);
+    auto fused = run(true, wd), plain = run(false, wd);
+    CHECK(max_diff(fused.first, plain.first) == 0);
+    CHECK(max_diff(fused.second, plain.second) < 1e-5);
+    CHECK(max_diff(fused.second, fused.first) > 1e-2);
+  }
+}
+
+TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in order",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  const auto host = torch::arange(1000, torch::kFloat).reshape({10, 100});
+  const auto pinned = cuda::pinned(host);
+  CHECK(pinned.is_pinned());
+  CHECK_FALSE(host.is_pinned());
+  const auto dev = cuda::to_device_async(pinned, at::Device(at::kCUDA, 0));
+  CHECK(dev.is_cuda());
+  CHECK(torch::equal(dev.cpu(), host));
+#endif
+  // Loader threads pin and the copies overlap: the same training as batches drawn inline.
+  TempDir d;
+  const auto inline_run = fit(d, "inline", "", {"--set", "trainer.num_workers=0"});
+  const auto threaded = fit(d, "threaded", "", {"--set", "trainer.num_workers=2"});
+  CHECK(inline_run["model_fingerprint"] == threaded["model_fingerprint"]);
+}
+
+TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "[cuda]") {
+  need_gpu();
+  TempDir d;
+  // The loss is scaled by a draw from the CUDA generator every step from step 3 on.
+  const std::string noise = "[[hooks]]\nplugin = \"fault\"\nname = \"noise\"\nat = \"after_loss\"\n"
+                            "action = \"noise\"\nstep = 3\n";
+  const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
+  const auto whole = fit(d, "whole", noise + ck);
+  write_file(d / "killed.toml",
+             gpu_config(d, "killed",
+                        noise + ck + "[[hooks]]\nplugin = \"fault\"\naction = \"kill\"\nstep = 11\n"));
+  auto k = run_wick({"fit", (d / "killed.toml").string()});
+  REQUIRE(k.exit_code == 128 + 9);
+  auto r = run_wick({"fit", (d / "killed.toml").string(), "--resume", "latest", "--set",
+                     "hooks.fault.enabled=false"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_json(d / "killed" / "summary.json")["model_fingerprint"] ==
+        whole["model_fingerprint"]);
+}
+
+TEST_CASE("fp16 loss scaling on CUDA: one fused unscale and check, as on the CPU", "[cuda]") {
+  need_gpu();
+  amp::LossScaler gpu(1024, 2.0, 0.5, 3), cpu(1024, 2.0, 0.5, 3);
+  auto g = torch::randn({5, 7});
+  std::vector<at::Tensor> on_gpu = {g.cuda()}, on_cpu = {g.clone()};
+  CHECK_FALSE(gpu.unscale_(on_gpu).item<bool>());
+  CHECK_FALSE(cpu.unscale_(on_cpu).item<bool>());
+  CHECK(torch::allclose(on_gpu[0].cpu(), on_cpu[0]));
+  CHECK(torch::allclose(on_cpu[0], g / 1024));
+  // A real overflow: the step is skipped and the scale backs off, on the GPU too.
+  std::vector<at::Tensor> overflow = {torch::full({3}, 1e38f).cuda() * 1e3};
+  CHECK(gpu.unscale_(overflow).item<bool>());
+  gpu.update(true);
+  CHECK(gpu.scale() == 512);
+  // The scaled loss uses the scale kept on the GPU, which follows updates.
+  CHECK(gpu.scale_loss(torch::ones({}, torch::kCUDA)).item<double>() == 512);
+}
+
+TEST_CASE("ddp's NCCL process group all-reduces on the GPU at world size 1", "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, 0, 1,
+                                                        c10d::ProcessGroupNCCL::Options::create());
+  std::vector<at::Tensor> io = {torch::full({4}, 3.0f, torch::kCUDA)};
+  pg->allreduce(io)->wait();
+  CHECK(torch::equal(io[0].cpu(), torch::full({4}, 3.0f)));
+#endif
+}
+
+TEST_CASE("cuda_graph replays the captured step: the same training as eager steps", "[cuda]") {
+  need_gpu();
+  TempDir d;
+  const auto eager = fit(d, "eager", "", {"--set", "trainer.drop_last=true"});
+  const auto graphed = fit(d, "graphed", "[[hooks]]\nplugin = \"cuda_graph\"\nwarmup = 2\n",
+                           {"--set", "trainer.drop_last=true"});
+  CHECK(graphed["optimizer_steps"] == eager["optimizer_steps"]);
+  CHECK(std::abs(graphed["valid/loss"].get<double>() - eager["valid/loss"].get<double>()) < 1e-4);
+}
+
+TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside the step",
+          "[cuda]") {
+  need_gpu();
+  TempDir d;
+  // 250 samples in batches of 32: the last is 26.
+  write_file(d / "ragged.toml", gpu_config(d, "ragged", "[[hooks]]\nplugin = \"cuda_graph\"\n"));
+  auto ragged = run_wick({"fit", (d / "ragged.toml").string(), "--set", "task.samples=250"});
+  INFO(ragged.out << ragged.err);
+  CHECK(ragged.exit_code == 1);
+  CHECK_THAT(ragged.err, Contains("cuda_graph: batch 7 has input [26, 16]") &&
+                             Contains("set trainer.drop_last = true"));
+
+  write_file(d / "sync.toml",
+             gpu_config(d, "sync",
+                        "[[hooks]]\nplugin = \"cuda_graph\"\nwarmup = 1\n"
+                        "[[hooks]]\nplugin = \"fault\"\nat = \"after_loss\"\naction = \"sync\"\n"
+                        "step = 2\n"));
+  auto sync = run_wick({"fit", (d / "sync.toml").string()});
+  INFO(sync.out << sync.err);
+  CHECK(sync.exit_code == 1);
+  CHECK_THAT(sync.err, Contains("plugin 'fault'") && Contains("at after_loss") &&
+                           Contains("cuda_graph cannot capture the step"));
+}
+
+TEST_CASE("cuda_graph refuses grad_accum windows and a device that is not CUDA", "[cuda]") {
+  need_cuda_graph_plugin();
+  TempDir d;
+  auto refusal = [&](const std::string& name, const std::string& extra,
+                     const std::vector<std::string>& args) {
+    write_file(d / (name + ".toml"),
+               gpu_config(d, name, "[[hooks]]\nplugin = \"cuda_graph\"\n" + extra));
+    std::vector<std::string> argv = {"fit", (d / (name + ".toml")).string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run_wick(argv);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    return r.err;
+  };
+  // On the CPU (no GPU needed): these are decided before anything runs.
+  CHECK_THAT(refusal("accum", "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n",
+                     {"--set", "trainer.device=\"cpu\""}),
+             Contains("grad_accum (steps = 2) makes micro-batches differ"));
+  CHECK_THAT(refusal("cpu", "", {"--set", "trainer.device=\"cpu\""}),
+             Contains("cuda_graph captures CUDA work, but trainer.device is \"cpu\"; set "
+                      "trainer.device = \"cuda\""));
+}
