@@ -9,7 +9,8 @@
 # The wheel is built for CUDA. Its CUDA libraries come from the CUDA toolkit found by the
 # dynamic linker (cudart, cuBLAS, cuDNN, NCCL, ...); the three the toolkit does not ship
 # (cuSPARSELt, NVSHMEM, cuFile) are installed beside torch from PyPI, where the wheel's RUNPATH
-# looks for them. Nothing else of the wheel's Python dependencies is needed for C++.
+# looks for them. torch's own small Python dependencies go there too, so that the folder is
+# also a Python torch (PYTHONPATH=<folder>): the tests run its torchrun against the 2.x build.
 set -euo pipefail
 
 WICK_TORCH2_VERSION=${WICK_TORCH2_VERSION:-2.11.0}
@@ -23,9 +24,13 @@ fi
 
 # The libraries torch $WICK_TORCH2_VERSION's CUDA build needs and the toolkit lacks, pinned to
 # the versions that torch's own wheel metadata requires.
-EXTRA=(nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6)
+EXTRA=(nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6
+       filelock==4.2.12 fsspec==2026.9.0 jinja2==3.1.6 markupsafe==3.0.4 mpmath==1.3.0
+       networkx==3.6.1 sympy==1.14.0 typing-extensions==4.16.0)
 
-if [ -f "$dest/.complete" ] && [ "$(cat "$dest/.complete")" = "torch==$WICK_TORCH2_VERSION" ]; then
+# What a complete install holds; another list (a new pin) installs afresh.
+want="torch==$WICK_TORCH2_VERSION ${EXTRA[*]}"
+if [ -f "$dest/.complete" ] && [ "$(cat "$dest/.complete")" = "$want" ]; then
   echo "install-libtorch: LibTorch $WICK_TORCH2_VERSION present in $dest"
   exit 0
 fi
@@ -61,7 +66,7 @@ if [ -n "$missing" ]; then
   exit 1
 fi
 
-echo "torch==$WICK_TORCH2_VERSION" >"$dest.partial/.complete"
+echo "$want" >"$dest.partial/.complete"
 rm -rf "$dest"
 mv "$dest.partial" "$dest"
 echo "install-libtorch: LibTorch $WICK_TORCH2_VERSION installed in $(($(date +%s) - start)) s;" \

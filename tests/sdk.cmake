@@ -40,7 +40,8 @@ if(WICK_CCACHE)
   set(ccache ${WICK_CCACHE})  # makes the out-of-tree rebuilds of later runs cheap
 endif()
 target_compile_definitions(test_sdk_install PRIVATE
-  WICK_CMAKE="${CMAKE_COMMAND}" WICK_CCACHE_PROGRAM="${ccache}" WICK_READELF="${CMAKE_READELF}")
+  WICK_CMAKE="${CMAKE_COMMAND}" WICK_CCACHE_PROGRAM="${ccache}" WICK_READELF="${CMAKE_READELF}"
+  WICK_TORCH_LIB_DIR="${TORCH_INSTALL_PREFIX}/lib" WICK_TORCH_CXX_FLAGS="${TORCH_CXX_FLAGS}")
 # `cmake --install` needs everything it installs to be built.
 get_property(builtin GLOBAL PROPERTY WICK_BUILTIN_PLUGINS)
 add_dependencies(test_sdk_install wick_cli ${builtin})

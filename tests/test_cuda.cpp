@@ -13,6 +13,7 @@
 #include "cuda/cuda_support.hpp"
 #endif
 
+#include <wick/task.hpp>
 #include <wick/trainer.hpp>
 
 #include "../plugins/mixed_precision/loss_scaler.hpp"

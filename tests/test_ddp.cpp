@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include <torch/version.h>
+
 #include "support.hpp"
 #include "wick/launch.hpp"
 
@@ -488,8 +490,21 @@ TEST_CASE("srun tasks (SLURM's variables alone) train like wick launch's ranks")
 }
 
 TEST_CASE("torchrun --no_python wick fit: ranks from torchrun, and its restart resumes") {
+  // torchrun's agent serves the ranks' store in its torch's TCPStore protocol: it must be the
+  // torch of this build's LibTorch (Debian's python3-torch for 1.13, the wheel's folder on
+  // PYTHONPATH for 2.x: WICK_TORCHRUN_PYTHONPATH).
   const std::string python = kPython;
-  need_python({"torch.distributed.run"});
+  const std::vector<std::string> env = {"PYTHONPATH=" + std::string(WICK_TORCHRUN_PYTHONPATH),
+                                        "OMP_NUM_THREADS=1"};
+  const auto version = run({python, "-c", "import torch.distributed.run, torch; "
+                                          "print(torch.__version__)"},
+                           env);
+  const std::string ours = TORCH_VERSION;
+  const std::string major_minor = ours.substr(0, ours.rfind('.'));
+  if (version.exit_code != 0 || version.out.rfind(major_minor + ".", 0) != 0)
+    skip("torchrun of torch " + major_minor + " is needed (this build's LibTorch is " + ours +
+         "); " + python + " with PYTHONPATH='" + WICK_TORCHRUN_PYTHONPATH + "' has " +
+         (version.exit_code ? "no torch.distributed.run" : "torch " + version.out));
   TempDir dir;
   const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
   write_file(
@@ -520,7 +535,7 @@ TEST_CASE("torchrun --no_python wick fit: ranks from torchrun, and its restart r
                 (dir / "cfg.toml").string(),
                 "--set",
                 "trainer.epochs=3"},
-               {"OMP_NUM_THREADS=1"});
+               env);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("wick: TORCHELASTIC_RESTART_COUNT is 1: resuming with --resume auto") !=

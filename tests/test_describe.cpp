@@ -42,6 +42,7 @@ TEST_CASE("wick describe prints the schedule table exactly") {
       "\n"
       "| Stage          | Chain (call order)                                |\n"
       "| -------------- | ------------------------------------------------- |\n"
+      "| gradients      | default: forward, loss, backward                  |\n"
       "| forward        | default: task.forward()                           |\n"
       "| backward       | trace(0) -> default: loss.backward()              |\n"
       "| optimizer_step | trace(0) -> audit(5) -> default: optimizer.step() |\n"

@@ -173,12 +173,12 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
       // Only hooks are scheduled: an order means nothing for a task or a metric.
       const std::string order =
           i.kind == wick::PluginKind::hook ? ", order " + std::to_string(i.default_order) : "";
+      std::printf("\n%s %s (%s%s%s, SDK %d.%d)\n  %s\n  %s%s\n", i.name.c_str(), i.version.c_str(),
+                  kind, i.main_process_only ? ", main process only" : "", order.c_str(),
+                  i.api_major, i.api_minor, i.description.c_str(), i.path.c_str(),
+                  of_library.c_str());
       // Built before SDK 2.5, a plugin has no record of its LibTorch.
-      const std::string torch = i.torch_build.empty() ? "" : ", " + i.torch_build;
-      std::printf("\n%s %s (%s%s%s, SDK %d.%d%s)\n  %s\n  %s%s\n", i.name.c_str(),
-                  i.version.c_str(), kind, i.main_process_only ? ", main process only" : "",
-                  order.c_str(), i.api_major, i.api_minor, torch.c_str(), i.description.c_str(),
-                  i.path.c_str(), of_library.c_str());
+      if (!i.torch_build.empty()) std::printf("  built against %s\n", i.torch_build.c_str());
       int key_width = 18;  // widened to the longest key, so that the columns line up
       for (const auto& p : i.params)
         key_width = std::max(key_width, static_cast<int>(p.key.size()));

@@ -133,22 +133,26 @@ std::string describe_markdown(const ScheduleTable& t) {
   static const char* kDefaults[kNumStages] = {
       "default: task.forward()", "default: loss.backward()", "default: optimizer.step()",
       "default: optimizer.zero_grad()", "default: forward, loss, backward"};
+  // In the order a training step reaches them: gradients wraps forward and backward.
+  static const Stage kStepOrder[kNumStages] = {Stage::gradients, Stage::forward, Stage::backward,
+                                               Stage::optimizer_step, Stage::zero_grad};
   std::vector<std::string> chains;
   std::size_t w_stage = std::string("Stage").size(),
               w_chain = std::string("Chain (call order)").size();
-  for (std::size_t i = 0; i < kNumStages; ++i) {
+  for (const Stage st : kStepOrder) {
+    const auto i = static_cast<std::size_t>(st);
     std::string c;
     for (const auto& s : t.stages[i]) c += s.instance + "(" + std::to_string(s.order) + ") -> ";
     c += kDefaults[i];
     w_chain = std::max(w_chain, c.size());
-    w_stage = std::max(w_stage, to_string(static_cast<Stage>(i)).size());
+    w_stage = std::max(w_stage, to_string(st).size());
     chains.push_back(c);
   }
   o << "\n| " << pad("Stage", w_stage) << " | " << pad("Chain (call order)", w_chain) << " |\n";
   o << "| " << std::string(w_stage, '-') << " | " << std::string(w_chain, '-') << " |\n";
-  for (std::size_t i = 0; i < kNumStages; ++i)
-    o << "| " << pad(std::string(to_string(static_cast<Stage>(i))), w_stage) << " | "
-      << pad(chains[i], w_chain) << " |\n";
+  for (std::size_t k = 0; k < kNumStages; ++k)
+    o << "| " << pad(std::string(to_string(kStepOrder[k])), w_stage) << " | "
+      << pad(chains[k], w_chain) << " |\n";
   if (!t.profiled_by.empty()) {
     o << "\nProfiled (asked by";
     for (const auto& h : t.profiled_by) o << " " << h;

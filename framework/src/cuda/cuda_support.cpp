@@ -50,7 +50,7 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
 
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                float beta2, float step_size, float bc2_sqrt, float eps, float decay) {
-  for (const auto* t : {&p, &g, &m, &v})
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p, &g, &m, &v})
     if (!t->is_cuda() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
         t->device() != p.device() || t->numel() != p.numel())
       throw std::logic_error("cuda::adam_step: every tensor must be a contiguous float32 tensor "

@@ -1,0 +1,40 @@
+# wick_find_torch([ROOT dir]) finds the LibTorch to build against, for wick's own tree and for
+# plugins built against an installed wick (wickConfig.cmake passes the LibTorch wick was built
+# with). ROOT: the folder holding lib/ and share/cmake/Torch (the pytorch.org archive's
+# libtorch/, the wheel's torch/), or the wheel's torch.utils.cmake_prefix_path; without it
+# CMake's usual search finds one (Debian's in /usr). Sets what find_package(Torch) sets, and
+# WICK_TORCH_ROOT (the root given, resolved; "" without ROOT).
+macro(wick_find_torch)
+  cmake_parse_arguments(WFT "" "ROOT" "" ${ARGN})
+  set(WICK_TORCH_ROOT "")
+  if(WFT_ROOT)
+    get_filename_component(_wft_root "${WFT_ROOT}" ABSOLUTE)
+    if(EXISTS "${_wft_root}/Torch/TorchConfig.cmake")  # <torch>/share/cmake
+      get_filename_component(_wft_root "${_wft_root}/../.." ABSOLUTE)
+    endif()
+    if(NOT EXISTS "${_wft_root}/share/cmake/Torch/TorchConfig.cmake")
+      message(FATAL_ERROR "${WFT_ROOT}: no LibTorch there (no share/cmake/Torch/"
+        "TorchConfig.cmake); give the folder that holds lib/ and share/cmake/Torch: the "
+        "pytorch.org archive's libtorch/, or the wheel's torch/ folder "
+        "(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')")
+    endif()
+    # First on the prefix path: TorchConfig's find_library calls then take this LibTorch's
+    # libraries before another one's in the system folders (Debian's libtorch-dev).
+    list(PREPEND CMAKE_PREFIX_PATH "${_wft_root}")
+    set(Torch_DIR "${_wft_root}/share/cmake/Torch" CACHE PATH "" FORCE)
+    set(WICK_TORCH_ROOT "${_wft_root}")
+  endif()
+  # A CUDA LibTorch compiles CUDA code for these GPUs (LibTorch's variable; its default is
+  # every architecture it knows): Ampere and Hopper, with PTX that newer GPUs compile.
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "8.0;9.0+PTX")
+  endif()
+  find_package(Torch REQUIRED)
+  # Every LibTorch library must come from the LibTorch whose headers are compiled with.
+  foreach(_wft_lib TORCH_LIBRARY C10_CUDA_LIBRARY)
+    if(${_wft_lib} AND NOT ${_wft_lib} MATCHES "^${TORCH_INSTALL_PREFIX}/")
+      message(FATAL_ERROR "LibTorch at ${TORCH_INSTALL_PREFIX}, but its library "
+        "${${_wft_lib}} comes from elsewhere; configure with -DWICK_TORCH=${TORCH_INSTALL_PREFIX}")
+    endif()
+  endforeach()
+endmacro()
