@@ -41,7 +41,8 @@ if(WICK_CCACHE)
 endif()
 target_compile_definitions(test_sdk_install PRIVATE
   WICK_CMAKE="${CMAKE_COMMAND}" WICK_CCACHE_PROGRAM="${ccache}" WICK_READELF="${CMAKE_READELF}"
-  WICK_TORCH_LIB_DIR="${TORCH_INSTALL_PREFIX}/lib" WICK_TORCH_CXX_FLAGS="${TORCH_CXX_FLAGS}")
+  WICK_TORCH_LIB_DIR="${TORCH_INSTALL_PREFIX}/lib" WICK_TORCH_CXX_FLAGS="${TORCH_CXX_FLAGS}"
+  WICK_BUILT_WITH_CUDA=$<BOOL:${WICK_CUDA}>)
 # `cmake --install` needs everything it installs to be built.
 get_property(builtin GLOBAL PROPERTY WICK_BUILTIN_PLUGINS)
 add_dependencies(test_sdk_install wick_cli ${builtin})
