@@ -982,6 +982,7 @@ std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
         static_cast<int>((*i.table)["order"].value_or<std::int64_t>(i.lib->info().default_order));
     e.main_process_only = i.lib->info().main_process_only;
     e.library = i.lib->info().path;
+    e.api_minor = i.lib->info().api_minor;
     e.hook = impl_->construct(i, [&] { return i.lib->create_hook(i.params); });
     out.push_back(std::move(e));
   }

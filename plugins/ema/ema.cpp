@@ -47,6 +47,19 @@ class Ema : public wick::Hook {
     out.set_int("num_tensors", static_cast<std::int64_t>(s.size()));
     for (std::size_t i = 0; i < s.size(); ++i) out.set_tensor("shadow." + std::to_string(i), s[i]);
   }
+  // The shadow, for model.pt and export / evaluate / predict with --weights auto: the weights
+  // validation used. Buffers are not averaged: the model's own.
+  std::string eval_weights(const torch::nn::Module& model, wick::NamedTensors& out) const override {
+    const auto& s = shadow_.empty() ? loaded_ : shadow_;
+    const auto named = model.named_parameters();
+    if (s.empty()) return "";
+    if (s.size() != named.size())
+      throw std::runtime_error("ema: " + std::to_string(s.size()) + " shadow tensors for the model's " +
+                               std::to_string(named.size()) + " parameters");
+    for (std::size_t i = 0; i < s.size(); ++i) out.emplace_back(named[i].key(), s[i]);
+    return "ema";
+  }
+
   void load_state(const wick::StateDict& in) override {
     updates_ = in.get_int("updates");
     const auto n = static_cast<std::size_t>(in.get_int("num_tensors"));

@@ -10,6 +10,7 @@
 
 #include "wick/hook.hpp"
 #include "wick/points.hpp"
+#include "wick/version.hpp"
 
 namespace wick {
 
@@ -21,6 +22,7 @@ struct HookEntry {
   int order = 0;
   bool main_process_only = false;
   std::string library;  // absolute path of the shared object ("" for in-process hooks)
+  int api_minor = WICK_API_MINOR;  // the SDK minor it was built against (what it implements)
 };
 
 struct Scheduled {

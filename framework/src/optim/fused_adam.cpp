@@ -12,6 +12,7 @@
 #include <wick/torch_compat.hpp>
 
 #include "cuda/cuda_support.hpp"
+#include "optim/adam_pass.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -19,23 +20,6 @@
 namespace wick {
 
 namespace {
-
-// Compiled for AVX-512, AVX2 and the x86-64 baseline; the loader picks one at start.
-template <bool kDecay>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adam_pass(
-    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-    std::int64_t n, float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
-    float decay) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    if (kDecay) gi += decay * p[i];
-    const float mi = m[i] * beta1 + (1 - beta1) * gi;
-    const float vi = v[i] * beta2 + (1 - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-  }
-}
 
 // Where all four tensors are contiguous float32 on one device of this kind.
 bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
@@ -80,11 +64,11 @@ at::Tensor FusedAdam::step(LossClosure closure) {
       auto& v = s.exp_avg_sq();
       const auto& g = p.grad();
       if (!o.amsgrad() && fusable(p, g, m, v, at::kCPU)) {
-        auto* run = wd != 0 ? &adam_pass<true> : &adam_pass<false>;
-        run(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-            p.numel(), static_cast<float>(beta1), static_cast<float>(beta2),
-            static_cast<float>(step_size), static_cast<float>(std::sqrt(bc2)),
-            static_cast<float>(o.eps()), static_cast<float>(wd));
+        adam_pass(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
+                  v.data_ptr<float>(), p.numel(), static_cast<float>(beta1),
+                  static_cast<float>(beta2), static_cast<float>(step_size),
+                  static_cast<float>(std::sqrt(bc2)), static_cast<float>(o.eps()),
+                  static_cast<float>(wd));
         continue;
       }
       if (!o.amsgrad() && cuda::compiled() && fusable(p, g, m, v, at::kCUDA)) {

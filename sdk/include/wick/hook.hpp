@@ -6,16 +6,27 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wick/metrics.hpp"
 #include "wick/points.hpp"
 #include "wick/version.hpp"
 
+namespace at {
+class Tensor;
+}
+namespace torch::nn {
+class Module;
+}
+
 namespace wick {
 
 class Context;
 class StateDict;
+
+// Tensors by name, as the model's named_parameters() and named_buffers() spell them.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Thrown by a hook to abandon the rest of a step, an epoch or the whole fit. The trainer
 // fires after_cancel, then carries on after that scope (step, epoch) or ends the fit.
@@ -84,6 +95,16 @@ class Hook {
   virtual bool has_state() const { return false; }
   virtual void save_state(StateDict& /*out*/) const {}
   virtual void load_state(const StateDict& /*in*/) {}
+  // Since SDK 2.5: a hook that keeps other weights for evaluation than the ones trained (an
+  // average such as EMA's) offers them here, for the run's model.pt and `wick export` /
+  // `evaluate` / `predict` with --weights auto: it fills `out` with the tensors that differ
+  // from the model's own (the model's, by name, for the rest) and returns a word for them
+  // ("ema"); "" when it has none (yet). Called between steps, with its state as a checkpoint
+  // restores it.
+  virtual std::string eval_weights(const torch::nn::Module& /*model*/,
+                                   NamedTensors& /*out*/) const {
+    return "";
+  }
 };
 
 }  // namespace wick

@@ -1,0 +1,36 @@
+#include "optim/adam_pass.hpp"
+
+#include <cmath>
+
+namespace wick {
+
+namespace {
+
+// Compiled for AVX-512, AVX2 and the x86-64 baseline; the loader picks one at start.
+template <bool kDecay>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void pass(
+    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+    std::int64_t n, float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
+    float decay) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    if (kDecay) gi += decay * p[i];
+    const float mi = m[i] * beta1 + (1 - beta1) * gi;
+    const float vi = v[i] * beta2 + (1 - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+  }
+}
+
+}  // namespace
+
+void adam_pass(float* p, const float* g, float* m, float* v, std::int64_t n, float beta1,
+               float beta2, float step_size, float bc2_sqrt, float eps, float decay) {
+  if (decay != 0)
+    pass<true>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
+  else
+    pass<false>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
+}
+
+}  // namespace wick
