@@ -21,7 +21,7 @@ WICK       := $(BUILD)/bin/wick
 torch_flag = $(if $(filter wheel,$(1)),-DWICK_TORCH=$(shell scripts/install-libtorch.sh --print),)
 
 .PHONY: all deps configure build build-other run test test-other test-sanitize fuzz-build fuzz \
-        test-fuzz bench bench-smoke gpu-check format clean install
+        test-fuzz bench bench-peers bench-smoke gpu-check format clean install
 
 all: build
 
@@ -104,6 +104,11 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
+	$(BUILD)/bin/wick_bench --out bench/results.json
+
+# The bench with its peers section: installs the Python peers' environment first (once).
+bench-peers: build
+	scripts/install-peers.sh
 	$(BUILD)/bin/wick_bench --out bench/results.json
 
 bench-smoke: build

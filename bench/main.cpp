@@ -6,7 +6,8 @@
 //
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
 //              [--ddp-rounds N] [--only
-//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler,python]
+//              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler,python,
+//              peers]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -113,6 +115,46 @@ std::vector<Target> targets(const json& r) {
     double x = num(r["profiler"], "overhead", "median");
     t.push_back({"profiler: --profile's cost per MLP step (samples/s off / on - 1)", "<= 0.02", x,
                  x <= 0.02});
+  }
+  if (r.contains("peers") && r["peers"].contains("mlp")) {
+    const auto& p = r["peers"];
+    for (const char* w : {"mlp", "cnn", "transformer", "gan"}) {
+      if (!p.contains(w)) continue;
+      std::map<std::string, json> row;
+      for (const auto& x : p[w]["rows"]) row[x["row"].get<std::string>()] = x;
+      auto rate = [&](const std::string& name) {
+        return row.count(name) ? num(row[name], "samples_per_s", "median") : -1;
+      };
+      auto acc = [&](const std::string& name) {
+        return row.count(name) && row[name].contains("valid_accuracy")
+                   ? row[name]["valid_accuracy"].get<double>()
+                   : -1;
+      };
+      const std::string shipped = "wick (as shipped)";
+      // Against the faster of Lightning's two rows, at equal accuracy (within 0.5 points).
+      const double lightning = std::max(rate("Lightning (progress bar, logger)"),
+                                        rate("Lightning (no bar, no logger)"));
+      auto equal_acc = [&](const std::string& peer) {
+        return acc(shipped) < 0 || acc(peer) < 0 || acc(shipped) >= acc(peer) - 0.005;
+      };
+      double x = rate(shipped) / lightning;
+      t.push_back({std::string("peers ") + w + ": wick as shipped / Lightning samples/s, at "
+                   "equal accuracy", ">= 1.5", x,
+                   x >= 1.5 && equal_acc("Lightning (no bar, no logger)")});
+      if (row.count("HF Trainer")) {
+        x = rate(shipped) / rate("HF Trainer");
+        t.push_back({std::string("peers ") + w + ": wick as shipped / HF Trainer samples/s, at "
+                     "equal accuracy", ">= 1.5", x, x >= 1.5 && equal_acc("HF Trainer")});
+      }
+      const std::string fp32 = row.count("wick fp32") ? "wick fp32" : shipped;
+      x = num(row[fp32], "tax", "median");
+      t.push_back({std::string("peers ") + w + ": wick's tax over the hand-written LibTorch loop",
+                   "<= 0.02", x, x <= 0.02});
+      x = num(row[shipped], "start_to_first_step_s", "median") /
+          num(row["Lightning (no bar, no logger)"], "start_to_first_step_s", "median");
+      t.push_back({std::string("peers ") + w + ": wick's start to first step / Lightning's",
+                   "< 1", x, x > 0 && x < 1});
+    }
   }
   return t;
 }
@@ -337,6 +379,49 @@ std::string markdown(const json& r) {
          << ").\n";
     }
   }
+  if (r.contains("peers") && r["peers"].contains("mlp")) {
+    const auto& p = r["peers"];
+    md << "\n## Peers\n\nThe same data, model, optimizer (Adam), batch (64) and steps, one "
+          "thread each, "
+       << p.value("rounds", 0)
+       << " rounds in alternating order; wick's LibTorch " << r["meta"].value("torch", "")
+       << ", the Python peers in " << p.value("python", "")
+       << ". x plain loop: samples/s against the plain loop of the same language and round "
+          "(wick against the hand-written LibTorch loop, the Python trainers against the plain "
+          "PyTorch loop); its shortfall is the framework's tax.\n";
+    for (const char* w : {"mlp", "cnn", "transformer", "gan"}) {
+      if (!p.contains(w)) continue;
+      const auto& x = p[w];
+      const long steps = x.value("max_steps", 0L);
+      md << "\n### " << w << " (" << x.value("epochs", 0L) << " epoch(s)"
+         << (steps > 0 ? ", " + std::to_string(steps) + " steps" : std::string()) << ")\n\n"
+         << "| row | samples/s median (min–max) | x plain loop | "
+         << (std::string(w) == "gan" ? "final d / g loss" : "valid accuracy")
+         << " | start to first step, s | peak RSS, MiB | version |\n"
+         << "| --- | --- | --- | --- | --- | --- | --- |\n";
+      for (const auto& row : x["rows"]) {
+        std::string quality;
+        if (row.contains("valid_accuracy"))
+          quality = fmt("%.4f", row["valid_accuracy"].get<double>());
+        else if (row.contains("final_losses"))
+          quality = fmt("%.3f", row["final_losses"]["d"].get<double>()) + " / " +
+                    fmt("%.3f", row["final_losses"]["g"].get<double>());
+        md << "| " << row.value("row", "") << " | "
+           << fmt("%.0f", num(row, "samples_per_s", "median")) << " ("
+           << fmt("%.0f", num(row, "samples_per_s", "min")) << "–"
+           << fmt("%.0f", num(row, "samples_per_s", "max")) << ") | "
+           << fmt("%.2f", 1 - num(row, "tax", "median")) << " | " << quality << " | "
+           << fmt("%.2f", num(row, "start_to_first_step_s", "median")) << " | "
+           << fmt("%.0f", num(row, "peak_rss_mb", "median")) << " | " << row.value("version", "")
+           << " |\n";
+      }
+    }
+    md << "\nTargets:\n\n";
+    for (const auto& t : tg)
+      if (t.name.rfind("peers ", 0) == 0)
+        md << "- " << t.name.substr(6) << ": " << fmt("%.3f", t.value) << " (" << t.rule << "): "
+           << (t.met ? "met" : "**not met**") << "\n";
+  }
   if (r.contains("restart")) {
     const auto& x = r["restart"];
     md << "\nRestart (`wick launch --nproc 2 --max-restarts 1`, the ddp MLP, a checkpoint every "
@@ -491,6 +576,7 @@ int main(int argc, char** argv) {
     if (want("restart")) r["restart"] = run_restart(s);
     if (want("profiler")) r["profiler"] = run_profiler(s);
     if (want("python")) r["python"] = run_python(s);
+    if (want("peers")) r["peers"] = run_peers(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());
     r["error"] = e.what();

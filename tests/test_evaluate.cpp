@@ -4,6 +4,8 @@
 // file named; nothing in the run folder changes. And the host API (Trainer::evaluate/predict).
 #include <torch/torch.h>
 
+#include <set>
+
 #include "support.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
@@ -111,15 +113,22 @@ print(json.dumps({"shape": list(p.shape), "dtype": str(p.dtype),
   CHECK(std::abs(evj["values"]["valid/f1_macro"].get<double>() - sk["f1_macro"].get<double>()) <
         1e-6);
 
-  // Two ranks, each its half of the set: the same whole-set values and the same rows.
-  auto ev2 = run_wick({"evaluate", cfg, "--nproc", "2", "--json", (d / "ev2.json").string()});
-  INFO(ev2.out << ev2.err);
-  REQUIRE(ev2.exit_code == 0);
-  check_equal(valid_values(evj), valid_values(read_json(d / "ev2.json")));
-  REQUIRE(run_wick({"predict", cfg, "--nproc", "2", "--split", "valid", "--output",
-                    (d / "p2.npy").string()})
-              .exit_code == 0);
-  CHECK(read_file(d / "p2.npy") == read_file(d / "p.npy"));
+  // Two ranks, each its half of the set: the same whole-set values and the same rows as one
+  // process. One thread each: LibTorch 2.x's bundled BLAS splits a product's sums by thread
+  // count, so bit-equality holds between processes of equal threads.
+  const std::vector<std::string> one_thread = {"--set", "trainer.threads=1"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), one_thread.begin(), one_thread.end());
+    auto r = run_wick(args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  };
+  with({"evaluate", cfg, "--json", (d / "ev1.json").string()});
+  with({"evaluate", cfg, "--nproc", "2", "--json", (d / "ev2.json").string()});
+  check_equal(valid_values(read_json(d / "ev1.json")), valid_values(read_json(d / "ev2.json")));
+  with({"predict", cfg, "--split", "valid", "--output", (d / "p1.npy").string()});
+  with({"predict", cfg, "--nproc", "2", "--split", "valid", "--output", (d / "p2.npy").string()});
+  CHECK(read_file(d / "p2.npy") == read_file(d / "p1.npy"));
 
   // Nothing in the run folder changed.
   CHECK(file_hashes(run_dir) == before);
@@ -218,9 +227,9 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
 
   auto none = run_wick({"evaluate", cfg});
   CHECK(none.exit_code == 2);
-  CHECK(
-      none.err.find("--checkpoint latest: no checkpoint in '" + (run_dir / "checkpoints").string() +
-                    "'; train with [[hooks]] plugin = \"checkpoint\" first") != std::string::npos);
+  CHECK(none.err.find("--checkpoint latest: no checkpoint in '" +
+                      (run_dir / "checkpoints").string() + "' and no final weights '" +
+                      (run_dir / "model.pt").string() + "'") != std::string::npos);
   REQUIRE(run_wick({"fit", cfg}).exit_code == 0);
 
   auto mismatch = run_wick({"evaluate", cfg, "--set", "task.hidden=[8]"});
@@ -298,6 +307,64 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
   CHECK(novalid.err.find("the task has no validation data (its valid_data() gives none); use the "
                          "training split (--split train)") != std::string::npos);
   CHECK(run_wick({"evaluate", (d / "novalid.toml").string(), "--split", "train"}).exit_code == 0);
+}
+
+TEST_CASE(
+    "a fit without a checkpoint hook keeps its final weights: torch.load reads them, and "
+    "evaluate, predict and export use them, saying so") {
+  need_python({"torch"});
+  TempDir d;
+  const auto run_dir = d / "run";
+  // No checkpoint hook; an ema hook, whose weights validation used.
+  auto cfg_text = synthetic_config(run_dir, "[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n");
+  const std::string checkpoint_hook = "[[hooks]]\nplugin = \"checkpoint\"\n";
+  cfg_text.replace(cfg_text.find(checkpoint_hook), checkpoint_hook.size(), "");
+  write_file(d / "cfg.toml", cfg_text);
+  const std::string cfg = (d / "cfg.toml").string();
+  auto fit = run_wick({"fit", cfg, "--set", "trainer.epochs=2"});
+  INFO(fit.out << fit.err);
+  REQUIRE(fit.exit_code == 0);
+  CHECK(fit.out.find("wick: final weights (ema) in " + (run_dir / "model.pt").string()) !=
+        std::string::npos);
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(run_dir)) files.insert(e.path().filename());
+  CHECK(files == std::set<std::string>{"metrics.jsonl", "model.pt", "summary.json", "wick.lock"});
+  const auto summary = read_json(run_dir / "summary.json");
+  CHECK(summary["model_file"] == "model.pt");
+  CHECK(summary["model_weights"] == "ema");
+
+  // A dict of tensors by name, as Python's torch.load reads it.
+  write_file(d / "read.py",
+             "import sys, torch\n"
+             "m = torch.load(sys.argv[1])\n"
+             "print(' '.join(sorted(m)), sum(int(v.numel()) for v in m.values()))\n");
+  auto py = run({kPython, (d / "read.py").string(), (run_dir / "model.pt").string()});
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  // synthetic's MLP 16-32-4: 16*32 + 32 + 32*4 + 4 = 676 parameters.
+  CHECK(py.out == "0.bias 0.weight 2.bias 2.weight 676\n");
+
+  // evaluate takes them (there is no checkpoint) and says which; the values are the fit's last
+  // validation, which ran on the same (EMA) weights.
+  auto ev = run_wick({"evaluate", cfg, "--json", (d / "ev.json").string()});
+  INFO(ev.out << ev.err);
+  REQUIRE(ev.exit_code == 0);
+  CHECK(ev.err.find("wick: using the final weights (ema) of " + (run_dir / "model.pt").string()) !=
+        std::string::npos);
+  const auto ev_json = read_json(d / "ev.json");
+  CHECK(ev_json["weights"] == "ema");
+  check_equal(valid_values(summary), valid_values(ev_json));
+  auto pr = run_wick({"predict", cfg, "--checkpoint", "final", "--split", "valid", "--output",
+                      (d / "p.npy").string()});
+  INFO(pr.err);
+  CHECK(pr.exit_code == 0);
+
+  // Without the key, nothing is written; and nothing is left to evaluate.
+  auto off = run_wick({"fit", cfg, "--set", "trainer.save_model=false", "--set",
+                       "trainer.output_dir=\"" + (d / "off").string() + "\""});
+  REQUIRE(off.exit_code == 0);
+  CHECK_FALSE(fs::exists(d / "off" / "model.pt"));
+  CHECK_FALSE(read_json(d / "off" / "summary.json").contains("model_file"));
 }
 
 TEST_CASE("Trainer::evaluate equals validate, and predict gives every row in sample order") {

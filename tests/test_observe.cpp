@@ -278,6 +278,11 @@ TEST_CASE("FLOPs: matrix products and convolutions counted from their shapes") {
     wick::FlopCounter c;
     lin(torch::randn({3, 5}));
     lin_flops = c.flops();
+    // Its shape kept for the peak probe: [3, 5] x [5, 4] in float32.
+    REQUIRE(c.matmuls().size() == 1);
+    const auto& m = c.matmuls()[0];
+    CHECK((m.b == 1 && m.m == 3 && m.k == 5 && m.n == 4));
+    CHECK(m.dtype == static_cast<int>(torch::kFloat));
   }
   {
     wick::FlopCounter c;
@@ -305,14 +310,16 @@ TEST_CASE("FLOPs: matrix products and convolutions counted from their shapes") {
   }
 }
 
-TEST_CASE("FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as a rate") {
+TEST_CASE(
+    "FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as a rate, its "
+    "utilization above 0 and at most 1") {
   TempDir d;
   write_file(d / "cfg.toml",
-             "[trainer]\nepochs = 1\nbatch_size = 64\nlog_every = 2\nmax_steps = 4\n"
+             "[trainer]\nepochs = 1\nbatch_size = 64\nlog_every = 10\nmax_steps = 40\n"
              "output_dir = \"" +
                  (d / "run").string() +
                  "\"\n[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\nhidden = [256, 128]\n"
-                 "limit = 256\n");
+                 "limit = 2560\n");
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -323,12 +330,16 @@ TEST_CASE("FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as
   CHECK(std::abs(got - hand) <= 0.05 * hand);
   CHECK(s["peak_gflops"].get<double>() > 0);
   const auto recs = read_jsonl(d / "run" / "metrics.jsonl");
-  REQUIRE(recs.size() == 3);  // steps 2 and 4, the epoch
+  REQUIRE(recs.size() == 5);  // steps 10, 20, 30 and 40, the epoch
   for (const auto& rec : recs) {
+    INFO(rec.dump());
     CHECK(rec["train/flops_per_s"].get<double>() > 0);
+    // Against the peak probed on the step's own products: a step, which does more than
+    // them, reaches at most that.
     CHECK(rec["train/flops_utilization"].get<double>() > 0);
+    CHECK(rec["train/flops_utilization"].get<double>() <= 1.0);
   }
-  CHECK(recs[2]["peak_rss_mb"].get<double>() > 10);
+  CHECK(recs[4]["peak_rss_mb"].get<double>() > 10);
 
   // Off: no count, no rates.
   TempDir off;

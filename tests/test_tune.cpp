@@ -89,8 +89,10 @@ TEST_CASE("lr_ramp and steepest_descent against hand values") {
 TEST_CASE("wick lr-find on the Fashion-MNIST MLP suggests a rate in [1e-4, 1e-2]") {
   TempDir dir;
   const auto run = dir / "run";
+  // LibTorch's own Adam: where the ramp passes 4x the lowest loss is chaotic at these rates,
+  // and fused Adam's rounding (float-equal, not bit-equal) moves it past the last batch.
   auto r = run_wick({"lr-find", WICK_SOURCE_DIR "/samples/fashion_mnist/mlp.toml", "--set",
-                     "trainer.output_dir=" + run.string()});
+                     "trainer.output_dir=" + run.string(), "--set", "optimizer.fused=false"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   // The shipped config's hooks that do not change a step are left out: the schedule would

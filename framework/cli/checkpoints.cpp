@@ -1,7 +1,10 @@
-// Finding a trained run's checkpoint for evaluate, predict and export.
+// The weights evaluate, predict and export use of a trained run: a checkpoint, or the final
+// weights its fit wrote (RUN_DIR/model.pt).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "wick/config.hpp"
@@ -19,25 +22,72 @@ fs::path checkpoints_dir(const Config& cfg, const Trainer& t) {
   return d.is_absolute() ? d : fs::path(t.run().output_dir) / d;
 }
 
+// What the run's model.pt holds, from its summary.json ("trained", "ema"; "" when unknown).
+std::string final_weights_word(const fs::path& run) {
+  try {
+    std::ifstream in(run / "summary.json");
+    return nlohmann::json::parse(in).value("model_weights", std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+UsedWeights from_checkpoint(Trainer& t, const fs::path& p, bool evaluation) {
+  UsedWeights u;
+  u.checkpoint = t.load_weights(p.string(), evaluation);
+  u.source = u.checkpoint->path;
+  u.weights = t.weights_loaded().empty() ? "trained" : t.weights_loaded();
+  return u;
+}
+
+UsedWeights from_final(Trainer& t, const fs::path& file) {
+  UsedWeights u;
+  t.load_model_file(file.string());
+  u.source = file.string();
+  u.weights = final_weights_word(file.parent_path());
+  if (u.weights.empty()) u.weights = "final";
+  return u;
+}
+
 }  // namespace
 
-CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what,
-                               const std::string& shadow_of) {
+std::string UsedWeights::describe() const {
+  if (!checkpoint)
+    return "the final weights (" + weights + ") of " + source + ", which the fit wrote at its end";
+  return "the " + weights + " weights of " + source + " (epoch " +
+         std::to_string(checkpoint->position.epoch) + ", batch " +
+         std::to_string(checkpoint->position.batch) + ", optimizer step " +
+         std::to_string(checkpoint->optimizer_step) + ")";
+}
+
+UsedWeights load_run_weights(const Config& cfg, Trainer& t, const std::string& what,
+                             bool evaluation) {
   const fs::path dir = checkpoints_dir(cfg, t);
+  const fs::path final_file = fs::path(t.run().output_dir) / "model.pt";
   const bool main = t.run().is_main_process();
   std::error_code ec;
+  if (what == "final") {
+    if (!fs::exists(final_file, ec))
+      throw ConfigError("--checkpoint final: no '" + final_file.string() +
+                        "'; a fit writes it when it ends (trainer.save_model = true)");
+    return from_final(t, final_file);
+  }
   if (what == "latest") {
     std::vector<fs::path> all;
     for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.path().filename().string().rfind("ckpt-", 0) == 0) all.push_back(e.path());
     std::sort(all.rbegin(), all.rend());  // zero-padded names: newest first
-    if (all.empty())
+    if (all.empty()) {
+      // A run without a checkpoint hook still left its final weights.
+      if (fs::exists(final_file, ec)) return from_final(t, final_file);
       throw ConfigError("--checkpoint latest: no checkpoint in '" + dir.string() +
-                        "'; train with [[hooks]] plugin = \"checkpoint\" first, or give "
-                        "--checkpoint PATH");
+                        "' and no final weights '" + final_file.string() +
+                        "'; train with trainer.save_model = true (the default) or [[hooks]] "
+                        "plugin = \"checkpoint\" first, or give --checkpoint PATH");
+    }
     for (const auto& p : all) {
       try {
-        return t.load_weights(p.string(), shadow_of);
+        return from_checkpoint(t, p, evaluation);
       } catch (const CheckpointError& e) {
         if (main) std::fprintf(stderr, "wick: warning: skipping %s\n", e.what());
       }
@@ -52,10 +102,10 @@ CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string&
                       (what == "best"
                            ? "; a fit saves one when hooks.checkpoint.monitor is set (e.g. "
                              "\"valid/loss\"); use --checkpoint latest"
-                           : "; give latest, best or the path of a checkpoint folder (as given, "
-                             "or inside '" +
+                           : "; give latest, best, final or the path of a checkpoint folder (as "
+                             "given, or inside '" +
                                  dir.string() + "')"));
-  return t.load_weights(p.string(), shadow_of);
+  return from_checkpoint(t, p, evaluation);
 }
 
 }  // namespace wick::cli

@@ -5,13 +5,15 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "wick/checkpoint.hpp"
 
 namespace wick {
 class Config;
 class Trainer;
-struct CheckpointInfo;
 }  // namespace wick
 
 namespace wick::cli {
@@ -42,12 +44,21 @@ void add_plot_command(CLI::App& app, Registry& r);       // plot
 void add_lr_find_command(CLI::App& app, Registry& r);    // lr-find
 void add_sweep_command(CLI::App& app, Registry& r);      // sweep
 void add_evaluate_commands(CLI::App& app, Registry& r);  // evaluate, predict
+// The weights a trained run is used with, and from where.
+struct UsedWeights {
+  std::string source;   // the checkpoint folder, or RUN_DIR/model.pt
+  std::string weights;  // "trained", or the word of a hook's evaluation weights ("ema")
+  std::optional<CheckpointInfo> checkpoint;  // when they come from a checkpoint
+  // "the ema weights of CKPT (epoch 2, batch 0, optimizer step 1876)", for messages.
+  std::string describe() const;
+};
 // Loads the weights --checkpoint names into t: "latest" (the newest usable checkpoint of
-// hooks.checkpoint.dir; damaged ones are skipped with the reason), "best", or a folder (as
-// given, or inside the checkpoints folder). ConfigError when there is none to load.
-// `shadow_of`: an ema hook instance whose shadow weights to load instead.
-CheckpointInfo load_checkpoint(const Config& cfg, Trainer& t, const std::string& what,
-                               const std::string& shadow_of = "");
+// hooks.checkpoint.dir, damaged ones skipped with the reason; without any, the final weights
+// RUN_DIR/model.pt), "best", "final" (RUN_DIR/model.pt) or a folder (as given, or inside the
+// checkpoints folder). ConfigError when there is none to load. `evaluation`: from a
+// checkpoint, the weights a hook keeps for evaluation (EMA's) where one does.
+UsedWeights load_run_weights(const Config& cfg, Trainer& t, const std::string& what,
+                             bool evaluation);
 void add_export_command(CLI::App& app, Registry& r);  // export
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
 std::string run_summary_line(const std::string& run_dir);

@@ -289,6 +289,9 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile, bool a
       if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);
   }
   std::printf("\nwick: run directory %s\n", trainer->run().output_dir.c_str());
+  if (!res.model_file.empty())
+    std::printf("wick: final weights (%s) in %s\n", res.model_weights.c_str(),
+                res.model_file.c_str());
   if (!res.stop_reason.empty()) std::printf("wick: stopped: %s\n", res.stop_reason.c_str());
   if (res.status == wick::FitResult::Status::failed)
     std::fprintf(stderr, "wick: training failed: %s\n", res.error.c_str());

@@ -86,9 +86,12 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
           "this CPU has no AVX2: LibTorch runs its generic kernels, several times slower than "
           "on an AVX2 machine; nothing in wick can make up for it");
 
-    // The ceiling train/flops_utilization is measured against (trainer.peak_gflops = 0).
-    std::printf("Peak       %.1f GFLOP/s fp32 matrix product on %d thread(s) (0.2 s probe)\n",
-                wick::measure_peak_gflops(0.2), sys.intra_op_threads);
+    // The probe a fit runs (trainer.peak_gflops = 0) when a step's matrix products are not
+    // most of its work; on its own products otherwise.
+    std::printf("Peak       %.1f GFLOP/s fp32 matrix product", wick::measure_peak_gflops());
+    if (cpu.native_bf16()) std::printf(", %.1f GFLOP/s bf16", wick::measure_peak_gflops(wick::kPeakProbeSeconds, true));
+    std::printf(" on %d thread(s) (%.2f s probe each)\n", sys.intra_op_threads,
+                wick::kPeakProbeSeconds);
 
     if (sys.cuda_available)
       std::printf("CUDA       available, %d device(s)\n", sys.cuda_devices);

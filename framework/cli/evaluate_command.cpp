@@ -1,5 +1,6 @@
 // `wick evaluate` and `wick predict`: a trained run's weights (a checkpoint of its output
-// folder, or a folder given) on a split of the task's data or on an input file. No hook runs
+// folder or a folder given, or the final weights its fit wrote) on a split of the task's data
+// or on an input file. No hook runs
 // and nothing in the run folder changes; only the files asked for (--json, --output) are
 // written, by rank 0.
 #include <ATen/core/Tensor.h>
@@ -32,7 +33,7 @@ struct UseArgs {
 struct Loaded {
   Config cfg;
   std::unique_ptr<Trainer> trainer;
-  CheckpointInfo checkpoint;
+  UsedWeights weights;
 };
 
 Loaded load(const UseArgs& a) {
@@ -41,13 +42,10 @@ Loaded load(const UseArgs& a) {
   // The trainer builds the task's model and data; hooks are built (their parameters checked)
   // but never connected, so none runs.
   auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
-  auto info = load_checkpoint(cfg, *trainer, a.checkpoint);
+  auto used = load_run_weights(cfg, *trainer, a.checkpoint, /*evaluation=*/false);
   if (trainer->run().is_main_process())
-    std::fprintf(stderr, "wick: weights of %s (epoch %lld, batch %lld, optimizer step %lld)\n",
-                 info.path.c_str(), static_cast<long long>(info.position.epoch),
-                 static_cast<long long>(info.position.batch),
-                 static_cast<long long>(info.optimizer_step));
-  return {std::move(cfg), std::move(trainer), std::move(info)};
+    std::fprintf(stderr, "wick: using %s\n", used.describe().c_str());
+  return {std::move(cfg), std::move(trainer), std::move(used)};
 }
 
 Split split_of(const std::string& s) {
@@ -68,10 +66,13 @@ int cmd_evaluate(const UseArgs& a) {
     if (!a.json.empty()) {
       nlohmann::json j;
       j["config"] = l.cfg.path();
-      j["checkpoint"] = l.checkpoint.path;
-      j["epoch"] = l.checkpoint.position.epoch;
-      j["batch"] = l.checkpoint.position.batch;
-      j["optimizer_step"] = l.checkpoint.optimizer_step;
+      j["checkpoint"] = l.weights.source;
+      j["weights"] = l.weights.weights;
+      if (const auto& c = l.weights.checkpoint) {
+        j["epoch"] = c->position.epoch;
+        j["batch"] = c->position.batch;
+        j["optimizer_step"] = c->optimizer_step;
+      }
       j["split"] = to_string(split);
       j["samples"] = res.samples;
       j["values"] = nlohmann::json::object();
@@ -125,8 +126,10 @@ int cmd_predict(const UseArgs& a) {
 
 void add_checkpoint_option(CLI::App* c, UseArgs& a) {
   c->add_option("--checkpoint", a.checkpoint,
-                "the weights: latest (default), best, or a checkpoint folder")
-      ->type_name("latest|best|PATH");
+                "the weights: latest (default: the newest checkpoint, or without any the final weights), "
+                "best, final (RUN_DIR/model.pt, written when the fit ended) or a checkpoint "
+                "folder")
+      ->type_name("latest|best|final|PATH");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `wick export RUN_DIR|CHECKPOINT --out FILE`: a trained TorchScript model (the torchscript
-// task's, or any task's whose model is a wick::JitModule) saved with a checkpoint's weights,
-// for torch.jit.load in Python and C++. The run's config and --set overrides come from its
+// task's, or any task's whose model is a wick::JitModule) saved with a checkpoint's weights
+// (or, for a run without one, the final weights its fit wrote), for torch.jit.load in Python
+// and C++. The run's config and --set overrides come from its
 // summary.json.
 #include <wick/jit.hpp>
 
@@ -67,15 +68,18 @@ int cmd_export(const ExportArgs& a) {
       throw ConfigError("the model of task '" + cfg.task_plugin() +
                         "' is not a TorchScript module; export works for the torchscript task "
                         "and tasks whose model is a wick::JitModule");
-    // The EMA weights when an ema hook ran (validation used them), unless asked otherwise.
-    std::string ema;
-    for (const auto& h : trainer->hooks())
-      if (h.plugin == "ema") ema = h.instance;
-    if (a.weights == "ema" && ema.empty())
-      throw ConfigError("--weights ema: the run's config has no [[hooks]] plugin = \"ema\"");
-    const std::string shadow = a.weights == "trained" ? "" : ema;
-    const auto info =
-        load_checkpoint(cfg, *trainer, checkpoint ? source.string() : "latest", shadow);
+    // The weights validation used (a hook's evaluation weights: EMA's) unless asked otherwise.
+    const auto used = load_run_weights(cfg, *trainer, checkpoint ? source.string() : "latest",
+                                       /*evaluation=*/a.weights != "trained");
+    if (a.weights == "ema" && used.weights == "trained")
+      throw ConfigError("--weights ema: " + used.source +
+                        " holds no weights a hook keeps for evaluation (the run had no [[hooks]] "
+                        "plugin = \"ema\"); export its trained weights with --weights trained");
+    if (!used.checkpoint && a.weights != "auto" && used.weights != a.weights)
+      throw ConfigError("--weights " + a.weights + ": the final weights " + used.source +
+                        " are the " + used.weights +
+                        " ones, and the run has no checkpoint; use --weights auto, or train with "
+                        "[[hooks]] plugin = \"checkpoint\" to keep both");
     // Written beside the target and renamed: a failed export leaves no half file.
     const fs::path out = fs::absolute(a.out);
     const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp");
@@ -86,10 +90,7 @@ int cmd_export(const ExportArgs& a) {
       throw std::runtime_error("cannot write '" + a.out + "': " + e.what_without_backtrace());
     }
     fs::rename(tmp, out);
-    std::printf("wick: exported the %s weights of %s (epoch %lld, optimizer step %lld) to %s\n",
-                shadow.empty() ? "trained" : "EMA", info.path.c_str(),
-                static_cast<long long>(info.position.epoch),
-                static_cast<long long>(info.optimizer_step), out.c_str());
+    std::printf("wick: exported %s to %s\n", used.describe().c_str(), out.c_str());
     return kOk;
   });
 }
@@ -101,14 +102,15 @@ void add_export_command(CLI::App& app, Registry& r) {
   auto* c = app.add_subcommand(
       "export",
       "save a trained TorchScript model (the torchscript task's) with a checkpoint's weights, "
-      "for torch.jit.load: RUN_DIR takes its latest checkpoint");
+      "for torch.jit.load: RUN_DIR takes its latest checkpoint, or without one the final "
+      "weights its fit wrote (model.pt)");
   c->add_option("SOURCE", a.source, "a run folder (its latest checkpoint) or a checkpoint folder")
       ->required()
       ->type_name("RUN_DIR|CHECKPOINT");
   c->add_option("--out", a.out, "the TorchScript file to write")->required()->type_name("FILE");
   c->add_option("--weights", a.weights,
-                "auto (default: the EMA weights when an ema hook ran, else the trained ones), "
-                "trained or ema")
+                "auto (default: the weights validation used: a hook's evaluation weights, the "
+                "ema hook's, when it ran, else the trained ones), trained or ema")
       ->check(CLI::IsMember({"auto", "trained", "ema"}));
   c->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
       ->type_name("DIR");

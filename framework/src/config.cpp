@@ -181,6 +181,8 @@ std::vector<ParamInfo> trainer_schema() {
       {"device", ParamType::string, "\"cpu\"", "cpu, cuda, cuda:N or auto"},
       {"nan_policy", ParamType::string, "\"error\"", "non-finite loss: error, skip or ignore"},
       {"output_dir", ParamType::string, "\"runs/default\"", "run directory"},
+      {"save_model", ParamType::boolean, "true",
+       "write the final weights to output_dir/model.pt when the fit ends"},
       {"flops", ParamType::boolean, "true",
        "count the FLOPs of a training step; log train/flops_per_s"},
       {"peak_gflops", ParamType::floating, "0.0",
@@ -197,7 +199,7 @@ std::vector<ParamInfo> optimizer_schema() {
       {"eps", ParamType::floating, "1e-08", "adam/adamw: denominator term"},
       {"amsgrad", ParamType::boolean, "false", "adam/adamw: AMSGrad variant"},
       {"fused", ParamType::boolean, "false",
-       "adam: update each float32 CPU parameter in one pass (same formulas, faster)"},
+       "adam: update each float32 parameter in one pass, CPU or CUDA (same formulas, faster)"},
       {"momentum", ParamType::floating, "0.0", "sgd: momentum"},
       {"dampening", ParamType::floating, "0.0", "sgd: dampening"},
       {"nesterov", ParamType::boolean, "false", "sgd: Nesterov momentum"},
@@ -689,6 +691,7 @@ void Config::Impl::validate_builtin() {
   const auto device = tp.get_string("device");
   const auto nan_policy = tp.get_string("nan_policy");
   trainer.output_dir = tp.get_string("output_dir");
+  trainer.save_model = tp.get_bool("save_model");
   trainer.flops = tp.get_bool("flops");
   trainer.peak_gflops = tp.get_float("peak_gflops");
   const std::string trainer_where = where(tt ? tt->source() : toml::source_region{});

@@ -3,12 +3,15 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 
 namespace wick {
@@ -110,6 +113,22 @@ bool keep_freed_memory() {
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
   const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
   return mmap_ok && trim_ok;
+}
+
+double process_age_seconds() {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // After "(comm)" come the fields from the 3rd on; the 22nd is the start time in ticks.
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(rest >> field)) return -1;
+  std::ifstream up("/proc/uptime");
+  double uptime = 0;
+  if (!(up >> uptime)) return -1;
+  return uptime - std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 double peak_rss_mb() {

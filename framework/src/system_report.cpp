@@ -49,27 +49,31 @@ SystemReport system_report() {
   return r;
 }
 
-double measure_peak_gflops(double seconds) {
-  // fp32 products of 512 x 512 matrices (268 MFLOP each) on the current threads, the best of
-  // the repetitions: what the BLAS reaches on dense work, the ceiling of a training step.
+double measure_peak_gflops(double seconds, bool bf16) {
+  // Products of 512 x 512 matrices (268 MFLOP each) on the current threads, the best of the
+  // repetitions: what the BLAS (or oneDNN, for bf16) reaches on dense work.
   torch::NoGradGuard g;
   constexpr std::int64_t n = 512;
+  const auto o = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat);
   // Fixed values, not random ones: the probe runs inside a fit and must not move the global
   // generator (a resumed run would draw other numbers than an uninterrupted one).
-  auto a = torch::full({n, n}, 0.5f);
-  auto b = torch::full({n, n}, 0.25f);
-  auto c = torch::empty({n, n});
-  torch::mm_out(c, a, b);  // warm-up: threads started, pages touched
+  auto a = torch::full({n, n}, 0.5, o);
+  auto b = torch::full({n, n}, 0.25, o);
+  auto c = torch::empty({n, n}, o);
+  using Clock = std::chrono::steady_clock;
+  // Warm-up: threads started, pages touched, the cores' clock up.
+  for (const auto t_warm = Clock::now() + std::chrono::milliseconds(50); Clock::now() < t_warm;)
+    torch::mm_out(c, a, b);
   const double flops = 2.0 * n * n * n;
   double best = 0;
-  const auto t_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const auto t_end = Clock::now() + std::chrono::duration<double>(seconds);
   int reps = 0;
-  while (reps < 3 || std::chrono::steady_clock::now() < t_end) {
-    const auto t0 = std::chrono::steady_clock::now();
+  while (reps < 3 || Clock::now() < t_end) {
+    const auto t0 = Clock::now();
     torch::mm_out(c, a, b);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (dt > 0) best = std::max(best, flops / dt / 1e9);
-    if (++reps >= 1000) break;
+    if (++reps >= 100000) break;
   }
   return best;
 }

@@ -29,12 +29,16 @@ struct Summary {
   double wall_s = 0;
   std::vector<std::pair<std::string, double>> valid;  // final validation metrics
   std::string model_fingerprint;
+  // The final weights written at the end (model.pt, "" when none was) and which they are:
+  // "trained", or the word of a hook that keeps weights for evaluation ("ema").
+  std::string model_file, model_weights;
   std::string config;                  // absolute path of the config file ("" in host programs)
   std::vector<std::string> overrides;  // its --set values
   std::string profile_json;            // wick/profile.hpp's profile_json() when profiled
   double flops_per_step = 0;           // per process, counted at the first step (0: none)
   double peak_gflops = 0;              // what train/flops_utilization compares with
   std::int64_t batch_size = 0;         // per process
+  double start_to_first_step_s = -1;   // the process's start to its first training step
   std::string batch_size_search;       // TrainerOptions::batch_size_search (JSON) when "auto"
 };
 

@@ -54,10 +54,17 @@ struct SystemReport {
 // Runs a small matrix product first, so that whatever BLAS LibTorch calls is mapped.
 SystemReport system_report();
 
-// The fp32 matrix-product rate LibTorch reaches on this machine with its current intra-op
-// threads (GFLOP/s; the best of repeated 512 x 512 products for about `seconds`): the peak
-// that train/flops_utilization and `wick doctor` compare with.
-double measure_peak_gflops(double seconds = 0.05);
+// How long the peak probes run (after a 50 ms warm-up): long enough for the cores to reach
+// their steady clock, so that train/flops_utilization stays at most 1.
+inline constexpr double kPeakProbeSeconds = 0.25;
+// The matrix-product rate LibTorch reaches on this machine with its current intra-op threads
+// (GFLOP/s; the best of repeated 512 x 512 products for about `seconds`), in fp32 or bf16: the
+// peak `wick doctor` prints, and the one train/flops_utilization is measured against when a
+// step's matrix products are not most of its work (a CNN).
+double measure_peak_gflops(double seconds = kPeakProbeSeconds, bool bf16 = false);
+// Seconds since this process started (its start time in /proc/self/stat against /proc/uptime;
+// 10 ms resolution), or -1 when they cannot be read.
+double process_age_seconds();
 // The process's peak resident memory so far, in MiB (getrusage).
 double peak_rss_mb();
 

@@ -46,6 +46,8 @@ struct TrainerOptions {
   // probe measures it, as `wick doctor` does).
   bool flops = true;
   double peak_gflops = 0;
+  // Write the final weights to output_dir/model.pt when the fit ends (trainer.save_model).
+  bool save_model = true;
   // trainer.batch_size = "auto": make_trainer() chooses batch_size before training with
   // find_batch_size() (wick/tuning.hpp), among powers of two up to max_batch_size, and keeps
   // what it measured here as JSON for summary.json ("" when the size was given).
@@ -98,6 +100,10 @@ struct FitResult {
   std::string stop_reason;    // why a graceful stop was requested, or why the fit was cancelled
   int signal = 0;             // the signal that stopped it (SIGINT, SIGTERM, SIGHUP, SIGUSR1), or 0
   bool config_error = false;  // failed on a configuration error found only at run time
+  // The final weights written when the fit ended (output_dir/model.pt; "" when none was: see
+  // TrainerOptions::save_model) and which they are: "trained", or the word of a hook that
+  // keeps weights for evaluation ("ema").
+  std::string model_file, model_weights;
   // 0, 1 (failed), 2 (configuration error) or 128 + the signal when stopped by one (130
   // SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)
   int exit_code() const;
@@ -144,10 +150,18 @@ class Trainer {
 
   // Using a trained model. load_weights() reads a checkpoint folder as untrusted input
   // (manifest, sizes, sha256) and copies its model.pt into the model; nothing else of the run
-  // (optimizer, counters, hooks' state) changes. Throws CheckpointError for an unusable folder
-  // and ConfigError for a model that does not match it. `shadow_of`: an ema hook instance
-  // whose shadow weights (kept in the checkpoint's hook state) replace the trained parameters.
-  CheckpointInfo load_weights(const std::string& folder, const std::string& shadow_of = "");
+  // (optimizer, counters) changes. Throws CheckpointError for an unusable folder and
+  // ConfigError for a model that does not match it. `evaluation`: then the weights a hook
+  // keeps for evaluation (Hook::eval_weights: the ema hook's average), as the checkpoint's
+  // hook states hold them, replace the trained ones where a hook offers some;
+  // weights_loaded() tells whose.
+  CheckpointInfo load_weights(const std::string& folder, bool evaluation = false);
+  // The final weights a fit wrote (output_dir/model.pt: parameters and buffers by name, what
+  // it kept: see summary.json's model_weights). ConfigError for a file that does not match.
+  void load_model_file(const std::string& file);
+  // After load_weights(..., true): the word of the weights that replaced the trained ones
+  // ("ema"), or "" when no hook offered any.
+  const std::string& weights_loaded() const;
   // The split's loss, the task's validation metrics and the metric plugins over the whole
   // split, in eval mode without gradients: values "SPLIT/NAME". The same computation as a
   // fit's validation (evaluate(Split::valid) equals validate() for the same weights); hooks

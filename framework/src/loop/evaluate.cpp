@@ -1,17 +1,12 @@
-// Using a trained model: Trainer::load_weights, evaluate and predict. They share the fit's
-// evaluation pass (eval mode, no gradient, this rank's shard in sample order) and touch
-// nothing of the run but the model's weights.
-#include <filesystem>
-
+// Using a trained model: evaluate and predict (its weights are loaded by final_weights.cpp).
+// They share the fit's evaluation pass (eval mode, no gradient, this rank's shard in sample
+// order) and touch nothing of the run but the model's weights.
 #include "data/sampler.hpp"
 #include "dist/ranks.hpp"
 #include "loop/trainer_impl.hpp"
-#include "state/snapshot.hpp"
 #include "wick/params.hpp"
 
 namespace wick {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -58,29 +53,6 @@ void Trainer::Impl::join_ranks_if_needed() {
   if (state.num_processes <= 1 || collectives) return;
   own_collectives = join_ranks(state.rank, state.num_processes);
   collectives = own_collectives.get();
-}
-
-CheckpointInfo Trainer::load_weights(const std::string& folder, const std::string& shadow_of) {
-  auto& I = *impl_;
-  const fs::path dir = fs::absolute(folder).lexically_normal();
-  const auto where = "checkpoint '" + dir.string() + "'";
-  Files files;
-  Manifest m;
-  try {
-    m = read_checkpoint(dir, &files);
-    check_agreement(m, files);
-  } catch (const CheckpointError& e) {
-    throw CheckpointError(where + " cannot be used: " + e.what());
-  }
-  try {
-    load_model_file(I, files, where);
-    if (!shadow_of.empty()) load_shadow_weights(I, files, shadow_of, where);
-  } catch (const ModelMismatch& e) {
-    throw ConfigError(e.what());  // the config's model is not the checkpoint's
-  }
-  std::uint64_t bytes = 0;
-  for (const auto& f : files) bytes += f.second.size();
-  return checkpoint_info(dir, m, bytes);
 }
 
 ValidResult Trainer::evaluate(Split split) {

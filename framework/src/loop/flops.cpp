@@ -3,6 +3,8 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace wick {
@@ -12,7 +14,6 @@ namespace {
 // The counter of this thread (callbacks are plain function pointers) and how deep the thread
 // is inside counted ops.
 thread_local FlopCounter* t_counter = nullptr;
-thread_local double* t_flops = nullptr;
 thread_local int t_depth = 0;
 
 enum class Op { none, addmm, mm, bmm, baddbmm, conv };
@@ -37,10 +38,14 @@ struct Counted : at::ObserverContext {
   explicit Counted(Op o) : op(o) {}
 };
 
-at::IntArrayRef sizes_of(const at::RecordFunction& fn, std::size_t i) {
+const at::IValue* input_at(const at::RecordFunction& fn, std::size_t i) {
   const auto in = fn.inputs();
-  if (i >= in.size() || !in[i].isTensor()) return {};
-  return in[i].toTensor().sizes();
+  return i < in.size() && in[i].isTensor() ? &in[i] : nullptr;
+}
+
+at::IntArrayRef sizes_of(const at::RecordFunction& fn, std::size_t i) {
+  const auto* v = input_at(fn, i);
+  return v ? v->toTensor().sizes() : at::IntArrayRef{};
 }
 
 double product(at::IntArrayRef s, std::size_t from = 0) {
@@ -49,79 +54,139 @@ double product(at::IntArrayRef s, std::size_t from = 0) {
   return p;
 }
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  if (!t_flops) return nullptr;
-  const Op op = op_of(fn.name());
-  if (op == Op::none || t_depth > 0) return nullptr;
-  ++t_depth;
-  // [M, K] x [K, N]: M*N*K multiply-adds; the batched forms B times that.
-  auto mat = [&](std::size_t a, std::size_t b) {
-    const auto x = sizes_of(fn, a), y = sizes_of(fn, b);
-    if (x.size() < 2 || y.size() < 2) return 0.0;
-    return 2.0 * product(x) * static_cast<double>(y[y.size() - 1]);
-  };
-  switch (op) {
-    case Op::mm:
-    case Op::bmm:
-      *t_flops += mat(0, 1);
-      break;
-    case Op::addmm:
-    case Op::baddbmm: {
-      const double f = mat(1, 2);
-      const auto x = sizes_of(fn, 1);
-      const auto y = sizes_of(fn, 2);
-      *t_flops +=
-          f + (x.size() >= 2 && y.size() >= 2 ? product(x) / static_cast<double>(x[x.size() - 1]) *
-                                                    static_cast<double>(y[y.size() - 1])
-                                              : 0.0);
-      break;
-    }
-    default:
-      break;  // convolution: at the end, from its output
-  }
-  auto counted = std::make_unique<Counted>(op);
-  if (op == Op::conv) {
-    // convolution(input, weight, bias, stride, padding, dilation, transposed, ...)
-    const auto in = fn.inputs();
-    counted->input = sizes_of(fn, 0).vec();
-    counted->weight = sizes_of(fn, 1).vec();
-    counted->transposed = in.size() > 6 && in[6].isBool() && in[6].toBool();
-    counted->bias = in.size() > 2 && in[2].isTensor() && in[2].toTensor().defined();
-  }
-  return counted;
-}
-
-void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-  if (!ctx) return;
-  --t_depth;
-  const auto& c = *static_cast<Counted*>(ctx);
-  if (!t_flops || c.op != Op::conv) return;
-  // The weight is [C_out, C_in / groups, k...] ([C_in, C_out / groups, k...] when transposed).
-  const auto& w = c.weight;
-  if (w.size() < 3 || fn.outputs().empty() || !fn.outputs()[0].isTensor()) return;
-  const double kernel = product(w, 2);
-  const double out = static_cast<double>(fn.outputs()[0].toTensor().numel());
-  const double macs = c.transposed ? product(c.input) * static_cast<double>(w[1]) * kernel
-                                   : out * static_cast<double>(w[1]) * kernel;
-  *t_flops += 2.0 * macs + (c.bias ? out : 0.0);
-}
-
 }  // namespace
+
+struct FlopCallbacks {
+  // [..., M, K] x [K, N] (or batched [B, M, K] x [B, K, N]): B*M*N*K multiply-adds, and the
+  // product's shape kept for the peak probe; the add of addmm / baddbmm counts M*N each.
+  static void matmul(FlopCounter& c, const at::RecordFunction& fn, std::size_t a, std::size_t b,
+                     bool add) {
+    const auto x = sizes_of(fn, a), y = sizes_of(fn, b);
+    if (x.size() < 2 || y.size() < 2) return;
+    MatmulShape s;
+    s.m = x[x.size() - 2];
+    s.k = x[x.size() - 1];
+    s.n = y[y.size() - 1];
+    s.b = static_cast<std::int64_t>(product(x.slice(0, x.size() - 2)));
+    s.dtype = static_cast<int>(input_at(fn, a)->toTensor().scalar_type());
+    c.flops_ += s.flops() + (add ? static_cast<double>(s.b * s.m * s.n) : 0.0);
+    c.matmuls_.push_back(s);
+  }
+
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    FlopCounter* c = t_counter;
+    if (!c) return nullptr;
+    const Op op = op_of(fn.name());
+    if (op == Op::none || t_depth > 0) return nullptr;
+    ++t_depth;
+    switch (op) {
+      case Op::mm:
+      case Op::bmm:
+        matmul(*c, fn, 0, 1, false);
+        break;
+      case Op::addmm:
+      case Op::baddbmm:
+        matmul(*c, fn, 1, 2, true);
+        break;
+      default:
+        break;  // convolution: at the end, from its output
+    }
+    auto counted = std::make_unique<Counted>(op);
+    if (op == Op::conv) {
+      // convolution(input, weight, bias, stride, padding, dilation, transposed, ...)
+      const auto in = fn.inputs();
+      counted->input = sizes_of(fn, 0).vec();
+      counted->weight = sizes_of(fn, 1).vec();
+      counted->transposed = in.size() > 6 && in[6].isBool() && in[6].toBool();
+      counted->bias = in.size() > 2 && in[2].isTensor() && in[2].toTensor().defined();
+      if (const auto* x = input_at(fn, 0)) c->conv_dtype_ = static_cast<int>(x->toTensor().scalar_type());
+    }
+    return counted;
+  }
+
+  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    if (!ctx) return;
+    --t_depth;
+    FlopCounter* c = t_counter;
+    const auto& k = *static_cast<Counted*>(ctx);
+    if (!c || k.op != Op::conv) return;
+    // The weight is [C_out, C_in / groups, k...] ([C_in, C_out / groups, k...] when transposed).
+    const auto& w = k.weight;
+    if (w.size() < 3 || fn.outputs().empty() || !fn.outputs()[0].isTensor()) return;
+    const double kernel = product(w, 2);
+    const double out = static_cast<double>(fn.outputs()[0].toTensor().numel());
+    const double macs = k.transposed ? product(k.input) * static_cast<double>(w[1]) * kernel
+                                     : out * static_cast<double>(w[1]) * kernel;
+    c->flops_ += 2.0 * macs + (k.bias ? out : 0.0);
+  }
+};
 
 FlopCounter::FlopCounter() : outer_(t_counter) {
   t_counter = this;
-  t_flops = &flops_;
   t_depth = 0;
-  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                           .needsInputs(true)
-                                           .needsOutputs(true)
-                                           .scopes({at::RecordScope::FUNCTION}));
+  handle_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&FlopCallbacks::on_start, &FlopCallbacks::on_end)
+          .needsInputs(true)
+          .needsOutputs(true)
+          .scopes({at::RecordScope::FUNCTION}));
 }
 
 FlopCounter::~FlopCounter() {
   at::removeCallback(handle_);
   t_counter = outer_;
-  t_flops = outer_ ? &outer_->flops_ : nullptr;
+}
+
+double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backward,
+                         double seconds) {
+  torch::NoGradGuard g;
+  // Each product as a step runs it; with its backward: dX = dY W^T is (m x n) @ (n x k), and
+  // dW = X^T dY is (k x m) @ (m x n).
+  std::vector<MatmulShape> all;
+  for (const auto& s : shapes) {
+    all.push_back(s);
+    if (!with_backward) continue;
+    all.push_back({s.b, s.m, s.n, s.k, s.dtype});
+    all.push_back({s.b, s.k, s.m, s.n, s.dtype});
+  }
+  struct Operands {
+    at::Tensor a, b, c;
+  };
+  std::vector<Operands> ops;
+  double flops = 0;
+  for (const auto& s : all) {
+    const auto o = torch::TensorOptions().dtype(static_cast<c10::ScalarType>(s.dtype));
+    // Fixed values: the probe must not move the global generator (a resumed run would draw
+    // other numbers than an uninterrupted one).
+    // Plain products as plain matrices (as Linear runs them), batched ones batched.
+    auto shape = [&](std::int64_t r, std::int64_t c) {
+      return s.b == 1 ? std::vector<std::int64_t>{r, c} : std::vector<std::int64_t>{s.b, r, c};
+    };
+    ops.push_back({torch::full(shape(s.m, s.k), 0.5, o), torch::full(shape(s.k, s.n), 0.25, o),
+                   torch::empty(shape(s.m, s.n), o)});
+    flops += s.flops();
+  }
+  if (ops.empty() || flops <= 0) return 0;
+  auto once = [&] {
+    for (auto& o : ops)
+      if (o.a.dim() == 2)
+        torch::mm_out(o.c, o.a, o.b);
+      else
+        torch::bmm_out(o.c, o.a, o.b);
+  };
+  using Clock = std::chrono::steady_clock;
+  // Warm-up: threads started, pages touched, the cores' clock up.
+  for (const auto t_warm = Clock::now() + std::chrono::milliseconds(50); Clock::now() < t_warm;)
+    once();
+  double best = 0;
+  const auto t_end = Clock::now() + std::chrono::duration<double>(seconds);
+  for (int reps = 0; reps < 3 || Clock::now() < t_end; ++reps) {
+    const auto t0 = Clock::now();
+    once();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (dt > 0) best = std::max(best, flops / dt / 1e9);
+    if (reps >= 100000) break;
+  }
+  return best;
 }
 
 }  // namespace wick

@@ -1,12 +1,22 @@
 // Private: counts the floating-point operations of the matrix products and convolutions run
 // on this thread while a FlopCounter lives, from the shapes LibTorch's dispatcher sees
 // (RecordFunction callbacks). A multiply-add counts 2, a bias add 1; ops called inside a
-// counted op (a convolution's own matrix products) are not counted again. Torch-free header.
+// counted op (a convolution's own matrix products) are not counted again. The matrix
+// products' shapes are kept, so that the peak utilisation is measured against can be probed
+// on the run's own products (probe_peak_gflops). Torch-free.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace wick {
+
+// One matrix product: b products of (m x k) @ (k x n), in `dtype` (a c10::ScalarType).
+struct MatmulShape {
+  std::int64_t b = 1, m = 0, k = 0, n = 0;
+  int dtype = 0;
+  double flops() const { return 2.0 * static_cast<double>(b * m) * static_cast<double>(k * n); }
+};
 
 class FlopCounter {
  public:
@@ -15,11 +25,24 @@ class FlopCounter {
   FlopCounter(const FlopCounter&) = delete;
   FlopCounter& operator=(const FlopCounter&) = delete;
   double flops() const { return flops_; }
+  const std::vector<MatmulShape>& matmuls() const { return matmuls_; }
+  // The dtype of the convolutions seen (a c10::ScalarType; -1: none).
+  int conv_dtype() const { return conv_dtype_; }
 
  private:
+  friend struct FlopCallbacks;
   double flops_ = 0;
+  std::vector<MatmulShape> matmuls_;
+  int conv_dtype_ = -1;
   std::uint64_t handle_ = 0;
   FlopCounter* outer_ = nullptr;  // a counter this one shadows on the thread
 };
+
+// The best rate (GFLOP/s) LibTorch reaches here on these products, all of them in turn as a
+// step runs them, repeated for about `seconds` after a warm-up (long enough for the cores to
+// reach their steady clock); with `with_backward`, each product's two backward products too
+// (the gradients of its inputs). Fixed values: the global generator does not move.
+double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backward,
+                         double seconds);
 
 }  // namespace wick

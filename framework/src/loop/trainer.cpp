@@ -472,12 +472,17 @@ void Trainer::Impl::forward_and_loss() {
   // backward is counted as twice the forward, as is usual).
   const bool count = in_step && opt.flops && flops_per_step < 0 && !manual;
   double counted = 0;
+  auto take_counts = [&](const FlopCounter& c) {
+    counted += c.flops();
+    step_matmuls.insert(step_matmuls.end(), c.matmuls().begin(), c.matmuls().end());
+    if (c.conv_dtype() >= 0) step_conv_dtype = c.conv_dtype();
+  };
   {
     PhaseTimer t(prof, Profiler::forward);
     std::optional<FlopCounter> c;
     if (count) c.emplace();
     dispatch.run_stage(Stage::forward);
-    if (c) counted += c->flops();
+    if (c) take_counts(*c);
   }
   if (!output.pred.defined())
     throw std::runtime_error("the task's forward() returned no prediction");
@@ -494,9 +499,9 @@ void Trainer::Impl::forward_and_loss() {
     Output o = task->loss(ctx, pred, batch);
     output.loss = std::move(o.loss);
     output.metrics = std::move(o.metrics);
-    if (c) counted += c->flops();
+    if (c) take_counts(*c);
   }
-  if (count) set_step_flops(3 * counted);
+  if (count) set_step_flops(3 * counted, /*with_backward=*/true);
   if (!output.loss.defined()) throw std::runtime_error("the task's loss() returned no loss");
   PhaseTimer t(prof, Profiler::hooks);
   dispatch.emit(Point::after_loss);
@@ -529,6 +534,7 @@ void Trainer::Impl::train_step(BatchLoader& loader) {
   state.batch_size = loader.size_of(state.batch_idx);
   state.stepped = false;
   in_step = true;
+  if (first_step_s < 0) first_step_s = process_age_seconds();
   {
     PhaseTimer t(prof, Profiler::hooks);
     dispatch.emit(Point::before_step);
@@ -555,8 +561,10 @@ void Trainer::Impl::train_step(BatchLoader& loader) {
       output = task->train_step(ctx, batch);
       if (c) {
         const double counted = c->flops();
+        step_matmuls = c->matmuls();
+        step_conv_dtype = c->conv_dtype();
         c.reset();
-        set_step_flops(counted);
+        set_step_flops(counted, /*with_backward=*/false);
       }
     }
     PhaseTimer t(prof, Profiler::hooks);
@@ -641,11 +649,34 @@ void Trainer::Impl::log_step_if_due() {
   records.write(std::move(r));
 }
 
-void Trainer::Impl::set_step_flops(double counted) {
+void Trainer::Impl::set_step_flops(double counted, bool with_backward) {
   flops_per_step = counted;
-  // The first rate starts with the next step: this one counted (more work than the others).
+  // The peak is probed after this step ends (probe_peak), outside every timer of the step.
+  probe_due = peak_flops <= 0 && counted > 0;
+  probe_with_backward = with_backward;
+  if (!probe_due) step_matmuls.clear();
+}
+
+void Trainer::Impl::probe_peak() {
+  probe_due = false;
+  // The peak is what this machine reaches on the step's own matrix products (in their dtype,
+  // bf16 under autocast) when they are most of its work; else on square products in the
+  // convolutions' dtype. Probed long enough for a steady clock; its time is no step's.
+  const auto t0 = Clock::now();
+  const double c0 = process_cpu_seconds();
+  double products = 0;
+  for (const auto& m : step_matmuls) products += m.flops() * (probe_with_backward ? 3 : 1);
+  peak_flops =
+      1e9 * (products >= 0.5 * flops_per_step
+                 ? probe_peak_gflops(step_matmuls, probe_with_backward, kPeakProbeSeconds)
+                 : measure_peak_gflops(kPeakProbeSeconds,
+                                       step_conv_dtype == static_cast<int>(at::kBFloat16)));
+  probe_seconds += seconds_since(t0);
+  probe_cpu_seconds += process_cpu_seconds() - c0;
+  step_matmuls.clear();
+  // The first rate starts with the next step: the counted one did more work than the others.
   window_t0 = Clock::now();
-  window_micro0 = state.micro_step + 1;
+  window_micro0 = state.micro_step;
 }
 
 void Trainer::Impl::add_flops(Record& r, std::int64_t steps, double seconds) const {
@@ -683,6 +714,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
 
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
+  const double probe0 = probe_seconds, probe_cpu0 = probe_cpu_seconds;
   window_t0 = t0;
   window_micro0 = epoch_micro0 = state.micro_step;
   // The state the data starts the epoch with (restored, or as the task made it), before any
@@ -701,6 +733,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
       state.batch_idx = b;
       try {
         train_step(loader);
+        if (probe_due) probe_peak();
       } catch (const CancelStep&) {
         cancelled(CancelScope::step);
         pos = {state.epoch, b + 1};
@@ -717,9 +750,9 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   } catch (const CancelEpoch&) {
     cancelled(CancelScope::epoch);
   }
-  epoch_train_s = seconds_since(t0);
+  epoch_train_s = seconds_since(t0) - (probe_seconds - probe0);
   train_seconds += epoch_train_s;
-  train_cpu_seconds += process_cpu_seconds() - c0;
+  train_cpu_seconds += process_cpu_seconds() - c0 - (probe_cpu_seconds - probe_cpu0);
 }
 
 LoadPlan Trainer::Impl::eval_plan(Dataset& ds, const at::Tensor& order, const char* what) {
@@ -981,13 +1014,18 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
       train_seconds > 0 ? static_cast<double>(samples_this_run) / train_seconds : 0.0;
   s.valid = last_valid.values;
   s.train_cpu_s = train_cpu_seconds;
-  if (res) s.model_fingerprint = self->model_fingerprint();
+  if (res) {
+    s.model_fingerprint = self->model_fingerprint();
+    if (!res->model_file.empty()) s.model_file = fs::path(res->model_file).filename().string();
+    s.model_weights = res->model_weights;
+  }
   s.config = run.config_path;
   s.overrides = opt.overrides;
   s.flops_per_step = std::max(flops_per_step, 0.0);
   s.peak_gflops = peak_flops / 1e9;
   s.batch_size = opt.batch_size;
   s.batch_size_search = opt.batch_size_search;
+  s.start_to_first_step_s = first_step_s;
   if (const Profiler* p = dispatch.profiler()) s.profile_json = profile_json(p->snapshot(s.wall_s));
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
@@ -1041,10 +1079,8 @@ FitResult Trainer::fit() {
       throw std::runtime_error("--resume " + I.run.resume +
                                " was given but no hook restored a checkpoint; enable one with "
                                "[[hooks]] plugin = \"checkpoint\"");
-    // The peak utilisation is measured against: a ~10 ms probe before training, so that no
-    // step (nor a hook timing one) carries it.
-    if (I.opt.flops && I.peak_flops <= 0)
-      I.peak_flops = (I.opt.peak_gflops > 0 ? I.opt.peak_gflops : measure_peak_gflops(0.01)) * 1e9;
+    // The peak utilisation is measured against, when given; else probed at the first step.
+    if (I.opt.flops && I.opt.peak_gflops > 0) I.peak_flops = I.opt.peak_gflops * 1e9;
     for (std::int64_t e = I.start.epoch; e < I.opt.epochs; ++e) {
       I.state.epoch = e;
       const auto t_epoch = Clock::now();
@@ -1102,6 +1138,13 @@ FitResult Trainer::fit() {
   }
   I.dispatch.set_where("end");
   I.in_fit = false;
+  try {
+    I.save_final_weights(res);
+  } catch (const std::exception& e) {
+    // The trained weights could not be kept: the run must not look like a success.
+    res.status = FitResult::Status::failed;
+    res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
+  }
   try {
     I.write_summary_file(&res);
   } catch (const std::exception& e) {

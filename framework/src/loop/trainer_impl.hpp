@@ -13,6 +13,7 @@
 #include "data/batch_loader.hpp"
 #include "data/sampler.hpp"
 #include "loop/dispatch.hpp"
+#include "loop/flops.hpp"
 #include "optim/optimizers.hpp"
 #include "records/record_writer.hpp"
 #include "records/run_lock.hpp"
@@ -88,11 +89,18 @@ struct Trainer::Impl : Context::Host {
   // yet; 0: nothing countable), the peak they are compared with (FLOP/s), and the window the
   // next step record's rate covers.
   double flops_per_step = -1, peak_flops = 0;
+  // The first step's matrix products and convolutions' dtype (for the peak probe), and the
+  // time the probe took, which no rate counts.
+  std::vector<MatmulShape> step_matmuls;
+  int step_conv_dtype = -1;
+  double probe_seconds = 0, probe_cpu_seconds = 0;
+  bool probe_due = false, probe_with_backward = false;
   Clock::time_point window_t0;
   std::int64_t window_micro0 = 0;
   double epoch_train_s = 0;
   std::int64_t epoch_micro0 = 0;
   double train_seconds = 0, train_cpu_seconds = 0;
+  double first_step_s = -1;  // the process's age when its first training step began
   std::int64_t samples_this_run = 0;
   ValidResult last_valid;
 
@@ -166,9 +174,11 @@ struct Trainer::Impl : Context::Host {
   // Outside a fit with WORLD_SIZE > 1 and no hook's collectives: wick's own Gloo group.
   void join_ranks_if_needed();
   void log_step_if_due();
-  // At the first training step: what the step just counted makes the FLOPs per step; the
-  // peak is measured if not given.
-  void set_step_flops(double counted);
+  // At the first training step: what the step just counted makes the FLOPs per step
+  // (`with_backward`: the counted ops were the forward's, whose backward is counted as twice
+  // their FLOPs); the peak is probed on the step's own matrix products if not given.
+  void set_step_flops(double counted, bool with_backward);
+  void probe_peak();  // after the first counted step: peak_flops
   // train/flops_per_s (all ranks) and train/flops_utilization (this rank against the peak)
   // for `steps` steps in `seconds`.
   void add_flops(Record& r, std::int64_t steps, double seconds) const;
@@ -178,6 +188,14 @@ struct Trainer::Impl : Context::Host {
   double current_lr() const;
   void add_lrs(Record& r) const;
   void write_summary_file(const FitResult* res);
+  // The weights a hook keeps for evaluation, from the first hook (SDK 2.5 or newer) that
+  // offers some, and its word for them; "" when none does.
+  std::string eval_weights(NamedTensors& out) const;
+  // When the fit has ended: rank 0 writes output_dir/model.pt (the evaluation weights a hook
+  // offers, else the trained ones) if the weights are whole (not a failure inside a step) and
+  // something was trained or restored; notes it in res.
+  void save_final_weights(FitResult& res);
+  std::string weights_loaded;  // Trainer::weights_loaded()
 };
 
 }  // namespace wick

@@ -72,6 +72,11 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   j["wall_s"] = number(s.wall_s);
   for (const auto& [k, v] : s.valid) j[k] = number(v);
   j["model_fingerprint"] = s.model_fingerprint;
+  if (s.start_to_first_step_s >= 0) j["start_to_first_step_s"] = number(s.start_to_first_step_s);
+  if (!s.model_file.empty()) {
+    j["model_file"] = s.model_file;
+    j["model_weights"] = s.model_weights;
+  }
   if (!s.config.empty()) {
     j["config"] = s.config;
     j["overrides"] = s.overrides;

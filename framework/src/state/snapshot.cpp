@@ -134,6 +134,20 @@ void load_loop_state(Trainer::Impl& I, const StateDict& in) {
   I.records.load_pending(in);
 }
 
+}  // namespace
+
+std::string model_bytes(const Trainer::Impl& I, const NamedTensors& replaced) {
+  IDict model = new_dict();
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    const auto it = std::find_if(replaced.begin(), replaced.end(),
+                                 [&](const auto& r) { return r.first == name; });
+    model.insert(name, (it == replaced.end() ? t : it->second).detach().cpu());
+  };
+  for (const auto& kv : I.model->named_parameters()) add(kv.key(), kv.value());
+  for (const auto& kv : I.model->named_buffers()) add(kv.key(), kv.value());
+  return pickle(model);
+}
+
 void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& where) {
   auto dict = unpickle_dict(bytes, where + ": model.pt");
   std::vector<std::pair<std::string, at::Tensor>> mine;
@@ -170,6 +184,8 @@ void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& w
   for (auto& [name, t] : mine) t.copy_(dict.at(name).toTensor());
 }
 
+namespace {
+
 void set_rng(const StateDict& rng) {
   {
     auto gen = at::detail::getDefaultCPUGenerator();
@@ -204,14 +220,7 @@ Manifest snapshot_manifest(const Trainer::Impl& I, const std::string& reason) {
 
 Files snapshot_files(Trainer::Impl& I) {
   Files files;
-  {
-    IDict model = new_dict();
-    for (const auto& kv : I.model->named_parameters())
-      model.insert(kv.key(), kv.value().detach().cpu());
-    for (const auto& kv : I.model->named_buffers())
-      model.insert(kv.key(), kv.value().detach().cpu());
-    files.emplace_back("model.pt", pickle(model));
-  }
+  files.emplace_back("model.pt", model_bytes(I));
   {
     // One archive, each optimizer's state under its name.
     torch::serialize::OutputArchive a;
@@ -317,28 +326,32 @@ void load_model_file(Trainer::Impl& I, const Files& files, const std::string& wh
   load_model(I, bytes_of(files, "model.pt"), where);
 }
 
-void load_shadow_weights(Trainer::Impl& I, const Files& files, const std::string& instance,
-                         const std::string& where) {
+std::string load_eval_weights(Trainer::Impl& I, const Files& files, const std::string& where) {
   auto hooks = get(unpickle_dict(bytes_of(files, "state.pt"), where + ": state.pt"), "hooks");
-  if (!hooks.isGenericDict() || hooks.toGenericDict().find(instance) == hooks.toGenericDict().end())
-    throw std::runtime_error(where + " holds no state of hook '" + instance +
-                             "' (the run did not use it); export its trained weights instead");
-  const auto sd = from_ivalue(hooks.toGenericDict().at(instance), "hook '" + instance + "' state");
-  auto params = I.model->parameters();
-  const std::int64_t n = sd.has("num_tensors") ? sd.get_int("num_tensors") : -1;
-  if (n != static_cast<std::int64_t>(params.size()))
-    throw ModelMismatch(where + ": hook '" + instance + "' holds " + std::to_string(n) +
-                        " shadow tensors for the model's " + std::to_string(params.size()) +
-                        " parameters");
-  torch::NoGradGuard ng;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto t = sd.get_tensor("shadow." + std::to_string(i));
-    if (t.sizes() != params[i].sizes())
-      throw ModelMismatch(where + ": hook '" + instance + "' shadow tensor " + std::to_string(i) +
-                          " has shape " + shape_str(t) + " for a parameter of " +
-                          shape_str(params[i]));
-    params[i].detach().copy_(t);
+  if (!hooks.isGenericDict()) throw std::runtime_error(where + ": state.pt holds no hook states");
+  const auto states = hooks.toGenericDict();
+  // Hooks built against SDK 2.4 or older have no eval_weights (it is not in their vtable).
+  NamedTensors offered;
+  for (const auto& h : I.dispatch.hooks()) {
+    if (h.api_minor < 5 || !h.hook->has_state()) continue;
+    const auto it = states.find(h.instance);
+    if (it == states.end()) continue;
+    h.hook->load_state(from_ivalue(it->value(), "hook '" + h.instance + "' state"));
+    const auto word = h.hook->eval_weights(*I.model, offered);
+    if (word.empty()) continue;
+    const auto mine = I.model->named_parameters();
+    torch::NoGradGuard ng;
+    for (const auto& [name, t] : offered) {
+      const auto* p = mine.find(name);
+      if (!p || p->sizes() != t.sizes())
+        throw ModelMismatch(where + ": hook '" + h.instance + "' offers '" + name + "' " +
+                            shape_str(t) + ", which the model has " +
+                            (p ? "as " + shape_str(*p) : std::string("not")));
+      p->detach().copy_(t);
+    }
+    return word;
   }
+  return "";
 }
 
 void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,

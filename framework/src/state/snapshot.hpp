@@ -23,12 +23,17 @@ void check_agreement(const Manifest& m, const Files& files);
 struct ModelMismatch : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-// Copies the verified model.pt's parameters and buffers into the model, nothing else.
+// A model.pt's bytes: the model's parameters and buffers by name, on the CPU; a tensor named
+// in `replaced` (weights a hook keeps for evaluation) instead of the model's own.
+std::string model_bytes(const Trainer::Impl& I, const NamedTensors& replaced = {});
+// Copies a model.pt's parameters and buffers into the model, nothing else; ModelMismatch
+// lists every tensor that does not fit.
+void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& where);
 void load_model_file(Trainer::Impl& I, const Files& files, const std::string& where);
-// Then the parameters from the shadow weights hook `instance` keeps in state.pt: the layout of
-// the ema hook's state (num_tensors, shadow.0 .. shadow.N-1, one per parameter in order).
-void load_shadow_weights(Trainer::Impl& I, const Files& files, const std::string& instance,
-                         const std::string& where);
+// The weights a hook keeps for evaluation (Hook::eval_weights), as the checkpoint's hook
+// states give them: those hooks' states are restored, and the first that offers weights puts
+// them in the model. Returns its word for them ("ema"), "" when no hook offers any.
+std::string load_eval_weights(Trainer::Impl& I, const Files& files, const std::string& where);
 void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
                    const std::string& where);
 

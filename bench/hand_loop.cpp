@@ -1,0 +1,252 @@
+// wick_hand_loop: the peers section's hand-written LibTorch loop (`make bench`, section peers):
+// what a C++ user writes without a framework, over the same data, models, optimizer and batch
+// as wick's workloads and the Python peers (bench/peers/). Prints one JSON line like theirs.
+//
+//   wick_hand_loop --workload mlp|cnn|transformer|gan [--epochs N] [--batch-size 64]
+//                  [--threads 1] [--max-steps N] [--data DIR]
+//
+// mlp and cnn: Fashion-MNIST from Debian's dataset-fashion-mnist, normalised as the
+// fashion_mnist task does, the models of samples/fashion_mnist/{mlp,cnn}.toml; transformer:
+// the TorchScript model and data samples/torchscript/make.py writes into --data; gan: the
+// DCGAN of samples/gan (images in [-1, 1]). Adam (lr 1e-3; the GAN 2e-4, betas 0.5, 0.999),
+// shuffled batches, the last short batch kept; fp32.
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "idx.hpp"
+#include "common.hpp"
+#include "wick/system.hpp"
+
+namespace nn = torch::nn;
+using wick::bench::Clock;
+
+namespace {
+
+struct Args {
+  std::string workload, data;
+  long epochs = 1, batch = 64, threads = 1, max_steps = 0;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--workload")
+      a.workload = value();
+    else if (k == "--epochs")
+      a.epochs = std::stol(value());
+    else if (k == "--batch-size")
+      a.batch = std::stol(value());
+    else if (k == "--threads")
+      a.threads = std::stol(value());
+    else if (k == "--max-steps")
+      a.max_steps = std::stol(value());
+    else if (k == "--data")
+      a.data = value();
+    else
+      throw std::runtime_error("unknown argument " + k);
+  }
+  if (a.workload != "mlp" && a.workload != "cnn" && a.workload != "transformer" &&
+      a.workload != "gan")
+    throw std::runtime_error("--workload mlp|cnn|transformer|gan");
+  return a;
+}
+
+// Fashion-MNIST images [N, 1, 28, 28] (float) and labels [N] (int64).
+std::pair<at::Tensor, at::Tensor> fashion(const std::string& prefix, bool gan) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist/";
+  auto img = wick::idx::read_idx(dir + prefix + "-images-idx3-ubyte.gz", 3);
+  auto lbl = wick::idx::read_idx(dir + prefix + "-labels-idx1-ubyte.gz", 1);
+  const auto n = img.dims[0];
+  auto x = torch::from_blob(img.bytes.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat);
+  x = gan ? x.div_(127.5).sub_(1.0) : x.div_(255.0).sub_(0.2860).div_(0.3530);
+  auto y = torch::from_blob(lbl.bytes.data(), {n}, torch::kUInt8).to(torch::kLong);
+  return {x, y};
+}
+
+nn::Sequential classifier(bool cnn) {
+  nn::Sequential net;
+  std::int64_t in = 784;
+  if (cnn) {
+    std::int64_t c = 1;
+    for (std::int64_t out : {32, 64}) {
+      net->push_back(nn::Conv2d(nn::Conv2dOptions(c, out, 3).padding(1).bias(false)));
+      net->push_back(nn::BatchNorm2d(out));
+      net->push_back(nn::ReLU());
+      net->push_back(nn::MaxPool2d(2));
+      c = out;
+    }
+    in = c * 7 * 7;
+  }
+  net->push_back(nn::Flatten());
+  for (std::int64_t h : cnn ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{256, 128}) {
+    net->push_back(nn::Linear(in, h));
+    net->push_back(nn::ReLU());
+    if (cnn) net->push_back(nn::Dropout(0.3));
+    in = h;
+  }
+  net->push_back(nn::Linear(in, 10));
+  return net;
+}
+
+// Times every step after the first, and counts the samples of those.
+struct Meter {
+  long steps = 0, max_steps = 0;
+  double first_step_at = -1, samples = 0;
+  Clock::time_point t0;
+  double seconds = 0;
+  void begin() {
+    if (steps == 0) first_step_at = wick::process_age_seconds();
+    if (steps == 1) t0 = Clock::now();
+  }
+  void end(long batch) {
+    if (steps >= 1) samples += static_cast<double>(batch);
+    ++steps;
+    if (steps >= 2) seconds = wick::bench::seconds_since(t0);
+  }
+  bool done() const { return max_steps > 0 && steps >= max_steps; }
+};
+
+double accuracy(const std::function<at::Tensor(const at::Tensor&)>& forward, const at::Tensor& x,
+                const at::Tensor& y) {
+  torch::NoGradGuard g;
+  std::int64_t right = 0;
+  for (std::int64_t i = 0; i < x.size(0); i += 1000) {
+    const auto n = std::min<std::int64_t>(1000, x.size(0) - i);
+    right += forward(x.narrow(0, i, n)).argmax(1).eq(y.narrow(0, i, n)).sum().item<std::int64_t>();
+  }
+  return static_cast<double>(right) / static_cast<double>(x.size(0));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    const auto t_start = Clock::now();
+    torch::set_num_threads(static_cast<int>(a.threads));
+    torch::manual_seed(0);
+    Meter m;
+    m.max_steps = a.max_steps;
+    nlohmann::json out = {{"framework", "libtorch-hand"}, {"version", TORCH_VERSION},
+                          {"workload", a.workload},     {"device", "cpu"},
+                          {"precision", "fp32"},        {"threads", a.threads},
+                          {"epochs", a.epochs},         {"batch_size", a.batch}};
+
+    if (a.workload == "gan") {
+      auto [x, y] = fashion("train", true);
+      auto g = nn::Sequential(
+          nn::ConvTranspose2d(nn::ConvTranspose2dOptions(64, 128, 7).bias(false)),
+          nn::BatchNorm2d(128), nn::ReLU(),
+          nn::ConvTranspose2d(nn::ConvTranspose2dOptions(128, 64, 4).stride(2).padding(1).bias(false)),
+          nn::BatchNorm2d(64), nn::ReLU(),
+          nn::ConvTranspose2d(nn::ConvTranspose2dOptions(64, 1, 4).stride(2).padding(1)),
+          nn::Tanh());
+      auto d = nn::Sequential(
+          nn::Conv2d(nn::Conv2dOptions(1, 64, 4).stride(2).padding(1)),
+          nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
+          nn::Conv2d(nn::Conv2dOptions(64, 128, 4).stride(2).padding(1).bias(false)),
+          nn::BatchNorm2d(128), nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
+          nn::Conv2d(nn::Conv2dOptions(128, 1, 7)), nn::Flatten());
+      const auto adam = torch::optim::AdamOptions(2e-4).betas({0.5, 0.999});
+      torch::optim::Adam opt_g(g->parameters(), adam), opt_d(d->parameters(), adam);
+      auto bce = [](const at::Tensor& l, const at::Tensor& t) {
+        return torch::binary_cross_entropy_with_logits(l, t);
+      };
+      double d_loss = 0, g_loss = 0;
+      for (long e = 0; e < a.epochs && !m.done(); ++e) {
+        const auto order = torch::randperm(x.size(0));
+        for (std::int64_t i = 0; i < x.size(0) && !m.done(); i += a.batch) {
+          m.begin();
+          const auto idx = order.narrow(0, i, std::min<std::int64_t>(a.batch, x.size(0) - i));
+          const auto real = x.index_select(0, idx);
+          const auto n = real.size(0);
+          const auto ones = torch::ones({n, 1}), zeros = torch::zeros({n, 1});
+          const auto fake = g->forward(torch::randn({n, 64, 1, 1}));
+          auto dl = bce(d->forward(real), ones) + bce(d->forward(fake.detach()), zeros);
+          opt_d.zero_grad();
+          dl.backward();
+          opt_d.step();
+          auto gl = bce(d->forward(fake), ones);
+          opt_g.zero_grad();
+          gl.backward();
+          opt_g.step();
+          d_loss = dl.item<double>();
+          g_loss = gl.item<double>();
+          m.end(n);
+        }
+      }
+      out["d_loss"] = d_loss;
+      out["g_loss"] = g_loss;
+    } else {
+      at::Tensor x, y, vx, vy;
+      std::function<at::Tensor(const at::Tensor&)> forward;
+      std::vector<at::Tensor> params;
+      std::function<void(bool)> train_mode;
+      nn::Sequential net{nullptr};
+      torch::jit::Module jit;
+      if (a.workload == "transformer") {
+        // What samples/torchscript/make.py wrote: model.pt, train.pt and valid.pt.
+        jit = torch::jit::load(a.data + "/model.pt");
+        auto read = [&](const std::string& f) {
+          std::ifstream in(a.data + "/" + f, std::ios::binary);
+          std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+          auto dict = torch::pickle_load(bytes).toGenericDict();
+          return std::make_pair(dict.at("input").toTensor(), dict.at("target").toTensor());
+        };
+        std::tie(x, y) = read("train.pt");
+        std::tie(vx, vy) = read("valid.pt");
+        for (const auto& p : jit.parameters()) params.push_back(p);
+        forward = [&](const at::Tensor& in) { return jit.forward({in}).toTensor(); };
+        train_mode = [&](bool on) { on ? jit.train() : jit.eval(); };
+      } else {
+        std::tie(x, y) = fashion("train", false);
+        std::tie(vx, vy) = fashion("t10k", false);
+        net = classifier(a.workload == "cnn");
+        params = net->parameters();
+        forward = [&](const at::Tensor& in) { return net->forward(in); };
+        train_mode = [&](bool on) { net->train(on); };
+      }
+      torch::optim::Adam opt(params, torch::optim::AdamOptions(1e-3));
+      train_mode(true);
+      for (long e = 0; e < a.epochs && !m.done(); ++e) {
+        const auto order = torch::randperm(x.size(0));
+        for (std::int64_t i = 0; i < x.size(0) && !m.done(); i += a.batch) {
+          m.begin();
+          const auto idx = order.narrow(0, i, std::min<std::int64_t>(a.batch, x.size(0) - i));
+          opt.zero_grad();
+          auto loss = torch::cross_entropy_loss(forward(x.index_select(0, idx)),
+                                                y.index_select(0, idx));
+          loss.backward();
+          opt.step();
+          m.end(idx.size(0));
+        }
+      }
+      train_mode(false);
+      out["valid_accuracy"] = accuracy(forward, vx, vy);
+    }
+    out["steps"] = m.steps;
+    out["samples_per_s"] = m.seconds > 0 ? m.samples / m.seconds : 0.0;
+    out["time_to_first_step_s"] = m.first_step_at;
+    out["peak_rss_mb"] = wick::bench::self_peak_rss_mb();
+    out["wall_s"] = wick::bench::seconds_since(t_start);
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick_hand_loop: %s\n", e.what());
+    return 1;
+  }
+}

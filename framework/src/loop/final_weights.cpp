@@ -1,0 +1,88 @@
+// What a trained run leaves to be used: the final weights written when a fit ends
+// (output_dir/model.pt), the weights a hook keeps for evaluation (Hook::eval_weights), and
+// loading either into a Trainer for evaluate, predict and export.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "loop/trainer_impl.hpp"
+#include "state/snapshot.hpp"
+#include "wick/config.hpp"
+#include "wick/files.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+std::string Trainer::Impl::eval_weights(NamedTensors& out) const {
+  for (const auto& h : dispatch.hooks()) {
+    // A hook built against SDK 2.4 or older has no eval_weights in its vtable.
+    if (h.api_minor < 5) continue;
+    out.clear();
+    auto word = h.hook->eval_weights(*model, out);
+    if (!word.empty()) return word;
+  }
+  out.clear();
+  return "";
+}
+
+void Trainer::Impl::save_final_weights(FitResult& res) {
+  if (!opt.save_model || !writes_outputs() || !lock.held()) return;
+  // A failure inside a step may have left the weights half updated; nothing trained, nothing
+  // to keep.
+  if (in_step || (state.optimizer_step == 0 && !resumed)) return;
+  NamedTensors offered;
+  const auto word = eval_weights(offered);
+  const auto file = fs::path(run.output_dir) / "model.pt";
+  write_file_atomic(file.string(), model_bytes(*this, offered));
+  res.model_file = file.string();
+  res.model_weights = word.empty() ? "trained" : word;
+}
+
+CheckpointInfo Trainer::load_weights(const std::string& folder, bool evaluation) {
+  auto& I = *impl_;
+  const fs::path dir = fs::absolute(folder).lexically_normal();
+  const auto where = "checkpoint '" + dir.string() + "'";
+  Files files;
+  Manifest m;
+  try {
+    m = read_checkpoint(dir, &files);
+    check_agreement(m, files);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(where + " cannot be used: " + e.what());
+  }
+  I.weights_loaded.clear();
+  try {
+    wick::load_model_file(I, files, where);
+    if (evaluation) I.weights_loaded = load_eval_weights(I, files, where);
+  } catch (const ModelMismatch& e) {
+    throw ConfigError(e.what());  // the config's model is not the checkpoint's
+  }
+  std::uint64_t bytes = 0;
+  for (const auto& f : files) bytes += f.second.size();
+  return checkpoint_info(dir, m, bytes);
+}
+
+void Trainer::load_model_file(const std::string& file) {
+  auto& I = *impl_;
+  const auto where = "'" + file + "'";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(where + ": cannot read it");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  try {
+    load_model(I, bytes.str(), where);
+  } catch (const ModelMismatch& e) {
+    throw ConfigError(e.what());
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(std::string(e.what()) + " (not a model.pt that wick wrote)");
+  }
+  I.weights_loaded.clear();
+}
+
+const std::string& Trainer::weights_loaded() const {
+  return impl_->weights_loaded;
+}
+
+}  // namespace wick
