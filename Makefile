@@ -106,10 +106,13 @@ install: build
 bench: build
 	$(BUILD)/bin/wick_bench --out bench/results.json
 
-# The bench with its peers section: installs the Python peers' environment first (once).
-bench-peers: build
+# The peers section alone (bench/README.md), wick built against LibTorch 2.x (the wheel, the
+# peers' torch release): installs the Python peers' environment first (once); the other
+# sections of bench/results.json stay as the last full run measured them.
+WHEEL_BUILD := $(if $(filter wheel,$(LIBTORCH)),$(BUILD),$(OTHER_BUILD))
+bench-peers: $(if $(filter wheel,$(LIBTORCH)),build,build-other)
 	scripts/install-peers.sh
-	$(BUILD)/bin/wick_bench --out bench/results.json
+	$(WHEEL_BUILD)/bin/wick_bench --only peers --out bench/results.json
 
 bench-smoke: build
 	$(BUILD)/bin/wick_bench --smoke --out $(BUILD)/bench-smoke.json

@@ -583,6 +583,24 @@ int main(int argc, char** argv) {
     rc = 1;
   }
   r["meta"]["load_after"] = load_average();
+  // --only re-measures some sections: the others stay as the last full run wrote them (said
+  // in the notes, with that run's date), so results.md keeps every table.
+  if (!only.empty() && fs::exists(out)) {
+    try {
+      const auto old = json::parse(read_text(out));
+      std::string kept;
+      for (const auto& [k, v] : old.items())
+        if (k != "meta" && k != "targets" && !r.contains(k)) {
+          r[k] = v;
+          kept += (kept.empty() ? "" : ", ") + k;
+        }
+      if (!kept.empty())
+        s.notes.push_back("measured by an earlier run (" + old["meta"].value("date", "?") +
+                          "), kept: " + kept);
+    } catch (const std::exception& e) {
+      s.notes.push_back(std::string("the earlier ") + out + " is unreadable: " + e.what());
+    }
+  }
   r["meta"]["notes"] = s.notes;
   json tj = json::array();
   for (const auto& t : targets(r))
