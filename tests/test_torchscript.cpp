@@ -248,6 +248,21 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(acc("ema.pt") ==
         Approx(read_json(d / "ema" / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
   CHECK(read_file(d / "ema.pt") != read_file(d / "trained.pt"));
+
+  // Without a checkpoint hook the fit keeps its final weights (EMA's, which validation used),
+  // and export takes them from the run folder, saying so.
+  const auto final_dir = d / "final";
+  REQUIRE(run_wick({"fit", (d / "ema.toml").string(), "--set", "hooks.checkpoint.enabled=false",
+                    "--set", "trainer.output_dir=\"" + final_dir.string() + "\""})
+              .exit_code == 0);
+  CHECK_FALSE(fs::exists(final_dir / "checkpoints"));
+  auto fin = run_wick({"export", final_dir.string(), "--out", (d / "final.pt").string()});
+  INFO(fin.out << fin.err);
+  REQUIRE(fin.exit_code == 0);
+  CHECK(fin.out.find("wick: exported the final weights (ema) of " +
+                     (final_dir / "model.pt").string()) != std::string::npos);
+  CHECK(acc("final.pt") ==
+        Approx(read_json(final_dir / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
 }
 
 TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {
