@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "idx.hpp"
 #include "common.hpp"
+#include "idx.hpp"
 #include "wick/system.hpp"
 
 namespace nn = torch::nn;
@@ -92,7 +92,8 @@ nn::Sequential classifier(bool cnn) {
     in = c * 7 * 7;
   }
   net->push_back(nn::Flatten());
-  for (std::int64_t h : cnn ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{256, 128}) {
+  for (std::int64_t h :
+       cnn ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{256, 128}) {
     net->push_back(nn::Linear(in, h));
     net->push_back(nn::ReLU());
     if (cnn) net->push_back(nn::Dropout(0.3));
@@ -142,16 +143,17 @@ int main(int argc, char** argv) {
     Meter m;
     m.max_steps = a.max_steps;
     nlohmann::json out = {{"framework", "libtorch-hand"}, {"version", TORCH_VERSION},
-                          {"workload", a.workload},     {"device", "cpu"},
-                          {"precision", "fp32"},        {"threads", a.threads},
-                          {"epochs", a.epochs},         {"batch_size", a.batch}};
+                          {"workload", a.workload},       {"device", "cpu"},
+                          {"precision", "fp32"},          {"threads", a.threads},
+                          {"epochs", a.epochs},           {"batch_size", a.batch}};
 
     if (a.workload == "gan") {
       auto [x, y] = fashion("train", true);
       auto g = nn::Sequential(
           nn::ConvTranspose2d(nn::ConvTranspose2dOptions(64, 128, 7).bias(false)),
           nn::BatchNorm2d(128), nn::ReLU(),
-          nn::ConvTranspose2d(nn::ConvTranspose2dOptions(128, 64, 4).stride(2).padding(1).bias(false)),
+          nn::ConvTranspose2d(
+              nn::ConvTranspose2dOptions(128, 64, 4).stride(2).padding(1).bias(false)),
           nn::BatchNorm2d(64), nn::ReLU(),
           nn::ConvTranspose2d(nn::ConvTranspose2dOptions(64, 1, 4).stride(2).padding(1)),
           nn::Tanh());
@@ -232,8 +234,8 @@ int main(int argc, char** argv) {
           m.begin();
           const auto idx = order.narrow(0, i, std::min<std::int64_t>(a.batch, x.size(0) - i));
           opt.zero_grad();
-          auto loss = torch::cross_entropy_loss(forward(x.index_select(0, idx)),
-                                                y.index_select(0, idx));
+          auto loss =
+              torch::cross_entropy_loss(forward(x.index_select(0, idx)), y.index_select(0, idx));
           loss.backward();
           opt.step();
           m.end(idx.size(0));

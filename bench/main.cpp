@@ -58,8 +58,8 @@ double num(const json& j, const char* a, const char* b = nullptr, const char* c 
 // Parity's wick / hand ratio: the median of order-balanced pairs, or, in results kept from a
 // run before they were measured, of plain pairs.
 double parity_ratio(const json& side, const std::string& prefix) {
-  const auto key = prefix + (side.contains(prefix + "balanced_ratios") ? "balanced_ratios"
-                                                                         : "pair_ratios");
+  const auto key =
+      prefix + (side.contains(prefix + "balanced_ratios") ? "balanced_ratios" : "pair_ratios");
   return num(side, key.c_str(), "median");
 }
 
@@ -142,19 +142,22 @@ std::vector<Target> targets(const json& r) {
       };
       const std::string shipped = "wick (as shipped)";
       // Against the faster of Lightning's two rows, at equal accuracy (within 0.5 points).
-      const double lightning = std::max(rate("Lightning (progress bar, logger)"),
-                                        rate("Lightning (no bar, no logger)"));
+      const double lightning =
+          std::max(rate("Lightning (progress bar, logger)"), rate("Lightning (no bar, no logger)"));
       auto equal_acc = [&](const std::string& peer) {
         return acc(shipped) < 0 || acc(peer) < 0 || acc(shipped) >= acc(peer) - 0.005;
       };
       double x = rate(shipped) / lightning;
-      t.push_back({std::string("peers ") + w + ": wick as shipped / Lightning samples/s, at "
-                   "equal accuracy", ">= 1.5", x,
-                   x >= 1.5 && equal_acc("Lightning (no bar, no logger)")});
+      t.push_back({std::string("peers ") + w +
+                       ": wick as shipped / Lightning samples/s, at "
+                       "equal accuracy",
+                   ">= 1.5", x, x >= 1.5 && equal_acc("Lightning (no bar, no logger)")});
       if (row.count("HF Trainer")) {
         x = rate(shipped) / rate("HF Trainer");
-        t.push_back({std::string("peers ") + w + ": wick as shipped / HF Trainer samples/s, at "
-                     "equal accuracy", ">= 1.5", x, x >= 1.5 && equal_acc("HF Trainer")});
+        t.push_back({std::string("peers ") + w +
+                         ": wick as shipped / HF Trainer samples/s, at "
+                         "equal accuracy",
+                     ">= 1.5", x, x >= 1.5 && equal_acc("HF Trainer")});
       }
       const std::string fp32 = row.count("wick fp32") ? "wick fp32" : shipped;
       x = num(row[fp32], "tax", "median");
@@ -162,8 +165,8 @@ std::vector<Target> targets(const json& r) {
                    "<= 0.02", x, x <= 0.02});
       x = num(row[shipped], "start_to_first_step_s", "median") /
           num(row["Lightning (no bar, no logger)"], "start_to_first_step_s", "median");
-      t.push_back({std::string("peers ") + w + ": wick's start to first step / Lightning's",
-                   "< 1", x, x > 0 && x < 1});
+      t.push_back({std::string("peers ") + w + ": wick's start to first step / Lightning's", "< 1",
+                   x, x > 0 && x < 1});
     }
   }
   return t;
@@ -393,9 +396,8 @@ std::string markdown(const json& r) {
     const auto& p = r["peers"];
     md << "\n## Peers\n\nThe same data, model, optimizer (Adam), batch (64) and steps, one "
           "thread each, "
-       << p.value("rounds", 0)
-       << " rounds in alternating order; wick's LibTorch " << r["meta"].value("torch", "")
-       << ", the Python peers in " << p.value("python", "")
+       << p.value("rounds", 0) << " rounds in alternating order; wick's LibTorch "
+       << r["meta"].value("torch", "") << ", the Python peers in " << p.value("python", "")
        << ". x plain loop: samples/s against the plain loop of the same language and round "
           "(wick against the hand-written LibTorch loop, the Python trainers against the plain "
           "PyTorch loop); its shortfall is the framework's tax.\n";
@@ -429,8 +431,8 @@ std::string markdown(const json& r) {
     md << "\nTargets:\n\n";
     for (const auto& t : tg)
       if (t.name.rfind("peers ", 0) == 0)
-        md << "- " << t.name.substr(6) << ": " << fmt("%.3f", t.value) << " (" << t.rule << "): "
-           << (t.met ? "met" : "**not met**") << "\n";
+        md << "- " << t.name.substr(6) << ": " << fmt("%.3f", t.value) << " (" << t.rule
+           << "): " << (t.met ? "met" : "**not met**") << "\n";
   }
   if (r.contains("restart")) {
     const auto& x = r["restart"];

@@ -38,14 +38,13 @@ struct Row {
 };
 
 std::vector<Row> rows_for(const std::string& workload) {
-  std::vector<Row> rows = {{"wick (as shipped)", Row::wick_shipped, "", {}},
-                           {"wick fp32", Row::wick_fp32, "", {}},
-                           {"LibTorch hand-written loop", Row::hand, "", {}},
-                           {"PyTorch plain loop", Row::python, "plain.py", {}},
-                           {"Lightning (progress bar, logger)", Row::python, "lightning_peer.py",
-                            {"--progress", "on"}},
-                           {"Lightning (no bar, no logger)", Row::python, "lightning_peer.py",
-                            {"--progress", "off"}}};
+  std::vector<Row> rows = {
+      {"wick (as shipped)", Row::wick_shipped, "", {}},
+      {"wick fp32", Row::wick_fp32, "", {}},
+      {"LibTorch hand-written loop", Row::hand, "", {}},
+      {"PyTorch plain loop", Row::python, "plain.py", {}},
+      {"Lightning (progress bar, logger)", Row::python, "lightning_peer.py", {"--progress", "on"}},
+      {"Lightning (no bar, no logger)", Row::python, "lightning_peer.py", {"--progress", "off"}}};
   // The GAN ships in fp32: its fp32 row would be the shipped one again.
   if (workload == "gan") rows.erase(rows.begin() + 1);
   if (workload != "gan")
@@ -72,7 +71,8 @@ Measure run_wick(const Settings& s, const Workload& w, bool fp32, const fs::path
                  const fs::path& out) {
   const std::string cfg = shipped_config(s, w.name, data);
   std::vector<std::string> argv = {s.wick_bin, "fit", cfg};
-  std::vector<std::string> sets = {"trainer.threads=1", "trainer.epochs=" + std::to_string(w.epochs),
+  std::vector<std::string> sets = {"trainer.threads=1",
+                                   "trainer.epochs=" + std::to_string(w.epochs),
                                    "trainer.output_dir=\"" + out.string() + "\""};
   if (w.max_steps > 0) sets.push_back("trainer.max_steps=" + std::to_string(w.max_steps));
   if (fp32) {
@@ -118,8 +118,8 @@ Measure from_line(const ChildResult& r, const std::string& what) {
 }
 
 std::vector<std::string> common_args(const Workload& w) {
-  std::vector<std::string> a = {"--workload", w.name, "--epochs", std::to_string(w.epochs),
-                                "--batch-size", "64", "--threads", "1"};
+  std::vector<std::string> a = {"--workload",   w.name, "--epochs",  std::to_string(w.epochs),
+                                "--batch-size", "64",   "--threads", "1"};
   if (w.max_steps > 0) a.insert(a.end(), {"--max-steps", std::to_string(w.max_steps)});
   return a;
 }
@@ -152,15 +152,16 @@ json run_peers(Settings& s) {
   const fs::path data = dir / "transformer";
   fs::create_directories(data);
   // The transformer and its data as a Python user makes them; wick trains them from TOML.
-  const auto made = run_child({python, s.source_dir + "/samples/torchscript/make.py", data.string()});
+  const auto made =
+      run_child({python, s.source_dir + "/samples/torchscript/make.py", data.string()});
   if (made.exit_code != 0) throw std::runtime_error("peers: make.py: " + made.err);
   fs::copy_file(fs::path(s.source_dir) / "samples/torchscript/torchscript.toml",
                 data / "torchscript.toml", fs::copy_options::overwrite_existing);
 
   // Whole epochs where they take seconds; a cap on steps where an epoch would take minutes in
   // the slowest peer (each row stops at the same step, so accuracies compare).
-  std::vector<Workload> workloads = {{"mlp", 1, 0}, {"cnn", 1, 300}, {"transformer", 6, 0},
-                                     {"gan", 1, 200}};
+  std::vector<Workload> workloads = {
+      {"mlp", 1, 0}, {"cnn", 1, 300}, {"transformer", 6, 0}, {"gan", 1, 200}};
   int rounds = 3;
   if (s.smoke) {
     rounds = 1;
@@ -183,7 +184,8 @@ json run_peers(Settings& s) {
           m = run_wick(s, w, row.kind == Row::wick_fp32, data, run);
         } else if (row.kind == Row::hand) {
           auto argv = common_args(w);
-          argv.insert(argv.begin(), (fs::path(s.wick_bin).parent_path() / "wick_hand_loop").string());
+          argv.insert(argv.begin(),
+                      (fs::path(s.wick_bin).parent_path() / "wick_hand_loop").string());
           argv.insert(argv.end(), {"--data", data.string()});
           m = from_line(run_child(argv, {"OMP_NUM_THREADS=1"}), "wick_hand_loop");
         } else {
@@ -213,8 +215,7 @@ json run_peers(Settings& s) {
         first.push_back(m.first_step_s);
         rss.push_back(m.rss_mb);
         const auto base = rows[i].cpp() ? hand : plain;
-        tax.push_back(1.0 - m.samples_per_s /
-                                got[base][static_cast<std::size_t>(k)].samples_per_s);
+        tax.push_back(1.0 - m.samples_per_s / got[base][static_cast<std::size_t>(k)].samples_per_s);
       }
       const auto& last = got[i].back();
       json jr = {{"row", rows[i].name},

@@ -36,8 +36,9 @@ void need_gpu() {
 
 void need_cuda_graph_plugin() {
 #ifndef WICK_TEST_CUDA
-  skip("the cuda_graph plugin is built with a CUDA LibTorch only; this one is CPU-only (" TORCH_VERSION
-       ")");
+  skip(
+      "the cuda_graph plugin is built with a CUDA LibTorch only; this one is CPU-only "
+      "(" TORCH_VERSION ")");
 #endif
 }
 
@@ -80,7 +81,8 @@ std::vector<at::Tensor> cpu_params(Trainer& t) {
 
 double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   double d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
   return d;
 }
 
@@ -88,7 +90,8 @@ double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>&
 std::string gpu_config(const TempDir& d, const std::string& run, const std::string& extra) {
   return "[trainer]\nepochs = 2\nseed = 5\nbatch_size = 32\nlog_every = 2\ndevice = \"cuda\"\n"
          "output_dir = \"" +
-         (d / run).string() + "\"\n[task]\nplugin = \"synthetic\"\nsamples = 256\n"
+         (d / run).string() +
+         "\"\n[task]\nplugin = \"synthetic\"\nsamples = 256\n"
          "valid_samples = 64\n[optimizer]\nname = \"adam\"\nlr = 0.01\nfused = true\n" +
          extra + test_plugins_toml();
 }
@@ -132,8 +135,7 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim:
   }
 }
 
-TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in order",
-          "[cuda]") {
+TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in order", "[cuda]") {
   need_gpu();
 #ifdef WICK_TEST_CUDA
   const auto host = torch::arange(1000, torch::kFloat).reshape({10, 100});
@@ -155,13 +157,15 @@ TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "
   need_gpu();
   TempDir d;
   // The loss is scaled by a draw from the CUDA generator every step from step 3 on.
-  const std::string noise = "[[hooks]]\nplugin = \"fault\"\nname = \"noise\"\nat = \"after_loss\"\n"
-                            "action = \"noise\"\nstep = 3\n";
+  const std::string noise =
+      "[[hooks]]\nplugin = \"fault\"\nname = \"noise\"\nat = \"after_loss\"\n"
+      "action = \"noise\"\nstep = 3\n";
   const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
   const auto whole = fit(d, "whole", noise + ck);
-  write_file(d / "killed.toml",
-             gpu_config(d, "killed",
-                        noise + ck + "[[hooks]]\nplugin = \"fault\"\naction = \"kill\"\nstep = 11\n"));
+  write_file(
+      d / "killed.toml",
+      gpu_config(d, "killed",
+                 noise + ck + "[[hooks]]\nplugin = \"fault\"\naction = \"kill\"\nstep = 11\n"));
   auto k = run_wick({"fit", (d / "killed.toml").string()});
   REQUIRE(k.exit_code == 128 + 9);
   auto r = run_wick({"fit", (d / "killed.toml").string(), "--resume", "latest", "--set",
@@ -212,8 +216,7 @@ TEST_CASE("cuda_graph replays the captured step: the same training as eager step
   CHECK(std::abs(graphed["valid/loss"].get<double>() - eager["valid/loss"].get<double>()) < 1e-4);
 }
 
-TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside the step",
-          "[cuda]") {
+TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside the step", "[cuda]") {
   need_gpu();
   TempDir d;
   // 250 samples in batches of 32: the last is 26.

@@ -496,8 +496,9 @@ TEST_CASE("torchrun --no_python wick fit: ranks from torchrun, and its restart r
   const std::string python = kPython;
   const std::vector<std::string> env = {"PYTHONPATH=" + std::string(WICK_TORCHRUN_PYTHONPATH),
                                         "OMP_NUM_THREADS=1"};
-  const auto version = run({python, "-c", "import torch.distributed.run, torch; "
-                                          "print(torch.__version__)"},
+  const auto version = run({python, "-c",
+                            "import torch.distributed.run, torch; "
+                            "print(torch.__version__)"},
                            env);
   const std::string ours = TORCH_VERSION;
   const std::string major_minor = ours.substr(0, ours.rfind('.'));

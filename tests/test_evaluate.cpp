@@ -17,7 +17,6 @@ using namespace wick::test;
 
 namespace {
 
-
 // The valid/* values of an evaluate --json file or of summary.json.
 std::map<std::string, double> valid_values(const nlohmann::json& j) {
   std::map<std::string, double> out;

@@ -63,13 +63,15 @@ TEST_CASE("a plugin built against another LibTorch is refused before it is loade
   const auto old = fs::canonical(kBad / "old_other_torch" / "wick_old_other_torch.so").string();
   auto old_msg = refused(Kind::torch_mismatch, [&] { wick::load_plugin_library(old); });
   INFO(old_msg);
-  CHECK(has(old_msg, "'" + old + "' has no LibTorch build record (built with wick's SDK before "
-                     "2.5) and links libc10.so"));
+  CHECK(has(old_msg, "'" + old +
+                         "' has no LibTorch build record (built with wick's SDK before "
+                         "2.5) and links libc10.so"));
   // `wick plugins` lists it as skipped, with the same reason, and goes on.
   auto r = run_wick({"plugins", "--plugin-path", (kBad / "other_torch").string()});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK(has(r.err, "wick: skipped: '" + p + "' was built against LibTorch " WICK_OTHER_TORCH_VERSION));
+  CHECK(has(r.err,
+            "wick: skipped: '" + p + "' was built against LibTorch " WICK_OTHER_TORCH_VERSION));
 #endif
 }
 

@@ -16,7 +16,6 @@ using namespace wick::test;
 
 namespace {
 
-
 // A synthetic run: 256 samples, batch 32 (8 steps an epoch), a record every step.
 std::string config(const TempDir& d, const std::string& extra, int epochs = 2) {
   return "[trainer]\nepochs = " + std::to_string(epochs) +

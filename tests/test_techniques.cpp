@@ -551,7 +551,9 @@ TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 af
     t.add_hook(std::move(h));
   bool autocast_outside = false;
   auto probe = std::make_shared<Probe>();
-  probe->stage_fn = [&](Context&, Stage) { autocast_outside |= wick::compat::autocast_enabled(c10::DeviceType::CPU); };
+  probe->stage_fn = [&](Context&, Stage) {
+    autocast_outside |= wick::compat::autocast_enabled(c10::DeviceType::CPU);
+  };
   t.add_hook(entry(probe, "probe", 50));
   const double loss0 = t.validate().values.at(0).second;
   REQUIRE(t.fit().status == FitResult::Status::completed);

@@ -10,7 +10,6 @@ using namespace wick::test;
 
 namespace {
 
-
 RunResult python(const TempDir& d, const std::string& script, std::vector<std::string> args = {}) {
   write_file(d / "script.py", script);
   std::vector<std::string> argv = {kPython, (d / "script.py").string(), d.path().string()};

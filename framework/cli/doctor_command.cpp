@@ -89,7 +89,8 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
     // The probe a fit runs (trainer.peak_gflops = 0) when a step's matrix products are not
     // most of its work; on its own products otherwise.
     std::printf("Peak       %.1f GFLOP/s fp32 matrix product", wick::measure_peak_gflops());
-    if (cpu.native_bf16()) std::printf(", %.1f GFLOP/s bf16", wick::measure_peak_gflops(wick::kPeakProbeSeconds, true));
+    if (cpu.native_bf16())
+      std::printf(", %.1f GFLOP/s bf16", wick::measure_peak_gflops(wick::kPeakProbeSeconds, true));
     std::printf(" on %d thread(s) (%.2f s probe each)\n", sys.intra_op_threads,
                 wick::kPeakProbeSeconds);
 

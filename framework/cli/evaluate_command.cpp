@@ -125,10 +125,11 @@ int cmd_predict(const UseArgs& a) {
 }
 
 void add_checkpoint_option(CLI::App* c, UseArgs& a) {
-  c->add_option("--checkpoint", a.checkpoint,
-                "the weights: latest (default: the newest checkpoint, or without any the final weights), "
-                "best, final (RUN_DIR/model.pt, written when the fit ended) or a checkpoint "
-                "folder")
+  c->add_option(
+       "--checkpoint", a.checkpoint,
+       "the weights: latest (default: the newest checkpoint, or without any the final weights), "
+       "best, final (RUN_DIR/model.pt, written when the fit ended) or a checkpoint "
+       "folder")
       ->type_name("latest|best|final|PATH");
 }
 

@@ -92,21 +92,24 @@ class CudaGraph : public wick::Hook {
     const std::string why = "cuda_graph replays one captured step";
     const auto& run = c.run();
     if (c.task().manual_optimization())
-      throw std::runtime_error(why + ", but this task drives its own steps (manual "
-                                     "optimization); remove cuda_graph");
+      throw std::runtime_error(why +
+                               ", but this task drives its own steps (manual "
+                               "optimization); remove cuda_graph");
     if (c.state().grad_accum_steps > 1)
       throw std::runtime_error(
           why + ", but grad_accum (steps = " + std::to_string(c.state().grad_accum_steps) +
           ") makes micro-batches differ: the last of each window steps, the others add to the "
           "gradients; remove grad_accum and raise trainer.batch_size, or remove cuda_graph");
     if (c.collectives() && c.state().num_processes > 1)
-      throw std::runtime_error(why + ", but data-parallel training all-reduces gradients from "
-                                     "host code during backward; train on one GPU or remove "
-                                     "cuda_graph");
+      throw std::runtime_error(why +
+                               ", but data-parallel training all-reduces gradients from "
+                               "host code during backward; train on one GPU or remove "
+                               "cuda_graph");
     if (run.nan_policy == wick::NanPolicy::skip)
-      throw std::runtime_error(why + ", whose gradients are computed before the loss can be "
-                                     "read, so a non-finite step cannot be skipped: set "
-                                     "trainer.nan_policy = \"error\" or \"ignore\"");
+      throw std::runtime_error(why +
+                               ", whose gradients are computed before the loss can be "
+                               "read, so a non-finite step cannot be skipped: set "
+                               "trainer.nan_policy = \"error\" or \"ignore\"");
     if (!run.device.is_cuda())
       throw std::runtime_error("cuda_graph captures CUDA work, but trainer.device is \"" +
                                run.device.str() + "\"; set trainer.device = \"cuda\"");

@@ -54,8 +54,9 @@ class Ema : public wick::Hook {
     const auto named = model.named_parameters();
     if (s.empty()) return "";
     if (s.size() != named.size())
-      throw std::runtime_error("ema: " + std::to_string(s.size()) + " shadow tensors for the model's " +
-                               std::to_string(named.size()) + " parameters");
+      throw std::runtime_error("ema: " + std::to_string(s.size()) +
+                               " shadow tensors for the model's " + std::to_string(named.size()) +
+                               " parameters");
     for (std::size_t i = 0; i < s.size(); ++i) out.emplace_back(named[i].key(), s[i]);
     return "ema";
   }

@@ -39,8 +39,8 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw", "sigint", "abort",    "kill", "nan",
-                             "readonly", "fsize", "sync", "noise"};
+    const char* actions[] = {"throw",    "sigint", "abort", "kill", "nan",
+                             "readonly", "fsize",  "sync",  "noise"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
                     "must be throw, sigint, abort, kill, nan, readonly, fsize, sync or noise");

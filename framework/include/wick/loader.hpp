@@ -55,8 +55,8 @@ class WICK_EXPORT PluginError : public std::runtime_error {
     unsafe_path,
     wrong_kind,
     name_mismatch,
-    malformed,  // a record or plugin list that cannot be right: null, unreadable or absurd
-                // names, counts, types, defaults or choices
+    malformed,      // a record or plugin list that cannot be right: null, unreadable or absurd
+                    // names, counts, types, defaults or choices
     torch_mismatch  // built against another LibTorch than this wick's (refused before loading)
   };
   PluginError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}

@@ -21,7 +21,7 @@ struct HookEntry {
   std::string instance;  // unique instance name (checkpoint key)
   int order = 0;
   bool main_process_only = false;
-  std::string library;  // absolute path of the shared object ("" for in-process hooks)
+  std::string library;             // absolute path of the shared object ("" for in-process hooks)
   int api_minor = WICK_API_MINOR;  // the SDK minor it was built against (what it implements)
 };
 

@@ -42,11 +42,11 @@ void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, f
   const int blocks = static_cast<int>(wanted < 8192 ? wanted : 8192);
   auto s = static_cast<cudaStream_t>(stream);
   if (decay != 0)
-    adam_kernel<true><<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size,
-                                                  bc2_sqrt, eps, decay);
+    adam_kernel<true>
+        <<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
   else
-    adam_kernel<false><<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size,
-                                                   bc2_sqrt, eps, decay);
+    adam_kernel<false>
+        <<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw std::runtime_error(std::string("wick: the CUDA Adam kernel failed to launch: ") +
                              cudaGetErrorString(e));

@@ -53,8 +53,9 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p, &g, &m, &v})
     if (!t->is_cuda() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
         t->device() != p.device() || t->numel() != p.numel())
-      throw std::logic_error("cuda::adam_step: every tensor must be a contiguous float32 tensor "
-                             "of the parameter's size on its GPU");
+      throw std::logic_error(
+          "cuda::adam_step: every tensor must be a contiguous float32 tensor "
+          "of the parameter's size on its GPU");
   const c10::cuda::CUDAGuard guard(p.device());
   launch_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
               p.numel(), beta1, beta2, step_size, bc2_sqrt, eps, decay,

@@ -22,8 +22,8 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
   return host.defined() ? host.to(device, /*non_blocking=*/true) : host;
 }
 
-void adam_step(at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, float, float, float,
-               float, float, float) {
+void adam_step(at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, float, float, float, float,
+               float, float) {
   throw std::logic_error("cuda::adam_step: this wick was built without CUDA");
 }
 

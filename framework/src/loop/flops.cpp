@@ -99,7 +99,8 @@ struct FlopCallbacks {
       counted->weight = sizes_of(fn, 1).vec();
       counted->transposed = in.size() > 6 && in[6].isBool() && in[6].toBool();
       counted->bias = in.size() > 2 && in[2].isTensor() && in[2].toTensor().defined();
-      if (const auto* x = input_at(fn, 0)) c->conv_dtype_ = static_cast<int>(x->toTensor().scalar_type());
+      if (const auto* x = input_at(fn, 0))
+        c->conv_dtype_ = static_cast<int>(x->toTensor().scalar_type());
     }
     return counted;
   }

@@ -654,7 +654,11 @@ void Trainer::Impl::set_step_flops(double counted, bool with_backward) {
   // The peak is probed after this step ends (probe_peak), outside every timer of the step.
   probe_due = peak_flops <= 0 && counted > 0;
   probe_with_backward = with_backward;
-  if (!probe_due) step_matmuls.clear();
+  if (probe_due) return;
+  step_matmuls.clear();
+  // The first rate starts with the next step: this one counted (more work than the others).
+  window_t0 = Clock::now();
+  window_micro0 = state.micro_step + 1;
 }
 
 void Trainer::Impl::probe_peak() {

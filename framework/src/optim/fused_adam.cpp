@@ -25,8 +25,8 @@ namespace {
 bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
              at::DeviceType where) {
   for (const auto* t : {&p, &g, &m, &v})
-    if (t->scalar_type() != at::kFloat || t->device() != p.device() ||
-        p.device().type() != where || !t->is_contiguous())
+    if (t->scalar_type() != at::kFloat || t->device() != p.device() || p.device().type() != where ||
+        !t->is_contiguous())
       return false;
   return true;
 }

@@ -18,8 +18,8 @@
 
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
-#define WICK_BUILD_TORCH                                                  \
-  WICK_STRINGIFY(TORCH_VERSION_MAJOR)                                     \
+#define WICK_BUILD_TORCH              \
+  WICK_STRINGIFY(TORCH_VERSION_MAJOR) \
   "." WICK_STRINGIFY(TORCH_VERSION_MINOR) "." WICK_STRINGIFY(TORCH_VERSION_PATCH)
 #else
 #define WICK_BUILD_TORCH "none"
@@ -38,16 +38,17 @@
 #define WICK_BUILD_CXX11_ABI "1"
 #endif
 
-#define WICK_BUILD_RECORD                                                                     \
-  "wick-build 1 sdk=" WICK_STRINGIFY(WICK_API_MAJOR) "." WICK_STRINGIFY(WICK_API_MINOR)       \
-      " torch=" WICK_BUILD_TORCH " cuda=" WICK_BUILD_CUDA " cxx11abi=" WICK_BUILD_CXX11_ABI
+#define WICK_BUILD_RECORD                                                 \
+  "wick-build 1 sdk=" WICK_STRINGIFY(WICK_API_MAJOR) "." WICK_STRINGIFY(  \
+      WICK_API_MINOR) " torch=" WICK_BUILD_TORCH " cuda=" WICK_BUILD_CUDA \
+                      " cxx11abi=" WICK_BUILD_CXX11_ABI
 
 // The section's name; with no leading dot it is a valid C name (the linker's __start_ symbols).
 #define WICK_BUILD_SECTION "wick_build"
 
 // One record per library: `used` keeps it although nothing refers to it.
-#define WICK_EMIT_BUILD_RECORD                                                      \
-  namespace {                                                                       \
+#define WICK_EMIT_BUILD_RECORD                                                         \
+  namespace {                                                                          \
   __attribute__((section(WICK_BUILD_SECTION), used)) const char wick_build_record_[] = \
-      WICK_BUILD_RECORD;                                                            \
+      WICK_BUILD_RECORD;                                                               \
   }
