@@ -364,6 +364,20 @@ TEST_CASE(
   REQUIRE(off.exit_code == 0);
   CHECK_FALSE(fs::exists(d / "off" / "model.pt"));
   CHECK_FALSE(read_json(d / "off" / "summary.json").contains("model_file"));
+  auto none = run_wick({"evaluate", cfg, "--checkpoint", "final", "--set",
+                        "trainer.output_dir=\"" + (d / "off").string() + "\""});
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("--checkpoint final: no '" + (d / "off" / "model.pt").string() +
+                      "'; a fit writes it when it ends (trainer.save_model = true)") !=
+        std::string::npos);
+
+  // A model.pt that wick did not write is refused, naming the file.
+  write_file(run_dir / "model.pt", "not a pickle");
+  auto bad = run_wick({"evaluate", cfg, "--checkpoint", "final"});
+  INFO(bad.err);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("'" + (run_dir / "model.pt").string() + "'") != std::string::npos);
+  CHECK(bad.err.find("(not a model.pt that wick wrote)") != std::string::npos);
 }
 
 TEST_CASE("Trainer::evaluate equals validate, and predict gives every row in sample order") {
