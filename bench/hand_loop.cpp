@@ -202,8 +202,8 @@ int main(int argc, char** argv) {
       torch::jit::Module jit;
       if (a.workload == "transformer") {
         // What samples/torchscript/make.py wrote: model.pt, train.pt and valid.pt.
-        // Run as wick's torchscript task runs it: without the graph executor's optimizing
-        // pass, whose differentiable graphs train this model 1.46x slower on the CPU.
+        // Run as wick::JitModuleImpl::load sets TorchScript up: without the graph executor's
+        // optimizing pass, whose differentiable graphs train this model 1.46x slower on the CPU.
         torch::jit::setGraphExecutorOptimize(false);
         jit = torch::jit::load(a.data + "/model.pt");
         auto read = [&](const std::string& f) {

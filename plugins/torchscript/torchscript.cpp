@@ -3,7 +3,6 @@
 // folder of .npy files, .csv), the loss a name or the module's own loss method. The module's
 // parameters and buffers are the model's (wick::JitModule): trained, checkpointed, resumed
 // and fingerprinted as any model's.
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <wick/jit.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
@@ -46,10 +45,6 @@ class TorchScriptTask : public wick::Task {
  public:
   explicit TorchScriptTask(const wick::Params& p)
       : model_path_(p.get_path("model")), loss_(p.get_string("loss")) {
-    // The graph executor without its optimizing pass: its differentiable graphs train the
-    // sample transformer 1.46x slower on the CPU (bench/README.md, peers). Process-wide, as
-    // LibTorch has it; set before the first run, so that every run takes the same path.
-    torch::jit::setGraphExecutorOptimize(false);
     try {
       jit_ = wick::JitModule(wick::JitModuleImpl::load(model_path_), wick::JitMode::trainable);
     } catch (const std::exception& e) {

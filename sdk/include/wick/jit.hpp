@@ -19,6 +19,7 @@
 // its TorchScript runtime (<torch/script.h>).
 #pragma once
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -41,7 +42,12 @@ class JitModuleImpl : public torch::nn::Module {
   }
 
   // Loads a TorchScript file onto the CPU (the trainer moves it with the rest of the model).
+  // TorchScript runs without the graph executor's optimizing pass: its differentiable graphs
+  // train the sample transformer 1.46x slower on the CPU (bench/README.md, peers).
+  // Process-wide, as LibTorch has it; set before a part's first run, so every run takes the
+  // same path.
   static torch::jit::Module load(const std::string& path) {
+    torch::jit::setGraphExecutorOptimize(false);
     return torch::jit::load(path, torch::kCPU);
   }
 
