@@ -92,6 +92,7 @@ json run_python(Settings& s);
 json run_peers(Settings& s);
 // The profiler's overhead on the MLP step (bench/profiler.cpp).
 json run_profiler(Settings& s);
+json run_memory_tools(Settings& s);
 
 // Child-process modes of wick_bench.
 int hand_child_main(const std::string& config, const std::vector<std::string>& sets,

@@ -7,7 +7,7 @@
 //   wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] [--child-reps N]
 //              [--ddp-rounds N] [--only
 //              parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler,python,
-//              peers]
+//              peers,memory_tools]
 #include <torch/version.h>
 
 #include <cstdio>
@@ -344,6 +344,40 @@ std::string markdown(const json& r) {
       }
     }
   }
+  if (r.contains("memory_tools")) {
+    const auto& m = r["memory_tools"];
+    if (m.contains("activation_checkpointing")) {
+      const auto& a = m["activation_checkpointing"];
+      md << "\nActivation checkpointing (" << a.value("model", "") << "; `wick fit --profile`, "
+         << a.value("rounds", 0)
+         << " alternated rounds; CPU tensor bytes at each phase's peak, medians):\n\n"
+         << "| run | forward peak MiB | backward peak MiB | samples/s |\n| --- | --- | --- | --- "
+            "|\n";
+      for (const char* side : {"plain", "ckpt"})
+        md << "| " << (std::string(side) == "plain" ? "plain" : "every block checkpointed") << " | "
+           << fmt("%.1f", num(a[side], "forward_peak_mib", "median")) << " | "
+           << fmt("%.1f", num(a[side], "backward_peak_mib", "median")) << " | "
+           << fmt("%.0f", num(a[side], "samples_per_s", "median")) << " |\n";
+      md << "| checkpointed / plain | " << fmt("%.3f", num(a, "forward_peak_ratio")) << " | "
+         << fmt("%.3f", num(a, "backward_peak_ratio")) << " | "
+         << fmt("%.3f", num(a, "samples_per_s_ratio")) << " |\n";
+    }
+    if (m.contains("sharding")) {
+      const auto& z = m["sharding"];
+      md << "\nSharded optimizer state (`bench/ddp_mlp.toml`, Adam, `wick fit --nproc 2`, one "
+            "thread per rank, "
+         << z.value("rounds", 0)
+         << " rotated rounds):\n\n| run | optimizer state bytes, rank 0 / rank 1 | samples/s | "
+            "/ plain ddp |\n| --- | --- | --- | --- |\n";
+      for (const char* side : {"ddp", "zero1", "zero2"}) {
+        const auto& x = z[side];
+        md << "| " << side << " | " << fmt("%.0f", num(x, "optimizer_state_bytes_rank0")) << " / "
+           << fmt("%.0f", num(x, "optimizer_state_bytes_rank1")) << " | "
+           << fmt("%.0f", num(x, "samples_per_s", "median")) << " | "
+           << fmt("%.3f", num(x, "samples_per_s_ratio")) << " |\n";
+      }
+    }
+  }
   if (r.contains("loader")) {
     const auto& l = r["loader"];
     md << "\nLoader threads (MLP 784-256-128-10, batch 64, a torch::data per-sample dataset "
@@ -587,6 +621,7 @@ int main(int argc, char** argv) {
     if (want("torchscript")) r["torchscript"] = run_torchscript(s);
     if (want("restart")) r["restart"] = run_restart(s);
     if (want("profiler")) r["profiler"] = run_profiler(s);
+    if (want("memory_tools")) r["memory_tools"] = run_memory_tools(s);
     if (want("python")) r["python"] = run_python(s);
     if (want("peers")) r["peers"] = run_peers(s);
   } catch (const std::exception& e) {

@@ -14,3 +14,6 @@ if(TARGET test_ddp)
   target_compile_definitions(test_ddp PRIVATE
                              WICK_TORCHRUN_PYTHONPATH="${WICK_TORCHRUN_PYTHONPATH}")
 endif()
+# ZeRO stages 1 and 2 (ddp's shard_optimizer, shard_gradients) against plain ddp.
+wick_add_test(test_zero SOURCES test_zero.cpp
+              DEPENDS ddp synthetic grad_accum grad_clip lr_schedule mixed_precision checkpoint)

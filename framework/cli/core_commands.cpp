@@ -95,7 +95,7 @@ void print_libraries(const std::vector<wick::HookEntry>& hooks, const std::strin
   for (const auto& h : hooks) std::printf("  %s: %s\n", h.instance.c_str(), h.library.c_str());
 }
 
-int cmd_describe(const ConfigArgs& a) {
+int cmd_describe(const ConfigArgs& a, int ranks) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
@@ -112,7 +112,7 @@ int cmd_describe(const ConfigArgs& a) {
       // Building the model may need the task's data; the schedule stands without it.
       std::printf("\n");
       try {
-        std::fputs(wick::task_model_summary(cfg, finder).c_str(), stdout);
+        std::fputs(wick::task_model_summary(cfg, finder, ranks).c_str(), stdout);
       } catch (const std::exception& e) {
         std::printf("Model: not built (%s)\n", e.what());
       }
@@ -323,7 +323,14 @@ void add_core_commands(CLI::App& app, Registry& r) {
   auto* describe = app.add_subcommand(
       "describe", "print which hook runs at which point and the stage chains (trains nothing)");
   add_config_args(describe, describe_args);
-  r.push_back({describe, [] { return cmd_describe(describe_args); }});
+  static int describe_ranks = 2;
+  describe
+      ->add_option("--ranks", describe_ranks,
+                   "ranks for the per-rank memory estimate (parameters, gradients, optimizer "
+                   "state; plain ddp and sharded)")
+      ->check(CLI::PositiveNumber)
+      ->default_val(2);
+  r.push_back({describe, [] { return cmd_describe(describe_args, describe_ranks); }});
 
   auto* check = app.add_subcommand(
       "check",

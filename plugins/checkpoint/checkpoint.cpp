@@ -270,6 +270,7 @@ class Checkpoint : public wick::Hook {
     if (name == last_saved_) return;  // this very position is saved already
     if (!c.run().is_main_process()) {
       last_saved_ = name;  // rank 0 writes, prunes and reports; the folder is shared
+      write(c, name, reason);
       return;
     }
     const auto t0 = Clock::now();
@@ -288,7 +289,12 @@ class Checkpoint : public wick::Hook {
   // failed: on a full disk or a read-only folder the next would fail alike).
   std::optional<std::uint64_t> write(wick::Context& c, const std::string& name,
                                      const std::string& reason) {
-    if (!c.run().is_main_process()) return std::nullopt;
+    if (!c.run().is_main_process()) {
+      // Optimizer state sharded over the ranks (ddp's shard_optimizer) is gathered to rank 0
+      // inside save_checkpoint, by every rank; without sharding a replica has nothing to do.
+      if (c.sharded_state()) c.save_checkpoint((dir_ / name).string(), reason);
+      return std::nullopt;
+    }
     if (save_failed_) {
       std::fprintf(stderr, "wick: checkpoint (%s) not saved: an earlier save failed\n",
                    reason.c_str());

@@ -56,6 +56,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "buckets.hpp"
+#include "zero.hpp"
+
 #include <wick/rendezvous.hpp>
 #include <wick/task.hpp>
 #include <wick/torch_compat.hpp>
@@ -70,6 +73,8 @@
 
 namespace {
 
+using wick_ddp::Bucket;
+using wick_ddp::make_buckets;
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -79,56 +84,6 @@ std::string fmt_ms(double ms) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3f", ms);
   return b;
-}
-
-// Tensors of one dtype and device, laid out in one flat buffer.
-struct Bucket {
-  std::vector<at::Tensor> tensors;
-  std::vector<std::int64_t> offsets;
-  std::vector<std::size_t> ids;  // the tensors' indices in the list the buckets were made from
-  std::int64_t numel = 0;        // of the tensors (the buffer may hold a trailer beyond it)
-  at::Tensor flat;
-  std::vector<at::Tensor> views;  // each tensor's place in flat, in its shape
-  std::vector<at::Tensor> io;     // {flat}, as the collectives take it
-  // Per optimizer step (gradient buckets only):
-  std::size_t pending = 0;  // tensors whose gradient is not packed yet
-  c10::intrusive_ptr<c10d::Work> work, recv;
-  bool exchange = false;         // all-reduced by a two-rank exchange rather than Gloo's ring
-  std::vector<at::Tensor> peer;  // {the other rank's buffer}, in a two-rank exchange
-
-  // The flat buffer (with `extra` elements beyond the tensors) and the views into it, made once.
-  void allocate(std::int64_t extra) {
-    flat = torch::empty({numel + extra}, tensors.front().options().requires_grad(false));
-    io = {flat};
-    views.clear();
-    for (std::size_t i = 0; i < tensors.size(); ++i)
-      views.push_back(flat.narrow(0, offsets[i], tensors[i].numel()).view(tensors[i].sizes()));
-  }
-};
-
-// Cuts `ts` (in that order) into buckets the way PyTorch's DDP does: a bucket closes once it
-// holds at least its cap (first_cap for the first one, cap after), or when dtype or device
-// change.
-std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& ts, std::int64_t first_cap,
-                                 std::int64_t cap) {
-  std::vector<Bucket> out;
-  bool open = false;
-  for (std::size_t k = 0; k < ts.size(); ++k) {
-    const auto& t = ts[k];
-    if (open && (out.back().tensors.front().scalar_type() != t.scalar_type() ||
-                 out.back().tensors.front().device() != t.device()))
-      open = false;
-    if (!open) out.emplace_back();
-    open = true;
-    auto& b = out.back();
-    b.tensors.push_back(t);
-    b.offsets.push_back(b.numel);
-    b.ids.push_back(k);
-    b.numel += t.numel();
-    const std::int64_t bytes = b.numel * static_cast<std::int64_t>(t.element_size());
-    if (bytes >= (out.size() == 1 ? first_cap : cap)) open = false;
-  }
-  return out;
 }
 
 class Ddp;
@@ -152,7 +107,13 @@ class Ddp : public wick::Hook, public wick::Collectives {
             static_cast<std::int64_t>(p.get_float("timeout_s") * 1000.0))),
         broadcast_(p.get_bool("broadcast_parameters")),
         overlap_(p.get_bool("overlap")),
-        exchange_mb_(p.get_float("two_rank_exchange_mb")) {
+        exchange_mb_(p.get_float("two_rank_exchange_mb")),
+        shard_optimizer_(p.get_bool("shard_optimizer")),
+        shard_gradients_(p.get_bool("shard_gradients")) {
+    if (shard_gradients_ && !shard_optimizer_)
+      throw p.error("shard_gradients",
+                    "needs shard_optimizer = true (ZeRO stage 2 is stage 1 with the gradients "
+                    "reduced to their owners)");
     if (bucket_mb_ <= 0) throw p.error("bucket_mb", "must be > 0 (megabytes per bucket)");
     if (exchange_mb_ < 0)
       throw p.error("two_rank_exchange_mb", "must be >= 0 (0: always Gloo's ring all-reduce)");
@@ -205,6 +166,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     r.on(wick::Point::after_fit, [this](wick::Context& c) {
       broadcast_buffers();
       if (pg_ && c.state().is_main_process() && total_.steps > 0) print_totals();
+      if (pg_) print_state_bytes(c);
     });
   }
 
@@ -256,6 +218,18 @@ class Ddp : public wick::Hook, public wick::Collectives {
                  total_.wait / n, static_cast<long long>(barriers_), per_rank.c_str());
   }
 
+  // What the bench and the tests compare: this rank's optimizer state, sharded or not.
+  void print_state_bytes(wick::Context& c) const {
+    std::int64_t n = 0;
+    for (const auto& name : c.optimizer_names())
+      n += wick_ddp::OptimizerShards::state_bytes(c.optimizer(name));
+    std::fprintf(
+        stderr, "ddp: rank %d holds %lld bytes of optimizer state (%s)\n", rank_,
+        static_cast<long long>(n),
+        !zero_ ? "not sharded"
+               : (shard_gradients_ ? "sharded, gradients reduced to their owners" : "sharded"));
+  }
+
   struct Times {
     double compute = 0, comm = 0, wait = 0, early = 0;
     std::int64_t steps = 0;
@@ -273,6 +247,8 @@ class Ddp : public wick::Hook, public wick::Collectives {
     window_ = total_ = {};
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
+    zero_.reset();
+    c.set_sharded_state(nullptr);
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
     // Several optimizers ([optimizers.NAME]): every optimizer's step reduces the whole model's
     // gradients, after backward (no overlap: a batch may run several backward passes). Reducing
@@ -325,7 +301,17 @@ class Ddp : public wick::Hook, public wick::Collectives {
           "remove [hooks.ddp] or leave some parameters trainable");
     std::reverse(params.begin(), params.end());
     std::reverse(names_.begin(), names_.end());
-    grad_buckets_ = make_buckets(params, mib_to_bytes(first_bucket_mb_), cap);
+    std::vector<int> owners;
+    if (shard_optimizer_) {
+      if (shard_gradients_ && c.optimizer_names().size() > 1)
+        throw std::runtime_error(
+            "ddp: shard_gradients = true needs one optimizer (several optimizers reduce the same "
+            "gradients once per step each, which reducing to owners cannot repeat); set "
+            "shard_gradients = false (the optimizer state stays sharded)");
+      owners = wick_ddp::balanced_owners(params, world_);
+    }
+    grad_buckets_ = make_buckets(params, mib_to_bytes(first_bucket_mb_), cap,
+                                 shard_gradients_ ? &owners : nullptr);
     max_bucket_numel_ = 0;
     slot_.assign(params.size(), Slot{});
     ready_.assign(params.size(), 0);
@@ -338,19 +324,23 @@ class Ddp : public wick::Hook, public wick::Collectives {
     rank_compute_.assign(static_cast<std::size_t>(world_), 0.0);
     for (std::size_t i = 0; i < grad_buckets_.size(); ++i) {
       auto& b = grad_buckets_[i];
-      const std::int64_t extra = i + 1 == grad_buckets_.size() ? trailer_len : 0;
+      // With gradients reduced to owners the trailer, which every rank needs, travels alone.
+      const std::int64_t extra =
+          i + 1 == grad_buckets_.size() && !shard_gradients_ ? trailer_len : 0;
       b.allocate(extra);
       // Decided by size alone, so that every rank uses the same collective for each bucket.
-      b.exchange =
-          exchange_ && (b.numel + extra) * static_cast<std::int64_t>(b.flat.element_size()) <=
-                           mib_to_bytes(exchange_mb_);
+      b.exchange = exchange_ && b.owner < 0 &&
+                   (b.numel + extra) * static_cast<std::int64_t>(b.flat.element_size()) <=
+                       mib_to_bytes(exchange_mb_);
       if (b.exchange) {
         b.peer = {torch::empty_like(b.flat)};
         ++exchanged_buckets_;
       }
     }
     const auto& last = grad_buckets_.back();
-    trailer_ = last.flat.narrow(0, last.numel, trailer_len);
+    trailer_ = shard_gradients_ ? torch::zeros({trailer_len}, last.flat.options())
+                                : last.flat.narrow(0, last.numel, trailer_len);
+    trailer_io_ = {trailer_};
     trailer_host_ = torch::empty({trailer_len}, torch::kDouble);
     if (overlap_active_ && grad_buckets_.size() > 1) {
       // Holding the accumulators keeps them (and the hooks on them) for every later graph.
@@ -366,6 +356,13 @@ class Ddp : public wick::Hook, public wick::Collectives {
     device_ = dev;
     ctx_ = &c;
     c.set_collectives(this);
+    if (shard_optimizer_) {
+      wick_ddp::Comm comm{
+          pg_, dev, rank_, world_,
+          [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
+      zero_ = std::make_unique<wick_ddp::OptimizerShards>(std::move(comm), params, owners);
+      c.set_sharded_state(zero_.get());
+    }
   }
 
   // ---- wick::Collectives, installed on the Context for the trainer and other hooks ----------
@@ -431,6 +428,12 @@ class Ddp : public wick::Hook, public wick::Collectives {
         const int tag = static_cast<int>(&b - grad_buckets_.data());
         b.recv = pg_->recv(b.peer, peer, tag);
         b.work = pg_->send(b.io, peer, tag);
+        return;
+      }
+      if (b.owner >= 0) {
+        c10d::ReduceOptions o;
+        o.rootRank = b.owner;
+        b.work = pg_->reduce(b.io, o);
         return;
       }
       b.work = pg_->allreduce(b.io);
@@ -537,6 +540,10 @@ class Ddp : public wick::Hook, public wick::Collectives {
       }
       start(b);
     }
+    if (shard_gradients_) {
+      ++all_reduces_;
+      wait(pg_->allreduce(trailer_io_), "stop flag and timings all-reduce");
+    }
     for (auto& b : grad_buckets_) finish(b);
     lock.unlock();
 
@@ -545,6 +552,10 @@ class Ddp : public wick::Hook, public wick::Collectives {
     for (auto& b : grad_buckets_) {
       for (std::size_t i = 0; i < b.tensors.size(); ++i) {
         auto& p = b.tensors[i];
+        if (b.owner >= 0 && b.owner != rank_) {
+          p.mutable_grad() = at::Tensor();  // another rank's share: its owner steps it
+          continue;
+        }
         if (p.grad().defined() && p.grad().is_contiguous() && p.grad().sizes() == p.sizes())
           at::mul_out(p.mutable_grad(), b.views[i], inv);
         else
@@ -573,7 +584,11 @@ class Ddp : public wick::Hook, public wick::Collectives {
     c.log("ddp/compute_ms", window_.compute / n);
     c.log("ddp/comm_ms", window_.comm / n);
     c.log("ddp/wait_ms", window_.wait / n);
-    return next();
+    if (!zero_) return next();
+    zero_->before_step(c.optimizer());
+    const bool stepped = next();
+    zero_->after_step(c.optimizer());  // every rank, stepped or not: collectives stay in step
+    return stepped;
   }
 
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
@@ -590,8 +605,11 @@ class Ddp : public wick::Hook, public wick::Collectives {
   torch::Device device_{torch::kCPU};
   std::vector<Bucket> grad_buckets_, buffer_buckets_;
   std::int64_t max_bucket_numel_ = 0;
-  at::Tensor trailer_, trailer_host_;  // the last bucket's trailer, and a CPU double copy
-  std::vector<double> rank_compute_;   // sum over steps of each rank's compute ms
+  bool shard_optimizer_, shard_gradients_;
+  std::unique_ptr<wick_ddp::OptimizerShards> zero_;
+  at::Tensor trailer_, trailer_host_;   // the last bucket's trailer, and a CPU double copy
+  std::vector<at::Tensor> trailer_io_;  // {trailer_}, all-reduced alone with sharded gradients
+  std::vector<double> rank_compute_;    // sum over steps of each rank's compute ms
   bool agreed_stop_ = false;
   bool comm_noticed_ = false;
   wick::Context* ctx_ = nullptr;
@@ -638,4 +656,11 @@ WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "2.0.0",
                                   "seconds before a collective (or the rendezvous) gives up on a "
                                   "peer")
                      .param_bool("broadcast_parameters", true,
-                                 "start every rank from rank 0's parameters and buffers"))
+                                 "start every rank from rank 0's parameters and buffers")
+                     .param_bool("shard_optimizer", false,
+                                 "ZeRO stage 1: each rank keeps and steps the optimizer state of "
+                                 "its share of the parameters; parameters are broadcast from "
+                                 "their owners after each step")
+                     .param_bool("shard_gradients", false,
+                                 "ZeRO stage 2 (with shard_optimizer): gradients are reduced to "
+                                 "their owner instead of all-reduced"))

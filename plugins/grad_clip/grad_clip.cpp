@@ -2,7 +2,9 @@
 // by value. Its optimizer_step handler must come after grad_accum (so micro-batches that do
 // not step are never clipped) and after mixed_precision (so it clips unscaled gradients);
 // both are checked at start. The pre-clip total norm is logged as "grad_norm" (as a
-// tensor: no device sync per step).
+// tensor: no device sync per step). With optimizer state sharded over ranks (ddp's
+// shard_optimizer), each rank's optimizer holds its share of the parameters: the total norm
+// combines every rank's part with one small all-reduce per step (and a device sync).
 #include <cmath>
 
 #include <wick/context.hpp>
@@ -43,28 +45,40 @@ class GradClip : public wick::Hook {
     for (const auto& group : c.optimizer().param_groups())
       for (const auto& p : group.params())
         if (p.grad().defined()) grads.push_back(p.grad());
-    if (grads.empty()) return;
+    // A rank with no share of gradients still takes part in the norm's all-reduce.
+    if (grads.empty() && !c.sharded_state()) return;
     torch::NoGradGuard no_grad;
-    const at::Tensor before = total_norm(grads);
+    const at::Tensor before = total_norm(c, grads);
     c.log("grad_norm", before);
     if (value_ > 0)
       for (auto& g : grads) g.clamp_(-value_, value_);
     if (max_norm_ > 0) {
-      const at::Tensor norm = value_ > 0 ? total_norm(grads) : before;
+      const at::Tensor norm = value_ > 0 ? total_norm(c, grads) : before;
       // Scale by min(1, max_norm / (norm + eps)): no branch, so no sync.
       auto coef = (max_norm_ / (norm + 1e-6)).clamp_max(1.0);
       for (auto& g : grads) g.mul_(coef.to(g.scalar_type()));
     }
   }
 
-  // Total norm over all gradients, kept on the device.
-  at::Tensor total_norm(const std::vector<at::Tensor>& grads) const {
+  // Total norm over all gradients, kept on the device (but with sharded optimizer state).
+  at::Tensor total_norm(wick::Context& c, const std::vector<at::Tensor>& grads) const {
+    const bool inf = std::isinf(norm_type_);
     std::vector<at::Tensor> parts;
     for (const auto& g : grads)
-      parts.push_back(std::isinf(norm_type_) ? g.abs().max().to(torch::kFloat)
-                                             : g.norm(norm_type_).to(torch::kFloat));
-    auto all = torch::stack(parts);
-    return std::isinf(norm_type_) ? all.max() : all.norm(norm_type_);
+      parts.push_back(inf ? g.abs().max().to(torch::kFloat) : g.norm(norm_type_).to(torch::kFloat));
+    const at::Tensor local = parts.empty() ? torch::zeros({}, torch::kFloat)
+                             : inf         ? torch::stack(parts).max()
+                                           : torch::stack(parts).norm(norm_type_);
+    if (!c.sharded_state()) return local;
+    // Each rank's part in its own slot of a sum: the sum of p-th powers, or (inf) the max.
+    const double mine = local.item<double>();
+    auto slots = torch::zeros({c.state().num_processes}, torch::kDouble);
+    slots[c.state().rank] = inf ? mine : std::pow(mine, norm_type_);
+    c.collectives()->all_reduce_sum(slots);
+    const double total =
+        inf ? slots.max().item<double>() : std::pow(slots.sum().item<double>(), 1.0 / norm_type_);
+    return torch::tensor(static_cast<float>(total))
+        .to(grads.empty() ? local.device() : grads.front().device());
   }
 
   double max_norm_, norm_type_, value_;
@@ -73,7 +87,7 @@ class GradClip : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(GradClip,
-            wick::PluginDef("grad_clip", "1.0.0",
+            wick::PluginDef("grad_clip", "1.1.0",
                             "Clips gradients by total norm or by value once per optimizer step")
                 .order(0)
                 .param_float("max_norm", 0.0,

@@ -64,7 +64,13 @@ class MixedPrecision : public wick::Hook {
         for (const auto& p : group.params())
           if (p.grad().defined()) grads.push_back(p.grad());
       // One sync per real step: whether to step must be known here.
-      const bool found_inf = scaler_.unscale_(grads).item<bool>();
+      bool found_inf = scaler_.unscale_(grads).item<bool>();
+      if (c.sharded_state()) {
+        // Each rank checked its share of the gradients: every rank must skip alike.
+        auto any = torch::full({1}, found_inf ? 1.0 : 0.0, torch::kDouble);
+        c.collectives()->all_reduce_sum(any);
+        found_inf = any.item<double>() > 0;
+      }
       bool stepped = false;
       if (found_inf)
         c.count_skipped_step();

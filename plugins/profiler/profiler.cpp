@@ -2,7 +2,8 @@
 // handler (its own time) and the phases of each training step (data, forward, loss, backward,
 // optimizer, hooks, records; validation as a whole). At the end of the fit (completed or not)
 // it prints the table sorted by total time and writes profile.json; summary.json carries the
-// same under "profile". Without this hook nothing is timed.
+// same under "profile". Then the peak memory of each phase (summary.json's "memory"). Without
+// this hook nothing is timed or counted.
 #include <wick/wick.hpp>
 
 #include <cstdio>
@@ -33,6 +34,9 @@ class Profiler : public wick::Hook {
     if (!p.enabled) return;
     std::fprintf(stderr, "wick: profile (rank %lld)\n%s", static_cast<long long>(c.run().rank),
                  wick::profile_table(p, static_cast<std::size_t>(top_)).c_str());
+    std::fprintf(stderr, "wick: peak memory per phase (rank %lld)\n%s",
+                 static_cast<long long>(c.run().rank),
+                 wick::memory_table(c.memory_profile()).c_str());
     if (c.run().output_dir.empty()) return;
     const fs::path path =
         fs::path(file_).is_absolute() ? fs::path(file_) : fs::path(c.run().output_dir) / file_;
@@ -46,9 +50,9 @@ class Profiler : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(Profiler,
-            wick::PluginDef("profiler", "1.0.0",
-                            "time every hook, stage handler and step phase; a table at the end, "
-                            "profile.json")
+            wick::PluginDef("profiler", "1.1.0",
+                            "time every hook, stage handler and step phase, and each phase's "
+                            "peak memory; tables at the end, profile.json")
                 .order(1000)
                 .main_process_only()
                 .param_string("file", "profile.json", "JSON file, relative to the run directory")

@@ -31,7 +31,8 @@ std::vector<ModuleRow> module_rows(const torch::nn::Module& model, int max_depth
 // left out) and the totals.
 std::string model_summary(const torch::nn::Module& model, int max_depth = 2,
                           std::size_t max_rows = 40);
-// Builds the config's task as `wick fit` would (seeded) and summarises its model.
-std::string task_model_summary(const Config& cfg, const PluginFinder& finder);
+// Builds the config's task as `wick fit` would (seeded) and summarises its model, with the
+// memory its training holds per rank at `ranks` ranks (wick/memory_estimate.hpp).
+std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks);
 
 }  // namespace wick

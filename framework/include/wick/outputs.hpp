@@ -35,6 +35,7 @@ struct Summary {
   std::string config;                  // absolute path of the config file ("" in host programs)
   std::vector<std::string> overrides;  // its --set values
   std::string profile_json;            // wick/profile.hpp's profile_json() when profiled
+  std::string memory_json;             // and its memory_json()
   double flops_per_step = 0;           // per process, counted at the first step (0: none)
   double peak_gflops = 0;              // what train/flops_utilization compares with
   std::int64_t batch_size = 0;         // per process

@@ -114,6 +114,11 @@ Profile Context::profile() const {
   return p ? p->snapshot(Profiler::since(I.fit_start)) : Profile{};
 }
 
+MemoryProfile Context::memory_profile() const {
+  const Profiler* p = impl(host_).dispatch.profiler();
+  return p ? p->memory.snapshot() : MemoryProfile{};
+}
+
 void Context::request_stop(std::string_view reason) {
   auto& I = impl(host_);
   if (!I.stop) I.stop_reason = std::string(reason);
@@ -128,6 +133,12 @@ const CancelInfo* Context::cancellation() const {
 
 void Context::set_collectives(Collectives* c) {
   impl(host_).collectives = c;
+}
+void Context::set_sharded_state(ShardedState* s) {
+  impl(host_).sharded_state = s;
+}
+ShardedState* Context::sharded_state() const {
+  return impl(host_).sharded_state;
 }
 Collectives* Context::collectives() const {
   return impl(host_).collectives;
@@ -173,6 +184,17 @@ CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::st
   auto& I = impl(host_);
   const auto dir = resolve(I, folder);
   Manifest m = snapshot_manifest(I, reason);
+  // Sharded optimizer state is gathered to rank 0 for the save, and released after it (on
+  // every process, whether rank 0's write succeeds or not).
+  struct Gathered {
+    ShardedState* s;
+    explicit Gathered(ShardedState* sh) : s(sh) {
+      if (s) s->gather_for_save();
+    }
+    ~Gathered() {
+      if (s) s->release_after_save();  // local work only; it does not throw
+    }
+  } gathered(I.sharded_state);
   if (!I.state.is_main_process())
     return checkpoint_info(dir, m, 0);  // replicas hold the same state
   const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(I));

@@ -1,6 +1,7 @@
 #include "wick/model_summary.hpp"
 
 #include "wick/config.hpp"
+#include "wick/memory_estimate.hpp"
 #include "wick/task.hpp"
 
 #include <torch/torch.h>
@@ -95,9 +96,13 @@ std::string model_summary(const torch::nn::Module& model, int max_depth, std::si
   return o.str();
 }
 
-std::string task_model_summary(const Config& cfg, const PluginFinder& finder) {
+std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks) {
   torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
-  return model_summary(*cfg.make_task(finder)->model());
+  const auto model = cfg.make_task(finder)->model();
+  return model_summary(*model) +
+         memory_estimate_markdown(
+             *model, cfg.has_optimizer() ? cfg.optimizers() : std::vector<OptimizerOptions>{},
+             ranks);
 }
 
 }  // namespace wick

@@ -1,13 +1,17 @@
 #include "loop/profiler.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace wick {
 
-Profiler::Profiler() {
-  static const char* kNames[kNumPhases] = {"data",      "forward", "loss",    "backward",
-                                           "optimizer", "hooks",   "records", "validation"};
-  for (const char* n : kNames) add_entry("phase", n);
+namespace {
+const char* const kPhaseNames[Profiler::kNumPhases] = {
+    "data", "forward", "loss", "backward", "optimizer", "hooks", "records", "validation"};
+}
+
+Profiler::Profiler() : memory({std::begin(kPhaseNames), std::end(kPhaseNames)}) {
+  for (const char* n : kPhaseNames) add_entry("phase", n);
 }
 
 std::size_t Profiler::add_entry(std::string kind, std::string name) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/memory_tracker.hpp"
 #include "wick/profile.hpp"
 
 namespace wick {
@@ -51,6 +52,9 @@ class Profiler {
   // The same for phases (PhaseTimer).
   double phase_nested_s = 0;
 
+  // Peak memory per phase, counted while the fit runs (Trainer::fit starts it).
+  MemoryTracker memory;
+
   static double since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -71,6 +75,7 @@ class PhaseTimer {
     if (!p_) return;
     outer_ = p_->phase_nested_s;
     p_->phase_nested_s = 0;
+    mark_ = p_->memory.enter();
     t0_ = Profiler::Clock::now();
   }
   ~PhaseTimer() {
@@ -78,6 +83,7 @@ class PhaseTimer {
     const double elapsed = Profiler::since(t0_);
     if (!std::uncaught_exceptions()) p_->add(ph_, elapsed - p_->phase_nested_s);
     p_->phase_nested_s = outer_ + elapsed;
+    p_->memory.leave(ph_, mark_);
   }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
@@ -86,6 +92,7 @@ class PhaseTimer {
   Profiler* p_;
   Profiler::Phase ph_;
   double outer_ = 0;
+  MemoryTracker::Mark mark_;
   Profiler::Clock::time_point t0_{};
 };
 

@@ -1030,7 +1030,10 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.batch_size = opt.batch_size;
   s.batch_size_search = opt.batch_size_search;
   s.start_to_first_step_s = first_step_s;
-  if (const Profiler* p = dispatch.profiler()) s.profile_json = profile_json(p->snapshot(s.wall_s));
+  if (const Profiler* p = dispatch.profiler()) {
+    s.profile_json = profile_json(p->snapshot(s.wall_s));
+    s.memory_json = memory_json(p->memory.snapshot());
+  }
   write_summary(fs::path(run.output_dir) / "summary.json", s);
 }
 
@@ -1050,9 +1053,12 @@ FitResult Trainer::fit() {
     (st == FitResult::Status::failed ? res.error : res.stop_reason) = msg;
     ending = {CancelScope::fit, why, std::move(msg)};
   };
+  std::shared_ptr<void> memory_counting;  // a profiled fit's peak memory per phase
   try {
     I.lock_outputs();  // before anything in the output folder is written
     connect();
+    if (auto* p = I.dispatch.profiler())
+      memory_counting = p->memory.start(cpu_tensor_bytes(*I.model));
     warn_if_reference_blas();
     I.open_outputs();
     I.write_summary_file(nullptr);

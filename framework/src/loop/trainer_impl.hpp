@@ -118,6 +118,7 @@ struct Trainer::Impl : Context::Host {
   bool in_fit = false;
   const CancelInfo* cancel = nullptr;  // set during after_cancel
   Collectives* collectives = nullptr;
+  ShardedState* sharded_state = nullptr;         // a data-parallel plugin's sharded optimizer state
   std::unique_ptr<Collectives> own_collectives;  // for evaluate / predict (dist/ranks.hpp)
   // The training data's state after the last batch the loop consumed (has_state()): what a
   // checkpoint keeps, whatever the loader threads have loaded ahead.

@@ -86,6 +86,7 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
     j["peak_gflops"] = number(s.peak_gflops);
   }
   if (!s.profile_json.empty()) j["profile"] = nlohmann::ordered_json::parse(s.profile_json);
+  if (!s.memory_json.empty()) j["memory"] = nlohmann::ordered_json::parse(s.memory_json);
   write_file_atomic(file, j.dump(2) + "\n");
 }
 

@@ -1,5 +1,5 @@
-// The profile as text and JSON (wick/profile.hpp): the profiler plugin prints and writes it,
-// summary.json embeds it.
+// The profile and the memory profile as text and JSON (wick/profile.hpp): the profiler plugin
+// prints and writes it, summary.json embeds it.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -68,6 +68,38 @@ std::string profile_json(const Profile& p) {
     rows.push_back(std::move(r));
   }
   j["entries"] = std::move(rows);
+  return j.dump(2);
+}
+
+std::string memory_table(const MemoryProfile& m) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-12s %10s %14s %14s\n", "phase", "calls", "CPU peak MiB",
+                "CUDA peak MiB");
+  out += line;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  for (const auto& p : m.phases) {
+    std::snprintf(line, sizeof line, "%-12s %10lld %14.1f %14.1f\n", p.name.c_str(),
+                  static_cast<long long>(p.calls), static_cast<double>(p.cpu_peak_bytes) / kMiB,
+                  static_cast<double>(p.cuda_peak_bytes) / kMiB);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "peak resident set of the process: %.1f MiB\n",
+                static_cast<double>(m.peak_rss_bytes) / kMiB);
+  out += line;
+  return out;
+}
+
+std::string memory_json(const MemoryProfile& m) {
+  nlohmann::ordered_json j;
+  j["peak_rss_bytes"] = m.peak_rss_bytes;
+  auto rows = nlohmann::ordered_json::array();
+  for (const auto& p : m.phases)
+    rows.push_back({{"name", p.name},
+                    {"calls", p.calls},
+                    {"cpu_peak_bytes", p.cpu_peak_bytes},
+                    {"cuda_peak_bytes", p.cuda_peak_bytes}});
+  j["phases"] = std::move(rows);
   return j.dump(2);
 }
 

@@ -14,6 +14,7 @@
 #include "wick/metrics.hpp"
 #include "wick/profile.hpp"
 #include "wick/run.hpp"
+#include "wick/sharded_state.hpp"
 #include "wick/state.hpp"
 #include "wick/version.hpp"
 
@@ -130,6 +131,9 @@ class WICK_EXPORT Context {
   // Since SDK 2.3: the timings so far, when a hook asked for them (Registrar::request_profile);
   // else a Profile with enabled == false.
   Profile profile() const;
+  // Since SDK 2.6: peak tensor memory per phase so far, when a hook asked for a profile; else
+  // a MemoryProfile with enabled == false.
+  MemoryProfile memory_profile() const;
 
   // ---- stopping and cancelling -------------------------------------------------------------
   // Asks the trainer to stop at the end of the current step (graceful: after_epoch is not
@@ -146,6 +150,10 @@ class WICK_EXPORT Context {
   Collectives* collectives() const;
   // Collectives::barrier when installed, else nothing: call it on every process.
   void barrier();
+  // Since SDK 2.6: a plugin that shards optimizer state over processes installs it in
+  // before_fit (wick/sharded_state.hpp; it keeps ownership). nullptr: nothing is sharded.
+  void set_sharded_state(ShardedState* s);
+  ShardedState* sharded_state() const;
 
   // ---- checkpoints (see wick/checkpoint.hpp) ------------------------------------------------
   // The position the loop is at. Meaningful between steps: at before_epoch, before_step
@@ -157,7 +165,9 @@ class WICK_EXPORT Context {
   // Writes a checkpoint of the run at position() into `folder` (absolute, or relative to
   // the run directory), atomically: a temporary folder, every file fsynced, renamed into
   // place (replacing an older folder of that name only once the new one is complete).
-  // Rank 0 writes; other ranks return at once. Throws std::runtime_error naming the folder
+  // Rank 0 writes; other ranks return at once. With optimizer state sharded over the ranks
+  // (wick/sharded_state.hpp) every rank must call it at the same point: the state is gathered
+  // to rank 0 first. Throws std::runtime_error naming the folder
   // and the cause (full disk, permissions); earlier checkpoints are never touched.
   CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason);
   // Checks a checkpoint folder as untrusted input (manifest types, plain file names inside

@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "wick/checkpointed.hpp"
+
 namespace wick {
 
 // Frozen: not trained (buffers); trainable: trained (parameters).
@@ -60,13 +62,23 @@ class JitModuleImpl : public torch::nn::Module {
     jit_.train(on && mode_ == JitMode::trainable);
   }
 
-  at::Tensor forward(const at::Tensor& x) { return jit_.forward({x}).toTensor(); }
+  at::Tensor forward(const at::Tensor& x) {
+    if (checkpointed_)
+      return wick::checkpointed(
+          [this](const at::Tensor& t) { return jit_.forward({t}).toTensor(); }, x);
+    return jit_.forward({x}).toTensor();
+  }
   // Any other signature: the scripted forward's arguments and result as IValues.
   c10::IValue forward_values(std::vector<c10::IValue> inputs) {
     return jit_.forward(std::move(inputs));
   }
 
   JitMode mode() const { return mode_; }
+  // Since SDK 2.6: forward(x) (not forward_values) runs as one checkpointed segment
+  // (wick/checkpointed.hpp): the part keeps no activations for backward and recomputes them.
+  // The activation_checkpointing plugin sets it for parts its globs name.
+  void set_checkpointed(bool on) { checkpointed_ = on; }
+  bool is_checkpointed() const { return checkpointed_; }
   torch::jit::Module& jit() { return jit_; }
 
  private:
@@ -95,6 +107,7 @@ class JitModuleImpl : public torch::nn::Module {
 
   torch::jit::Module jit_;
   JitMode mode_;
+  bool checkpointed_ = false;
 };
 TORCH_MODULE(JitModule);
 

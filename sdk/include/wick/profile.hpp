@@ -31,6 +31,29 @@ struct Profile {
   std::vector<ProfileEntry> entries;  // by total_s, largest first
 };
 
+// Since SDK 2.6: peak tensor memory per phase of a profiled run (Context::memory_profile).
+// CPU: bytes of CPU tensors in use at the phase's peak, counted from LibTorch's CPU allocator
+// (the model's tensors at the fit's start included; tensors made on other threads, such as
+// data-loader batches, not); CUDA: the CUDA caching allocator's allocated bytes at the peak
+// (0 on a CPU run). A phase inside another (a manual task's backward inside its forward)
+// counts in both.
+struct MemoryPhase {
+  std::string name;  // a phase of ProfileEntry's: "forward", "backward", "optimizer", ...
+  std::int64_t calls = 0;
+  std::int64_t cpu_peak_bytes = 0;
+  std::int64_t cuda_peak_bytes = 0;
+};
+struct MemoryProfile {
+  bool enabled = false;  // some hook asked for a profile
+  std::vector<MemoryPhase> phases;
+  std::int64_t peak_rss_bytes = 0;  // the process's peak resident set (VmHWM), whole run
+};
+// A row per phase (MiB), then the peak resident set.
+WICK_EXPORT std::string memory_table(const MemoryProfile& m);
+// {"peak_rss_bytes", "phases": [{"name", "calls", "cpu_peak_bytes", "cuda_peak_bytes"}, ...]}:
+// "memory" in summary.json.
+WICK_EXPORT std::string memory_json(const MemoryProfile& m);
+
 // The table the profiler prints: a row per entry (kind, name, calls, total s, mean ms, % of
 // the steps' time; at most max_rows rows, 0: all), then the phases' sum against the step time.
 WICK_EXPORT std::string profile_table(const Profile& p, std::size_t max_rows = 0);

@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/version.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #if TORCH_VERSION_MAJOR < 2
@@ -86,6 +88,14 @@ inline void set_autocast_dtype(c10::DeviceType d, at::ScalarType t) {
 using CommBackend = c10d::Backend;
 #else
 using CommBackend = c10d::ProcessGroup;
+#endif
+
+// 4. c10::MemoryReportingInfoBase::reportMemoryUsage (the allocators' report to a memory
+//    profiler): the allocator's totals are int64_t in 1.13, size_t in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using AllocatorTotal = std::size_t;
+#else
+using AllocatorTotal = std::int64_t;
 #endif
 
 }  // namespace wick::compat

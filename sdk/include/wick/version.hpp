@@ -12,10 +12,12 @@
 //   2.4  Context::recompute_loss
 //   2.5  the LibTorch build record (wick/build_record.hpp), checked before a plugin is loaded;
 //        wick/torch_compat.hpp
+//   2.6  wick/checkpointed.hpp (activation checkpointing), Context::memory_profile,
+//        wick/sharded_state.hpp (Context::set_sharded_state: optimizer state sharded over ranks)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 5
+#define WICK_API_MINOR 6
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
