@@ -3,4 +3,4 @@ wick_add_test(test_checkpoint SOURCES test_checkpoint.cpp DEPENDS checkpoint syn
 # Exact resume with every stateful technique plugin enabled.
 wick_add_test(test_checkpoint_techniques SOURCES test_checkpoint_techniques.cpp
               DEPENDS checkpoint synthetic grad_accum lr_schedule ema early_stopping
-                      mixed_precision grad_clip)
+                      mixed_precision grad_clip activation_checkpointing)

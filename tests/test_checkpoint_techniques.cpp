@@ -1,6 +1,7 @@
 // Exact resume with every stateful technique plugin enabled: gradient accumulation (a
 // SIGINT inside an accumulation window keeps its pending gradients), the lr schedule, EMA,
-// early stopping and the fp16 loss scaler all continue as if never interrupted.
+// early stopping and the fp16 loss scaler all continue as if never interrupted; so do
+// activation checkpointing's recomputed blocks with dropout.
 #include "support.hpp"
 
 using namespace wick::test;
@@ -8,11 +9,11 @@ using namespace wick::test;
 namespace {
 
 // 8 batches per epoch in windows of 3, 3, 2: optimizer steps at batches 3, 6, 8 of each epoch.
-std::string config(const TempDir& d, const std::string& extra = "") {
+std::string config(const TempDir& d, const std::string& extra = "", const std::string& task = "") {
   return "[trainer]\nepochs = 3\nseed = 11\nbatch_size = 32\nlog_every = 2\nthreads = 1\n"
          "output_dir = \"" +
          (d / "run").string() + "\"\n" +
-         "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n"
+         "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n" + task +
          "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 2\n"
          "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 3\n"
          "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n"
@@ -24,16 +25,19 @@ std::string config(const TempDir& d, const std::string& extra = "") {
          extra + test_plugins_toml();
 }
 
-void interrupted_then_resumed(const std::string& action, int step, int exit_code) {
+void interrupted_then_resumed(const std::string& action, int step, int exit_code,
+                              const std::string& hooks = "", const std::string& task = "") {
   TempDir ref;
-  write_file(ref / "cfg.toml", config(ref));
+  write_file(ref / "cfg.toml", config(ref, hooks, task));
   auto r0 = run_wick({"fit", (ref / "cfg.toml").string()});
   INFO(r0.out << r0.err);
   REQUIRE(r0.exit_code == 0);
 
   TempDir d;
-  write_file(d / "cfg.toml", config(d, "[[hooks]]\nplugin = \"fault\"\naction = \"" + action +
-                                           "\"\nstep = " + std::to_string(step) + "\n"));
+  write_file(d / "cfg.toml", config(d,
+                                    hooks + "[[hooks]]\nplugin = \"fault\"\naction = \"" + action +
+                                        "\"\nstep = " + std::to_string(step) + "\n",
+                                    task));
   auto r1 = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r1.out << r1.err);
   REQUIRE(r1.exit_code == exit_code);
@@ -61,4 +65,13 @@ TEST_CASE(
 TEST_CASE(
     "with every stateful technique plugin a SIGKILL after the last checkpoint resumes exactly") {
   interrupted_then_resumed("kill", 14, 128 + 9);
+}
+
+TEST_CASE(
+    "with activation checkpointing and dropout too, a SIGKILL after the last checkpoint resumes "
+    "exactly") {
+  // The recomputed blocks draw their dropout masks again from the restored generator.
+  interrupted_then_resumed("kill", 14, 128 + 9,
+                           "[[hooks]]\nplugin = \"activation_checkpointing\"\nmodules = [\"*\"]\n",
+                           "hidden = [16, 16]\ndropout = 0.2\n");
 }

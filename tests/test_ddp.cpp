@@ -38,23 +38,6 @@ std::string config(const fs::path& run, const std::string& extra_hooks = "") {
          extra_hooks + test_plugins_toml();
 }
 
-// A file the probe wrote; a missing or empty one fails the test (read_file throws), so that
-// comparisons of two empty lists cannot pass.
-std::vector<double> read_numbers(const fs::path& p) {
-  std::istringstream in(read_file(p));
-  std::vector<double> v;
-  for (double x; in >> x;) v.push_back(x);
-  REQUIRE_FALSE(v.empty());
-  return v;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
-
 // DIR/cfg.toml trained by one process with batch 64 (into DIR/one) and by two ranks with
 // batch 32 each (into DIR/run); both must succeed.
 std::pair<RunResult, RunResult> one_and_two_ranks(const TempDir& dir) {

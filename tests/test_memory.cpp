@@ -6,6 +6,7 @@
 #include <set>
 
 #include <wick/checkpointed.hpp>
+#include <wick/jit.hpp>
 
 #include "memory/memory_tracker.hpp"
 #include "support.hpp"
@@ -91,7 +92,7 @@ TEST_CASE("checkpointed segments give the plain run's gradients bit for bit, dro
   CHECK_FALSE(torch::equal(a, b));
 }
 
-TEST_CASE("a checkpointed segment keeps no activations for backward; under no_grad it just runs") {
+TEST_CASE("a checkpointed segment recomputes in backward and under no_grad just runs") {
   auto lin = nn::Linear(4, 4);
   auto x = torch::randn({2, 4});
   int calls = 0;
@@ -284,4 +285,32 @@ TEST_CASE("wick describe prints the memory estimate for the ranks asked") {
   CHECK(r.out.find("Memory per rank at 4 ranks") != std::string::npos);
   CHECK(r.out.find("| ddp, shard_optimizer + shard_gradients (ZeRO-2) |") != std::string::npos);
   CHECK(run_wick({"describe", (d / "cfg.toml").string(), "--ranks", "0"}).exit_code != 0);
+}
+
+TEST_CASE("a TorchScript part runs as one checkpointed segment with the plain part's gradients") {
+  auto make = [] {
+    torch::jit::Module m("Part");
+    torch::manual_seed(2);
+    m.register_parameter("w", torch::randn({5, 5}), false);
+    m.define(R"(
+def forward(self, x):
+    return torch.tanh(torch.relu(x.matmul(self.w)).matmul(self.w))
+)");
+    return wick::JitModule(m, wick::JitMode::trainable);
+  };
+  auto plain = make(), ck = make();
+  ck->set_checkpointed(true);
+  CHECK(ck->is_checkpointed());
+  auto x = torch::randn({3, 5});
+  auto yp = plain->forward(x);
+  auto y = ck->forward(x);
+  // The part's graph is not kept: the output hangs off the checkpoint's own node.
+  REQUIRE(y.grad_fn());
+  CHECK(y.grad_fn()->name().find("CheckpointFunction") != std::string::npos);
+  CHECK(yp.grad_fn()->name().find("CheckpointFunction") == std::string::npos);
+  yp.sum().backward();
+  y.sum().backward();
+  const auto gp = plain->named_parameters()["w"].grad(), gc = ck->named_parameters()["w"].grad();
+  REQUIRE(gc.defined());
+  CHECK(torch::allclose(gp, gc, 1e-6, 1e-7));
 }

@@ -29,21 +29,6 @@ std::string config(const fs::path& run, const std::string& extra = "") {
          extra + test_plugins_toml();
 }
 
-std::vector<double> read_numbers(const fs::path& p) {
-  std::istringstream in(read_file(p));
-  std::vector<double> v;
-  for (double x; in >> x;) v.push_back(x);
-  REQUIRE_FALSE(v.empty());
-  return v;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
-
 // "ddp: rank R holds N bytes of optimizer state" of each rank, by rank.
 std::vector<long long> state_bytes(const std::string& err) {
   std::vector<long long> v(2, -1);

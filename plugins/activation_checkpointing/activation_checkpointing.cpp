@@ -91,14 +91,14 @@ class ActivationCheckpointing : public wick::Hook {
 
   void wrap_one(const torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& all,
                 const std::string& name, const std::shared_ptr<torch::nn::Module>& m) {
-    if (auto* part = dynamic_cast<wick::JitModuleImpl*>(m.get())) {
+    if (auto part = std::dynamic_pointer_cast<wick::JitModuleImpl>(m)) {
       if (part->mode() == wick::JitMode::frozen)
         throw std::runtime_error("activation_checkpointing: '" + name +
                                  "' is a frozen TorchScript part: nothing in it is trained, so "
                                  "its forward keeps no activations for backward already; remove "
                                  "it from modules");
       part->set_checkpointed(true);
-      parts_.push_back(m);
+      parts_.push_back(std::move(part));
       return;
     }
     const auto dot = name.rfind('.');
@@ -109,7 +109,7 @@ class ActivationCheckpointing : public wick::Hook {
           "activation_checkpointing: '" + name +
           "' is inside a TorchScript part, whose graph calls its submodules itself; checkpoint "
           "the whole part instead (its name in modules, e.g. the part's registered name)");
-    auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(parent.get());
+    auto seq = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(parent);
     if (!seq)
       throw std::runtime_error(
           "activation_checkpointing: '" + name + "' is called by the forward of its parent '" +
@@ -122,7 +122,7 @@ class ActivationCheckpointing : public wick::Hook {
       if (it->ptr().get() == m.get()) {
         auto original = *it;
         *it = torch::nn::AnyModule(std::make_shared<CheckpointedElementImpl>(original));
-        elements_.push_back({seq->shared_from_this(), it - seq->begin(), std::move(original)});
+        elements_.push_back({seq, it - seq->begin(), std::move(original)});
         return;
       }
     throw std::logic_error("activation_checkpointing: '" + name +
@@ -131,23 +131,20 @@ class ActivationCheckpointing : public wick::Hook {
 
   // Puts the model back as it was (after the fit: evaluate, predict and export see it plain).
   void restore() {
-    for (auto& e : elements_) {
-      auto* seq = static_cast<torch::nn::SequentialImpl*>(e.seq.get());
-      *(seq->begin() + e.index) = e.original;
-    }
+    for (auto& e : elements_) *(e.seq->begin() + e.index) = e.original;
     elements_.clear();
-    for (auto& p : parts_) static_cast<wick::JitModuleImpl&>(*p).set_checkpointed(false);
+    for (auto& p : parts_) p->set_checkpointed(false);
     parts_.clear();
   }
 
   struct Element {
-    std::shared_ptr<torch::nn::Module> seq;
+    std::shared_ptr<torch::nn::SequentialImpl> seq;
     std::ptrdiff_t index;
     torch::nn::AnyModule original;
   };
   std::vector<std::string> globs_;
   std::vector<Element> elements_;
-  std::vector<std::shared_ptr<torch::nn::Module>> parts_;  // wick::JitModuleImpl
+  std::vector<std::shared_ptr<wick::JitModuleImpl>> parts_;
 };
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -67,6 +69,21 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
   while (std::getline(in, line))
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+std::vector<double> read_numbers(const fs::path& p) {
+  std::istringstream in(read_file(p));
+  std::vector<double> v;
+  for (double x; in >> x;) v.push_back(x);
+  REQUIRE_FALSE(v.empty());
+  return v;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
 }
 
 bool is_timing_key(const std::string& key) {

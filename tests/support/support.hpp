@@ -37,6 +37,11 @@ std::set<std::string> cpu_flags();
 std::map<std::string, std::string> file_hashes(const fs::path& dir);
 nlohmann::json read_json(const fs::path& p);
 std::vector<nlohmann::json> read_jsonl(const fs::path& p);
+// The whitespace-separated numbers of a file (a test plugin's dump of parameters); a missing
+// or empty file fails the test, so that comparisons of two empty lists cannot pass.
+std::vector<double> read_numbers(const fs::path& p);
+// The largest |a[i] - b[i]|; lists of different lengths fail the test.
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 // The record keys that hold timings or memory (they differ between two runs of the same
 // training): time_s, epoch_time_s, samples_per_s, train/flops_per_s, ...
 bool is_timing_key(const std::string& key);
