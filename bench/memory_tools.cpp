@@ -1,14 +1,16 @@
 // Memory tools (section memory_tools): what activation checkpointing and sharded optimizer
 // state save, and what they cost in time, each against the plain run measured in the same
 // rounds, alternating which goes first.
-// - Activation checkpointing: a deep MLP (synthetic task, 256 inputs, 12 blocks of Linear
-//   1024 + ReLU + Dropout, batch 512, Adam) trained with `wick fit --profile`, plain and with
-//   `activation_checkpointing` over every block; peaks per phase from summary.json's "memory"
-//   (the CPU tensor bytes LibTorch's allocator reports) and samples/s.
-// - Sharded optimizer state: `wick fit --nproc 2` of the MLP workload of the ddp section
-//   (bench/ddp_mlp.toml: 784-256-128-10, Adam), plain ddp, shard_optimizer (ZeRO-1) and
-//   shard_gradients (ZeRO-2); each rank's optimizer-state bytes from the ddp plugin's last
-//   line, samples/s (and so step time) from the summary.
+// - Activation checkpointing: a deep MLP where activations outweigh the weights (synthetic
+//   task, 512 inputs, 12 blocks of Linear 512 + ReLU + Dropout 0.1, batch 4096, Adam) trained
+//   with `wick fit --profile`, plain and with `activation_checkpointing` over every block;
+//   peaks per phase from summary.json's "memory" (the CPU tensor bytes LibTorch's allocator
+//   reports: weights, gradients and Adam's state included) and samples/s.
+// - Sharded optimizer state: `wick fit --nproc 2`, plain ddp, shard_optimizer (ZeRO-1) and
+//   shard_gradients (ZeRO-2), on the MLP workload of the ddp section (bench/ddp_mlp.toml:
+//   784-256-128-10, Adam; its first weight holds 85% of the parameters) and on a deep MLP of
+//   equal layers (synthetic, 8 x Linear 512); each rank's optimizer-state bytes from the ddp
+//   plugin's last line, samples/s (and so step time) from the summary.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -27,24 +29,28 @@ void check(const ChildResult& r, const std::string& what) {
                              std::to_string(r.exit_code) + "): " + r.err.substr(0, 2000));
 }
 
-// The largest CPU peak of a phase in summary.json's "memory", in MiB.
+// The CPU peak of a phase in summary.json's "memory", in MiB.
 double phase_peak_mib(const json& summary, const std::string& phase) {
   for (const auto& p : summary.at("memory").at("phases"))
     if (p.at("name") == phase) return p.at("cpu_peak_bytes").get<double>() / (1024.0 * 1024.0);
   return -1;
 }
 
+// "[512, 512, ...]": n hidden layers of 512.
+std::string layers(int n) {
+  std::string l = "[";
+  for (int i = 0; i < n; ++i) l += i ? ", 512" : "512";
+  return l + "]";
+}
+
 json checkpointing(Settings& s, int rounds) {
   const fs::path dir = fs::path(s.work_dir) / "recompute";
   fs::create_directories(dir);
-  const std::string blocks = s.smoke ? "[64, 64]"
-                                     : "[1024, 1024, 1024, 1024, 1024, 1024, "
-                                       "1024, 1024, 1024, 1024, 1024, 1024]";
   const std::string cfg =
-      "[trainer]\nepochs = 1\nseed = 0\nbatch_size = 512\nthreads = 1\nlog_every = 100\n"
-      "[task]\nplugin = \"synthetic\"\nfeatures = 256\nclasses = 10\nvalid_samples = 512\n"
+      "[trainer]\nepochs = 1\nseed = 0\nbatch_size = 4096\nthreads = 1\nlog_every = 100\n"
+      "[task]\nplugin = \"synthetic\"\nfeatures = 512\nclasses = 10\nvalid_samples = 4096\n"
       "samples = " +
-      std::string(s.smoke ? "1024" : "8192") + "\nhidden = " + blocks +
+      std::string(s.smoke ? "4096" : "16384") + "\nhidden = " + layers(s.smoke ? 2 : 12) +
       "\ndropout = 0.1\n[optimizer]\nname = \"adam\"\nlr = 1e-3\n";
   std::ofstream(dir / "plain.toml") << cfg;
   std::ofstream(dir / "ckpt.toml")
@@ -63,8 +69,8 @@ json checkpointing(Settings& s, int rounds) {
       rate[side].push_back(read_summary(out.string()).samples_per_s);
     }
   json out = {{"model",
-               "synthetic MLP 256 -> 12 x (Linear 1024, ReLU, Dropout 0.1) -> 10, "
-               "batch 512, Adam"},
+               "synthetic MLP 512 -> 12 x (Linear 512, ReLU, Dropout 0.1) -> 10, "
+               "batch 4096, Adam"},
               {"rounds", rounds}};
   for (const char* side : {"plain", "ckpt"})
     out[side] = {{"forward_peak_mib", make_stats(fwd[side]).to_json()},
@@ -76,10 +82,11 @@ json checkpointing(Settings& s, int rounds) {
   return out;
 }
 
-json sharding(Settings& s, int rounds) {
-  const fs::path dir = fs::path(s.work_dir) / "zero";
+// `config` at 2 ranks with `sets`, plain ddp and sharded, in rotated order.
+json sharding(Settings& s, const std::string& name, const std::string& config,
+              const std::vector<std::string>& sets, int rounds) {
+  const fs::path dir = fs::path(s.work_dir) / ("zero_" + name);
   fs::create_directories(dir);
-  const std::string config = (fs::path(s.source_dir) / "bench/ddp_mlp.toml").string();
   const std::vector<std::pair<std::string, std::vector<std::string>>> sides = {
       {"ddp", {}},
       {"zero1", {"hooks.ddp.shard_optimizer=true"}},
@@ -89,36 +96,33 @@ json sharding(Settings& s, int rounds) {
   std::map<std::string, std::vector<long long>> bytes;
   for (int r = 0; r < rounds; ++r)
     for (std::size_t k = 0; k < sides.size(); ++k) {
-      const auto& [name, sets] = sides[(k + static_cast<std::size_t>(r)) % sides.size()];
-      const fs::path out = dir / name;
+      const auto& [side, extra] = sides[(k + static_cast<std::size_t>(r)) % sides.size()];
+      const fs::path out = dir / side;
       std::vector<std::string> argv = {s.wick_bin,
                                        "fit",
                                        config,
                                        "--nproc",
                                        "2",
                                        "--set",
-                                       "trainer.threads=1",
-                                       "--set",
-                                       "task.limit=" + std::string(s.smoke ? "256" : "30720"),
-                                       "--set",
                                        "trainer.output_dir=\"" + out.string() + "\""};
       for (const auto& x : sets) argv.insert(argv.end(), {"--set", x});
+      for (const auto& x : extra) argv.insert(argv.end(), {"--set", x});
       const auto c = run_child(argv);
-      check(c, "the " + name + " run");
-      rate[name].push_back(read_summary(out.string()).samples_per_s);
+      check(c, "the " + name + " " + side + " run");
+      rate[side].push_back(read_summary(out.string()).samples_per_s);
       std::vector<long long> b(2, -1);
       for (std::sregex_iterator it(c.err.begin(), c.err.end(), re), end; it != end; ++it)
         b[std::stoul((*it)[1])] = std::stoll((*it)[2]);
-      bytes[name] = b;
+      bytes[side] = b;
     }
   json out = {{"config", config}, {"rounds", rounds}};
   const double base = make_stats(rate["ddp"]).median;
-  for (const auto& [name, sets] : sides) {
-    const double med = make_stats(rate[name]).median;
-    out[name] = {{"samples_per_s", make_stats(rate[name]).to_json()},
+  for (const auto& [side, extra] : sides) {
+    const double med = make_stats(rate[side]).median;
+    out[side] = {{"samples_per_s", make_stats(rate[side]).to_json()},
                  {"samples_per_s_ratio", med / base},
-                 {"optimizer_state_bytes_rank0", bytes[name][0]},
-                 {"optimizer_state_bytes_rank1", bytes[name][1]}};
+                 {"optimizer_state_bytes_rank0", bytes[side][0]},
+                 {"optimizer_state_bytes_rank1", bytes[side][1]}};
   }
   return out;
 }
@@ -129,12 +133,25 @@ json run_memory_tools(Settings& s) {
   const int rounds = s.smoke ? 1 : 3;
   json out;
   out["activation_checkpointing"] = checkpointing(s, rounds);
+  const std::vector<std::string> one_thread = {"trainer.threads=1"};
   const bool data = fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") &&
                     fs::exists(fs::path(s.plugin_dir) / "wick_fashion_mnist.so");
-  if (data)
-    out["sharding"] = sharding(s, rounds);
-  else
-    s.notes.push_back("memory_tools: sharding skipped (no Fashion-MNIST data or plugin)");
+  if (data) {
+    auto sets = one_thread;
+    sets.push_back("task.limit=" + std::string(s.smoke ? "256" : "30720"));
+    out["sharding"]["mlp"] =
+        sharding(s, "mlp", (fs::path(s.source_dir) / "bench/ddp_mlp.toml").string(), sets, rounds);
+  } else {
+    s.notes.push_back("memory_tools: sharding of the MLP skipped (no Fashion-MNIST data)");
+  }
+  const fs::path deep = fs::path(s.work_dir) / "zero_deep.toml";
+  std::ofstream(deep) << "[trainer]\nepochs = 1\nseed = 0\nbatch_size = 256\nlog_every = 50\n"
+                         "[task]\nplugin = \"synthetic\"\nfeatures = 512\nclasses = 10\n"
+                         "valid_samples = 256\nsamples = "
+                      << (s.smoke ? 512 : 8192) << "\nhidden = " << layers(8)
+                      << "\n[optimizer]\nname = \"adam\"\nlr = 1e-3\n"
+                         "[[hooks]]\nplugin = \"ddp\"\n";
+  out["sharding"]["deep"] = sharding(s, "deep", deep.string(), one_thread, rounds);
   return out;
 }
 
