@@ -308,7 +308,9 @@ class Ddp : public wick::Hook, public wick::Collectives {
             "ddp: shard_gradients = true needs one optimizer (several optimizers reduce the same "
             "gradients once per step each, which reducing to owners cannot repeat); set "
             "shard_gradients = false (the optimizer state stays sharded)");
-      owners = wick_ddp::balanced_owners(params, world_);
+      std::vector<std::int64_t> numels;
+      for (const auto& t : params) numels.push_back(t.numel());
+      owners = wick::balanced_owners(numels, world_);
     }
     grad_buckets_ = make_buckets(params, mib_to_bytes(first_bucket_mb_), cap,
                                  shard_gradients_ ? &owners : nullptr);

@@ -6,21 +6,6 @@
 
 namespace wick_ddp {
 
-std::vector<int> balanced_owners(const std::vector<at::Tensor>& params, int world) {
-  std::int64_t total = 0;
-  for (const auto& p : params) total += p.numel();
-  std::vector<int> owners;
-  std::int64_t before = 0;
-  for (const auto& p : params) {
-    // The rank whose equal slice of the elements holds this tensor's middle element.
-    const auto mid = before + p.numel() / 2;
-    owners.push_back(
-        static_cast<int>(std::min<std::int64_t>(world - 1, total > 0 ? mid * world / total : 0)));
-    before += p.numel();
-  }
-  return owners;
-}
-
 OptimizerShards::OptimizerShards(Comm comm, const std::vector<at::Tensor>& params,
                                  const std::vector<int>& owners)
     : comm_(std::move(comm)) {

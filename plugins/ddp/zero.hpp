@@ -31,10 +31,6 @@ struct Comm {
   std::function<void(const c10::intrusive_ptr<c10d::Work>&, const char*)> wait;
 };
 
-// Owners for `params` (in the order given): contiguous runs of about equal element counts,
-// rank 0 first.
-std::vector<int> balanced_owners(const std::vector<at::Tensor>& params, int world);
-
 class OptimizerShards : public wick::ShardedState {
  public:
   OptimizerShards(Comm comm, const std::vector<at::Tensor>& params, const std::vector<int>& owners);

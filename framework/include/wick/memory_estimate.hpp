@@ -22,9 +22,10 @@ struct MemoryEstimate {
   std::int64_t total() const { return parameters + gradients + optimizer_state; }
 };
 
-// Rows for one process and for `ranks` ranks plain, ZeRO-1 and ZeRO-2; `bf16` counts every
-// floating-point parameter at 2 bytes (LibTorch's optimizers keep state in the parameter's
-// dtype). `optimizers` empty: Adam over the whole model (the default).
+// Rows for one process and for `ranks` ranks plain, ZeRO-1 and ZeRO-2 (sharded rows: the rank
+// with the largest share, owners assigned as ddp does, wick::balanced_owners); `bf16` counts
+// every floating-point parameter at 2 bytes (LibTorch's optimizers keep state in the
+// parameter's dtype). `optimizers` empty: Adam over the whole model (the default).
 std::vector<MemoryEstimate> estimate_memory(const torch::nn::Module& model,
                                             const std::vector<OptimizerOptions>& optimizers,
                                             int ranks, bool bf16);

@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+
+#include "wick/sharded_state.hpp"
 
 namespace wick {
 
@@ -25,32 +28,49 @@ std::string mib(std::int64_t bytes) {
 std::vector<MemoryEstimate> estimate_memory(const torch::nn::Module& model,
                                             const std::vector<OptimizerOptions>& optimizers,
                                             int ranks, bool bf16) {
-  std::int64_t params = 0, trainable = 0, state = 0;
+  auto bytes_of = [bf16](const at::Tensor& t) {
+    return t.numel() *
+           (bf16 && t.is_floating_point() ? 2 : static_cast<std::int64_t>(t.element_size()));
+  };
+  std::int64_t params = 0;
+  // The trainable parameters as ddp orders them (last layer first): their elements, gradient
+  // bytes and optimizer-state bytes.
+  std::vector<std::int64_t> numels, grads, states;
   for (const auto& np : model.named_parameters()) {
     const auto& p = np.value();
-    const std::int64_t size =
-        bf16 && p.is_floating_point() ? 2 : static_cast<std::int64_t>(p.element_size());
-    const std::int64_t bytes = p.numel() * size;
-    params += bytes;
+    params += bytes_of(p);
     if (!p.requires_grad()) continue;
-    trainable += bytes;
     // The optimizer over this parameter: the one of its top-level module, else the single one.
     const OptimizerOptions* mine = nullptr;
     for (const auto& o : optimizers)
       if (o.module.empty() || np.key().rfind(o.module + ".", 0) == 0) mine = &o;
-    state += bytes * (mine ? state_tensors(*mine) : 2);
+    numels.push_back(p.numel());
+    grads.push_back(bytes_of(p));
+    states.push_back(bytes_of(p) * (mine ? state_tensors(*mine) : 2));
   }
-  for (const auto& b : model.buffers())
-    params += b.numel() * (bf16 && b.is_floating_point() ? 2 : b.element_size());
-  const std::int64_t n = std::max(1, ranks);
-  // Sharded: this rank's share of the state (and, stage 2, of the gradients kept between
-  // steps), rounded up.
-  auto share = [n](std::int64_t v) { return (v + n - 1) / n; };
-  return {
-      {"1 process", params, trainable, state},
-      {"ddp", params, trainable, state},
-      {"ddp, shard_optimizer (ZeRO-1)", params, trainable, share(state)},
-      {"ddp, shard_optimizer + shard_gradients (ZeRO-2)", params, share(trainable), share(state)}};
+  for (const auto& b : model.buffers()) params += bytes_of(b);
+  std::reverse(numels.begin(), numels.end());
+  std::reverse(grads.begin(), grads.end());
+  std::reverse(states.begin(), states.end());
+  const int n = std::max(1, ranks);
+  // Sharded: the rank with the largest share, owners as ddp assigns them (whole tensors).
+  const auto owners = balanced_owners(numels, n);
+  std::vector<std::int64_t> grad_share(static_cast<std::size_t>(n)), state_share(grad_share);
+  std::int64_t all_grads = 0, all_states = 0;
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    grad_share[static_cast<std::size_t>(owners[i])] += grads[i];
+    state_share[static_cast<std::size_t>(owners[i])] += states[i];
+    all_grads += grads[i];
+    all_states += states[i];
+  }
+  const auto most = [](const std::vector<std::int64_t>& v) {
+    return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+  };
+  return {{"1 process", params, all_grads, all_states},
+          {"ddp", params, all_grads, all_states},
+          {"ddp, shard_optimizer (ZeRO-1)", params, all_grads, most(state_share)},
+          {"ddp, shard_optimizer + shard_gradients (ZeRO-2)", params, most(grad_share),
+           most(state_share)}};
 }
 
 std::string memory_estimate_markdown(const torch::nn::Module& model,
@@ -60,7 +80,8 @@ std::string memory_estimate_markdown(const torch::nn::Module& model,
     out += bf16 ? "\nWith bf16 weights (a model whose task builds it in bf16):\n"
                 : "\nMemory per rank at " + std::to_string(ranks) +
                       " ranks (parameters and buffers, gradients, optimizer state; activations "
-                      "not included):\n";
+                      "not included; sharded rows: the rank with the largest share, parameters "
+                      "being owned whole):\n";
     out +=
         "| Setting | Parameters | Gradients | Optimizer state | Total |\n"
         "| --- | --- | --- | --- | --- |\n";

@@ -10,7 +10,31 @@
 //   state, as an unsharded run writes it (it resumes sharded or not, on any world size).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 namespace wick {
+
+// Which rank owns each of a list of tensors (given by their element counts, in the list's
+// order) when `world` ranks share them: contiguous runs of about equal element counts, rank 0
+// first. A tensor is owned whole, by the rank whose equal slice of all the elements holds its
+// middle one, so one tensor larger than a slice makes the shares uneven. ddp's
+// shard_optimizer uses it (over the trainable parameters, last layer first), and so does the
+// estimate of `wick describe`.
+inline std::vector<int> balanced_owners(const std::vector<std::int64_t>& numels, int world) {
+  std::int64_t total = 0;
+  for (auto n : numels) total += n;
+  std::vector<int> owners;
+  std::int64_t before = 0;
+  for (auto n : numels) {
+    const std::int64_t mid = before + n / 2;
+    owners.push_back(
+        static_cast<int>(std::min<std::int64_t>(world - 1, total > 0 ? mid * world / total : 0)));
+    before += n;
+  }
+  return owners;
+}
 
 class ShardedState {
  public:
