@@ -254,3 +254,36 @@ TEST_CASE("JitModule in process: moved as a submodule, train/eval forwarded, bar
   CHECK_FALSE((*t)["scale"].requires_grad());
   CHECK_THROWS_AS((*t)["nosuch"], std::out_of_range);
 }
+
+TEST_CASE(
+    "activation_checkpointing takes whole TorchScript parts and refuses what it cannot reach") {
+  TempDir dir;
+  make_script(dir / "enc.pt");
+  auto fit = [&](const std::string& task, const std::string& modules) {
+    write_file(dir / "cfg.toml", parts_toml(dir.path(), task) +
+                                     "[[hooks]]\nplugin = \"activation_checkpointing\"\n"
+                                     "modules = [\"" +
+                                     modules + "\"]\n");
+    return run_wick({"fit", (dir / "cfg.toml").string()});
+  };
+  const std::string trainable = "jit = \"enc.pt\"\njit_mode = \"trainable\"";
+  auto ok = fit(trainable, "enc");
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(has(ok.err, "activation_checkpointing: 1 segment(s) recomputed in backward: enc"));
+  // Inside the part: the graph calls fc itself.
+  auto inside = fit(trainable, "enc.fc");
+  CHECK(inside.exit_code == 1);
+  CHECK(has(inside.err, "activation_checkpointing: 'enc.fc' is inside a TorchScript part"));
+  // A frozen part keeps no activations for backward already.
+  auto frozen = fit("jit = \"enc.pt\"", "enc");
+  CHECK(frozen.exit_code == 1);
+  CHECK(has(frozen.err, "activation_checkpointing: 'enc' is a frozen TorchScript part"));
+  // The model's own forward calls head: nothing to reroute from outside.
+  auto head = fit("", "head");
+  CHECK(head.exit_code == 1);
+  CHECK(has(head.err,
+            "activation_checkpointing: 'head' is called by the forward of its parent "
+            "'(the model)'"));
+  CHECK(has(head.err, "Call wick::checkpointed(module, x) in that forward instead"));
+}

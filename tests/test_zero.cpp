@@ -132,6 +132,22 @@ TEST_CASE("a sharded run's checkpoints hold the whole optimizer state and resume
                      read_numbers(dir / "plain" / "params_rank0.txt")) <= 1e-5);
 }
 
+TEST_CASE("sharded gradients refuse several optimizers, naming the key") {
+  TempDir dir;
+  std::string cfg = config(dir / "run");
+  const std::string one = "[optimizer]\nname = \"adam\"\nlr = 0.01\n";
+  const auto at = cfg.find(one);
+  REQUIRE(at != std::string::npos);
+  cfg.replace(at, one.size(),
+              "[optimizers.0]\nname = \"adam\"\n[optimizers.2]\nname = \"adam\"\n"
+              "[optimizers.4]\nname = \"adam\"\n");
+  write_file(dir / "cfg.toml", cfg);
+  auto r = run_wick(
+      {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", kStage1, "--set", kStage2});
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("ddp: shard_gradients = true needs one optimizer") != std::string::npos);
+}
+
 TEST_CASE("sharding options are checked before anything starts") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
