@@ -64,3 +64,20 @@ add_library(wick_sdk_headers_alone OBJECT ${WICK_HEADER_ALONE_SOURCES})
 target_link_libraries(wick_sdk_headers_alone PRIVATE wick)
 target_compile_options(wick_sdk_headers_alone PRIVATE ${WICK_WARNINGS})
 add_dependencies(wick_test_plugins wick_sdk_headers_alone)
+
+# The SDK boundary, held by the build (issue 34). A plugin that includes a framework header
+# does not build: the probe is built by the test, not with the tree, and must fail for that
+# reason (the header is not on a plugin's include path), not another.
+wick_add_plugin(sdk_includes_framework
+                SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sdk/includes_framework.cpp
+                OUTPUT_DIRECTORY ${WICK_SDK_TEST_PLUGIN_DIR})
+set_target_properties(sdk_includes_framework PROPERTIES EXCLUDE_FROM_ALL ON)
+# (Names without spaces: this CMake's add_test keeps the old policy CMP0110.)
+add_test(NAME sdk_boundary_plugin_cannot_include_framework
+         COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target sdk_includes_framework)
+set_tests_properties(sdk_boundary_plugin_cannot_include_framework PROPERTIES
+  PASS_REGULAR_EXPRESSION "wick/trainer\\.hpp: No such file or directory")
+# And libwick exports the public headers' symbols, not its internals.
+add_test(NAME sdk_boundary_libwick_exports_interface_only
+         COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DLIB=$<TARGET_FILE:wick>
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/sdk/exports.cmake)

@@ -324,6 +324,26 @@ TEST_CASE("a job's ranks from torchrun's or SLURM's variables") {
   }
 }
 
+TEST_CASE("job_ranks: the one reader of RANK and WORLD_SIZE, checked") {
+  // The trainer, the config's run facts and the commands all take the ranks from it.
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  CHECK(wick::job_ranks().world == 1);
+  CHECK(wick::job_ranks().rank == 0);
+  setenv("WORLD_SIZE", "3", 1);
+  setenv("RANK", "2", 1);
+  CHECK(wick::job_ranks().world == 3);
+  CHECK(wick::job_ranks().rank == 2);
+  setenv("RANK", "3", 1);
+  CHECK_THROWS_MATCHES(wick::job_ranks(), wick::ConfigError,
+                       Catch::Message("RANK is 3, not below WORLD_SIZE = 3; fix the job script "
+                                      "or the launcher"));
+  setenv("WORLD_SIZE", "three", 1);
+  CHECK_THROWS_AS(wick::job_ranks(), wick::ConfigError);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+}
+
 TEST_CASE("wick fit as an srun task with a bad SLURM variable stops with exit 2, naming it") {
   auto r =
       run_wick({"fit", "no-such.toml"}, {"SLURM_NTASKS=2", "SLURM_PROCID=x", "SLURM_STEP_ID=0"});

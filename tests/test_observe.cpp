@@ -310,8 +310,8 @@ TEST_CASE("FLOPs: matrix products and convolutions counted from their shapes") {
 }
 
 TEST_CASE(
-    "FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as a rate, its "
-    "utilization above 0 and at most 1") {
+    "FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as a rate and as "
+    "utilization of the probed peak") {
   TempDir d;
   write_file(d / "cfg.toml",
              "[trainer]\nepochs = 1\nbatch_size = 64\nlog_every = 10\nmax_steps = 40\n"
@@ -333,10 +333,14 @@ TEST_CASE(
   for (const auto& rec : recs) {
     INFO(rec.dump());
     CHECK(rec["train/flops_per_s"].get<double>() > 0);
-    // Against the peak probed on the step's own products: a step, which does more than
-    // them, reaches at most that.
-    CHECK(rec["train/flops_utilization"].get<double>() > 0);
-    CHECK(rec["train/flops_utilization"].get<double>() <= 1.0);
+    // The rate against the peak probed on the step's own products. Whether a step stays
+    // under the probe's rate is a timing (a busy machine can slow the probe alone), so what
+    // is checked is the arithmetic: one process, so the rate over the summary's peak.
+    const double util = rec["train/flops_utilization"].get<double>();
+    const double expect =
+        rec["train/flops_per_s"].get<double>() / (s["peak_gflops"].get<double>() * 1e9);
+    CHECK(util > 0);
+    CHECK(std::abs(util - expect) <= 1e-9 * expect);
   }
   CHECK(recs[4]["peak_rss_mb"].get<double>() > 10);
 

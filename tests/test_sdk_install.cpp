@@ -55,22 +55,30 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
           "lib/wick/plugins/wick_fashion_mnist.so", "share/wick/samples/fashion_mnist/mlp.toml",
           "share/wick/samples/fashion_mnist/cnn.toml", "include/wick/jit.hpp",
           "include/wick/tensor_module.hpp", "include/wick/wick.hpp", "include/wick/task.hpp",
-          "include/wick/trainer.hpp", "include/wick/config.hpp", "lib/cmake/wick/wickConfig.cmake",
+          // the framework's headers, for host programs (wick::host), apart from the SDK's
+          "include/wick-host/wick/trainer.hpp", "include/wick-host/wick/config.hpp",
+          "lib/cmake/wick/wickConfig.cmake",
           "lib/cmake/wick/wickConfigVersion.cmake", "lib/cmake/wick/wickTargets.cmake",
           "lib/cmake/wick/WickPlugin.cmake"}) {
       INFO(f);
       CHECK(fs::exists(prefix / f));
     }
-    CHECK_FALSE(fs::exists(prefix / "include/wick/system.hpp"));  // libwick's own helper
-    // Every wick header an installed header includes is installed too.
+    CHECK_FALSE(fs::exists(prefix / "include/wick-host/wick/system.hpp"));  // libwick's own
+    // A plugin's include path (include/) holds the SDK alone.
+    CHECK_FALSE(fs::exists(prefix / "include/wick/trainer.hpp"));
+    // Every wick header an installed header includes is installed too: an SDK header includes
+    // SDK headers only, a framework header those of either.
     const std::regex inc(R"re(#include\s+[<"](wick/[^>"]+)[>"])re");
-    for (const auto& e : fs::directory_iterator(prefix / "include" / "wick")) {
-      const auto text = read_file(e.path());
-      for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {
-        INFO(e.path().string() << " includes " << (*it)[1]);
-        CHECK(fs::exists(prefix / "include" / (*it)[1].str()));
+    for (const auto* folder : {"include", "include/wick-host"})
+      for (const auto& e : fs::directory_iterator(prefix / folder / "wick")) {
+        const auto text = read_file(e.path());
+        for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {
+          INFO(e.path().string() << " includes " << (*it)[1]);
+          CHECK((fs::exists(prefix / "include" / (*it)[1].str()) ||
+                 (std::string(folder) != "include" &&
+                  fs::exists(prefix / folder / (*it)[1].str()))));
+        }
       }
-    }
     // Relative RPATHs into the prefix, so that it can be moved as a whole; then, for a
     // LibTorch outside the system's folders (the wheel's), its own folders, absolute.
     auto check_runpath = [&](const fs::path& elf, const std::string& relative) {

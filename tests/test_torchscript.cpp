@@ -217,9 +217,9 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(no_ema.exit_code == 2);
   CHECK(no_ema.err.find("--weights ema: " + (d / "one" / "checkpoints").string()) !=
         std::string::npos);
-  CHECK(no_ema.err.find("holds no weights a hook keeps for evaluation (the run had no [[hooks]] "
-                        "plugin = \"ema\"); export its trained weights with --weights trained") !=
-        std::string::npos);
+  CHECK(no_ema.err.find("holds no weights a hook keeps for evaluation (no hook of the run, such "
+                        "as [[hooks]] plugin = \"ema\", offered any); export its trained weights "
+                        "with --weights trained") != std::string::npos);
   const auto a = read_json(d / "one" / "summary.json"), b = read_json(d / "two" / "summary.json");
   CHECK(b["optimizer_steps"] == a["optimizer_steps"]);
   CHECK(b["valid/loss"].get<double>() == Approx(a["valid/loss"].get<double>()).epsilon(1e-4));
@@ -247,6 +247,37 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(acc("ema.pt") ==
         Approx(read_json(d / "ema" / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
   CHECK(read_file(d / "ema.pt") != read_file(d / "trained.pt"));
+
+  // A third party's weight average (tests/plugins/weight_mean.cpp, SDK headers only) does
+  // what ema does: validation, the run's default export and --weights by its word.
+  write_file(d / "mean.toml",
+             small_config(d, "mean",
+                          "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
+                          "[[hooks]]\nplugin = \"weight_mean\"\n[plugins]\npath = [\"" +
+                              std::string(WICK_TEST_PLUGIN_DIR) + "\"]\n"));
+  auto mean_fit = run_wick({"fit", (d / "mean.toml").string()});
+  INFO(mean_fit.out << mean_fit.err);
+  REQUIRE(mean_fit.exit_code == 0);
+  auto mean = run_wick({"export", (d / "mean").string(), "--out", (d / "mean.pt").string()});
+  INFO(mean.out << mean.err);
+  REQUIRE(mean.exit_code == 0);
+  CHECK(mean.out.find("exported the polyak weights of " + (d / "mean" / "checkpoints").string()) !=
+        std::string::npos);
+  CHECK(
+      acc("mean.pt") ==
+      Approx(read_json(d / "mean" / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
+  // Asked by its word: the same weights (the same file name: TorchScript archives name
+  // their folder after it).
+  fs::create_directories(d / "by_word");
+  auto by_word = run_wick({"export", (d / "mean").string(), "--weights", "polyak", "--out",
+                           (d / "by_word" / "mean.pt").string()});
+  REQUIRE(by_word.exit_code == 0);
+  CHECK(read_file(d / "by_word" / "mean.pt") == read_file(d / "mean.pt"));
+  auto wrong_word = run_wick(
+      {"export", (d / "mean").string(), "--weights", "ema", "--out", (d / "x.pt").string()});
+  CHECK(wrong_word.exit_code == 2);
+  CHECK(wrong_word.err.find("holds the polyak weights of a hook, not ema; use --weights polyak "
+                            "or --weights auto") != std::string::npos);
 
   // Without a checkpoint hook the fit keeps its final weights (EMA's, which validation used),
   // and export takes them from the run folder, saying so.

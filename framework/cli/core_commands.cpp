@@ -202,15 +202,15 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
 // even when the config names no ddp hook: it is added with its defaults, with a notice.
 void add_ddp_if_ranks(const wick::Config& cfg, const wick::PluginFinder& finder,
                       wick::Trainer& trainer) {
-  const char* world = std::getenv("WORLD_SIZE");
-  if (!world || std::atol(world) <= 1) return;
+  const int world = wick::job_ranks().world;
+  if (world <= 1) return;
   for (const auto& h : trainer.hooks())
     if (h.plugin == "ddp") return;
   auto ddp = wick::Config::parse("[[hooks]]\nplugin = \"ddp\"\n", cfg.path(), {});
   for (auto& h : ddp.make_hooks(finder)) trainer.add_hook(std::move(h));
   if (trainer.run().is_main_process())
     std::fprintf(stderr,
-                 "wick: WORLD_SIZE is %s and %s names no ddp hook: added [[hooks]] plugin = "
+                 "wick: WORLD_SIZE is %d and %s names no ddp hook: added [[hooks]] plugin = "
                  "\"ddp\" with its defaults\n",
                  world, cfg.path().c_str());
 }

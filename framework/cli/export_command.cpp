@@ -71,10 +71,18 @@ int cmd_export(const ExportArgs& a) {
     // The weights validation used (a hook's evaluation weights: EMA's) unless asked otherwise.
     const auto used = load_run_weights(cfg, *trainer, checkpoint ? source.string() : "latest",
                                        /*evaluation=*/a.weights != "trained");
-    if (a.weights == "ema" && used.weights == "trained")
-      throw ConfigError("--weights ema: " + used.source +
-                        " holds no weights a hook keeps for evaluation (the run had no [[hooks]] "
-                        "plugin = \"ema\"); export its trained weights with --weights trained");
+    // Any other word names the evaluation weights of a hook (ema's "ema", or a plugin's own):
+    // the checkpoint must hold those.
+    const bool hook_word = a.weights != "auto" && a.weights != "trained";
+    if (hook_word && used.checkpoint && used.weights == "trained")
+      throw ConfigError("--weights " + a.weights + ": " + used.source +
+                        " holds no weights a hook keeps for evaluation (no hook of the run, "
+                        "such as [[hooks]] plugin = \"ema\", offered any); export its trained "
+                        "weights with --weights trained");
+    if (hook_word && used.checkpoint && used.weights != a.weights)
+      throw ConfigError("--weights " + a.weights + ": " + used.source + " holds the " +
+                        used.weights + " weights of a hook, not " + a.weights + "; use --weights " +
+                        used.weights + " or --weights auto");
     if (!used.checkpoint && a.weights != "auto" && used.weights != a.weights)
       throw ConfigError("--weights " + a.weights + ": the final weights " + used.source +
                         " are the " + used.weights +
@@ -110,8 +118,9 @@ void add_export_command(CLI::App& app, Registry& r) {
   c->add_option("--out", a.out, "the TorchScript file to write")->required()->type_name("FILE");
   c->add_option("--weights", a.weights,
                 "auto (default: the weights validation used: a hook's evaluation weights, the "
-                "ema hook's, when it ran, else the trained ones), trained or ema")
-      ->check(CLI::IsMember({"auto", "trained", "ema"}));
+                "ema hook's, when it ran, else the trained ones), trained, or the word of the "
+                "hook's weights (ema, or a plugin's own)")
+      ->type_name("auto|trained|WORD");
   c->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
       ->type_name("DIR");
   r.push_back({c, [] { return cmd_export(a); }});

@@ -48,6 +48,9 @@
 //   for the slowest rank's compute). Logged on each all-reduced step as the mean since the
 //   last step record. After the run's first epoch rank 0 prints a note when comm_ms exceeded
 //   compute_ms there, with the options.
+// Over 500 lines for a reason: one class is both the hook and the Collectives, and its bucket
+// filling, overlap and stop trailer share state that reads best in one place (ZeRO's sharding
+// and the flat buffers have files of their own: zero.cpp, buckets.hpp).
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>

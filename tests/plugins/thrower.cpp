@@ -10,8 +10,8 @@
 //   slow          sleeps `ms` milliseconds at every call from `step` on (a run slow enough to
 //                 be watched or killed mid-way)
 #include <wick/context.hpp>
+#include <wick/interrupt.hpp>
 #include <wick/plugin.hpp>
-#include <wick/trainer.hpp>
 
 #include <chrono>
 #include <csignal>

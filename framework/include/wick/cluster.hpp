@@ -6,6 +6,9 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -35,4 +38,15 @@ std::string first_slurm_host(std::string_view nodelist);
 // Call before any thread starts. Returns the job as detected.
 ClusterEnv adopt_cluster_env();
 
+// This process's place in a torchrun-style job, from RANK and WORLD_SIZE (set by wick launch,
+// torchrun, and adopt_cluster_env under srun): the one reader of them that the trainer, the
+// config's run facts and the commands share. {0, 1} without WORLD_SIZE. Throws ConfigError
+// naming the variable when one is not a whole number, or RANK is not below WORLD_SIZE.
+struct JobRanks {
+  int rank = 0, world = 1;
+};
+JobRanks job_ranks();
+
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -11,6 +11,9 @@
 #include "wick/loader.hpp"
 #include "wick/schedule.hpp"
 #include "wick/trainer.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -78,3 +81,5 @@ std::optional<Device> parse_device(const std::string& s);
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -65,3 +68,5 @@ pid_t start_child(const std::vector<std::string>& command, int out_fd, int err_f
 std::string describe_wait_status(int status);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

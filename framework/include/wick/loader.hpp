@@ -13,6 +13,9 @@
 
 #include "wick/params.hpp"
 #include "wick/plugin.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -129,3 +132,5 @@ class PluginFinder {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "wick/trainer.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace torch::nn {
 class Module;
@@ -34,3 +37,5 @@ std::string memory_estimate_markdown(const torch::nn::Module& model,
                                      const std::vector<OptimizerOptions>& optimizers, int ranks);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace torch {
 namespace nn {
@@ -36,3 +39,5 @@ std::string model_summary(const torch::nn::Module& model, int max_depth = 2,
 std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -9,6 +9,9 @@
 
 #include "wick/files.hpp"
 #include "wick/metrics.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -52,3 +55,5 @@ void write_summary(const std::filesystem::path& file, const Summary& s);
 // write_file_atomic is in the SDK (wick/files.hpp).
 
 }  // namespace wick
+
+WICK_PUBLIC_END

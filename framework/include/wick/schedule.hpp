@@ -12,6 +12,8 @@
 #include "wick/points.hpp"
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // One hook instance as the trainer schedules it.
@@ -60,3 +62,5 @@ void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, Sch
 std::string describe_markdown(const ScheduleTable& table);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -6,6 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -24,3 +27,5 @@ class Sha256 {
 std::string sha256_hex(const std::string& bytes);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -7,6 +7,9 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -44,3 +47,5 @@ bool halving_keeps(double value, const std::vector<double>& at_rung, std::int64_
                    bool maximize);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -4,6 +4,9 @@
 
 #include <string>
 #include <string_view>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -55,7 +58,7 @@ struct SystemReport {
 SystemReport system_report();
 
 // How long the peak probes run (after a 50 ms warm-up): long enough for the cores to reach
-// their steady clock, so that train/flops_utilization stays at most 1.
+// their steady clock, so that on a quiet machine train/flops_utilization stays at most 1.
 inline constexpr double kPeakProbeSeconds = 0.25;
 // The matrix-product rate LibTorch reaches on this machine with its current intra-op threads
 // (GFLOP/s; the best of repeated 512 x 512 products for about `seconds`), in fp32 or bf16: the
@@ -69,3 +72,5 @@ double process_age_seconds();
 double peak_rss_mb();
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -14,9 +14,13 @@
 #include "wick/checkpoint.hpp"
 #include "wick/context.hpp"
 #include "wick/hook.hpp"
+#include "wick/interrupt.hpp"
 #include "wick/run.hpp"
 #include "wick/schedule.hpp"
 #include "wick/state.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -211,9 +215,10 @@ class Trainer {
 // The first SIGINT, SIGTERM, SIGHUP or SIGUSR1 asks the running fit to stop at the next step
 // boundary; a second ends the process at once with status 128 + that signal. Installed by
 // fit() for its duration.
-bool interrupt_requested();
-int interrupt_signal();                    // the signal that asked (0: none)
+// interrupt_requested() and interrupt_signal(): wick/interrupt.hpp (SDK).
 void request_interrupt(int sig = SIGINT);  // what the first signal does (tests call it directly)
 void clear_interrupt();
 
 }  // namespace wick
+
+WICK_PUBLIC_END

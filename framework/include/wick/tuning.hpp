@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -72,3 +75,5 @@ struct BatchSizeChoice {
 BatchSizeChoice find_batch_size(const Config& cfg, const PluginFinder& finder);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -5,6 +5,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+// Exported for the white-box tests (tests/), which link libwick; not an installed header.
+WICK_PUBLIC_BEGIN
+
 namespace wick::cuda {
 
 // Whether this wick was built with CUDA (a CUDA LibTorch and nvcc).
@@ -29,3 +34,5 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
                float beta2, float step_size, float bc2_sqrt, float eps, float decay);
 
 }  // namespace wick::cuda
+
+WICK_PUBLIC_END

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "wick/params.hpp"  // ConfigError
+
 namespace wick {
 
 namespace {
@@ -118,6 +120,17 @@ ClusterEnv adopt_cluster_env() {
   if (!c.master_addr.empty()) put("MASTER_ADDR", c.master_addr);
   if (c.master_port > 0) put("MASTER_PORT", std::to_string(c.master_port));
   return c;
+}
+
+JobRanks job_ranks() {
+  const EnvLookup env = [](const char* n) { return std::getenv(n); };
+  if (!env("WORLD_SIZE")) return {};
+  try {
+    const ClusterEnv c = detect_cluster_env(env);  // torchrun's variables, checked
+    return {c.rank, c.world};
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string(e.what()) + "; fix the job script or the launcher");
+  }
 }
 
 }  // namespace wick

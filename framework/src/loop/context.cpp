@@ -3,7 +3,6 @@
 #include <filesystem>
 
 #include "loop/trainer_impl.hpp"
-#include "state/snapshot.hpp"
 
 namespace wick {
 
@@ -59,7 +58,7 @@ torch::optim::Optimizer& Context::optimizer(std::string_view name) {
 namespace {
 Trainer::Impl& manual_step(Context::Host* h, const char* call) {
   auto& I = impl(h);
-  if (!I.manual || !I.in_step || !I.state.training())
+  if (!I.manual || !I.in_step() || !I.state.training())
     throw std::logic_error(std::string("Context::") + call +
                            " is for a task's train_step under manual optimization "
                            "(Task::manual_optimization() returning true)");
@@ -84,7 +83,7 @@ void Context::zero_grad(std::string_view optimizer) {
 
 at::Tensor Context::recompute_loss() {
   auto& I = impl(host_);
-  if (I.manual || !I.in_step || !I.state.training() || I.recomputing)
+  if (I.manual || I.phase != LoopPhase::step || !I.state.training())
     throw std::logic_error(
         "Context::recompute_loss is for an optimizer_step handler of a training step (not "
         "under manual optimization, not inside another recompute_loss)");
@@ -111,7 +110,7 @@ const Record& Context::last_record() const {
 Profile Context::profile() const {
   auto& I = impl(host_);
   const Profiler* p = I.dispatch.profiler();
-  return p ? p->snapshot(Profiler::since(I.fit_start)) : Profile{};
+  return p ? p->snapshot(Profiler::since(I.times.fit_start)) : Profile{};
 }
 
 MemoryProfile Context::memory_profile() const {
@@ -120,31 +119,29 @@ MemoryProfile Context::memory_profile() const {
 }
 
 void Context::request_stop(std::string_view reason) {
-  auto& I = impl(host_);
-  if (!I.stop) I.stop_reason = std::string(reason);
-  I.stop = true;
+  impl(host_).stops.request(reason);
 }
 bool Context::stop_requested() const {
-  return impl(host_).stop;
+  return impl(host_).stops.requested;
 }
 const CancelInfo* Context::cancellation() const {
   return impl(host_).cancel;
 }
 
 void Context::set_collectives(Collectives* c) {
-  impl(host_).collectives = c;
+  impl(host_).dp.set_collectives(c);
 }
 void Context::set_sharded_state(ShardedState* s) {
-  impl(host_).sharded_state = s;
+  impl(host_).dp.set_sharded_state(s);
 }
 ShardedState* Context::sharded_state() const {
-  return impl(host_).sharded_state;
+  return impl(host_).dp.sharded_state();
 }
 Collectives* Context::collectives() const {
-  return impl(host_).collectives;
+  return impl(host_).dp.collectives();
 }
 void Context::barrier() {
-  if (auto* c = impl(host_).collectives) c->barrier();
+  impl(host_).dp.barrier();
 }
 
 Position Context::position() const {
@@ -152,7 +149,7 @@ Position Context::position() const {
 }
 bool Context::between_steps() const {
   const auto& I = impl(host_);
-  return I.in_fit && !I.in_step && I.state.training();
+  return I.phase == LoopPhase::fit && I.state.training();
 }
 
 namespace {
@@ -180,10 +177,35 @@ void check_position(const Trainer::Impl& I, const Manifest& m) {
 
 }  // namespace
 
+SnapshotParts Trainer::Impl::snapshot_parts() {
+  return {*model,
+          optimizers,
+          *task,
+          *train_ds,
+          data_state,
+          state,
+          pos,
+          epoch_start,
+          {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last},
+          records.count(),
+          dispatch.stateful_hooks(),
+          [this](StateDict& out) {
+            epoch.save(out);
+            stops.save(out);
+            records.save_pending(out);
+          },
+          [this](const StateDict& in) {
+            epoch.load(in);
+            stops.load(in);
+            records.load_pending(in);
+          }};
+}
+
 CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::string& reason) {
   auto& I = impl(host_);
   const auto dir = resolve(I, folder);
-  Manifest m = snapshot_manifest(I, reason);
+  auto parts = I.snapshot_parts();
+  Manifest m = snapshot_manifest(parts, reason);
   // Sharded optimizer state is gathered to rank 0 for the save, and released after it (on
   // every process, whether rank 0's write succeeds or not).
   struct Gathered {
@@ -194,10 +216,10 @@ CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::st
     ~Gathered() {
       if (s) s->release_after_save();  // local work only; it does not throw
     }
-  } gathered(I.sharded_state);
+  } gathered(I.dp.sharded_state());
   if (!I.state.is_main_process())
     return checkpoint_info(dir, m, 0);  // replicas hold the same state
-  const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(I));
+  const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(parts));
   return checkpoint_info(dir, m, bytes);
 }
 
@@ -255,15 +277,16 @@ CheckpointInfo Context::restore_checkpoint(const std::string& folder) {
     throw std::runtime_error(where + " is at epoch " + std::to_string(m.position.epoch) +
                              ", past this run's trainer.epochs = " + std::to_string(I.opt.epochs) +
                              "; raise trainer.epochs to continue it");
-  restore_files(I, m, files, where);
+  auto parts = I.snapshot_parts();
+  restore_files(parts, m, files, where);
   // The run continues its own metrics history from the checkpoint: records a killed run
   // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
   // before_fit is over (every sink is set up by then).
-  I.rewind_records = m.records;
-  I.start = m.position;
+  I.resume.rewind_records = m.records;
+  I.resume.start = m.position;
   I.pos = m.position;
-  I.resumed = true;
-  I.resumed_mid_epoch = m.position.batch > 0;
+  I.resume.resumed = true;
+  I.resume.mid_epoch = m.position.batch > 0;
   I.epoch_start = {m.dealt_from_batch, m.dealt_from_sample};
   if (regeared) {
     std::string rest;

@@ -1,8 +1,9 @@
-// Using a trained model: evaluate and predict (its weights are loaded by final_weights.cpp).
-// They share the fit's evaluation pass (eval mode, no gradient, this rank's shard in sample
-// order) and touch nothing of the run but the model's weights.
+// The evaluator: the fit's validation (loss, the task's metrics and the metric plugins, reduced
+// over the ranks), and using a trained model: evaluate and predict (its weights are loaded by
+// final_weights.cpp). They share one evaluation pass (eval mode, no gradient, this rank's
+// shard in sample order); evaluate and predict touch nothing of the run but the model's
+// weights.
 #include "data/sampler.hpp"
-#include "dist/ranks.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/params.hpp"
 
@@ -49,16 +50,201 @@ const char* to_string(Split s) {
   return s == Split::train ? "train" : "valid";
 }
 
-void Trainer::Impl::join_ranks_if_needed() {
-  if (state.num_processes <= 1 || collectives) return;
-  own_collectives = join_ranks(state.rank, state.num_processes);
-  collectives = own_collectives.get();
+LoadPlan Trainer::Impl::eval_plan(Dataset& ds, const at::Tensor& order, const char* what) {
+  const std::int64_t local = order.size(0), bs = run.valid_batch_size;
+  LoadPlan plan;
+  plan.ds = &ds;
+  plan.phase = Phase::valid;
+  plan.seed = opt.seed;
+  plan.epoch = state.epoch;
+  plan.end = (local + bs - 1) / bs;
+  plan.what = what;
+  plan.pin = device.is_cuda();
+  plan.indices = [order, local, bs](std::int64_t b) {
+    return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
+  };
+  return plan;
+}
+
+ValidResult Trainer::Impl::validation(Dataset* ds, const std::string& prefix) {
+  ValidResult res;
+  if (!ds) return res;
+  torch::NoGradGuard no_grad;
+  model->eval();
+  state.phase = Phase::valid;
+  const std::int64_t saved_batch = state.batch_idx, saved_nb = state.batches_in_epoch;
+  const bool valid = ds == valid_ds.get();
+  // The dispatcher keeps a view of its place: literals only.
+  const char* get_where = valid ? "the validation data's get()" : "the training data's get()";
+  LoadPlan plan = eval_plan(*ds, valid_order(ds->size(), sharding()),
+                            valid ? "the validation data" : "the training data");
+  state.batches_in_epoch = plan.end;
+  state.batch_idx = 0;
+
+  at::Tensor loss_sum;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> sums;
+  std::int64_t count = 0;
+  for (auto& m : metrics) m.metric->reset();
+  // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
+  try {
+    dispatch.emit(Point::before_valid);
+    BatchLoader loader(std::move(plan), opt.num_workers);
+    for (std::int64_t b = 0; b < state.batches_in_epoch; ++b) {
+      state.batch_idx = b;
+      try {
+        const std::int64_t m = loader.size_of(b);
+        state.batch_size = m;
+        dispatch.emit(Point::before_step);
+        dispatch.set_where(get_where);
+        batch = to_device(loader.take(b).batch);
+        forward_and_loss();
+        auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
+        loss_sum = loss_sum.defined() ? loss_sum + l : l;
+        for (const auto& [k, v] : output.metrics) {
+          std::size_t i = 0;
+          while (i < names.size() && names[i] != k) ++i;
+          auto x = v.detach().to(torch::kDouble) * static_cast<double>(m);
+          if (i == names.size()) {
+            names.push_back(k);
+            sums.push_back(x);
+          } else {
+            sums[i] = sums[i] + x;
+          }
+        }
+        count += m;
+        for (std::size_t i = 0; i < metrics.size(); ++i) {
+          dispatch.set_where(metric_places[i].first);
+          metrics[i].metric->update(output.pred.detach(), batch.target);
+        }
+        dispatch.emit(Point::after_step);
+      } catch (const CancelStep&) {
+        cancelled(CancelScope::step);
+      }
+    }
+  } catch (const CancelEpoch&) {
+    cancelled(CancelScope::epoch);
+  }
+  // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
+  std::vector<at::Tensor> parts;
+  parts.push_back(loss_sum.defined() ? loss_sum.reshape({1}).cpu()
+                                     : torch::zeros({1}, torch::kDouble));
+  for (auto& s : sums) parts.push_back(s.reshape({1}).cpu());
+  parts.push_back(torch::full({1}, static_cast<double>(count), torch::kDouble));
+  auto packed = torch::cat(parts);
+  dp.all_reduce_sum(packed);
+  auto acc = packed.accessor<double, 1>();
+  const double total = acc[packed.size(0) - 1];
+  res.samples = static_cast<std::int64_t>(total);
+  if (total > 0) {
+    res.values.emplace_back(prefix + "loss", acc[0] / total);
+    for (std::size_t k = 0; k < names.size(); ++k)
+      res.values.emplace_back(prefix + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
+    compute_metrics(res, prefix);
+  }
+  model->train();
+  state.phase = Phase::train;
+  state.batch_idx = saved_batch;
+  state.batches_in_epoch = saved_nb;
+  return res;
+}
+
+void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix) {
+  if (metrics.empty()) return;
+  // Every state tensor of every metric, flattened into one float64 vector: one all-reduce.
+  // A rank without validation samples has empty states: the size check below then stops every
+  // rank alike.
+  std::vector<at::Tensor> flat = {at::zeros({0}, at::kDouble)};
+  for (auto& e : metrics)
+    for (const auto& t : e.metric->state())
+      flat.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
+  // Row tensors (Metric::rows, SDK 2.2) are joined over the ranks, not summed.
+  std::vector<at::Tensor*> rows;
+  for (auto& e : metrics)
+    if (e.api_minor >= 2)
+      if (auto* r = e.metric->rows())
+        for (auto& t : *r) rows.push_back(&t);
+  if (dp.distributed()) {
+    auto packed = at::cat(flat);
+    // Ranks whose states differ in shape cannot be summed: say so, not garble the sum. The
+    // sizes agree when the sum of their squares is world * size²; every rank sees the same
+    // sums, so all of them decide alike (none is left waiting in the next all-reduce).
+    const double n = static_cast<double>(packed.numel()), r = static_cast<double>(rows.size());
+    auto sizes = at::tensor({n, n * n, r, r * r}, at::kDouble);
+    dp.all_reduce_sum(sizes);
+    const double w = static_cast<double>(state.num_processes);
+    if (sizes[1].item<double>() * w != sizes[0].item<double>() * sizes[0].item<double>() ||
+        sizes[3].item<double>() * w != sizes[2].item<double>() * sizes[2].item<double>())
+      throw std::runtime_error(
+          "the ranks' metric states differ in size (a rank saw other prediction shapes, or no "
+          "validation sample), so they cannot be summed; every rank must see the same "
+          "prediction shapes, and at least one validation sample");
+    dp.all_reduce_sum(packed);
+    std::int64_t off = 0;
+    for (auto& e : metrics)
+      for (auto& t : e.metric->state()) {
+        const std::int64_t len = t.numel();
+        t.copy_(packed.slice(0, off, off + len).reshape(t.sizes()).to(t.options()));
+        off += len;
+      }
+    for (auto* t : rows) *t = join_rows(*t).to(t->device());
+  }
+  for (std::size_t i = 0; i < metrics.size(); ++i) {
+    auto& e = metrics[i];
+    dispatch.set_where(metric_places[i].second);
+    if (e.metric->state().empty())
+      throw std::runtime_error(
+          "it has no state after the validation's updates (a bug in the "
+          "plugin: update() must size its state)");
+    // The whole-set value replaces a task's per-batch mean of the same name.
+    for (const auto& [k, v] : e.metric->compute())
+      set_value(res.values, prefix + e.instance + (k.empty() ? "" : "/" + k), v);
+    // Files only from a fit that holds the run folder (not Trainer::validate from outside).
+    if (in_fit() && writes_outputs() && lock.held())
+      e.metric->write_files(run.output_dir, e.instance);
+  }
+}
+
+at::Tensor Trainer::Impl::join_rows(const at::Tensor& mine) {
+  const std::int64_t world = state.num_processes, rank = state.rank;
+  // Row counts by rank, then the shape of a row (rank, 8 sizes) and its squares: the ranks
+  // agree on it when sum² = world * squares, and all of them see the same sums.
+  constexpr std::int64_t kDims = 9;
+  auto head = at::zeros({world + 2 * kDims}, at::kDouble);
+  auto h = head.accessor<double, 1>();
+  h[rank] = static_cast<double>(mine.dim() > 0 ? mine.size(0) : 0);
+  for (std::int64_t i = 0; i < kDims; ++i) {
+    const double d = i == 0 ? mine.dim() : (i < mine.dim() ? mine.size(i) : 0);
+    h[world + i] = d;
+    h[world + kDims + i] = d * d;
+  }
+  dp.all_reduce_sum(head);
+  const auto sum = head.slice(0, world, world + kDims);
+  const auto squares = head.slice(0, world + kDims);
+  if (mine.dim() == 0 || mine.dim() > kDims ||
+      !at::equal(sum * sum, squares * static_cast<double>(world)))
+    throw std::runtime_error(
+        "the ranks' rows differ in shape (" + std::to_string(mine.dim()) +
+        "-d here), so they cannot be joined; every rank must give rows of one shape, and have "
+        "at least one sample (use fewer ranks than samples)");
+  std::int64_t total = 0, offset = 0;
+  for (std::int64_t r = 0; r < world; ++r) {
+    const auto n = static_cast<std::int64_t>(h[r]);
+    if (r < rank) offset += n;
+    total += n;
+  }
+  std::vector<std::int64_t> shape(mine.sizes().begin(), mine.sizes().end());
+  shape[0] = total;
+  auto all = at::zeros(shape, at::kDouble);
+  all.slice(0, offset, offset + mine.size(0)).copy_(mine.to(at::kCPU, at::kDouble));
+  dp.all_reduce_sum(all);
+  return all.to(mine.scalar_type());
 }
 
 ValidResult Trainer::evaluate(Split split) {
   auto& I = *impl_;
   Dataset& ds = split_data(I, split);
-  I.join_ranks_if_needed();
+  I.dp.join_if_needed();
   return I.validation(&ds, std::string(to_string(split)) + "/");
 }
 
@@ -97,7 +283,7 @@ at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const Progre
   model->train();
   state.phase = Phase::train;
   at::Tensor rows = outs.empty() ? at::Tensor() : at::cat(outs);
-  if (!distributed()) return rows;
+  if (!dp.distributed()) return rows;
   // The shards are contiguous and in rank order (valid_order): joined, they are in order. A
   // rank without samples (fewer samples than ranks) joins too, so that all ranks stop alike.
   return join_rows(rows.defined() ? rows : at::empty({0}));
@@ -106,7 +292,7 @@ at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const Progre
 at::Tensor Trainer::predict(Split split, const ProgressFn& progress) {
   auto& I = *impl_;
   Dataset& ds = split_data(I, split);
-  I.join_ranks_if_needed();
+  I.dp.join_if_needed();
   return I.prediction(ds, split == Split::valid ? "the validation data" : "the training data",
                       progress);
 }
@@ -134,7 +320,7 @@ at::Tensor Trainer::predict(const at::Tensor& input, const ProgressFn& progress)
       rows = rows.to(like.scalar_type());
     }
   }
-  I.join_ranks_if_needed();
+  I.dp.join_if_needed();
   RowsDataset ds(rows);
   return I.prediction(ds, "the input", progress);
 }

@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "loop/trainer_impl.hpp"
-#include "state/snapshot.hpp"
 #include "wick/config.hpp"
 #include "wick/files.hpp"
 
@@ -27,15 +26,15 @@ std::string Trainer::Impl::eval_weights(NamedTensors& out) const {
   return "";
 }
 
-void Trainer::Impl::save_final_weights(FitResult& res) {
+void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
   if (!opt.save_model || !writes_outputs() || !lock.held()) return;
   // A failure inside a step may have left the weights half updated; nothing trained, nothing
   // to keep.
-  if (in_step || (state.optimizer_step == 0 && !resumed)) return;
+  if (ended_in_step || (state.optimizer_step == 0 && !resume.resumed)) return;
   NamedTensors offered;
   const auto word = eval_weights(offered);
   const auto file = fs::path(run.output_dir) / "model.pt";
-  write_file_atomic(file.string(), model_bytes(*this, offered));
+  write_file_atomic(file.string(), model_bytes(*model, offered));
   res.model_file = file.string();
   res.model_weights = word.empty() ? "trained" : word;
 }
@@ -54,8 +53,9 @@ CheckpointInfo Trainer::load_weights(const std::string& folder, bool evaluation)
   }
   I.weights_loaded.clear();
   try {
-    wick::load_model_file(I, files, where);
-    if (evaluation) I.weights_loaded = load_eval_weights(I, files, where);
+    wick::load_model_file(*I.model, files, where);
+    if (evaluation)
+      I.weights_loaded = load_eval_weights(*I.model, I.dispatch.hooks(), files, where);
   } catch (const ModelMismatch& e) {
     throw ConfigError(e.what());  // the config's model is not the checkpoint's
   }
@@ -72,7 +72,7 @@ void Trainer::load_model_file(const std::string& file) {
   std::ostringstream bytes;
   bytes << in.rdbuf();
   try {
-    load_model(I, bytes.str(), where);
+    load_model(*I.model, bytes.str(), where);
   } catch (const ModelMismatch& e) {
     throw ConfigError(e.what());
   } catch (const std::runtime_error& e) {

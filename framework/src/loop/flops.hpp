@@ -9,6 +9,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+// Exported for the white-box tests (tests/), which link libwick; not an installed header.
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // One matrix product: b products of (m x k) @ (k x n), in `dtype` (a c10::ScalarType).
@@ -46,3 +51,5 @@ double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backw
                          double seconds);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

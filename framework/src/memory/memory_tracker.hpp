@@ -14,6 +14,9 @@
 
 #include "wick/profile.hpp"
 
+// Exported for the white-box tests (tests/), which link libwick; not an installed header.
+WICK_PUBLIC_BEGIN
+
 namespace torch::nn {
 class Module;
 }
@@ -54,3 +57,5 @@ std::int64_t cpu_tensor_bytes(const torch::nn::Module& m);
 std::int64_t peak_rss_bytes();
 
 }  // namespace wick
+
+WICK_PUBLIC_END

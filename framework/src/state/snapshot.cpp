@@ -86,73 +86,25 @@ std::string shape_str(const at::Tensor& t) {
   return s + "]";
 }
 
-// The loop's own resumable state: the current epoch's values not yet folded into its epoch
-// record, counters, values logged for the next record.
-StateDict loop_state(const Trainer::Impl& I) {
-  StateDict out;
-  const auto& e = I.epoch;
-  if (!e.losses.empty()) out.set_tensor("epoch_losses", torch::stack(e.losses));
-  out.set_int("logged_upto", static_cast<std::int64_t>(e.logged_loss));
-  out.set_int("metrics", static_cast<std::int64_t>(e.names.size()));
-  for (std::size_t k = 0; k < e.names.size(); ++k) {
-    const auto i = std::to_string(k);
-    out.set_string("metric_name." + i, e.names[k]);
-    if (!e.metrics[k].empty()) out.set_tensor("metric_values." + i, torch::stack(e.metrics[k]));
-    out.set_int("metric_logged." + i, static_cast<std::int64_t>(e.logged_metric[k]));
-  }
-  out.set_int("cancelled_steps", I.cancelled_steps);
-  out.set_int("cancelled_epochs", I.cancelled_epochs);
-  I.records.save_pending(out);
-  return out;
-}
-
-void load_loop_state(Trainer::Impl& I, const StateDict& in) {
-  auto& e = I.epoch;
-  e.clear();
-  auto unstack = [](const at::Tensor& t) {
-    std::vector<at::Tensor> v;
-    for (std::int64_t i = 0; i < t.size(0); ++i) v.push_back(t[i]);
-    return v;
-  };
-  if (in.has("epoch_losses")) e.losses = unstack(in.get_tensor("epoch_losses"));
-  e.logged_loss =
-      std::min(static_cast<std::size_t>(std::max<std::int64_t>(0, in.get_int("logged_upto"))),
-               e.losses.size());
-  const std::int64_t n = in.has("metrics") ? in.get_int("metrics") : 0;
-  if (n < 0 || n > 10000) throw std::runtime_error("loop state: bad metric count");
-  for (std::int64_t k = 0; k < n; ++k) {
-    const auto i = std::to_string(k);
-    e.names.push_back(in.get_string("metric_name." + i));
-    e.metrics.push_back(in.has("metric_values." + i) ? unstack(in.get_tensor("metric_values." + i))
-                                                     : std::vector<at::Tensor>{});
-    e.logged_metric.push_back(std::min(
-        static_cast<std::size_t>(std::max<std::int64_t>(0, in.get_int("metric_logged." + i))),
-        e.metrics.back().size()));
-  }
-  I.cancelled_steps = in.get_int("cancelled_steps");
-  I.cancelled_epochs = in.get_int("cancelled_epochs");
-  I.records.load_pending(in);
-}
-
 }  // namespace
 
-std::string model_bytes(const Trainer::Impl& I, const NamedTensors& replaced) {
-  IDict model = new_dict();
+std::string model_bytes(const torch::nn::Module& model, const NamedTensors& replaced) {
+  IDict dict = new_dict();
   auto add = [&](const std::string& name, const at::Tensor& t) {
     const auto it = std::find_if(replaced.begin(), replaced.end(),
                                  [&](const auto& r) { return r.first == name; });
-    model.insert(name, (it == replaced.end() ? t : it->second).detach().cpu());
+    dict.insert(name, (it == replaced.end() ? t : it->second).detach().cpu());
   };
-  for (const auto& kv : I.model->named_parameters()) add(kv.key(), kv.value());
-  for (const auto& kv : I.model->named_buffers()) add(kv.key(), kv.value());
-  return pickle(model);
+  for (const auto& kv : model.named_parameters()) add(kv.key(), kv.value());
+  for (const auto& kv : model.named_buffers()) add(kv.key(), kv.value());
+  return pickle(dict);
 }
 
-void load_model(Trainer::Impl& I, const std::string& bytes, const std::string& where) {
+void load_model(torch::nn::Module& model, const std::string& bytes, const std::string& where) {
   auto dict = unpickle_dict(bytes, where + ": model.pt");
   std::vector<std::pair<std::string, at::Tensor>> mine;
-  for (const auto& kv : I.model->named_parameters()) mine.emplace_back(kv.key(), kv.value());
-  for (const auto& kv : I.model->named_buffers()) mine.emplace_back(kv.key(), kv.value());
+  for (const auto& kv : model.named_parameters()) mine.emplace_back(kv.key(), kv.value());
+  for (const auto& kv : model.named_buffers()) mine.emplace_back(kv.key(), kv.value());
   // Every mismatch at once, so that one look tells what changed.
   std::string bad;
   for (const auto& [name, t] : mine) {
@@ -202,29 +154,29 @@ void set_rng(const StateDict& rng) {
 
 }  // namespace
 
-Manifest snapshot_manifest(const Trainer::Impl& I, const std::string& reason) {
+Manifest snapshot_manifest(const SnapshotParts& run, const std::string& reason) {
   Manifest m;
   m.reason = reason;
-  m.position = I.pos;
-  if (I.pos.epoch == I.state.epoch) {  // not the next epoch's start (after_epoch)
-    m.dealt_from_batch = I.epoch_start.first_batch;
-    m.dealt_from_sample = I.epoch_start.offset;
+  m.position = run.position;
+  if (run.position.epoch == run.state.epoch) {  // not the next epoch's start (after_epoch)
+    m.dealt_from_batch = run.epoch_start.first_batch;
+    m.dealt_from_sample = run.epoch_start.offset;
   }
-  m.optimizer_step = I.state.optimizer_step;
-  m.micro_step = I.state.micro_step;
-  m.samples_seen = I.state.samples_seen;
-  m.records = I.records.count();
-  m.run = {I.opt.seed, I.opt.batch_size, I.state.num_processes, I.opt.shuffle, I.opt.drop_last};
+  m.optimizer_step = run.state.optimizer_step;
+  m.micro_step = run.state.micro_step;
+  m.samples_seen = run.state.samples_seen;
+  m.records = run.records;
+  m.run = run.identity;
   return m;
 }
 
-Files snapshot_files(Trainer::Impl& I) {
+Files snapshot_files(SnapshotParts& run) {
   Files files;
-  files.emplace_back("model.pt", model_bytes(I));
+  files.emplace_back("model.pt", model_bytes(run.model));
   {
     // One archive, each optimizer's state under its name.
     torch::serialize::OutputArchive a;
-    for (auto& o : I.optimizers) {
+    for (auto& o : run.optimizers) {
       torch::serialize::OutputArchive sub;
       o.optimizer->save(sub);
       a.write(o.name, sub);
@@ -237,13 +189,13 @@ Files snapshot_files(Trainer::Impl& I) {
   // The position and counts again inside the hashed files: the manifest is only a summary, and
   // a manifest edited to say otherwise is caught (check_agreement).
   StateDict step;
-  step.set_int("epoch", I.pos.epoch);
-  step.set_int("batch", I.pos.batch);
-  step.set_int("records", I.records.count());
-  step.set_int("optimizer_step", I.state.optimizer_step);
-  step.set_int("micro_step", I.state.micro_step);
-  step.set_int("samples_seen", I.state.samples_seen);
-  step.set_int("skipped_steps", I.state.skipped_steps);
+  step.set_int("epoch", run.position.epoch);
+  step.set_int("batch", run.position.batch);
+  step.set_int("records", run.records);
+  step.set_int("optimizer_step", run.state.optimizer_step);
+  step.set_int("micro_step", run.state.micro_step);
+  step.set_int("samples_seen", run.state.samples_seen);
+  step.set_int("skipped_steps", run.state.skipped_steps);
   d.insert("step", to_ivalue(step));
 
   StateDict rng;
@@ -258,30 +210,32 @@ Files snapshot_files(Trainer::Impl& I) {
     rng.set_tensor("cuda" + std::to_string(i), gen.get_state());
   }
   d.insert("rng", to_ivalue(rng));
-  d.insert("loop", to_ivalue(loop_state(I)));
+  StateDict loop;
+  run.save_loop(loop);
+  d.insert("loop", to_ivalue(loop));
 
   // Gradients pending inside an accumulation window (a save between micro-batches).
   IDict grads = new_dict();
-  for (const auto& kv : I.model->named_parameters())
+  for (const auto& kv : run.model.named_parameters())
     if (kv.value().grad().defined()) grads.insert(kv.key(), kv.value().grad().detach().cpu());
   d.insert("grads", grads);
 
-  if (I.task->has_state()) {
+  if (run.task.has_state()) {
     StateDict sd;
-    I.task->save_state(sd);
+    run.task.save_state(sd);
     d.insert("task", to_ivalue(sd));
   }
   // The training data's state as of the last consumed batch (loader threads may be ahead).
-  if (I.train_ds->has_state()) {
+  if (run.train_data.has_state()) {
     StateDict sd;
-    if (I.data_state)
-      sd = *I.data_state;
+    if (run.data_state)
+      sd = *run.data_state;
     else
-      I.train_ds->save_state(sd);
+      run.train_data.save_state(sd);
     d.insert("data", to_ivalue(sd));
   }
   IDict hooks = new_dict();
-  for (auto& [instance, hook] : I.dispatch.stateful_hooks()) {
+  for (auto& [instance, hook] : run.stateful_hooks) {
     StateDict sd;
     hook->save_state(sd);
     hooks.insert(instance, to_ivalue(sd));
@@ -322,24 +276,25 @@ void check_agreement(const Manifest& m, const Files& files) {
   }
 }
 
-void load_model_file(Trainer::Impl& I, const Files& files, const std::string& where) {
-  load_model(I, bytes_of(files, "model.pt"), where);
+void load_model_file(torch::nn::Module& model, const Files& files, const std::string& where) {
+  load_model(model, bytes_of(files, "model.pt"), where);
 }
 
-std::string load_eval_weights(Trainer::Impl& I, const Files& files, const std::string& where) {
-  auto hooks = get(unpickle_dict(bytes_of(files, "state.pt"), where + ": state.pt"), "hooks");
-  if (!hooks.isGenericDict()) throw std::runtime_error(where + ": state.pt holds no hook states");
-  const auto states = hooks.toGenericDict();
+std::string load_eval_weights(torch::nn::Module& model, const std::vector<HookEntry>& hooks,
+                              const Files& files, const std::string& where) {
+  auto saved = get(unpickle_dict(bytes_of(files, "state.pt"), where + ": state.pt"), "hooks");
+  if (!saved.isGenericDict()) throw std::runtime_error(where + ": state.pt holds no hook states");
+  const auto states = saved.toGenericDict();
   // Hooks built against SDK 2.4 or older have no eval_weights (it is not in their vtable).
   NamedTensors offered;
-  for (const auto& h : I.dispatch.hooks()) {
+  for (const auto& h : hooks) {
     if (h.api_minor < 5 || !h.hook->has_state()) continue;
     const auto it = states.find(h.instance);
     if (it == states.end()) continue;
     h.hook->load_state(from_ivalue(it->value(), "hook '" + h.instance + "' state"));
-    const auto word = h.hook->eval_weights(*I.model, offered);
+    const auto word = h.hook->eval_weights(model, offered);
     if (word.empty()) continue;
-    const auto mine = I.model->named_parameters();
+    const auto mine = model.named_parameters();
     torch::NoGradGuard ng;
     for (const auto& [name, t] : offered) {
       const auto* p = mine.find(name);
@@ -354,17 +309,17 @@ std::string load_eval_weights(Trainer::Impl& I, const Files& files, const std::s
   return "";
 }
 
-void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
+void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
                    const std::string& where) {
   auto bytes_of = [&](const char* name) -> const std::string& {
     return wick::bytes_of(files, name);
   };
-  load_model_file(I, files, where);
+  load_model_file(run.model, files, where);
   try {
     std::istringstream in(bytes_of("optimizer.pt"));
     torch::serialize::InputArchive a;
     a.load_from(in);
-    for (auto& o : I.optimizers) {
+    for (auto& o : run.optimizers) {
       torch::serialize::InputArchive sub;
       if (!a.try_read(o.name, sub))
         throw std::runtime_error(where + ": optimizer.pt holds no state for optimizer '" + o.name +
@@ -379,7 +334,7 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
   }
   auto d = unpickle_dict(bytes_of("state.pt"), where + ": state.pt");
   auto step = from_ivalue(get(d, "step"), "step");
-  auto& s = I.state;
+  auto& s = run.state;
   s.epoch = m.position.epoch;
   s.batch_idx = m.position.batch;
   s.optimizer_step = step.get_int("optimizer_step");
@@ -387,12 +342,12 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
   s.samples_seen = step.get_int("samples_seen");
   s.skipped_steps = step.get_int("skipped_steps");
   set_rng(from_ivalue(get(d, "rng"), "rng"));
-  load_loop_state(I, from_ivalue(get(d, "loop"), "loop"));
+  run.load_loop(from_ivalue(get(d, "loop"), "loop"));
 
   auto gv = get(d, "grads");
   if (!gv.isGenericDict()) throw std::runtime_error(where + ": state.pt grads is not a dict");
   auto grads = gv.toGenericDict();
-  for (auto& kv : I.model->named_parameters()) {
+  for (auto& kv : run.model.named_parameters()) {
     auto it = grads.find(kv.key());
     if (it != grads.end() &&
         (!it->value().isTensor() || it->value().toTensor().sizes() != kv.value().sizes()))
@@ -402,20 +357,20 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
         it == grads.end() ? at::Tensor() : it->value().toTensor().to(kv.value().device());
   }
 
-  if (I.task->has_state()) {
+  if (run.task.has_state()) {
     auto it = d.find("task");
     if (it == d.end())
       std::fprintf(stderr, "wick: warning: %s has no state for the task; it starts afresh\n",
                    where.c_str());
     else
       try {
-        I.task->load_state(from_ivalue(it->value(), "task state"));
+        run.task.load_state(from_ivalue(it->value(), "task state"));
       } catch (const std::exception& e) {
         throw std::runtime_error(where + ": the task cannot load its state: " + e.what());
       }
   }
 
-  if (I.train_ds->has_state()) {
+  if (run.train_data.has_state()) {
     auto it = d.find("data");
     if (it == d.end()) {
       std::fprintf(stderr,
@@ -424,8 +379,8 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
     } else {
       try {
         auto sd = std::make_shared<StateDict>(from_ivalue(it->value(), "data state"));
-        I.train_ds->load_state(*sd);
-        I.data_state = std::move(sd);
+        run.train_data.load_state(*sd);
+        run.data_state = std::move(sd);
       } catch (const std::exception& e) {
         throw std::runtime_error(where + ": the training data cannot load its state: " + e.what());
       }
@@ -436,7 +391,7 @@ void restore_files(Trainer::Impl& I, const Manifest& m, const Files& files,
   if (!hv.isGenericDict()) throw std::runtime_error(where + ": state.pt hooks is not a dict");
   auto hooks = hv.toGenericDict();
   std::vector<std::string> used;
-  for (auto& [instance, hook] : I.dispatch.stateful_hooks()) {
+  for (auto& [instance, hook] : run.stateful_hooks) {
     auto it = hooks.find(instance);
     if (it == hooks.end()) {
       std::fprintf(stderr, "wick: warning: %s has no state for hook '%s'; it starts afresh\n",

@@ -11,6 +11,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // A point between steps: `batch` batches of `epoch` are done ({e + 1, 0} once epoch e ends).
@@ -38,3 +40,5 @@ class WICK_EXPORT CheckpointError : public std::runtime_error {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

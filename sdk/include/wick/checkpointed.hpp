@@ -23,6 +23,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 using Segment = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
@@ -79,3 +81,5 @@ auto checkpointed(F f, const T&... xs) {
 }
 
 }  // namespace wick
+
+WICK_PUBLIC_END

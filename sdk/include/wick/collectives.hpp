@@ -4,6 +4,10 @@
 // installed, a run is one process and every operation is local.
 #pragma once
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
+
 namespace at {
 class Tensor;
 }
@@ -25,3 +29,5 @@ class Collectives {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -18,6 +18,8 @@
 #include "wick/state.hpp"
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace at {
 class Tensor;
 }
@@ -192,3 +194,5 @@ T& Context::task() {
 }
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -5,6 +5,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // Replaces `path` with `bytes` atomically: a temporary file beside it, fsync, rename, fsync
@@ -13,3 +15,5 @@ namespace wick {
 WICK_EXPORT void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -8,6 +8,8 @@
 #include "wick/run.hpp"
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // The x86 vector and matrix extensions that decide how fast LibTorch's CPU kernels are, as
@@ -34,3 +36,5 @@ WICK_EXPORT std::string torch_cpu_capability();
 WICK_EXPORT bool native_bf16(const Device& d);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

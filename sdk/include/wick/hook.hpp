@@ -13,6 +13,8 @@
 #include "wick/points.hpp"
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace at {
 class Tensor;
 }
@@ -108,3 +110,5 @@ class Hook {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -29,6 +29,9 @@
 #include <vector>
 
 #include "wick/checkpointed.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -112,3 +115,5 @@ class JitModuleImpl : public torch::nn::Module {
 TORCH_MODULE(JitModule);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -23,6 +23,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -63,3 +66,5 @@ class Metric {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

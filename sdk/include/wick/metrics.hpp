@@ -6,6 +6,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -26,3 +29,5 @@ struct Record {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

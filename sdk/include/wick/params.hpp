@@ -13,6 +13,8 @@
 #include "wick/run.hpp"
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 enum class ParamType : std::uint8_t {
@@ -79,3 +81,5 @@ class WICK_EXPORT Params {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

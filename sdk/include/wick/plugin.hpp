@@ -26,6 +26,8 @@
 #include "wick/params.hpp"
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 extern "C" {
 // Plain data only: the host reads these fields before trusting anything else in the library.
 struct wick_param_info {
@@ -294,3 +296,5 @@ inline std::string wick::PluginDef::float_literal(double v) {
   if (s.find_first_of(".eni") == std::string::npos) s += ".0";
   return s;
 }
+
+WICK_PUBLIC_END

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -41,3 +44,5 @@ std::optional<Point> point_from_string(std::string_view name);
 std::optional<Stage> stage_from_string(std::string_view name);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

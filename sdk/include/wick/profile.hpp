@@ -10,6 +10,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 struct ProfileEntry {
@@ -64,3 +66,5 @@ WICK_EXPORT std::string profile_json(const Profile& p);
 WICK_EXPORT double phases_seconds(const Profile& p);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

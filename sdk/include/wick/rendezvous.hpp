@@ -11,6 +11,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace c10d {
 class Store;
 class ProcessGroupGloo;
@@ -33,3 +35,5 @@ WICK_EXPORT c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
     std::chrono::milliseconds timeout);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

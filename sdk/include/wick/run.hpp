@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -53,3 +56,5 @@ struct RunInfo {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -46,3 +49,5 @@ class ShardedState {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

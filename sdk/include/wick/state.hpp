@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -42,3 +45,5 @@ struct StepState {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

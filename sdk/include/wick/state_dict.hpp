@@ -8,6 +8,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace at {
 class Tensor;
 }
@@ -49,3 +51,5 @@ class WICK_EXPORT StateDict {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

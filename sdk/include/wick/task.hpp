@@ -16,6 +16,9 @@
 #include "wick/hook.hpp"
 #include "wick/state.hpp"
 #include "wick/state_dict.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -153,3 +156,5 @@ class ClassificationTask : public Task {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

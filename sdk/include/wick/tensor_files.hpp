@@ -9,6 +9,8 @@
 
 #include "wick/version.hpp"
 
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // One tensor [N, ...] from FILE, by its extension:
@@ -38,3 +40,5 @@ WICK_EXPORT TensorPair read_data_file(const std::string& path, const std::string
 WICK_EXPORT void write_tensor_file(const std::string& path, const at::Tensor& t);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

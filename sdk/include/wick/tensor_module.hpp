@@ -13,6 +13,9 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -36,3 +39,5 @@ class TensorModuleImpl : public torch::nn::Module {
 TORCH_MODULE(TensorModule);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -15,6 +15,10 @@
 #include <c10/util/string_utils.h>
 #endif
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
+
 namespace c10d {
 class ProcessGroup;
 class Backend;
@@ -99,3 +103,5 @@ using AllocatorTotal = std::int64_t;
 #endif
 
 }  // namespace wick::compat
+
+WICK_PUBLIC_END

@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "wick/task.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -58,3 +61,5 @@ std::shared_ptr<Dataset> from_torch_dataset(TorchDataset ds) {
 }
 
 }  // namespace wick
+
+WICK_PUBLIC_END

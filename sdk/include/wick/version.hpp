@@ -14,15 +14,27 @@
 //        wick/torch_compat.hpp
 //   2.6  wick/checkpointed.hpp (activation checkpointing), Context::memory_profile,
 //        wick/sharded_state.hpp (Context::set_sharded_state: optimizer state sharded over ranks)
+//   2.7  wick/interrupt.hpp (interrupt_requested: a stop signal came)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 6
+#define WICK_API_MINOR 7
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
 // "WKLS": the same for the plugin list of a multi-plugin library (WICK_PLUGINS).
 #define WICK_LIST_MAGIC 0x574B4C53u
+
+// libwick is compiled with hidden visibility: what the public headers (the SDK's and the
+// framework's) declare between WICK_PUBLIC_BEGIN and WICK_PUBLIC_END is its interface and is
+// exported; its internals are not. In plugins and host programs the pair does nothing.
+#if defined(WICK_BUILDING_LIBWICK) && !defined(_WIN32)
+#define WICK_PUBLIC_BEGIN _Pragma("GCC visibility push(default)")
+#define WICK_PUBLIC_END _Pragma("GCC visibility pop")
+#else
+#define WICK_PUBLIC_BEGIN
+#define WICK_PUBLIC_END
+#endif
 
 #if defined(_WIN32)
 #define WICK_EXPORT __declspec(dllexport)

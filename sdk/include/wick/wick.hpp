@@ -6,6 +6,7 @@
 #include "wick/context.hpp"
 #include "wick/files.hpp"
 #include "wick/hook.hpp"
+#include "wick/interrupt.hpp"
 #include "wick/metrics.hpp"
 #include "wick/params.hpp"
 #include "wick/plugin.hpp"

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "params_impl.hpp"
+#include "config/params_impl.hpp"
 
 namespace wick {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <variant>
 
-#include "state_dict_impl.hpp"
+#include "state/state_dict_impl.hpp"
 
 namespace wick {
 

@@ -11,7 +11,9 @@
 
 namespace wick {
 
-struct StateDict::Impl {
+// Hidden: nested in an exported class, it would be exported with it (libwick's interface is
+// the public headers').
+struct __attribute__((visibility("hidden"))) StateDict::Impl {
   std::map<std::string, std::variant<std::int64_t, double, std::string, at::Tensor>> values;
 };
 

@@ -14,7 +14,9 @@ namespace wick {
 using ParamValue = std::variant<bool, std::int64_t, double, std::string, std::vector<std::int64_t>,
                                 std::vector<double>, std::vector<std::string>>;
 
-struct Params::Impl {
+// Hidden: nested in an exported class, it would be exported with it (libwick's interface is
+// the public headers').
+struct __attribute__((visibility("hidden"))) Params::Impl {
   struct Entry {
     ParamType type;
     ParamValue value;

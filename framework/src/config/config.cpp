@@ -1,0 +1,528 @@
+// Loading a config: the file read (bounded) and parsed, --set overrides applied, the built-in
+// tables ([trainer], [optimizer] / [optimizers.*], [plugins]) and the plugin instances
+// ([task], [[hooks]], [[metrics]]) validated, every error naming its file:line:col or --set.
+// About 500 lines: the built-in tables' cross-key checks read best in one place
+// (validate_builtin); typed values and optimizer tables have files of their own.
+#include "wick/config.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "config/config_impl.hpp"
+#include "config/schemas.hpp"
+#include "config/toml_text.hpp"
+#include "wick/cluster.hpp"
+
+namespace wick {
+
+std::optional<Device> parse_device(const std::string& s) {
+  if (s == "cpu") return Device{};
+  if (s == "cuda") return Device{DeviceType::cuda, -1};
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 8 &&
+      s.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device{DeviceType::cuda, std::stoi(s.substr(5))};
+  return std::nullopt;
+}
+
+namespace fs = std::filesystem;
+
+// The largest config file read (a config is a few KiB; anything near this is not one).
+constexpr std::size_t kMaxConfigBytes = std::size_t{4} << 20;
+
+namespace {
+
+// trainer.threads above this is refused: creating that many threads takes long and only slows.
+constexpr std::int64_t kMaxThreads = 1024;
+
+// An output folder that is empty or is the filesystem root, after "..", "." and symbolic
+// links (relative paths are taken from the current directory, as the trainer does).
+bool resolves_to_root(const std::string& dir) {
+  if (dir.empty()) return true;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(dir, ec);
+  if (ec) return false;
+  if (abs.lexically_normal() == abs.root_path()) return true;
+  const fs::path canon = fs::weakly_canonical(abs, ec);
+  return !ec && canon == canon.root_path();
+}
+
+const std::vector<std::string> kTopLevel = {"trainer", "task",    "optimizer", "optimizers",
+                                            "hooks",   "metrics", "plugins"};
+const std::vector<std::string> kHookReserved = {"plugin", "name", "order", "enabled"};
+const std::vector<std::string> kTaskReserved = {"plugin"};
+const std::vector<std::string> kMetricReserved = {"plugin", "name", "enabled"};
+
+}  // namespace
+
+Config::Config() : impl_(std::make_unique<Impl>()) {}
+Config::Config(Config&&) noexcept = default;
+Config& Config::operator=(Config&&) noexcept = default;
+Config::~Config() = default;
+
+void Config::Impl::apply_set(const std::string& set) {
+  const std::string label = "--set " + set;
+  auto eq = set.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(label + ": expected SECTION.KEY=VALUE, e.g. --set trainer.epochs=1");
+  const std::string lhs = set.substr(0, eq), value = set.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (std::size_t s = 0;;) {
+    auto dot = lhs.find('.', s);
+    parts.push_back(lhs.substr(s, dot == std::string::npos ? std::string::npos : dot - s));
+    if (dot == std::string::npos) break;
+    s = dot + 1;
+  }
+  toml::table* target = nullptr;
+  std::string key;
+  if (parts.size() == 3 && parts[0] == "optimizers") {
+    auto* all = root.get("optimizers") ? root.get("optimizers")->as_table() : nullptr;
+    target = all && all->get(parts[1]) ? all->get(parts[1])->as_table() : nullptr;
+    if (!target) throw ConfigError(label + ": no [optimizers." + parts[1] + "] table in " + path);
+    key = parts[2];
+  } else if (parts.size() == 2 && parts[0] != "hooks" && parts[0] != "metrics") {
+    if (std::find(kTopLevel.begin(), kTopLevel.end(), parts[0]) == kTopLevel.end()) {
+      std::string msg = label + ": unknown section '" + parts[0] + "'";
+      if (auto s = did_you_mean(parts[0], kTopLevel); !s.empty())
+        msg += "; did you mean '" + s + "'?";
+      throw ConfigError(msg);
+    }
+    if (!root.contains(parts[0])) root.insert(parts[0], toml::table{});
+    target = root.get(parts[0])->as_table();
+    if (!target) throw ConfigError(label + ": '" + parts[0] + "' is not a table in " + path);
+    key = parts[1];
+  } else if (parts.size() == 3 && (parts[0] == "hooks" || parts[0] == "metrics")) {
+    auto* arr = root.get(parts[0]) ? root.get(parts[0])->as_array() : nullptr;
+    std::string names;
+    if (arr)
+      for (auto& n : *arr) {
+        auto* t = n.as_table();
+        if (!t) continue;
+        std::string inst = (*t)["name"].value_or((*t)["plugin"].value_or(std::string()));
+        names += " " + inst;
+        if (inst == parts[1]) target = t;
+      }
+    if (!target)
+      throw ConfigError(label + ": no [[" + parts[0] + "]] instance named '" + parts[1] + "' in " +
+                        path + (names.empty() ? "" : " (instances:" + names + ")"));
+    key = parts[2];
+  } else {
+    throw ConfigError(label +
+                      ": expected SECTION.KEY=VALUE, hooks.INSTANCE.KEY=VALUE or "
+                      "optimizers.NAME.KEY=VALUE");
+  }
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed.insert("v", value);  // not a TOML literal: take it as a string
+  }
+  target->insert_or_assign(key, std::move(*parsed.get("v")));
+  overrides[target->get(key)] = {label, value};
+}
+
+void Config::Impl::validate_builtin() {
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    if (std::find(kTopLevel.begin(), kTopLevel.end(), key) != kTopLevel.end()) continue;
+    std::string msg = "unknown top-level key '" + key + "'";
+    if (auto s = did_you_mean(key, kTopLevel); !s.empty())
+      msg += "; did you mean '" + s + "'?";
+    else
+      msg +=
+          "; a config has [trainer], [task], [optimizer] or [optimizers.NAME], [[hooks]], "
+          "[[metrics]] and [plugins]";
+    throw error(where(k.source()), msg);
+  }
+  auto section_table = [&](const std::string& name) -> const toml::table* {
+    auto* n = root.get(name);
+    if (!n) return nullptr;
+    auto* t = n->as_table();
+    if (!t) throw error(where(*n), "'" + name + "' must be a table: [" + name + "]");
+    return t;
+  };
+
+  static const toml::table empty;
+  const toml::table* tt = section_table("trainer");
+  // batch_size = "auto" is the one string an integer key takes: validated as the default,
+  // chosen later by make_trainer(); put back afterwards, so that toml() keeps "auto".
+  const toml::node* auto_node = tt ? tt->get("batch_size") : nullptr;
+  if (auto_node && auto_node->is_string()) {
+    if (auto_node->value_or(std::string()) != "auto")
+      throw error(where(*auto_node),
+                  "trainer.batch_size must be an integer or \"auto\" (the fastest power of two "
+                  "on the CPU, the largest that fits on CUDA), not " +
+                      toml_text(*auto_node));
+    root.get("trainer")->as_table()->insert_or_assign("batch_size", 32);
+    trainer.auto_batch_size = true;
+  }
+  Params tp = validate(tt ? *tt : empty, trainer_schema(), "[trainer]", {}, "trainer", "trainer");
+  trainer.epochs = tp.get_int("epochs");
+  trainer.seed = tp.get_int("seed");
+  trainer.batch_size = tp.get_int("batch_size");
+  trainer.max_batch_size = tp.get_int("max_batch_size");
+  if (trainer.auto_batch_size)
+    root.get("trainer")->as_table()->insert_or_assign("batch_size", "auto");
+  trainer.valid_batch_size = tp.get_int("valid_batch_size");
+  trainer.shuffle = tp.get_bool("shuffle");
+  trainer.drop_last = tp.get_bool("drop_last");
+  trainer.max_steps = tp.get_int("max_steps");
+  trainer.log_every = tp.get_int("log_every");
+  trainer.threads = tp.get_int("threads");
+  trainer.num_workers = tp.get_int("num_workers");
+  trainer.steps_per_epoch = tp.get_int("steps_per_epoch");
+  const auto device = tp.get_string("device");
+  const auto nan_policy = tp.get_string("nan_policy");
+  trainer.output_dir = tp.get_string("output_dir");
+  trainer.save_model = tp.get_bool("save_model");
+  trainer.flops = tp.get_bool("flops");
+  trainer.peak_gflops = tp.get_float("peak_gflops");
+  const std::string trainer_where = where(tt ? tt->source() : toml::source_region{});
+  auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg,
+                   const char* section) { Impl::check(p, key, ok, msg, section, trainer_where); };
+  // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
+  // stops before any data is loaded.
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  check(tp, "epochs", trainer.epochs >= 0, "must be >= 0 (0: nothing trained)", "[trainer]");
+  // Batch sizes stay far from int64 overflow in the batch arithmetic.
+  check(tp, "batch_size", trainer.batch_size >= 1 && trainer.batch_size <= kIntMax,
+        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "max_batch_size", trainer.max_batch_size >= 1 && trainer.max_batch_size <= kIntMax,
+        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "valid_batch_size",
+        trainer.valid_batch_size >= 0 && trainer.valid_batch_size <= kIntMax,
+        "must be between 0 (same as batch_size) and " + std::to_string(kIntMax), "[trainer]");
+  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0 (0: no limit)", "[trainer]");
+  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0 (0: epoch records only)",
+        "[trainer]");
+  check(tp, "threads", trainer.threads >= 0 && trainer.threads <= kMaxThreads,
+        "must be between 0 (LibTorch's default) and " + std::to_string(kMaxThreads) +
+            "; more threads than cores only slows training, so set at most the number of cores "
+            "(`wick doctor` shows it)",
+        "[trainer]");
+  check(tp, "peak_gflops", trainer.peak_gflops >= 0 && std::isfinite(trainer.peak_gflops),
+        "must be >= 0 (0: measured with a short matrix-product probe)", "[trainer]");
+  check(tp, "num_workers", trainer.num_workers >= 0, "must be >= 0 (0: load on the main thread)",
+        "[trainer]");
+  check(tp, "steps_per_epoch", trainer.steps_per_epoch >= 0, "must be >= 0 (0: from the data)",
+        "[trainer]");
+  // More loader threads than cores only adds switching; allowed, as the user may know better.
+  if (const auto cores = static_cast<std::int64_t>(std::thread::hardware_concurrency());
+      cores > 0 && trainer.num_workers > cores) {
+    const auto& e = tp.impl().entries.at("num_workers");
+    std::fprintf(stderr,
+                 "wick: warning: %s: 'num_workers' in [trainer] is %lld, more than this "
+                 "machine's %lld cores\n",
+                 (e.where.empty() ? path : e.where).c_str(),
+                 static_cast<long long>(trainer.num_workers), static_cast<long long>(cores));
+  }
+  // One of the schema's choices, checked (with a suggestion) as the table was read.
+  trainer.nan_policy = nan_policy == "skip"     ? NanPolicy::skip
+                       : nan_policy == "ignore" ? NanPolicy::ignore
+                                                : NanPolicy::error;
+  const auto parsed = parse_device(device);
+  check(tp, "device", device == "auto" || (parsed && parsed->index <= 127),
+        "must be \"cpu\", \"cuda\", \"cuda:N\" (N from 0 to 127) or \"auto\", not \"" +
+            printable(device) + "\"",
+        "[trainer]");
+  trainer.auto_device = device == "auto";
+  if (parsed) trainer.device = *parsed;
+  check(tp, "output_dir", !resolves_to_root(trainer.output_dir),
+        trainer.output_dir.empty()
+            ? std::string("must name a run folder, not be empty (e.g. \"runs/my-run\")")
+            : "must name a run folder, not the filesystem root (\"" +
+                  printable(trainer.output_dir) + "\" resolves to /)",
+        "[trainer]");
+
+  // [optimizer] (one optimizer over the model) or [optimizers.NAME] (one per named module).
+  const toml::table* ot = section_table("optimizer");
+  const toml::table* all = section_table("optimizers");
+  if (ot && all)
+    throw error(where(all->source()),
+                "[optimizers.NAME] tables and an [optimizer] table together; use [optimizer] "
+                "for one optimizer over the model, or one [optimizers.NAME] per module");
+  has_optimizer = ot != nullptr || all != nullptr;
+  optimizers.clear();
+  optimizers.push_back(read_optimizer(ot, "[optimizer]", ""));
+  if (all) {
+    optimizers.clear();
+    // In the order the file gives them (toml++ keeps a table's keys sorted by name).
+    std::vector<std::pair<std::string, const toml::node*>> named;
+    for (auto&& [k, v] : *all) named.emplace_back(std::string(k.str()), &v);
+    std::stable_sort(named.begin(), named.end(), [](const auto& a, const auto& b) {
+      const auto &x = a.second->source().begin, &y = b.second->source().begin;
+      return x.line != y.line ? x.line < y.line : x.column < y.column;
+    });
+    for (const auto& [name, v] : named) {
+      const auto* t = v->as_table();
+      if (!t)
+        throw error(where(*v), "[optimizers." + name + "] must be a table: [optimizers." + name +
+                                   "] with name = \"adam\", lr = ...");
+      optimizers.push_back(read_optimizer(t, "[optimizers." + name + "]", name));
+    }
+    if (optimizers.empty())
+      throw error(where(all->source()), "[optimizers] names no optimizer; add [optimizers.NAME]");
+  }
+
+  if (const toml::table* pt = section_table("plugins")) {
+    for (auto&& [k, v] : *pt) {
+      if (k.str() != "path") {
+        std::string msg = "unknown key '" + std::string(k.str()) + "' in [plugins]";
+        if (did_you_mean(std::string(k.str()), {"path"}) == "path") msg += "; did you mean 'path'?";
+        throw error(where(k.source()), msg);
+      }
+      std::vector<std::string> dirs;
+      if (v.is_string())
+        dirs.push_back(*v.value<std::string>());
+      else if (auto* a = v.as_array()) {
+        for (auto& e : *a) {
+          if (!e.is_string())
+            throw error(where(e), "'path' in [plugins] must be a string or an array of strings");
+          dirs.push_back(*e.value<std::string>());
+        }
+      } else {
+        throw error(where(v), "'path' in [plugins] must be a string or an array of strings");
+      }
+      for (auto& d : dirs) {
+        fs::path p(d);
+        if (p.is_relative()) p = fs::path(path).parent_path() / p;
+        plugin_dirs.push_back(p.lexically_normal().string());
+      }
+    }
+  }
+
+  if (const toml::table* t = section_table("task")) {
+    auto* pn = t->get("plugin");
+    if (!pn)
+      throw error(where(t->source()),
+                  "missing required key 'plugin' in [task] (the task "
+                  "plugin's name, e.g. plugin = \"synthetic\")");
+    if (!pn->is_string())
+      throw error(where(*pn),
+                  "'plugin' in [task] must be a string, not " + std::string(node_type_name(*pn)));
+    task_plugin = *pn->value<std::string>();
+  }
+
+  validate_instances("hooks", /*ordered=*/true);
+  validate_instances("metrics", /*ordered=*/false);
+}
+
+// [[hooks]] and [[metrics]]: arrays of plugin instances, each named uniquely.
+void Config::Impl::validate_instances(const std::string& array, bool ordered) {
+  auto* hn = root.get(array);
+  if (!hn) return;
+  auto* arr = hn->as_array();
+  if (!arr || !arr->is_array_of_tables())
+    throw error(where(*hn),
+                "'" + array + "' must be an array of tables: write each as [[" + array + "]]");
+  std::map<std::string, std::string> seen;
+  for (auto& n : *arr) {
+    const auto& t = *n.as_table();
+    auto* pn = t.get("plugin");
+    if (!pn) throw error(where(t.source()), "missing required key 'plugin' in [[" + array + "]]");
+    if (!pn->is_string())
+      throw error(where(*pn), "'plugin' in [[" + array + "]] must be a string, not " +
+                                  std::string(node_type_name(*pn)));
+    std::string inst = *pn->value<std::string>();
+    if (auto* nn = t.get("name")) {
+      if (!nn->is_string()) throw error(where(*nn), "'name' in [[" + array + "]] must be a string");
+      inst = *nn->value<std::string>();
+    }
+    const std::string section = "[" + array + "." + inst + "]";
+    if (auto* on = t.get("order"); ordered && on && !on->is_integer())
+      throw error(where(*on),
+                  "'order' in " + section + " must be an integer, not " + node_type_name(*on));
+    if (auto* on = t.get("order"); ordered && on) {
+      const std::int64_t o = *on->value<std::int64_t>();
+      if (o < std::numeric_limits<int>::min() || o > std::numeric_limits<int>::max())
+        throw error(where(*on), "'order' in " + section + " must be between " +
+                                    std::to_string(std::numeric_limits<int>::min()) + " and " +
+                                    std::to_string(std::numeric_limits<int>::max()));
+    }
+    if (auto* en = t.get("enabled"); en && !en->is_boolean())
+      throw error(where(*en), "'enabled' in " + section + " must be true or false");
+    if (auto it = seen.find(inst); it != seen.end())
+      throw error(where(t.source()), "a second [[" + array + "]] instance named '" + inst +
+                                         "' (the first is at " + it->second +
+                                         "); give one of them name = \"...\"");
+    seen[inst] = where(t.source());
+  }
+}
+
+Config Config::parse(const std::string& text, const std::string& path,
+                     const std::vector<std::string>& sets) {
+  Config c;
+  auto& I = *c.impl_;
+  I.path = fs::absolute(path).lexically_normal().string();
+  try {
+    I.root = toml::parse(text, I.path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(I.where(e.source()) + ": TOML syntax error: " + std::string(e.description()));
+  }
+  for (const auto& s : sets) I.apply_set(s);
+  I.validate_builtin();
+  I.trainer.overrides = sets;
+  return c;
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& sets) {
+  // Opened without blocking (a FIFO would wait for a writer), then only a regular file of at
+  // most kMaxConfigBytes is read: /dev/zero or a FIFO would never end.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(path + ": cannot read the config file (does it exist?)");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw ConfigError(path + ": not a regular file; a config must be a TOML file");
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ConfigError(path + ": cannot read the config file: " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxConfigBytes)
+      throw ConfigError(path + ": the config file is larger than " +
+                        std::to_string(kMaxConfigBytes >> 20) +
+                        " MiB, the most wick reads; is it the right file?");
+  }
+  return parse(text, path, sets);
+}
+
+std::string Config::toml() const {
+  std::ostringstream o;
+  o << toml::toml_formatter{impl_->root};
+  return o.str() + "\n";
+}
+
+const std::string& Config::path() const {
+  return impl_->path;
+}
+const TrainerOptions& Config::trainer() const {
+  return impl_->trainer;
+}
+const OptimizerOptions& Config::optimizer() const {
+  return impl_->optimizers.front();
+}
+const std::vector<OptimizerOptions>& Config::optimizers() const {
+  return impl_->optimizers;
+}
+bool Config::has_optimizer() const {
+  return impl_->has_optimizer;
+}
+bool Config::has_task() const {
+  return !impl_->task_plugin.empty();
+}
+const std::string& Config::task_plugin() const {
+  return impl_->task_plugin;
+}
+
+std::optional<std::string> Config::hook_string(const std::string& plugin,
+                                               const std::string& key) const {
+  auto* an = impl_->root.get("hooks");
+  if (!an) return std::nullopt;
+  for (auto& n : *an->as_array()) {
+    const auto& t = *n.as_table();
+    if (t["enabled"].value_or(true) && t["plugin"].value_or(std::string()) == plugin)
+      return t[key].value<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> Config::search_path(const std::vector<std::string>& extra) const {
+  std::vector<std::string> dirs = extra;
+  dirs.insert(dirs.end(), impl_->plugin_dirs.begin(), impl_->plugin_dirs.end());
+  return plugin_search_path(dirs);
+}
+
+std::vector<Config::Impl::Instance> Config::Impl::instances(
+    const PluginFinder& finder, const std::string& array, PluginKind kind,
+    const std::vector<std::string>& reserved) const {
+  std::vector<Instance> out;
+  auto* an = root.get(array);
+  if (!an) return out;
+  for (auto& n : *an->as_array()) {
+    const auto& t = *n.as_table();
+    if (!t["enabled"].value_or(true)) continue;
+    const std::string plugin = *t["plugin"].value<std::string>();
+    const std::string name = t["name"].value_or(plugin);
+    auto lib = find_plugin(finder, t, kind);
+    Params p = plugin_params(t, lib->info(), "[" + array + "." + name + "]", reserved, name);
+    out.push_back({&t, plugin, name, std::move(lib), std::move(p)});
+  }
+  return out;
+}
+
+std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
+  std::vector<HookEntry> out;
+  for (auto& i : impl_->instances(finder, "hooks", PluginKind::hook, kHookReserved)) {
+    HookEntry e;
+    e.plugin = i.plugin;
+    e.instance = i.name;
+    e.order =
+        static_cast<int>((*i.table)["order"].value_or<std::int64_t>(i.lib->info().default_order));
+    e.main_process_only = i.lib->info().main_process_only;
+    e.library = i.lib->info().path;
+    e.api_minor = i.lib->info().api_minor;
+    e.hook = impl_->construct(i, [&] { return i.lib->create_hook(i.params); });
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<MetricEntry> Config::make_metrics(const PluginFinder& finder) const {
+  std::vector<MetricEntry> out;
+  for (auto& i : impl_->instances(finder, "metrics", PluginKind::metric, kMetricReserved))
+    out.push_back({impl_->construct(i, [&] { return i.lib->create_metric(i.params); }), i.plugin,
+                   i.name, i.lib->info().api_minor});
+  return out;
+}
+
+namespace {
+const toml::table& task_table(const Config::Impl& I) {
+  if (I.task_plugin.empty())
+    throw ConfigError(I.path +
+                      ": no [task] table; add one naming the task plugin, e.g.\n"
+                      "[task]\nplugin = \"synthetic\"");
+  return *I.root.get("task")->as_table();
+}
+}  // namespace
+
+void Config::check_task(const PluginFinder& finder) const {
+  const auto& t = task_table(*impl_);
+  auto lib = impl_->find_plugin(finder, t, PluginKind::task);
+  impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
+}
+
+std::shared_ptr<Task> Config::make_task(const PluginFinder& finder) const {
+  check_task(finder);
+  const auto& t = task_table(*impl_);
+  auto lib = finder.find(impl_->task_plugin);
+  Params p = impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
+  try {
+    return lib->create_task(p);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& ex) {
+    throw std::runtime_error("task plugin '" + impl_->task_plugin +
+                             "' could not start: " + ex.what());
+  }
+}
+
+}  // namespace wick

@@ -1,0 +1,16 @@
+// Private: the built-in config tables' keys ([trainer], [optimizer], an optimizer's groups),
+// in the same form as a plugin's declared parameters, so that one validator checks both
+// (choices included: a value outside them is refused with a suggestion, at load time).
+#pragma once
+
+#include <vector>
+
+#include "wick/loader.hpp"  // ParamInfo
+
+namespace wick {
+
+std::vector<ParamInfo> trainer_schema();
+std::vector<ParamInfo> optimizer_schema();
+std::vector<ParamInfo> group_schema();
+
+}  // namespace wick

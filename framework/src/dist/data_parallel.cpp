@@ -1,0 +1,28 @@
+// The trainer's data-parallel strategy: its checks and wick's own group outside a fit.
+#include "dist/data_parallel.hpp"
+
+#include <string>
+
+#include "dist/ranks.hpp"
+#include "wick/params.hpp"  // ConfigError
+
+namespace wick {
+
+void DataParallel::all_reduce_sum(at::Tensor& t) const {
+  if (distributed()) collectives_->all_reduce_sum(t);
+}
+
+void DataParallel::check_fit() const {
+  if (job_.world > 1 && !collectives_)
+    throw ConfigError("WORLD_SIZE is " + std::to_string(job_.world) +
+                      " but no hook set up data-parallel training, so the ranks would train "
+                      "apart; add [[hooks]] plugin = \"ddp\" to the config");
+}
+
+void DataParallel::join_if_needed() {
+  if (job_.world <= 1 || collectives_) return;
+  own_ = join_ranks(job_.rank, job_.world);
+  collectives_ = own_.get();
+}
+
+}  // namespace wick

@@ -1,0 +1,117 @@
+// A training epoch: its batches (this rank's share of the epoch's order, or a stream's running
+// numbers), the steps over them, the stop checks between steps, and cancellations.
+#include "loop/trainer_impl.hpp"
+
+namespace wick {
+
+Sharding Trainer::Impl::sharding() const {
+  return {state.num_processes, state.rank};
+}
+
+std::int64_t Trainer::Impl::train_batches() const {
+  return train_batches(epoch_start, state.num_processes, opt.batch_size, opt.drop_last);
+}
+
+std::int64_t Trainer::Impl::train_batches(EpochStart start, std::int64_t world, std::int64_t bs,
+                                          bool drop_last) const {
+  if (streaming()) return opt.steps_per_epoch;
+  const std::int64_t nb = epoch_batches(train_ds->size(), start, world, bs, drop_last);
+  return opt.steps_per_epoch > 0 ? std::min(nb, opt.steps_per_epoch) : nb;
+}
+
+LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
+  LoadPlan p;
+  p.ds = train_ds.get();
+  p.phase = Phase::train;
+  p.seed = opt.seed;
+  p.epoch = state.epoch;
+  p.first = first_batch;
+  p.end = train_batches();
+  p.what = "the training data";
+  p.pin = device.is_cuda();
+  const std::int64_t bs = opt.batch_size;
+  if (streaming()) {
+    // Running sample numbers, dealt to ranks batch by batch (see wick::kUnsized).
+    const std::int64_t e = state.epoch, spe = opt.steps_per_epoch;
+    const std::int64_t w = state.num_processes, r = state.rank;
+    p.indices = [=](std::int64_t b) {
+      return at::arange(((e * spe + b) * w + r) * bs, ((e * spe + b) * w + r + 1) * bs, at::kLong);
+    };
+    return p;
+  }
+  at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding(),
+                                 epoch_start.offset);
+  const std::int64_t local = order.size(0), first = epoch_start.first_batch;
+  p.indices = [order, local, bs, first](std::int64_t b) {
+    return order.slice(0, (b - first) * bs, std::min(local, (b - first + 1) * bs));
+  };
+  return p;
+}
+
+// A CancelStep or CancelEpoch was caught: count it and tell the after_cancel hooks.
+void Trainer::Impl::cancelled(CancelScope scope) {
+  const bool step = scope == CancelScope::step;
+  ++(step ? stops.cancelled_steps : stops.cancelled_epochs);
+  CancelInfo info{scope, step ? CancelReason::cancel_step : CancelReason::cancel_epoch,
+                  dispatch.blame(step ? "CancelStep" : "CancelEpoch")};
+  if (in_step()) phase = LoopPhase::fit;
+  cancel = &info;
+  dispatch.emit(Point::after_cancel);
+  cancel = nullptr;
+}
+
+void Trainer::Impl::train_epoch(std::int64_t first_batch) {
+  model->train();
+  state.phase = Phase::train;
+  if (first_batch == 0) epoch_start = {};  // a resume's new dealing lasts for its epoch
+  const std::int64_t nb = train_batches();
+  state.batches_in_epoch = nb;
+  state.batch_idx = first_batch;
+  // Resumed mid-epoch: the epoch's earlier values (restored) count in its records as they
+  // would have.
+  if (!(first_batch > 0 && resume.mid_epoch)) epoch.clear();
+  resume.mid_epoch = false;
+  epoch.losses.reserve(static_cast<std::size_t>(nb));
+  pos = {state.epoch, first_batch};
+
+  const auto t0 = Clock::now();
+  const double c0 = process_cpu_seconds();
+  const double probe0 = flops.probe_seconds(), probe_cpu0 = flops.probe_cpu_seconds();
+  flops.start_window(state.micro_step);
+  times.epoch_micro0 = state.micro_step;
+  // The state the data starts the epoch with (restored, or as the task made it), before any
+  // loader thread moves it on.
+  if (train_ds->has_state() && !data_state) {
+    data_state = std::make_shared<StateDict>();
+    train_ds->save_state(*data_state);
+  }
+  try {
+    dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
+    // Started after before_epoch (hooks there may change the data's state); its threads are
+    // joined on every way out of this block.
+    BatchLoader loader(train_plan(first_batch), opt.num_workers);
+    for (std::int64_t b = first_batch; b < nb; ++b) {
+      if (interrupt_requested()) throw Interrupted{};
+      state.batch_idx = b;
+      try {
+        train_step(loader);
+        if (flops.probe_due()) flops.probe(state.micro_step);
+      } catch (const CancelStep&) {
+        cancelled(CancelScope::step);
+        pos = {state.epoch, b + 1};
+      }
+      // max_steps is reached at the same step on every rank; other stop requests may come
+      // from one rank alone, so data-parallel runs agree on them first.
+      const bool max_reached = opt.max_steps > 0 && state.optimizer_step >= opt.max_steps;
+      if (max_reached) stops.request("max_steps (" + std::to_string(opt.max_steps) + ") reached");
+      if (max_reached || agreed_stop(false)) break;
+    }
+  } catch (const CancelEpoch&) {
+    cancelled(CancelScope::epoch);
+  }
+  times.epoch_train_s = seconds_since(t0) - (flops.probe_seconds() - probe0);
+  times.train_seconds += times.epoch_train_s;
+  times.train_cpu_seconds += process_cpu_seconds() - c0 - (flops.probe_cpu_seconds() - probe_cpu0);
+}
+
+}  // namespace wick

@@ -1,0 +1,162 @@
+// The run's outputs: the run folder's lock, the metrics records (step and epoch records, the
+// training means over the ranks, learning rates, FLOP rates) and summary.json.
+#include <filesystem>
+
+#include "loop/trainer_impl.hpp"
+#include "wick/outputs.hpp"
+#include "wick/system.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+double Trainer::Impl::current_lr() const {
+  const auto& groups = optimizers.front().optimizer->param_groups();
+  return groups.empty() ? 0.0 : groups[0].options().get_lr();
+}
+
+// "lr": the first group's of the first optimizer; with several optimizers also "lr/NAME".
+void Trainer::Impl::add_lrs(Record& r) const {
+  r.values.emplace_back("lr", current_lr());
+  if (optimizers.size() < 2) return;
+  for (const auto& o : optimizers) {
+    const auto& groups = o.optimizer->param_groups();
+    if (!groups.empty()) r.values.emplace_back("lr/" + o.name, groups[0].options().get_lr());
+  }
+}
+
+std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whole_epoch) {
+  // [sum, count] per value: the loss, then each training metric; one all-reduce for all.
+  std::vector<at::Tensor> parts;
+  auto add = [&](const std::vector<at::Tensor>& v, std::size_t from) {
+    if (from >= v.size()) {
+      parts.push_back(torch::zeros({2}, torch::kDouble));
+      return;
+    }
+    auto s = torch::stack(at::TensorList(v).slice(from)).to(torch::kDouble).sum().cpu();
+    parts.push_back(torch::stack(
+        {s, torch::scalar_tensor(static_cast<double>(v.size() - from), torch::kDouble)}));
+  };
+  add(epoch.losses, whole_epoch ? 0 : epoch.logged_loss);
+  for (std::size_t k = 0; k < epoch.names.size(); ++k)
+    add(epoch.metrics[k], whole_epoch ? 0 : epoch.logged_metric[k]);
+  auto packed = torch::cat(parts);
+  dp.all_reduce_sum(packed);
+  auto a = packed.accessor<double, 1>();
+  std::vector<std::pair<std::string, double>> out;
+  if (a[1] > 0) out.emplace_back("train/loss", a[0] / a[1]);
+  for (std::size_t k = 0; k < epoch.names.size(); ++k) {
+    const auto i = static_cast<std::int64_t>(2 * (k + 1));
+    if (a[i + 1] > 0) out.emplace_back("train/" + epoch.names[k], a[i] / a[i + 1]);
+  }
+  return out;
+}
+
+void Trainer::Impl::log_step_if_due() {
+  if (opt.log_every <= 0 || state.micro_step % opt.log_every != 0 ||
+      epoch.losses.size() <= epoch.logged_loss)
+    return;
+  Record r;
+  r.kind = Record::Kind::step;
+  r.values = train_means(/*whole_epoch=*/false);
+  add_lrs(r);
+  flops.add_window_rates(r, state.micro_step, state.num_processes);
+  epoch.mark_logged();
+  r.epoch = state.epoch;
+  r.step = state.optimizer_step;
+  r.samples_seen = state.samples_seen;
+  r.time_s = seconds_since(times.fit_start);
+  records.write(std::move(r));
+}
+
+void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before) {
+  Record r;
+  r.kind = Record::Kind::epoch;
+  r.values = train_means(/*whole_epoch=*/true);
+  for (const auto& kv : last_valid.values) r.values.push_back(kv);
+  add_lrs(r);
+  const double dt = seconds_since(t_epoch);
+  r.values.emplace_back("epoch_time_s", dt);
+  r.values.emplace_back(
+      "samples_per_s",
+      dt > 0 ? static_cast<double>(times.samples_this_run - samples_before) / dt : 0.0);
+  flops.add_rates(r, state.micro_step - times.epoch_micro0, times.epoch_train_s,
+                  state.num_processes);
+  r.values.emplace_back("peak_rss_mb", peak_rss_mb());
+  r.epoch = state.epoch;
+  r.step = state.optimizer_step;
+  r.samples_seen = state.samples_seen;
+  r.time_s = seconds_since(times.fit_start);
+  records.write(std::move(r));
+}
+
+bool Trainer::Impl::writes_outputs() const {
+  // Data-parallel ranks share the run directory; rank 0 writes it (the metrics are reduced).
+  return opt.write_outputs && !run.output_dir.empty() && state.rank == 0;
+}
+
+void Trainer::Impl::lock_outputs() {
+  if (!writes_outputs()) return;
+  const fs::path dir(run.output_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw std::runtime_error("cannot create output_dir '" + dir.string() + "': " + ec.message() +
+                             "; set trainer.output_dir to a writable folder");
+  lock.acquire(dir);
+}
+
+void Trainer::Impl::open_outputs() {
+  if (!writes_outputs()) return;
+  const fs::path dir(run.output_dir);
+  // A resumed run appends to the history it continues (cut back to its checkpoint when the
+  // checkpoint is restored); a new run starts it afresh.
+  records.open(dir / "metrics.jsonl", /*append=*/!run.resume.empty());
+}
+
+// summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
+// kill) never leaves an earlier run's "completed" behind; the end writes the truth.
+void Trainer::Impl::write_summary_file(const FitResult* res) {
+  // Not into a folder another fit holds.
+  if (!writes_outputs() || !lock.held()) return;
+  Summary s;
+  s.status = res ? to_string(res->status) : "running";
+  if (res) {
+    s.error = res->error;
+    s.stop_reason = res->stop_reason;
+  }
+  s.epochs = state.epoch + (res && res->status == FitResult::Status::completed ? 1 : 0);
+  if (resume.start.epoch >= opt.epochs) s.epochs = opt.epochs;
+  s.optimizer_steps = state.optimizer_step;
+  s.micro_steps = state.micro_step;
+  s.samples_seen = state.samples_seen;
+  s.skipped_steps = state.skipped_steps;
+  s.cancelled_steps = stops.cancelled_steps;
+  s.cancelled_epochs = stops.cancelled_epochs;
+  s.num_processes = state.num_processes;
+  s.wall_s = seconds_since(times.fit_start);
+  s.train_samples_per_s = times.train_seconds > 0
+                              ? static_cast<double>(times.samples_this_run) / times.train_seconds
+                              : 0.0;
+  s.valid = last_valid.values;
+  s.train_cpu_s = times.train_cpu_seconds;
+  if (res) {
+    s.model_fingerprint = self->model_fingerprint();
+    if (!res->model_file.empty()) s.model_file = fs::path(res->model_file).filename().string();
+    s.model_weights = res->model_weights;
+  }
+  s.config = run.config_path;
+  s.overrides = opt.overrides;
+  s.flops_per_step = flops.per_step();
+  s.peak_gflops = flops.peak_gflops();
+  s.batch_size = opt.batch_size;
+  s.batch_size_search = opt.batch_size_search;
+  s.start_to_first_step_s = times.first_step_s;
+  if (const Profiler* p = dispatch.profiler()) {
+    s.profile_json = profile_json(p->snapshot(s.wall_s));
+    s.memory_json = memory_json(p->memory.snapshot());
+  }
+  write_summary(fs::path(run.output_dir) / "summary.json", s);
+}
+
+}  // namespace wick

@@ -1,0 +1,80 @@
+// How a fit is asked to stop: signal handlers, the interrupt flag, stop requests.
+#include "loop/stop_signals.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+
+#include "wick/interrupt.hpp"
+#include "wick/state_dict.hpp"
+#include "wick/trainer.hpp"
+
+namespace wick {
+
+namespace {
+
+// The first stop signal's number (0: none) and how many have come.
+std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_count{0};
+
+void on_stop_signal(int sig) {
+  // A second signal: the user (or the scheduler) wants out now.
+  if (g_stop_count.fetch_add(1) >= 1) _exit(128 + sig);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+}
+
+}  // namespace
+
+// SIGINT (Ctrl-C), SIGTERM (preemption: SLURM, Kubernetes, docker stop), SIGHUP (the terminal
+// went away) and SIGUSR1 (SLURM's warning before a job's end) all ask for a stop at the next
+// step boundary, so that the cancel checkpoint and a truthful summary.json get written.
+StopSignalScope::StopSignalScope() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &old_[i]);
+}
+
+StopSignalScope::~StopSignalScope() {
+  for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &old_[i], nullptr);
+}
+
+std::string stop_signal_reason(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "terminated (SIGTERM)";
+    case SIGHUP:
+      return "hung up (SIGHUP)";
+    case SIGUSR1:
+      return "asked to stop (SIGUSR1)";
+    default:
+      return "interrupted (SIGINT)";
+  }
+}
+
+bool interrupt_requested() {
+  return g_stop_signal.load(std::memory_order_relaxed) != 0;
+}
+int interrupt_signal() {
+  return g_stop_signal.load(std::memory_order_relaxed);
+}
+void request_interrupt(int sig) {
+  g_stop_signal.store(sig);
+  g_stop_count.store(1);
+}
+void clear_interrupt() {
+  g_stop_signal.store(0);
+  g_stop_count.store(0);
+}
+
+void StopRequests::save(StateDict& out) const {
+  out.set_int("cancelled_steps", cancelled_steps);
+  out.set_int("cancelled_epochs", cancelled_epochs);
+}
+void StopRequests::load(const StateDict& in) {
+  cancelled_steps = in.get_int("cancelled_steps");
+  cancelled_epochs = in.get_int("cancelled_epochs");
+}
+
+}  // namespace wick
