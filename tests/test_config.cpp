@@ -98,6 +98,10 @@ TEST_CASE("unknown keys are reported where they are, with a suggestion") {
                            "unknown key 'xyzzy' in [optimizer]; known keys: groups name lr "
                            "weight_decay betas eps amsgrad fused momentum dampening nesterov");
   }
+  SECTION("in [plugins], whose roles are keys too") {
+    Case c("[plugins]\nprofilr = \"my_profiler\"\n");
+    CHECK(c.error() == c.at(2, 1) + "unknown key 'profilr' in [plugins]; did you mean 'profiler'?");
+  }
   SECTION("a misspelt section") {
     Case c("[trainr]\nepochs = 2\n");
     CHECK(c.error() == c.at(1, 2) + "unknown top-level key 'trainr'; did you mean 'trainer'?");
@@ -270,6 +274,34 @@ TEST_CASE("a choice parameter takes only its declared choices, from the file and
     INFO(r.err);
     CHECK(r.exit_code == 0);
   }
+}
+
+TEST_CASE("built-in choices, the optimizer's name and nan_policy, are checked at load") {
+  Case name("[optimizer]\nname = \"adamm\"\n");
+  CHECK(name.error() == name.at(2, 8) +
+                            "'adamm' is not one of \"adam\", \"adamw\", \"sgd\" for 'name' in "
+                            "[optimizer]; did you mean \"adam\"?");
+  Case nan("[trainer]\nnan_policy = \"skp\"\n");
+  CHECK(nan.error() == nan.at(2, 14) +
+                           "'skp' is not one of \"error\", \"skip\", \"ignore\" for "
+                           "'nan_policy' in [trainer]; did you mean \"skip\"?");
+}
+
+TEST_CASE("the plugins wick fit adds by role are the ones [plugins] names") {
+  // --profile adds [plugins] profiler's hook; ranks started without a data-parallel hook get
+  // [plugins] data_parallel's. Named plugins that do not exist show that the key was used.
+  TempDir d;
+  write_file(d / "cfg.toml", "[task]\nplugin = \"synthetic\"\n[trainer]\noutput_dir = \"" +
+                                 (d / "run").string() +
+                                 "\"\n[plugins]\nprofiler = \"my_profiler\"\n"
+                                 "data_parallel = \"my_data_parallel\"\n");
+  auto prof = run_wick({"fit", (d / "cfg.toml").string(), "--profile"});
+  CHECK(prof.exit_code == 2);
+  CHECK(prof.err.find("no plugin named 'my_profiler'") != std::string::npos);
+  auto ranks = run_wick({"fit", (d / "cfg.toml").string()},
+                        {"WORLD_SIZE=2", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1"});
+  CHECK(ranks.exit_code == 2);
+  CHECK(ranks.err.find("no plugin named 'my_data_parallel'") != std::string::npos);
 }
 
 TEST_CASE("did_you_mean suggests only close keys") {

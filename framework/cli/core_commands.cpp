@@ -199,28 +199,32 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
 }
 
 // Ranks started for data-parallel training (wick launch, torchrun, --nproc) train together
-// even when the config names no ddp hook: it is added with its defaults, with a notice.
+// even when the config names no data-parallel hook: [plugins] data_parallel's (ddp) is added
+// with its defaults, with a notice.
 void add_ddp_if_ranks(const wick::Config& cfg, const wick::PluginFinder& finder,
                       wick::Trainer& trainer) {
   const int world = wick::job_ranks().world;
   if (world <= 1) return;
+  const std::string& plugin = cfg.data_parallel_plugin();
   for (const auto& h : trainer.hooks())
-    if (h.plugin == "ddp") return;
-  auto ddp = wick::Config::parse("[[hooks]]\nplugin = \"ddp\"\n", cfg.path(), {});
+    if (h.plugin == plugin) return;
+  auto ddp = wick::Config::parse("[[hooks]]\nplugin = \"" + plugin + "\"\n", cfg.path(), {});
   for (auto& h : ddp.make_hooks(finder)) trainer.add_hook(std::move(h));
   if (trainer.run().is_main_process())
     std::fprintf(stderr,
-                 "wick: WORLD_SIZE is %d and %s names no ddp hook: added [[hooks]] plugin = "
-                 "\"ddp\" with its defaults\n",
-                 world, cfg.path().c_str());
+                 "wick: WORLD_SIZE is %d and %s names no %s hook: added [[hooks]] plugin = "
+                 "\"%s\" with its defaults\n",
+                 world, cfg.path().c_str(), plugin.c_str(), plugin.c_str());
 }
 
-// `wick fit --profile`: the profiler hook with its defaults, unless the config has one.
+// `wick fit --profile`: [plugins] profiler's hook (profiler) with its defaults, unless the
+// config has one.
 void add_profiler(const wick::Config& cfg, const wick::PluginFinder& finder,
                   wick::Trainer& trainer) {
+  const std::string& plugin = cfg.profiler_plugin();
   for (const auto& h : trainer.hooks())
-    if (h.plugin == "profiler") return;
-  auto prof = wick::Config::parse("[[hooks]]\nplugin = \"profiler\"\n", cfg.path(), {});
+    if (h.plugin == plugin) return;
+  auto prof = wick::Config::parse("[[hooks]]\nplugin = \"" + plugin + "\"\n", cfg.path(), {});
   for (auto& h : prof.make_hooks(finder)) trainer.add_hook(std::move(h));
 }
 
@@ -312,8 +316,9 @@ void add_core_commands(CLI::App& app, Registry& r) {
                   "continue from a checkpoint: latest, a PATH, or auto (latest if there is "
                   "one, else start afresh; what restarts use)");
   fit->add_flag("--profile", profile,
-                "time every hook, stage handler and step phase (the profiler hook): a table at "
-                "the end, profile.json and summary.json's \"profile\"");
+                "time every hook, stage handler and step phase (the profiler hook, or the one "
+                "[plugins] profiler names): a table at the end, profile.json and summary.json's "
+                "\"profile\"");
   fit->add_flag("--auto-batch-size", auto_batch,
                 "choose trainer.batch_size before training (as batch_size = \"auto\"): the "
                 "power of two up to trainer.max_batch_size with the most samples/s on the CPU, "

@@ -49,6 +49,11 @@ class Config {
   // The full search path: --plugin-path folders (extra), the [plugins] path entries (made
   // absolute relative to the config file's folder), WICK_PLUGIN_PATH, the install's folder.
   std::vector<std::string> search_path(const std::vector<std::string>& extra = {}) const;
+  // The plugins the `wick` command adds by role when the config names none of them:
+  // [plugins] data_parallel (default "ddp": ranks started without a data-parallel hook) and
+  // profiler (default "profiler": `wick fit --profile`). The framework knows no plugin names.
+  const std::string& data_parallel_plugin() const;
+  const std::string& profiler_plugin() const;
 
   // Loads the hook plugins, validates their tables and constructs them (config order;
   // instances with enabled = false are left out).

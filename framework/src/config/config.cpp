@@ -278,9 +278,20 @@ void Config::Impl::validate_builtin() {
 
   if (const toml::table* pt = section_table("plugins")) {
     for (auto&& [k, v] : *pt) {
-      if (k.str() != "path") {
-        std::string msg = "unknown key '" + std::string(k.str()) + "' in [plugins]";
-        if (did_you_mean(std::string(k.str()), {"path"}) == "path") msg += "; did you mean 'path'?";
+      const std::string key(k.str());
+      if (key == "data_parallel" || key == "profiler") {
+        const auto* name = v.as_string();
+        if (!name || name->get().empty())
+          throw error(where(v), "'" + key + "' in [plugins] must be a plugin's name (a string)");
+        (key == "profiler" ? profiler_plugin : data_parallel_plugin) = name->get();
+        continue;
+      }
+      if (key != "path") {
+        std::string msg = "unknown key '" + key + "' in [plugins]";
+        if (auto s = did_you_mean(key, {"path", "data_parallel", "profiler"}); !s.empty())
+          msg += "; did you mean '" + s + "'?";
+        else
+          msg += "; known keys: path data_parallel profiler";
         throw error(where(k.source()), msg);
       }
       std::vector<std::string> dirs;
@@ -428,6 +439,12 @@ bool Config::has_optimizer() const {
 }
 bool Config::has_task() const {
   return !impl_->task_plugin.empty();
+}
+const std::string& Config::data_parallel_plugin() const {
+  return impl_->data_parallel_plugin;
+}
+const std::string& Config::profiler_plugin() const {
+  return impl_->profiler_plugin;
 }
 const std::string& Config::task_plugin() const {
   return impl_->task_plugin;

@@ -33,6 +33,7 @@ struct __attribute__((visibility("hidden"))) Config::Impl {
   std::vector<OptimizerOptions> optimizers;  // one, or one per [optimizers.NAME]
   bool has_optimizer = false;
   std::string task_plugin;
+  std::string data_parallel_plugin = "ddp", profiler_plugin = "profiler";  // [plugins] roles
   std::vector<std::string> plugin_dirs;
 
   std::string where(const toml::source_region& r) const {
