@@ -102,6 +102,11 @@ TEST_CASE("unknown keys are reported where they are, with a suggestion") {
     Case c("[plugins]\nprofilr = \"my_profiler\"\n");
     CHECK(c.error() == c.at(2, 1) + "unknown key 'profilr' in [plugins]; did you mean 'profiler'?");
   }
+  SECTION("a role in [plugins] that names no plugin") {
+    Case c("[plugins]\ndata_parallel = 3\n");
+    CHECK(c.error() ==
+          c.at(2, 17) + "'data_parallel' in [plugins] must be a plugin's name (a string)");
+  }
   SECTION("a misspelt section") {
     Case c("[trainr]\nepochs = 2\n");
     CHECK(c.error() == c.at(1, 2) + "unknown top-level key 'trainr'; did you mean 'trainer'?");

@@ -57,9 +57,8 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
           "include/wick/tensor_module.hpp", "include/wick/wick.hpp", "include/wick/task.hpp",
           // the framework's headers, for host programs (wick::host), apart from the SDK's
           "include/wick-host/wick/trainer.hpp", "include/wick-host/wick/config.hpp",
-          "lib/cmake/wick/wickConfig.cmake",
-          "lib/cmake/wick/wickConfigVersion.cmake", "lib/cmake/wick/wickTargets.cmake",
-          "lib/cmake/wick/WickPlugin.cmake"}) {
+          "lib/cmake/wick/wickConfig.cmake", "lib/cmake/wick/wickConfigVersion.cmake",
+          "lib/cmake/wick/wickTargets.cmake", "lib/cmake/wick/WickPlugin.cmake"}) {
       INFO(f);
       CHECK(fs::exists(prefix / f));
     }
@@ -74,9 +73,9 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
         const auto text = read_file(e.path());
         for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {
           INFO(e.path().string() << " includes " << (*it)[1]);
-          CHECK((fs::exists(prefix / "include" / (*it)[1].str()) ||
-                 (std::string(folder) != "include" &&
-                  fs::exists(prefix / folder / (*it)[1].str()))));
+          CHECK(
+              (fs::exists(prefix / "include" / (*it)[1].str()) ||
+               (std::string(folder) != "include" && fs::exists(prefix / folder / (*it)[1].str()))));
         }
       }
     // Relative RPATHs into the prefix, so that it can be moved as a whole; then, for a
