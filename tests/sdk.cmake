@@ -60,10 +60,12 @@ foreach(header ${WICK_SDK_PUBLIC_HEADERS})
   file(GENERATE OUTPUT ${tu} CONTENT "#include <wick/${stem}.hpp>\n")
   list(APPEND WICK_HEADER_ALONE_SOURCES ${tu})
 endforeach()
-add_library(wick_sdk_headers_alone OBJECT ${WICK_HEADER_ALONE_SOURCES})
-target_link_libraries(wick_sdk_headers_alone PRIVATE wick)
-target_compile_options(wick_sdk_headers_alone PRIVATE ${WICK_WARNINGS})
-add_dependencies(wick_test_plugins wick_sdk_headers_alone)
+if(WICK_HEADER_ALONE)
+  add_library(wick_sdk_headers_alone OBJECT ${WICK_HEADER_ALONE_SOURCES})
+  target_link_libraries(wick_sdk_headers_alone PRIVATE wick)
+  target_compile_options(wick_sdk_headers_alone PRIVATE ${WICK_WARNINGS})
+  add_dependencies(wick_test_plugins wick_sdk_headers_alone)
+endif()
 
 # The SDK boundary, held by the build (issue 34). A plugin that includes a framework header
 # does not build: the probe is built by the test, not with the tree, and must fail for that

@@ -730,6 +730,54 @@ TEST_CASE("stage order by capability: a handler that needs one runs after its pr
                     "greater than 4 (e.g. order = 5 in its [[hooks]] table)");
 }
 
+TEST_CASE(
+    "capabilities: the built-in ones order alike by enum or by name and a misspelt one is "
+    "refused with the name meant while a plugin's own name passes") {
+  auto pass = [](wick::Context&, wick::Next n) { return n(); };
+  {
+    // The enum and the string name one capability: the order check sees them as one.
+    TempDir dir;
+    wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+    t.add_hook(entry("scaler", 2, [&](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, pass);
+      r.provides(Stage::optimizer_step, "unscaled_gradients");
+    }));
+    t.add_hook(entry("clipper", 1, [&](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, pass);
+      r.needs(Stage::optimizer_step, wick::Capability::unscaled_gradients, "it clips true values");
+    }));
+    CHECK_THROWS_WITH(t.connect(),
+                      Catch::StartsWith("hook 'clipper' (order 1) runs before 'scaler' (order 2)"));
+  }
+  {
+    TempDir dir;
+    wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+    t.add_hook(entry("clipper", 0, [&](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, pass);
+      r.needs(Stage::optimizer_step, "reduced_gradient", "it must clip the all-reduced gradient");
+    }));
+    CHECK_THROWS_WITH(t.connect(),
+                      "hook 'clipper' (plugin 'clipper') needs 'reduced_gradient' in the "
+                      "optimizer_step stage, which is not a capability; did you mean "
+                      "'reduced_gradients'? (wick::Capability::reduced_gradients in the plugin's "
+                      "connect())");
+  }
+  {
+    // A capability of the plugins' own, provided and needed in order.
+    TempDir dir;
+    wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+    t.add_hook(entry("maker", 0, [&](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, pass);
+      r.provides(Stage::optimizer_step, "sparsified_gradients");
+    }));
+    t.add_hook(entry("user", 1, [&](wick::Registrar& r) {
+      r.stage(Stage::optimizer_step, pass);
+      r.needs(Stage::optimizer_step, "sparsified_gradients", "it reads the mask");
+    }));
+    CHECK_NOTHROW(t.connect());
+  }
+}
+
 TEST_CASE("a hook reaches its task typed") {
   TempDir dir;
   auto task = std::make_shared<MeteredTask>();

@@ -410,6 +410,16 @@ TEST_CASE("a sweep killed with SIGKILL resumes: finished trials kept, the unfini
       run_wick({"fit", (dir / "plain.toml").string(), "--set", "optimizer.lr=0.002"}).exit_code ==
       0);
   CHECK(records(dir / "sweep" / "trial-002") == records(dir / "plain"));
+
+  // A status sweep.json cannot hold (a hand edit) is refused, naming the file and the trial.
+  auto state = read_json(dir / "sweep" / "sweep.json");
+  state["trials"][1]["status"] = "compleetd";
+  write_file(dir / "sweep" / "sweep.json", state.dump());
+  r = run_wick(again);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("sweep.json: trial 2 has status 'compleetd', not one of "
+                                    "pending, running, completed, stopped, failed (did you "
+                                    "mean 'completed'?)"));
 }
 
 TEST_CASE("wick sweep refuses bad input with exit 2, naming the place") {

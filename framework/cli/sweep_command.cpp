@@ -52,16 +52,43 @@ struct SweepArgs {
   std::uint64_t seed = 0;
 };
 
+// Where a trial is; written to sweep.json, results.csv and results.md by name.
+enum class TrialStatus {
+  pending,    // not started, or to be resumed
+  running,    // a fit process runs it
+  completed,  // its fit ended with exit 0
+  stopped,    // the halving rule stopped it
+  failed,     // its fit failed (note says why)
+};
+constexpr TrialStatus kTrialStatuses[] = {TrialStatus::pending, TrialStatus::running,
+                                          TrialStatus::completed, TrialStatus::stopped,
+                                          TrialStatus::failed};
+const char* to_string(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::pending:
+      return "pending";
+    case TrialStatus::running:
+      return "running";
+    case TrialStatus::completed:
+      return "completed";
+    case TrialStatus::stopped:
+      return "stopped";
+    case TrialStatus::failed:
+      return "failed";
+  }
+  return "?";
+}
+
 struct Trial {
   int id = 0;
   std::string dir;  // relative to the sweep folder: trial-001
   std::vector<std::string> values;
-  std::string status = "pending";  // pending, running, completed, stopped, failed
-  bool started = false;            // ran before (a resumed sweep continues it with --resume auto)
-  bool halted = false;             // the halving rule stopped it (SIGTERM sent)
-  std::string note;                // why it stopped or failed
-  std::int64_t epochs = 0;         // epochs completed
-  std::optional<double> value;     // the metric at its last epoch record
+  TrialStatus status = TrialStatus::pending;
+  bool started = false;         // ran before (a resumed sweep continues it with --resume auto)
+  bool halted = false;          // the halving rule stopped it (SIGTERM sent)
+  std::string note;             // why it stopped or failed
+  std::int64_t epochs = 0;      // epochs completed
+  std::optional<double> value;  // the metric at its last epoch record
   std::map<std::int64_t, double> rungs;  // epoch -> metric, where the halving rule judged it
   double wall_s = 0;
   // While running (not kept):
@@ -197,6 +224,20 @@ void Sweep::plan() {
   }
 }
 
+// A trial's status as sweep.json names it; any other word is a damaged or hand-edited file.
+TrialStatus read_status(const fs::path& file, int id, const std::string& word) {
+  std::vector<std::string> names;
+  for (const auto s : kTrialStatuses) {
+    if (word == to_string(s)) return s;
+    names.emplace_back(to_string(s));
+  }
+  const auto near = did_you_mean(word, names);
+  throw ConfigError(file.string() + ": trial " + std::to_string(id) + " has status '" + word +
+                    "', not one of pending, running, completed, stopped, failed" +
+                    (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+                    "; fix it, or remove the file to start the sweep anew");
+}
+
 void Sweep::load_or_start() {
   const fs::path file = dir_ / "sweep.json";
   std::error_code ec;
@@ -216,7 +257,7 @@ void Sweep::load_or_start() {
     const auto id = s.value("id", 0);
     if (id < 1 || id > static_cast<int>(trials_.size())) continue;
     auto& t = trials_[static_cast<std::size_t>(id - 1)];
-    t.status = s.value("status", "pending");
+    t.status = read_status(file, id, s.value("status", "pending"));
     t.started = s.value("started", false);
     t.halted = s.value("halted", false);
     t.note = s.value("note", "");
@@ -225,12 +266,12 @@ void Sweep::load_or_start() {
     t.wall_s = s.value("wall_s", 0.0);
     if (s.contains("rungs"))
       for (const auto& [e, v] : s["rungs"].items()) t.rungs[std::stoll(e)] = v.get<double>();
-    if (t.status == "running") {
+    if (t.status == TrialStatus::running) {
       // Killed with the sweep: a halted one is done; the others continue from a checkpoint.
-      t.status = t.halted ? "stopped" : "pending";
+      t.status = t.halted ? TrialStatus::stopped : TrialStatus::pending;
       if (!t.halted) ++resumed;
     }
-    if (t.status != "pending") ++kept;
+    if (t.status != TrialStatus::pending) ++kept;
   }
   std::fprintf(stderr, "wick sweep: resuming %s: %zu trial(s) kept, %zu resumed from checkpoints\n",
                dir_.c_str(), kept, resumed);
@@ -247,7 +288,7 @@ void Sweep::save() const {
     json values;
     for (std::size_t k = 0; k < params_.size(); ++k) values[params_[k].path] = t.values[k];
     s["values"] = values;
-    s["status"] = t.status;
+    s["status"] = to_string(t.status);
     s["started"] = t.started;
     s["halted"] = t.halted;
     if (!t.note.empty()) s["note"] = t.note;
@@ -314,7 +355,7 @@ void Sweep::start(Trial& t) {
   const pid_t pid = start_child(args, log, log, env);
   ::close(log);
   t.pid = pid;
-  t.status = "running";
+  t.status = TrialStatus::running;
   t.started = true;
   t.offset = 0;
   t.printed_epochs = t.epochs;
@@ -397,13 +438,13 @@ void Sweep::finish(Trial& t, int status) {
   const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   const bool terminated = WIFEXITED(status) && WEXITSTATUS(status) == 143;
   if (ok) {
-    t.status = "completed";
+    t.status = TrialStatus::completed;
   } else if (t.halted && terminated) {
-    t.status = "stopped";
+    t.status = TrialStatus::stopped;
   } else if (terminated && g_signal != 0) {
-    t.status = "running";  // stopped with the sweep: resumed by the next run of it
+    t.status = TrialStatus::running;  // stopped with the sweep: resumed by the next run of it
   } else {
-    t.status = "failed";
+    t.status = TrialStatus::failed;
     // The fit's last line says why.
     std::ifstream log(dir_ / t.dir / "fit.log");
     std::string line, last;
@@ -412,9 +453,9 @@ void Sweep::finish(Trial& t, int status) {
     t.note = describe_wait_status(status) + (last.empty() ? "" : ": " + last);
   }
   save();
-  if (t.status == "running") return;
+  if (t.status == TrialStatus::running) return;
   std::printf("[trial %d/%zu] %s after %lld epoch(s)%s%s%s\n", t.id, trials_.size(),
-              t.status.c_str(), static_cast<long long>(t.epochs),
+              to_string(t.status), static_cast<long long>(t.epochs),
               t.value ? (": " + a_.metric + " " + num(*t.value)).c_str() : "",
               t.note.empty() ? "" : "; ", t.note.c_str());
   std::fflush(stdout);
@@ -428,7 +469,7 @@ void Sweep::stop_all(int sig) {
 const Trial* Sweep::best() const {
   // Completed trials first: a trial stopped early has trained less, not worse.
   const Trial* b = nullptr;
-  for (const char* status : {"completed", "stopped"}) {
+  for (const TrialStatus status : {TrialStatus::completed, TrialStatus::stopped}) {
     for (const auto& t : trials_) {
       if (t.status != status || !t.value || !std::isfinite(*t.value)) continue;
       if (!b || (maximize() ? *t.value > *b->value : *t.value < *b->value)) b = &t;
@@ -443,7 +484,7 @@ void Sweep::write_results() const {
   for (const auto& p : params_) csv += "," + p.path;
   csv += ",wall_s,dir\n";
   for (const auto& t : trials_) {
-    csv += std::to_string(t.id) + "," + t.status + "," + std::to_string(t.epochs) + "," +
+    csv += std::to_string(t.id) + "," + to_string(t.status) + "," + std::to_string(t.epochs) + "," +
            (t.value ? num(*t.value) : "");
     for (const auto& v : t.values) csv += "," + csv_cell(v);
     csv += "," + num(t.wall_s) + "," + t.dir + "\n";
@@ -465,8 +506,8 @@ void Sweep::write_results() const {
   for (std::size_t k = 0; k < params_.size(); ++k) md += "|---";
   md += "|---|\n";
   for (const auto* t : order) {
-    md += "| " + std::to_string(t->id) + (t == b ? " (best)" : "") + " | " + t->status + " | " +
-          std::to_string(t->epochs) + " | " + (t->value ? num(*t->value) : "-");
+    md += "| " + std::to_string(t->id) + (t == b ? " (best)" : "") + " | " + to_string(t->status) +
+          " | " + std::to_string(t->epochs) + " | " + (t->value ? num(*t->value) : "-");
     for (const auto& v : t->values) md += " | " + v;
     md += " | " + num(t->wall_s) + " |\n";
   }
@@ -526,7 +567,7 @@ int Sweep::run() {
     }
     if (!signalled)
       for (auto& t : trials_)
-        if (t.status == "pending" && running() < a_.jobs) start(t);
+        if (t.status == TrialStatus::pending && running() < a_.jobs) start(t);
     for (auto& t : trials_) {
       if (t.pid <= 0) continue;
       poll(t);
@@ -534,15 +575,17 @@ int Sweep::run() {
       if (::waitpid(t.pid, &status, WNOHANG) == t.pid) finish(t, status);
     }
     if (running() == 0 &&
-        (signalled || std::none_of(trials_.begin(), trials_.end(),
-                                   [](const Trial& t) { return t.status == "pending"; })))
+        (signalled || std::none_of(trials_.begin(), trials_.end(), [](const Trial& t) {
+           return t.status == TrialStatus::pending;
+         })))
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!metric_error_.empty()) {
     // The trials stopped for it are not failures of theirs: run again with a metric they log.
     for (auto& t : trials_)
-      if (t.status == "failed" || t.status == "running") t.status = "pending";
+      if (t.status == TrialStatus::failed || t.status == TrialStatus::running)
+        t.status = TrialStatus::pending;
     save();
     throw ConfigError(metric_error_);
   }
@@ -552,7 +595,7 @@ int Sweep::run() {
   }
   write_results();
   const bool any = std::any_of(trials_.begin(), trials_.end(), [](const Trial& t) {
-    return t.status == "completed" || t.status == "stopped";
+    return t.status == TrialStatus::completed || t.status == TrialStatus::stopped;
   });
   return any ? kOk : kFailed;
 }

@@ -154,9 +154,9 @@ class Ddp : public wick::Hook, public wick::Collectives {
     });
     r.stage(wick::Stage::optimizer_step,
             [this](wick::Context& c, wick::Next next) { return reduce_gradients(c, next); });
-    r.needs(wick::Stage::optimizer_step, "accumulated_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::accumulated_gradients,
             "gradients are all-reduced once per optimizer step, after accumulation");
-    r.provides(wick::Stage::optimizer_step, "reduced_gradients");
+    r.provides(wick::Stage::optimizer_step, wick::Capability::reduced_gradients);
     // The timings logged each step are means over the steps since the last step record.
     r.on_record([this](const wick::Record& rec) {
       if (rec.kind == wick::Record::Kind::step) window_ = {};

@@ -26,7 +26,7 @@ class GradAccum : public wick::Hook {
     r.stage(wick::Stage::optimizer_step, [](wick::Context& c, wick::Next next) {
       return c.state().is_accum_boundary() ? next() : false;
     });
-    r.provides(wick::Stage::optimizer_step, "accumulated_gradients");
+    r.provides(wick::Stage::optimizer_step, wick::Capability::accumulated_gradients);
     r.stage(wick::Stage::zero_grad, [](wick::Context& c, wick::Next next) {
       return c.state().is_accum_boundary() ? next() : false;
     });

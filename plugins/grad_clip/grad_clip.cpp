@@ -31,11 +31,11 @@ class GradClip : public wick::Hook {
       clip(c);
       return next();
     });
-    r.needs(wick::Stage::optimizer_step, "accumulated_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::accumulated_gradients,
             "clipping must only see the full accumulated gradient of a real step");
-    r.needs(wick::Stage::optimizer_step, "unscaled_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::unscaled_gradients,
             "gradients must be unscaled before they are clipped");
-    r.needs(wick::Stage::optimizer_step, "reduced_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::reduced_gradients,
             "every process must clip the same, all-reduced gradient");
   }
 

@@ -80,11 +80,11 @@ class MixedPrecision : public wick::Hook {
       c.log("loss_scale", scaler_.scale());
       return stepped;
     });
-    r.needs(wick::Stage::optimizer_step, "accumulated_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::accumulated_gradients,
             "gradients must be unscaled once per real step, after accumulation");
-    r.needs(wick::Stage::optimizer_step, "reduced_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::reduced_gradients,
             "every process must see the same non-finite check, on the all-reduced gradient");
-    r.provides(wick::Stage::optimizer_step, "unscaled_gradients");
+    r.provides(wick::Stage::optimizer_step, wick::Capability::unscaled_gradients);
   }
 
   bool has_state() const override { return fp16_; }

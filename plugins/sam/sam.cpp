@@ -29,7 +29,7 @@ class Sam : public wick::Hook {
       perturbed_step(c);
       return next();
     });
-    r.needs(wick::Stage::optimizer_step, "unscaled_gradients",
+    r.needs(wick::Stage::optimizer_step, wick::Capability::unscaled_gradients,
             "the step to w + e is measured on the true gradient, after loss scaling is undone");
   }
 

@@ -55,9 +55,9 @@ void Trainer::Impl::cancelled(CancelScope scope) {
   CancelInfo info{scope, step ? CancelReason::cancel_step : CancelReason::cancel_epoch,
                   dispatch.blame(step ? "CancelStep" : "CancelEpoch")};
   if (in_step()) phase = LoopPhase::fit;
-  cancel = &info;
+  stops.cancel = &info;
   dispatch.emit(Point::after_cancel);
-  cancel = nullptr;
+  stops.cancel = nullptr;
 }
 
 void Trainer::Impl::train_epoch(std::int64_t first_batch) {

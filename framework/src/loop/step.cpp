@@ -63,14 +63,34 @@ Batch Trainer::Impl::to_device(Batch b) const {
   return b;
 }
 
-std::size_t Trainer::Impl::optimizer_index(std::string_view name) const {
-  std::string known;
-  for (std::size_t i = 0; i < optimizers.size(); ++i) {
-    if (optimizers[i].name == name) return i;
-    known += (i ? ", " : "") + optimizers[i].name;
-  }
-  throw std::invalid_argument("no optimizer named '" + std::string(name) +
-                              "'; the run's optimizers: " + known);
+// The calls of a task's train_step under manual optimization, and of an optimizer_step
+// handler's second pass, each refused outside its place.
+void Trainer::Impl::check_manual_call(const char* call) const {
+  if (!manual || !in_step() || !state.training())
+    throw std::logic_error(std::string("Context::") + call +
+                           " is for a task's train_step under manual optimization "
+                           "(Task::manual_optimization() returning true)");
+}
+void Trainer::Impl::manual_backward(const at::Tensor& loss, std::string_view optimizer) {
+  check_manual_call("backward");
+  backward(loss, optimizer_index(optimizers, optimizer));
+}
+bool Trainer::Impl::manual_step(std::string_view optimizer) {
+  check_manual_call("step");
+  const bool stepped = step_optimizer(optimizer_index(optimizers, optimizer));
+  if (stepped) state.stepped = true;
+  return stepped;
+}
+void Trainer::Impl::manual_zero_grad(std::string_view optimizer) {
+  check_manual_call("zero_grad");
+  zero_grad_optimizer(optimizer_index(optimizers, optimizer));
+}
+at::Tensor Trainer::Impl::handler_recompute_loss() {
+  if (manual || phase != LoopPhase::step || !state.training())
+    throw std::logic_error(
+        "Context::recompute_loss is for an optimizer_step handler of a training step (not "
+        "under manual optimization, not inside another recompute_loss)");
+  return recompute_loss();
 }
 
 void Trainer::Impl::backward(const at::Tensor& loss, std::size_t i) {

@@ -13,6 +13,7 @@
 namespace wick {
 
 class StateDict;
+struct CancelInfo;
 
 // Installs the stop-signal handlers for the duration of a fit and restores the previous ones.
 class StopSignalScope {
@@ -38,6 +39,7 @@ struct StopRequests {
   bool requested = false;
   std::string reason;  // the first request's
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
+  const CancelInfo* cancel = nullptr;  // what after_cancel hooks hear of, while they run
 
   void request(std::string_view why) {
     if (!requested) reason = std::string(why);

@@ -312,7 +312,7 @@ FitResult Trainer::fit() {
       res.error = res.error.empty() ? msg : res.error + "; then " + msg;
       res.status = FitResult::Status::failed;
     };
-    I.cancel = &ending;
+    I.stops.cancel = &ending;
     try {
       I.dispatch.emit(Point::after_cancel);
     } catch (const std::exception& e) {
@@ -320,7 +320,7 @@ FitResult Trainer::fit() {
     } catch (...) {
       report(I.dispatch.blame("an exception that is not a std::exception"));
     }
-    I.cancel = nullptr;
+    I.stops.cancel = nullptr;
   }
   I.dispatch.set_where("end");
   const bool ended_in_step = I.in_step();  // the weights may be half updated

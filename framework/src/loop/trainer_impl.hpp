@@ -7,7 +7,9 @@
 //   evaluate.cpp      the evaluator: validation with metric reduction, evaluate, predict
 //   run_outputs.cpp   the run folder: lock, metrics records, summary.json
 //   final_weights.cpp the weights a run leaves (model.pt) and loading them
-//   context.cpp       the Context's services for plugins
+//   checkpoints.cpp   the run's checkpoints: save, inspect, restore (the CheckpointStore)
+// The Context reaches the loop through Context::Host (context_host.hpp), a view of these
+// members and of the two services Impl implements (StepCalls, CheckpointStore).
 // The components with state of their own have files of their own: EpochValues
 // (epoch_values.hpp), StopRequests (stop_signals.hpp), FlopMeter (flop_meter.hpp), the
 // Dispatcher (dispatch.hpp), RecordWriter and RunLock (records/).
@@ -22,13 +24,9 @@
 #include "data/batch_loader.hpp"
 #include "data/sampler.hpp"
 #include "dist/data_parallel.hpp"
-#include "loop/clock.hpp"
-#include "loop/dispatch.hpp"
+#include "loop/context_host.hpp"
 #include "loop/epoch_values.hpp"
 #include "loop/flop_meter.hpp"
-#include "loop/stop_signals.hpp"
-#include "optim/optimizers.hpp"
-#include "records/record_writer.hpp"
 #include "records/run_lock.hpp"
 #include "state/snapshot.hpp"
 #include "wick/metric.hpp"
@@ -37,41 +35,9 @@
 
 namespace wick {
 
-// Where the loop is, for the services that are only valid in some places (Context::step
-// inside a manual step, recompute_loss inside an optimizer_step handler, checkpoints between
-// steps).
-enum class LoopPhase {
-  outside,    // no fit running (construction, Trainer::validate, evaluate, predict)
-  fit,        // in fit(), between training steps (validation included)
-  step,       // inside a training step: before_step to the step's record
-  recompute,  // inside Context::recompute_loss, within a training step
-};
-
-// Where a fit starts when a checkpoint was restored (Context::restore_checkpoint).
-struct ResumePoint {
-  Position start;                    // where fit() begins
-  bool resumed = false;              // a checkpoint was restored
-  bool mid_epoch = false;            // `epoch` holds the resumed epoch's earlier values
-  std::int64_t rewind_records = -1;  // after before_fit: rewind the records to this count
-};
-
-// The fit's clocks and throughput counts (summary.json, epoch records).
-struct RunTimes {
-  Clock::time_point fit_start = Clock::now();
-  double epoch_train_s = 0;       // the last epoch's training time, less the peak probe
-  std::int64_t epoch_micro0 = 0;  // the micro step the last epoch began at
-  double train_seconds = 0, train_cpu_seconds = 0;
-  double first_step_s = -1;  // the process's age when its first training step began
-  std::int64_t samples_this_run = 0;
-};
-
-struct Context::Host {
-  virtual ~Host() = default;
-};
-
 // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
 // the public headers').
-struct __attribute__((visibility("hidden"))) Trainer::Impl : Context::Host {
+struct __attribute__((visibility("hidden"))) Trainer::Impl final : StepCalls, CheckpointStore {
   Trainer* self = nullptr;
   // What the run is: its options, task, model, optimizers, data, device.
   TrainerOptions opt;
@@ -95,10 +61,16 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl : Context::Host {
   // moved when a run resumes on another world size or batch size.
   EpochStart epoch_start;
 
+  // What plugins reach: the Context over a view of this state (context_host.hpp; it binds
+  // members declared below), and the dispatcher that runs their hooks with it.
+  Context::Host host{state,         run,      phase, pos,        batch,       output,
+                     backward_loss, model,    task,  optimizers, current_opt, *this,
+                     records,       dispatch, times, stops,      dp,          *this};
+  Context ctx{&host};
+  Dispatcher dispatch{ctx};
+
   // The step engine's state: the step's batch and output, the loss backward runs on, the
   // optimizer the running stage works for.
-  Context ctx{this};
-  Dispatcher dispatch{ctx};
   bool manual = false;  // the task drives backward and steps (manual optimization)
   std::size_t current_opt = 0;
   Batch batch;
@@ -119,7 +91,6 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl : Context::Host {
   FlopMeter flops;
   RunTimes times;
   StopRequests stops;
-  const CancelInfo* cancel = nullptr;  // set during after_cancel
 
   // The job's ranks and what reaches them: a hook's collectives (or wick's own outside a
   // fit), a data-parallel plugin's sharded optimizer state.
@@ -133,8 +104,12 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl : Context::Host {
   // The stage chains' defaults: the task's forward, backward, the optimizer's step, zero_grad.
   void install_stage_defaults();
   torch::optim::Optimizer& optim() { return *optimizers[current_opt].optimizer; }
-  // The index of an optimizer by name; throws naming the known ones.
-  std::size_t optimizer_index(std::string_view name) const;
+  // StepCalls: the Context's manual optimization calls and recompute_loss, checked.
+  void manual_backward(const at::Tensor& loss, std::string_view optimizer) override;
+  bool manual_step(std::string_view optimizer) override;
+  void manual_zero_grad(std::string_view optimizer) override;
+  at::Tensor handler_recompute_loss() override;
+  void check_manual_call(const char* call) const;
   // Runs the optimizer_step and zero_grad chains for optimizer i; true when it stepped.
   bool step_optimizer(std::size_t i);
   void zero_grad_optimizer(std::size_t i);
@@ -187,9 +162,12 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl : Context::Host {
   void add_lrs(Record& r) const;
   void write_summary_file(const FitResult* res);
 
-  // ---- checkpoints (context.cpp) ----
+  // ---- checkpoints (checkpoints.cpp) ----
   // The run's parts as a snapshot saves and restores them (state/snapshot.hpp).
   SnapshotParts snapshot_parts();
+  CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason) override;
+  CheckpointInfo inspect_checkpoint(const std::string& folder) const override;
+  CheckpointInfo restore_checkpoint(const std::string& folder) override;
 
   // ---- the weights a run leaves (final_weights.cpp) ----
   // The weights a hook keeps for evaluation, from the first hook (SDK 2.5 or newer) that

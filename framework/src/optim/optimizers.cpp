@@ -180,4 +180,14 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
   return out;
 }
 
+std::size_t optimizer_index(const std::vector<NamedOptimizer>& optimizers, std::string_view name) {
+  std::string known;
+  for (std::size_t i = 0; i < optimizers.size(); ++i) {
+    if (optimizers[i].name == name) return i;
+    known += (i ? ", " : "") + optimizers[i].name;
+  }
+  throw std::invalid_argument("no optimizer named '" + std::string(name) +
+                              "'; the run's optimizers: " + known);
+}
+
 }  // namespace wick

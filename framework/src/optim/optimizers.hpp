@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "wick/trainer.hpp"
@@ -23,5 +24,8 @@ struct NamedOptimizer {
 // claim.
 std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>& specs,
                                             torch::nn::Module& model);
+
+// The index of the optimizer named `name`; throws std::invalid_argument naming the run's ones.
+std::size_t optimizer_index(const std::vector<NamedOptimizer>& optimizers, std::string_view name);
 
 }  // namespace wick

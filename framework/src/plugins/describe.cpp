@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "wick/config.hpp"
 #include "wick/params.hpp"
 #include "wick/schedule.hpp"
 
@@ -9,7 +10,7 @@ namespace wick {
 namespace {
 
 // A capability a hook's handler provides or needs in a stage.
-struct Capability {
+struct CapabilityUse {
   Stage stage;
   const HookEntry* entry;
   std::string name;
@@ -19,7 +20,7 @@ struct Capability {
 class RecordingRegistrar : public Registrar {
  public:
   RecordingRegistrar(const HookEntry& h, HookSink* sink, ScheduleTable& t,
-                     std::vector<Capability>& provided, std::vector<Capability>& needed)
+                     std::vector<CapabilityUse>& provided, std::vector<CapabilityUse>& needed)
       : h_(h), sink_(sink), t_(t), provided_(provided), needed_(needed) {}
   void on(Point p, PointFn fn) override {
     t_.points[static_cast<std::size_t>(p)].push_back({h_.instance, h_.plugin, h_.order});
@@ -50,21 +51,40 @@ class RecordingRegistrar : public Registrar {
   const HookEntry& h_;
   HookSink* sink_;
   ScheduleTable& t_;
-  std::vector<Capability>& provided_;
-  std::vector<Capability>& needed_;
+  std::vector<CapabilityUse>& provided_;
+  std::vector<CapabilityUse>& needed_;
 };
+
+// A name that is not a built-in capability but a letter or two from one is a misspelling: a
+// need nobody provides would hold silently, a provide would order nothing. A plugin's own
+// names (far from the built-in ones) pass.
+void check_capability_names(const std::vector<CapabilityUse>& uses, const char* verb) {
+  std::vector<std::string> known;
+  for (const Capability c : kCapabilities) known.emplace_back(to_string(c));
+  for (const auto& u : uses) {
+    if (std::find(known.begin(), known.end(), u.name) != known.end()) continue;
+    const std::string near = did_you_mean(u.name, known);
+    if (near.empty()) continue;
+    throw ConfigError("hook '" + u.entry->instance + "' (plugin '" + u.entry->plugin + "') " +
+                      verb + " '" + u.name + "' in the " + std::string(to_string(u.stage)) +
+                      " stage, which is not a capability; did you mean '" + near +
+                      "'? (wick::Capability::" + near + " in the plugin's connect())");
+  }
+}
 
 }  // namespace
 
 void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, ScheduleTable& table) {
   std::stable_sort(hooks.begin(), hooks.end(),
                    [](const HookEntry& a, const HookEntry& b) { return a.order < b.order; });
-  std::vector<Capability> provided, needed;
+  std::vector<CapabilityUse> provided, needed;
   for (const auto& h : hooks) {
     if (h.main_process_only && rank != 0) continue;
     RecordingRegistrar r(h, sink, table, provided, needed);
     h.hook->connect(r);
   }
+  check_capability_names(provided, "provides");
+  check_capability_names(needed, "needs");
   // Position of an instance in a stage's chain (call order), -1 when it has no handler there.
   auto position = [&](Stage s, const HookEntry* e) {
     const auto& chain = table.stages[static_cast<std::size_t>(s)];

@@ -2,10 +2,12 @@
 // may carry state into checkpoints, and may cancel work by throwing a Cancel.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,31 @@ class Next {
   Context* ctx_;
 };
 
+// The capabilities the built-in plugins state in the optimizer_step stage (SDK 2.8), for
+// Registrar::provides and needs. A plugin may also name one of its own as a string; wick
+// checks every name once at start, and refuses one a letter or two from a built-in name as a
+// misspelling (a need that no hook provides would otherwise hold silently).
+enum class Capability : std::uint8_t {
+  accumulated_gradients,  // the gradients of a whole accumulation window (grad_accum)
+  unscaled_gradients,     // the loss scale divided out (mixed_precision)
+  reduced_gradients,      // all-reduced over the ranks (ddp)
+};
+inline constexpr Capability kCapabilities[] = {Capability::accumulated_gradients,
+                                               Capability::unscaled_gradients,
+                                               Capability::reduced_gradients};
+// Inline, so that describing a plugin needs nothing from libwick.
+inline std::string_view to_string(Capability c) {
+  switch (c) {
+    case Capability::accumulated_gradients:
+      return "accumulated_gradients";
+    case Capability::unscaled_gradients:
+      return "unscaled_gradients";
+    case Capability::reduced_gradients:
+      return "reduced_gradients";
+  }
+  return "?";
+}
+
 using PointFn = std::function<void(Context&)>;
 using StageFn = std::function<bool(Context&, Next)>;
 
@@ -77,6 +104,11 @@ class Registrar {
   // checked once at start, with the orders to use. Without a provider the need holds.
   virtual void provides(Stage s, const std::string& capability) = 0;
   virtual void needs(Stage s, const std::string& capability, const std::string& why) = 0;
+  // The same for a built-in capability (SDK 2.8): a misspelling does not compile.
+  void provides(Stage s, Capability c) { provides(s, std::string(to_string(c))); }
+  void needs(Stage s, Capability c, const std::string& why) {
+    needs(s, std::string(to_string(c)), why);
+  }
   // Receive every metrics record (per logged step and per epoch) after it is written to
   // metrics.jsonl: the one extension point for metrics sinks (CSV, progress displays).
   virtual void on_record(std::function<void(const Record&)> fn) = 0;

@@ -15,10 +15,11 @@
 //   2.6  wick/checkpointed.hpp (activation checkpointing), Context::memory_profile,
 //        wick/sharded_state.hpp (Context::set_sharded_state: optimizer state sharded over ranks)
 //   2.7  wick/interrupt.hpp (interrupt_requested: a stop signal came)
+//   2.8  wick::Capability (the built-in capabilities as an enum, for Registrar::provides/needs)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 7
+#define WICK_API_MINOR 8
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

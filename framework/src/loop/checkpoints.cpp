@@ -1,0 +1,172 @@
+// The run's checkpoints (the CheckpointStore the Context forwards to): the parts a snapshot
+// saves, a save (sharded optimizer state gathered to rank 0 for it), an inspection, and a
+// restore with its checks that the checkpoint belongs to this run.
+#include <cstdio>
+#include <filesystem>
+
+#include "loop/trainer_impl.hpp"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path resolve(const Trainer::Impl& I, const std::string& folder) {
+  fs::path p(folder);
+  return p.is_absolute() ? p : fs::path(I.run.output_dir) / p;
+}
+
+// A position this run can continue from: inside its data (a batch index past the epoch's
+// batches is a damaged or foreign checkpoint).
+void check_position(const Trainer::Impl& I, const Manifest& m) {
+  // The epoch as the checkpoint's run dealt it (its world size and batch size, both >= 1 as
+  // read_checkpoint checked).
+  const std::int64_t nb = I.train_batches({m.dealt_from_batch, m.dealt_from_sample},
+                                          m.run.world_size, m.run.batch_size, m.run.drop_last);
+  if (m.position.batch > nb)
+    throw CheckpointError("its position (epoch " + std::to_string(m.position.epoch) + ", batch " +
+                          std::to_string(m.position.batch) + ") is past the " + std::to_string(nb) +
+                          " batches of an epoch of this run");
+  if (m.micro_step < m.optimizer_step)
+    throw CheckpointError("it counts more optimizer steps (" + std::to_string(m.optimizer_step) +
+                          ") than batches (" + std::to_string(m.micro_step) + ")");
+}
+
+}  // namespace
+
+SnapshotParts Trainer::Impl::snapshot_parts() {
+  return {*model,
+          optimizers,
+          *task,
+          *train_ds,
+          data_state,
+          state,
+          pos,
+          epoch_start,
+          {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last},
+          records.count(),
+          dispatch.stateful_hooks(),
+          [this](StateDict& out) {
+            epoch.save(out);
+            stops.save(out);
+            records.save_pending(out);
+          },
+          [this](const StateDict& in) {
+            epoch.load(in);
+            stops.load(in);
+            records.load_pending(in);
+          }};
+}
+
+CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
+                                              const std::string& reason) {
+  const auto dir = resolve(*this, folder);
+  auto parts = snapshot_parts();
+  Manifest m = snapshot_manifest(parts, reason);
+  // Sharded optimizer state is gathered to rank 0 for the save, and released after it (on
+  // every process, whether rank 0's write succeeds or not).
+  struct Gathered {
+    ShardedState* s;
+    explicit Gathered(ShardedState* sh) : s(sh) {
+      if (s) s->gather_for_save();
+    }
+    ~Gathered() {
+      if (s) s->release_after_save();  // local work only; it does not throw
+    }
+  } gathered(dp.sharded_state());
+  if (!state.is_main_process()) return checkpoint_info(dir, m, 0);  // replicas hold the same state
+  const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(parts));
+  return checkpoint_info(dir, m, bytes);
+}
+
+CheckpointInfo Trainer::Impl::inspect_checkpoint(const std::string& folder) const {
+  const auto dir = resolve(*this, folder);
+  Files files;
+  Manifest m = read_checkpoint(dir, &files);
+  check_position(*this, m);
+  check_agreement(m, files);
+  std::uint64_t bytes = 0;
+  for (const auto& f : files) bytes += f.second.size();
+  return checkpoint_info(dir, m, bytes);
+}
+
+CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
+  if (dispatch.where() != "before_fit")
+    throw std::logic_error("restore_checkpoint is only possible in before_fit");
+  const auto dir = resolve(*this, folder);
+  const auto where = "checkpoint '" + dir.string() + "'";
+  Files files;
+  Manifest m;
+  try {
+    m = read_checkpoint(dir, &files);
+    check_position(*this, m);
+    check_agreement(m, files);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError("cannot resume from " + where + ": " + e.what());
+  }
+  // The data order is a function of (seed, epoch, shuffle): a resume with another of these
+  // would not continue the same run.
+  const RunIdentity now{opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last};
+  std::string diff;
+  auto cmp = [&](const char* key, auto then, auto mine) {
+    if (then != mine)
+      diff += "\n  " + std::string(key) + ": checkpoint " + std::to_string(then) + ", this run " +
+              std::to_string(mine);
+  };
+  cmp("seed", m.run.seed, now.seed);
+  cmp("shuffle", m.run.shuffle, now.shuffle);
+  cmp("drop_last", m.run.drop_last, now.drop_last);
+  const bool regeared = m.run.world_size != now.world_size || m.run.batch_size != now.batch_size;
+  if (regeared && streaming()) {
+    cmp("batch_size", m.run.batch_size, now.batch_size);
+    cmp("world_size", m.run.world_size, now.world_size);
+    diff += "\n  (a stream's samples are numbered by world size and batch size)";
+  }
+  if (!diff.empty())
+    throw std::runtime_error(where + " was written by a run with other settings:" + diff +
+                             "\na resume must use the checkpoint's seed, shuffle and drop_last "
+                             "(they fix the data order)");
+  if (m.position.epoch > opt.epochs)
+    throw std::runtime_error(where + " is at epoch " + std::to_string(m.position.epoch) +
+                             ", past this run's trainer.epochs = " + std::to_string(opt.epochs) +
+                             "; raise trainer.epochs to continue it");
+  auto parts = snapshot_parts();
+  restore_files(parts, m, files, where);
+  // The run continues its own metrics history from the checkpoint: records a killed run
+  // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
+  // before_fit is over (every sink is set up by then).
+  resume.rewind_records = m.records;
+  resume.start = m.position;
+  pos = m.position;
+  resume.resumed = true;
+  resume.mid_epoch = m.position.batch > 0;
+  epoch_start = {m.dealt_from_batch, m.dealt_from_sample};
+  if (regeared) {
+    std::string rest;
+    if (m.position.batch > 0) {
+      // The rest of the epoch: exactly the samples of its order not yet seen, dealt to this
+      // run's ranks at its batch size.
+      const std::int64_t n = train_ds->size();
+      const std::int64_t seen =
+          order_consumed(n, epoch_start, m.position.batch, m.run.world_size, m.run.batch_size);
+      epoch_start = {m.position.batch, seen};
+      rest = "; the " + std::to_string(n - seen) + " samples of epoch " +
+             std::to_string(m.position.epoch) + " not yet seen are dealt anew";
+    }
+    if (state.is_main_process())
+      std::fprintf(stderr,
+                   "wick: resuming a checkpoint of %lld rank(s) x batch %lld on %lld rank(s) x "
+                   "batch %lld (global batch %lld -> %lld)%s\n",
+                   static_cast<long long>(m.run.world_size),
+                   static_cast<long long>(m.run.batch_size), static_cast<long long>(now.world_size),
+                   static_cast<long long>(now.batch_size),
+                   static_cast<long long>(m.run.world_size * m.run.batch_size),
+                   static_cast<long long>(now.world_size * now.batch_size), rest.c_str());
+  }
+  std::uint64_t bytes = 0;
+  for (const auto& f : files) bytes += f.second.size();
+  return checkpoint_info(dir, m, bytes);
+}
+
+}  // namespace wick
