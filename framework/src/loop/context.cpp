@@ -11,13 +11,13 @@ const RunInfo& Context::run() const {
   return host_->run;
 }
 Batch& Context::batch() {
-  return host_->batch;
+  return host_->steps.batch;
 }
 Output& Context::output() {
-  return host_->output;
+  return host_->steps.output;
 }
 at::Tensor& Context::backward_loss() {
-  return host_->backward_loss;
+  return host_->steps.backward_loss;
 }
 torch::nn::Module& Context::model() {
   return *host_->model;
@@ -29,10 +29,10 @@ Task* Context::task_ptr() {
   return host_->task.get();
 }
 torch::optim::Optimizer& Context::optimizer() {
-  return *host_->optimizers[host_->current_optimizer].optimizer;
+  return *host_->optimizers[host_->steps.current_opt].optimizer;
 }
 const std::string& Context::optimizer_name() const {
-  return host_->optimizers[host_->current_optimizer].name;
+  return host_->optimizers[host_->steps.current_opt].name;
 }
 std::vector<std::string> Context::optimizer_names() const {
   std::vector<std::string> out;

@@ -94,7 +94,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
       if (interrupt_requested()) throw Interrupted{};
       state.batch_idx = b;
       try {
-        train_step(loader);
+        steps.train_step(loader);
         if (flops.probe_due()) flops.probe(state.micro_step);
       } catch (const CancelStep&) {
         cancelled(CancelScope::step);

@@ -1,9 +1,6 @@
-// The evaluator: the fit's validation (loss, the task's metrics and the metric plugins, reduced
-// over the ranks), and using a trained model: evaluate and predict (its weights are loaded by
-// final_weights.cpp). They share one evaluation pass (eval mode, no gradient, this rank's
-// shard in sample order); evaluate and predict touch nothing of the run but the model's
-// weights.
-#include "data/sampler.hpp"
+// The evaluator (evaluator.hpp), and the Trainer's evaluate and predict over a trained model
+// (its weights are loaded by final_weights.cpp): they touch nothing of the run but the
+// model's weights.
 #include "loop/trainer_impl.hpp"
 #include "wick/params.hpp"
 
@@ -50,58 +47,68 @@ const char* to_string(Split s) {
   return s == Split::train ? "train" : "valid";
 }
 
-LoadPlan Trainer::Impl::eval_plan(Dataset& ds, const at::Tensor& order, const char* what) {
-  const std::int64_t local = order.size(0), bs = run.valid_batch_size;
+void Evaluator::add_metric(MetricEntry entry) {
+  if (!entry.metric) throw std::invalid_argument("add_metric: no metric");
+  for (const auto& m : metrics_)
+    if (m.instance == entry.instance)
+      throw ConfigError("two metrics named '" + entry.instance + "'; give one another name");
+  const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
+  places_.emplace_back(who + " on a validation batch", who + " computing its value");
+  metrics_.push_back(std::move(entry));
+}
+
+LoadPlan Evaluator::eval_plan(Dataset& ds, const at::Tensor& order, const char* what) const {
+  const std::int64_t local = order.size(0), bs = p_.run.valid_batch_size;
   LoadPlan plan;
   plan.ds = &ds;
   plan.phase = Phase::valid;
-  plan.seed = opt.seed;
-  plan.epoch = state.epoch;
+  plan.seed = p_.opt.seed;
+  plan.epoch = p_.state.epoch;
   plan.end = (local + bs - 1) / bs;
   plan.what = what;
-  plan.pin = device.is_cuda();
+  plan.pin = p_.device.is_cuda();
   plan.indices = [order, local, bs](std::int64_t b) {
     return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
   };
   return plan;
 }
 
-ValidResult Trainer::Impl::validation(Dataset* ds, const std::string& prefix) {
+ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
   ValidResult res;
   if (!ds) return res;
   torch::NoGradGuard no_grad;
-  model->eval();
-  state.phase = Phase::valid;
-  const std::int64_t saved_batch = state.batch_idx, saved_nb = state.batches_in_epoch;
-  const bool valid = ds == valid_ds.get();
+  p_.model->eval();
+  p_.state.phase = Phase::valid;
+  const std::int64_t saved_batch = p_.state.batch_idx, saved_nb = p_.state.batches_in_epoch;
+  const bool valid = ds == p_.valid_ds.get();
   // The dispatcher keeps a view of its place: literals only.
   const char* get_where = valid ? "the validation data's get()" : "the training data's get()";
   LoadPlan plan = eval_plan(*ds, valid_order(ds->size(), sharding()),
                             valid ? "the validation data" : "the training data");
-  state.batches_in_epoch = plan.end;
-  state.batch_idx = 0;
+  p_.state.batches_in_epoch = plan.end;
+  p_.state.batch_idx = 0;
 
   at::Tensor loss_sum;
   std::vector<std::string> names;
   std::vector<at::Tensor> sums;
   std::int64_t count = 0;
-  for (auto& m : metrics) m.metric->reset();
+  for (auto& m : metrics_) m.metric->reset();
   // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
   try {
-    dispatch.emit(Point::before_valid);
-    BatchLoader loader(std::move(plan), opt.num_workers);
-    for (std::int64_t b = 0; b < state.batches_in_epoch; ++b) {
-      state.batch_idx = b;
+    p_.dispatch.emit(Point::before_valid);
+    BatchLoader loader(std::move(plan), p_.opt.num_workers);
+    for (std::int64_t b = 0; b < p_.state.batches_in_epoch; ++b) {
+      p_.state.batch_idx = b;
       try {
         const std::int64_t m = loader.size_of(b);
-        state.batch_size = m;
-        dispatch.emit(Point::before_step);
-        dispatch.set_where(get_where);
-        batch = to_device(loader.take(b).batch);
-        forward_and_loss();
-        auto l = output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
+        p_.state.batch_size = m;
+        p_.dispatch.emit(Point::before_step);
+        p_.dispatch.set_where(get_where);
+        p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
+        p_.steps.forward_and_loss();
+        auto l = p_.steps.output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
         loss_sum = loss_sum.defined() ? loss_sum + l : l;
-        for (const auto& [k, v] : output.metrics) {
+        for (const auto& [k, v] : p_.steps.output.metrics) {
           std::size_t i = 0;
           while (i < names.size() && names[i] != k) ++i;
           auto x = v.detach().to(torch::kDouble) * static_cast<double>(m);
@@ -113,17 +120,17 @@ ValidResult Trainer::Impl::validation(Dataset* ds, const std::string& prefix) {
           }
         }
         count += m;
-        for (std::size_t i = 0; i < metrics.size(); ++i) {
-          dispatch.set_where(metric_places[i].first);
-          metrics[i].metric->update(output.pred.detach(), batch.target);
+        for (std::size_t i = 0; i < metrics_.size(); ++i) {
+          p_.dispatch.set_where(places_[i].first);
+          metrics_[i].metric->update(p_.steps.output.pred.detach(), p_.steps.batch.target);
         }
-        dispatch.emit(Point::after_step);
+        p_.dispatch.emit(Point::after_step);
       } catch (const CancelStep&) {
-        cancelled(CancelScope::step);
+        p_.cancelled(CancelScope::step);
       }
     }
   } catch (const CancelEpoch&) {
-    cancelled(CancelScope::epoch);
+    p_.cancelled(CancelScope::epoch);
   }
   // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
   std::vector<at::Tensor> parts;
@@ -132,7 +139,7 @@ ValidResult Trainer::Impl::validation(Dataset* ds, const std::string& prefix) {
   for (auto& s : sums) parts.push_back(s.reshape({1}).cpu());
   parts.push_back(torch::full({1}, static_cast<double>(count), torch::kDouble));
   auto packed = torch::cat(parts);
-  dp.all_reduce_sum(packed);
+  p_.dp.all_reduce_sum(packed);
   auto acc = packed.accessor<double, 1>();
   const double total = acc[packed.size(0) - 1];
   res.samples = static_cast<std::int64_t>(total);
@@ -142,46 +149,46 @@ ValidResult Trainer::Impl::validation(Dataset* ds, const std::string& prefix) {
       res.values.emplace_back(prefix + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
     compute_metrics(res, prefix);
   }
-  model->train();
-  state.phase = Phase::train;
-  state.batch_idx = saved_batch;
-  state.batches_in_epoch = saved_nb;
+  p_.model->train();
+  p_.state.phase = Phase::train;
+  p_.state.batch_idx = saved_batch;
+  p_.state.batches_in_epoch = saved_nb;
   return res;
 }
 
-void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix) {
-  if (metrics.empty()) return;
+void Evaluator::compute_metrics(ValidResult& res, const std::string& prefix) {
+  if (metrics_.empty()) return;
   // Every state tensor of every metric, flattened into one float64 vector: one all-reduce.
   // A rank without validation samples has empty states: the size check below then stops every
   // rank alike.
   std::vector<at::Tensor> flat = {at::zeros({0}, at::kDouble)};
-  for (auto& e : metrics)
+  for (auto& e : metrics_)
     for (const auto& t : e.metric->state())
       flat.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
   // Row tensors (Metric::rows, SDK 2.2) are joined over the ranks, not summed.
   std::vector<at::Tensor*> rows;
-  for (auto& e : metrics)
+  for (auto& e : metrics_)
     if (e.api_minor >= 2)
       if (auto* r = e.metric->rows())
         for (auto& t : *r) rows.push_back(&t);
-  if (dp.distributed()) {
+  if (p_.dp.distributed()) {
     auto packed = at::cat(flat);
     // Ranks whose states differ in shape cannot be summed: say so, not garble the sum. The
     // sizes agree when the sum of their squares is world * size²; every rank sees the same
     // sums, so all of them decide alike (none is left waiting in the next all-reduce).
     const double n = static_cast<double>(packed.numel()), r = static_cast<double>(rows.size());
     auto sizes = at::tensor({n, n * n, r, r * r}, at::kDouble);
-    dp.all_reduce_sum(sizes);
-    const double w = static_cast<double>(state.num_processes);
+    p_.dp.all_reduce_sum(sizes);
+    const double w = static_cast<double>(p_.state.num_processes);
     if (sizes[1].item<double>() * w != sizes[0].item<double>() * sizes[0].item<double>() ||
         sizes[3].item<double>() * w != sizes[2].item<double>() * sizes[2].item<double>())
       throw std::runtime_error(
           "the ranks' metric states differ in size (a rank saw other prediction shapes, or no "
           "validation sample), so they cannot be summed; every rank must see the same "
           "prediction shapes, and at least one validation sample");
-    dp.all_reduce_sum(packed);
+    p_.dp.all_reduce_sum(packed);
     std::int64_t off = 0;
-    for (auto& e : metrics)
+    for (auto& e : metrics_)
       for (auto& t : e.metric->state()) {
         const std::int64_t len = t.numel();
         t.copy_(packed.slice(0, off, off + len).reshape(t.sizes()).to(t.options()));
@@ -189,9 +196,9 @@ void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix)
       }
     for (auto* t : rows) *t = join_rows(*t).to(t->device());
   }
-  for (std::size_t i = 0; i < metrics.size(); ++i) {
-    auto& e = metrics[i];
-    dispatch.set_where(metric_places[i].second);
+  for (std::size_t i = 0; i < metrics_.size(); ++i) {
+    auto& e = metrics_[i];
+    p_.dispatch.set_where(places_[i].second);
     if (e.metric->state().empty())
       throw std::runtime_error(
           "it has no state after the validation's updates (a bug in the "
@@ -200,13 +207,12 @@ void Trainer::Impl::compute_metrics(ValidResult& res, const std::string& prefix)
     for (const auto& [k, v] : e.metric->compute())
       set_value(res.values, prefix + e.instance + (k.empty() ? "" : "/" + k), v);
     // Files only from a fit that holds the run folder (not Trainer::validate from outside).
-    if (in_fit() && writes_outputs() && lock.held())
-      e.metric->write_files(run.output_dir, e.instance);
+    if (p_.writes_metric_files()) e.metric->write_files(p_.run.output_dir, e.instance);
   }
 }
 
-at::Tensor Trainer::Impl::join_rows(const at::Tensor& mine) {
-  const std::int64_t world = state.num_processes, rank = state.rank;
+at::Tensor Evaluator::join_rows(const at::Tensor& mine) {
+  const std::int64_t world = p_.state.num_processes, rank = p_.state.rank;
   // Row counts by rank, then the shape of a row (rank, 8 sizes) and its squares: the ranks
   // agree on it when sum² = world * squares, and all of them see the same sums.
   constexpr std::int64_t kDims = 9;
@@ -218,7 +224,7 @@ at::Tensor Trainer::Impl::join_rows(const at::Tensor& mine) {
     h[world + i] = d;
     h[world + kDims + i] = d * d;
   }
-  dp.all_reduce_sum(head);
+  p_.dp.all_reduce_sum(head);
   const auto sum = head.slice(0, world, world + kDims);
   const auto squares = head.slice(0, world + kDims);
   if (mine.dim() == 0 || mine.dim() > kDims ||
@@ -237,7 +243,7 @@ at::Tensor Trainer::Impl::join_rows(const at::Tensor& mine) {
   shape[0] = total;
   auto all = at::zeros(shape, at::kDouble);
   all.slice(0, offset, offset + mine.size(0)).copy_(mine.to(at::kCPU, at::kDouble));
-  dp.all_reduce_sum(all);
+  p_.dp.all_reduce_sum(all);
   return all.to(mine.scalar_type());
 }
 
@@ -245,13 +251,13 @@ ValidResult Trainer::evaluate(Split split) {
   auto& I = *impl_;
   Dataset& ds = split_data(I, split);
   I.dp.join_if_needed();
-  return I.validation(&ds, std::string(to_string(split)) + "/");
+  return I.eval.validation(&ds, std::string(to_string(split)) + "/");
 }
 
-at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const ProgressFn& progress) {
+at::Tensor Evaluator::prediction(Dataset& ds, const char* what, const ProgressFn& progress) {
   torch::NoGradGuard no_grad;
-  model->eval();
-  state.phase = Phase::valid;
+  p_.model->eval();
+  p_.state.phase = Phase::valid;
   const std::int64_t n = ds.size();
   const at::Tensor order = valid_order(n, sharding());
   LoadPlan plan = eval_plan(ds, order, what);
@@ -259,16 +265,16 @@ at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const Progre
   std::vector<at::Tensor> outs;
   std::int64_t done = 0;
   {
-    BatchLoader loader(std::move(plan), opt.num_workers);
+    BatchLoader loader(std::move(plan), p_.opt.num_workers);
     for (std::int64_t b = 0; b < batches; ++b) {
-      state.batch_idx = b;
+      p_.state.batch_idx = b;
       const std::int64_t m = loader.size_of(b);
-      state.batch_size = m;
-      dispatch.set_where("predict");
-      batch = to_device(loader.take(b).batch);
-      output = Output{};
-      dispatch.run_stage(Stage::forward);
-      const auto& pred = output.pred;
+      p_.state.batch_size = m;
+      p_.dispatch.set_where("predict");
+      p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
+      p_.steps.output = Output{};
+      p_.dispatch.run_stage(Stage::forward);
+      const auto& pred = p_.steps.output.pred;
       if (!pred.defined() || pred.dim() == 0 || pred.size(0) != m)
         throw std::runtime_error("the task's forward() gave " +
                                  (pred.defined() ? "a prediction of shape " + shape_of(pred.sizes())
@@ -280,10 +286,10 @@ at::Tensor Trainer::Impl::prediction(Dataset& ds, const char* what, const Progre
       if (progress) progress(done, mine);
     }
   }
-  model->train();
-  state.phase = Phase::train;
+  p_.model->train();
+  p_.state.phase = Phase::train;
   at::Tensor rows = outs.empty() ? at::Tensor() : at::cat(outs);
-  if (!dp.distributed()) return rows;
+  if (!p_.dp.distributed()) return rows;
   // The shards are contiguous and in rank order (valid_order): joined, they are in order. A
   // rank without samples (fewer samples than ranks) joins too, so that all ranks stop alike.
   return join_rows(rows.defined() ? rows : at::empty({0}));
@@ -293,8 +299,8 @@ at::Tensor Trainer::predict(Split split, const ProgressFn& progress) {
   auto& I = *impl_;
   Dataset& ds = split_data(I, split);
   I.dp.join_if_needed();
-  return I.prediction(ds, split == Split::valid ? "the validation data" : "the training data",
-                      progress);
+  return I.eval.prediction(ds, split == Split::valid ? "the validation data" : "the training data",
+                           progress);
 }
 
 at::Tensor Trainer::predict(const at::Tensor& input, const ProgressFn& progress) {
@@ -305,7 +311,7 @@ at::Tensor Trainer::predict(const at::Tensor& input, const ProgressFn& progress)
   Dataset* own = I.valid_ds ? I.valid_ds.get() : I.train_ds.get();
   at::Tensor rows = input;
   if (own->size() > 0 && !own->has_state()) {
-    LoadPlan plan = I.eval_plan(*own, at::zeros({1}, at::kLong), "the task's data");
+    LoadPlan plan = I.eval.eval_plan(*own, at::zeros({1}, at::kLong), "the task's data");
     const at::Tensor like = load_batch(plan, 0, plan.indices(0)).batch.input;
     if (like.defined()) {
       if (rows.sizes().slice(1) != like.sizes().slice(1))
@@ -322,7 +328,7 @@ at::Tensor Trainer::predict(const at::Tensor& input, const ProgressFn& progress)
   }
   I.dp.join_if_needed();
   RowsDataset ds(rows);
-  return I.prediction(ds, "the input", progress);
+  return I.eval.prediction(ds, "the input", progress);
 }
 
 }  // namespace wick

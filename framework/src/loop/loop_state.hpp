@@ -18,6 +18,9 @@ enum class LoopPhase {
   step,       // inside a training step: before_step to the step's record
   recompute,  // inside Context::recompute_loss, within a training step
 };
+inline bool in_step(LoopPhase p) {
+  return p == LoopPhase::step || p == LoopPhase::recompute;
+}
 
 // Where a fit starts when a checkpoint was restored (Context::restore_checkpoint).
 struct ResumePoint {

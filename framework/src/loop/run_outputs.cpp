@@ -73,7 +73,7 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   Record r;
   r.kind = Record::Kind::epoch;
   r.values = train_means(/*whole_epoch=*/true);
-  for (const auto& kv : last_valid.values) r.values.push_back(kv);
+  for (const auto& kv : eval.last_valid.values) r.values.push_back(kv);
   add_lrs(r);
   const double dt = seconds_since(t_epoch);
   r.values.emplace_back("epoch_time_s", dt);
@@ -138,7 +138,7 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.train_samples_per_s = times.train_seconds > 0
                               ? static_cast<double>(times.samples_this_run) / times.train_seconds
                               : 0.0;
-  s.valid = last_valid.values;
+  s.valid = eval.last_valid.values;
   s.train_cpu_s = times.train_cpu_seconds;
   if (res) {
     s.model_fingerprint = self->model_fingerprint();

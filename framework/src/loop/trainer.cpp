@@ -118,10 +118,10 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
         " with drop_last = true; lower batch_size or set drop_last = false");
   }
   I.optimizers = make_optimizers(I.optim_specs, *I.model);
-  I.manual = I.task->manual_optimization();
+  I.steps.manual = I.task->manual_optimization();
   I.state.epochs = I.opt.epochs;
 
-  I.install_stage_defaults();
+  I.steps.install_stage_defaults();
   I.flops.configure(I.opt.flops, I.opt.peak_gflops);
   I.records.set_sinks(&I.dispatch.record_sinks(), &I.dispatch.rewinds());
 }
@@ -135,16 +135,10 @@ const std::vector<HookEntry>& Trainer::hooks() const {
   return impl_->dispatch.hooks();
 }
 void Trainer::add_metric(MetricEntry entry) {
-  if (!entry.metric) throw std::invalid_argument("add_metric: no metric");
-  for (const auto& m : impl_->metrics)
-    if (m.instance == entry.instance)
-      throw ConfigError("two metrics named '" + entry.instance + "'; give one another name");
-  const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
-  impl_->metric_places.emplace_back(who + " on a validation batch", who + " computing its value");
-  impl_->metrics.push_back(std::move(entry));
+  impl_->eval.add_metric(std::move(entry));
 }
 const std::vector<MetricEntry>& Trainer::metrics() const {
-  return impl_->metrics;
+  return impl_->eval.metrics();
 }
 namespace {
 // Task::connect scheduled as a hook named "task".
@@ -275,7 +269,7 @@ FitResult Trainer::fit() {
       if (interrupt_requested()) throw Interrupted{};
       {
         PhaseTimer t(I.dispatch.profiler(), Profiler::validation);
-        I.last_valid = I.validation(I.valid_ds.get());
+        I.eval.last_valid = I.eval.validation(I.valid_ds.get());
       }
       I.write_epoch_record(t_epoch, samples_before);
       I.pos = {e + 1, 0};
@@ -346,7 +340,7 @@ FitResult Trainer::fit() {
 
 ValidResult Trainer::validate() {
   connect();
-  return impl_->validation(impl_->valid_ds.get());
+  return impl_->eval.validation(impl_->valid_ds.get());
 }
 
 }  // namespace wick

@@ -1,16 +1,18 @@
 // Private: the Trainer's state, by component, and the loop's phases. What each file of the
 // loop does with it:
 //   trainer.cpp       construction, accessors, fit(): the orchestration
-//   step.cpp          the step engine: a training step, the stage chains' defaults, backward
-//                     and optimizer steps (manual optimization included), recompute_loss
+//   step.cpp          the step engine (StepEngine, step_engine.hpp): a training step, the
+//                     stage chains' defaults, backward and optimizer steps, recompute_loss
 //   epoch.cpp         a training epoch: its batches (the dealing of the order), cancellations
-//   evaluate.cpp      the evaluator: validation with metric reduction, evaluate, predict
+//   evaluate.cpp      the evaluator (Evaluator, evaluator.hpp): validation with metric
+//                     reduction, evaluate, predict
 //   run_outputs.cpp   the run folder: lock, metrics records, summary.json
 //   final_weights.cpp the weights a run leaves (model.pt) and loading them
 //   checkpoints.cpp   the run's checkpoints: save, inspect, restore (the CheckpointStore)
 // The Context reaches the loop through Context::Host (context_host.hpp), a view of these
-// members and of the two services Impl implements (StepCalls, CheckpointStore).
-// The components with state of their own have files of their own: EpochValues
+// members, of the step engine and of the CheckpointStore that Impl implements.
+// The components with state of their own have files of their own: StepEngine
+// (step_engine.hpp), Evaluator (evaluator.hpp), EpochValues
 // (epoch_values.hpp), StopRequests (stop_signals.hpp), FlopMeter (flop_meter.hpp), the
 // Dispatcher (dispatch.hpp), RecordWriter and RunLock (records/).
 #pragma once
@@ -26,6 +28,7 @@
 #include "dist/data_parallel.hpp"
 #include "loop/context_host.hpp"
 #include "loop/epoch_values.hpp"
+#include "loop/evaluator.hpp"
 #include "loop/flop_meter.hpp"
 #include "records/run_lock.hpp"
 #include "state/snapshot.hpp"
@@ -37,7 +40,7 @@ namespace wick {
 
 // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
 // the public headers').
-struct __attribute__((visibility("hidden"))) Trainer::Impl final : StepCalls, CheckpointStore {
+struct __attribute__((visibility("hidden"))) Trainer::Impl final : CheckpointStore {
   Trainer* self = nullptr;
   // What the run is: its options, task, model, optimizers, data, device.
   TrainerOptions opt;
@@ -63,26 +66,20 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : StepCalls, Ch
 
   // What plugins reach: the Context over a view of this state (context_host.hpp; it binds
   // members declared below), and the dispatcher that runs their hooks with it.
-  Context::Host host{state,         run,      phase, pos,        batch,       output,
-                     backward_loss, model,    task,  optimizers, current_opt, *this,
-                     records,       dispatch, times, stops,      dp,          *this};
+  Context::Host host{state, run,     phase,    pos,   model, task, optimizers,
+                     steps, records, dispatch, times, stops, dp,   *this};
   Context ctx{&host};
   Dispatcher dispatch{ctx};
 
-  // The step engine's state: the step's batch and output, the loss backward runs on, the
-  // optimizer the running stage works for.
-  bool manual = false;  // the task drives backward and steps (manual optimization)
-  std::size_t current_opt = 0;
-  Batch batch;
-  Output output;
-  at::Tensor backward_loss;
-  bool skip_batch = false;  // a non-finite loss under nan_policy "skip": no optimizer step
+  // The step engine, which owns the running step's values (after the dispatcher: they are
+  // released before the hooks' libraries may be).
+  StepEngine steps{{opt, device, dispatch, ctx, task, optimizers, state, phase, pos, data_state,
+                    flops, times, epoch, [this] { log_step_if_due(); }}};
 
-  // The evaluator's: [[metrics]] (whole-set values of each validation) and, per metric, where
-  // an error is blamed ("metric 'f1_macro' (plugin 'f1') update"; the dispatcher keeps a view).
-  std::vector<MetricEntry> metrics;
-  std::vector<std::pair<std::string, std::string>> metric_places;
-  ValidResult last_valid;
+  // The evaluator, which owns the [[metrics]] and the last validation's values.
+  Evaluator eval{{opt, run, device, model, valid_ds, state, dispatch, steps, dp,
+                  [this](CancelScope s) { cancelled(s); },
+                  [this] { return in_fit() && writes_outputs() && lock.held(); }}};
 
   // The run's outputs and measures.
   RecordWriter records;
@@ -97,30 +94,8 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : StepCalls, Ch
   DataParallel dp;
   std::string weights_loaded;  // Trainer::weights_loaded()
 
-  bool in_step() const { return phase == LoopPhase::step || phase == LoopPhase::recompute; }
+  bool in_step() const { return wick::in_step(phase); }
   bool in_fit() const { return phase != LoopPhase::outside; }
-
-  // ---- the step engine (step.cpp) ----
-  // The stage chains' defaults: the task's forward, backward, the optimizer's step, zero_grad.
-  void install_stage_defaults();
-  torch::optim::Optimizer& optim() { return *optimizers[current_opt].optimizer; }
-  // StepCalls: the Context's manual optimization calls and recompute_loss, checked.
-  void manual_backward(const at::Tensor& loss, std::string_view optimizer) override;
-  bool manual_step(std::string_view optimizer) override;
-  void manual_zero_grad(std::string_view optimizer) override;
-  at::Tensor handler_recompute_loss() override;
-  void check_manual_call(const char* call) const;
-  // Runs the optimizer_step and zero_grad chains for optimizer i; true when it stepped.
-  bool step_optimizer(std::size_t i);
-  void zero_grad_optimizer(std::size_t i);
-  void backward(const at::Tensor& loss, std::size_t i);
-  void train_step(BatchLoader& loader);
-  void forward_and_loss();
-  at::Tensor recompute_loss();
-  Batch to_device(Batch b) const;
-  // The profiler inside a training step (its phases), else null: validation steps share
-  // forward_and_loss but are timed as a whole.
-  Profiler* step_profiler() const { return in_step() ? dispatch.profiler() : nullptr; }
 
   // ---- a training epoch (epoch.cpp) ----
   Sharding sharding() const;
@@ -134,21 +109,6 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : StepCalls, Ch
   void cancelled(CancelScope scope);
   // max_steps, or a stop requested (and agreed on by the ranks).
   bool agreed_stop(bool epoch_end) { return dp.agree_stop(stops.requested, epoch_end); }
-
-  // ---- the evaluator (evaluate.cpp) ----
-  // This rank's batches of an evaluation pass over `ds` (its shard of `order`, in order).
-  LoadPlan eval_plan(Dataset& ds, const at::Tensor& order, const char* what);
-  // Loss, the task's metrics and the metric plugins over `ds` (the validation data in a fit),
-  // in eval mode without gradients; values PREFIX + name.
-  ValidResult validation(Dataset* ds, const std::string& prefix = "valid/");
-  // The metrics' values over the whole pass, their states summed over the ranks.
-  void compute_metrics(ValidResult& res, const std::string& prefix);
-  // The forward stage's output for every sample of `ds`, in sample order ([N, ...] float32 on
-  // the CPU; every rank gets all rows).
-  at::Tensor prediction(Dataset& ds, const char* what, const ProgressFn& progress);
-  // Data-parallel: every rank's rows ([n_r, ...]), rank 0's first, in mine's dtype on the
-  // CPU. Throws (on every rank alike) when the ranks' rows differ in shape.
-  at::Tensor join_rows(const at::Tensor& mine);
 
   // ---- the run's outputs (run_outputs.cpp) ----
   bool writes_outputs() const;  // this process writes the run folder (rank 0)
