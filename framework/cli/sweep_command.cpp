@@ -227,13 +227,15 @@ void Sweep::plan() {
 // A trial's status as sweep.json names it; any other word is a damaged or hand-edited file.
 TrialStatus read_status(const fs::path& file, int id, const std::string& word) {
   std::vector<std::string> names;
+  std::string list;
   for (const auto s : kTrialStatuses) {
     if (word == to_string(s)) return s;
     names.emplace_back(to_string(s));
+    list += (list.empty() ? "" : ", ") + names.back();
   }
   const auto near = did_you_mean(word, names);
   throw ConfigError(file.string() + ": trial " + std::to_string(id) + " has status '" + word +
-                    "', not one of pending, running, completed, stopped, failed" +
+                    "', not one of " + list +
                     (near.empty() ? "" : " (did you mean '" + near + "'?)") +
                     "; fix it, or remove the file to start the sweep anew");
 }

@@ -29,10 +29,10 @@ Task* Context::task_ptr() {
   return host_->task.get();
 }
 torch::optim::Optimizer& Context::optimizer() {
-  return *host_->optimizers[host_->steps.current_opt].optimizer;
+  return *host_->steps.current_optimizer().optimizer;
 }
 const std::string& Context::optimizer_name() const {
-  return host_->optimizers[host_->steps.current_opt].name;
+  return host_->steps.current_optimizer().name;
 }
 std::vector<std::string> Context::optimizer_names() const {
   std::vector<std::string> out;

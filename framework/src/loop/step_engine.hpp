@@ -53,6 +53,7 @@ class StepEngine {
   at::Tensor backward_loss;
   bool manual = false;          // the task drives backward and steps (manual optimization)
   std::size_t current_opt = 0;  // the optimizer the running stage works for
+  NamedOptimizer& current_optimizer() { return p_.optimizers[current_opt]; }
 
   // The stage chains' defaults: the task's forward, backward, the optimizer's step, zero_grad.
   void install_stage_defaults();
@@ -69,7 +70,7 @@ class StepEngine {
   at::Tensor handler_recompute_loss();
 
  private:
-  torch::optim::Optimizer& optim() { return *p_.optimizers[current_opt].optimizer; }
+  torch::optim::Optimizer& optim() { return *current_optimizer().optimizer; }
   void check_manual_call(const char* call) const;
   // Runs the optimizer_step and zero_grad chains for optimizer i; true when it stepped.
   bool step_optimizer(std::size_t i);
