@@ -56,7 +56,9 @@ run: build
 	$(WICK) plot $(RUN_DIR)
 	@echo "Run directory: $(RUN_DIR) (summary.json, metrics.jsonl, metrics.csv); curves: $(RUN_DIR)/curves.png"
 
+# The include check first: a second, and it names what another compiler would refuse.
 test: build
+	python3 scripts/check-includes.py
 	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600
 	$(MAKE) test-other
 	$(MAKE) test-sanitize

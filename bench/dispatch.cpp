@@ -6,6 +6,7 @@
 #include "callgrind.hpp"
 
 #include <boost/signals2.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

@@ -12,8 +12,10 @@ max over the rounds) and each row's ratio to the plain loop of the same round.
 
     python3 bench/gpu_bench.py --wick build-gpu/bin/wick --out gpu-results
 
-Writes OUT/bench.json and OUT/bench.md. Stops adding rounds when the next would not fit in
---budget-s (after the first round, which always runs).
+Writes OUT/bench.json and OUT/bench.md, nothing else there (the runs' folders go to --work).
+A row that fails is marked failed with its error's last lines, and the others go on. Stops
+adding rounds when the next would not fit in --budget-s (after the first round, which always
+runs).
 """
 import argparse
 import json
@@ -21,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,13 +91,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--work", help="folder for the runs (default: a temporary one)")
     args = ap.parse_args()
-    work = os.path.join(args.out, "bench-runs")
+    work = args.work or tempfile.mkdtemp(prefix="wick-gpu-bench-")
     os.makedirs(work, exist_ok=True)
     t_start = time.time()
     rates = {(m, name): [] for m in ("mlp", "cnn") for name, _, _ in ROWS}
     ratios = {k: [] for k in rates}
     accuracy = {}
+    failed = {}  # (model, row) -> the error's last lines
     rounds = 0
     for rnd in range(args.rounds):
         t_round = time.time()
@@ -102,15 +107,20 @@ def main():
             order = ROWS if rnd % 2 == 0 else list(reversed(ROWS))
             got = {}
             for name, kind, extra in order:
-                if kind == "wick":
-                    out = os.path.join(work, f"{model}-{extra}-{rnd}")
-                    got[name] = wick_row(args, model, extra, out)
-                else:
-                    got[name] = peer_row(args, model, kind, extra)
-            base = got["python loop"][0]
+                try:
+                    if kind == "wick":
+                        out = os.path.join(work, f"{model}-{extra}-{rnd}")
+                        got[name] = wick_row(args, model, extra, out)
+                    else:
+                        got[name] = peer_row(args, model, kind, extra)
+                except (RuntimeError, OSError, ValueError, KeyError, IndexError) as e:
+                    failed[(model, name)] = " ".join(str(e).split()[-40:])
+                    print(f"gpu_bench: {model} {name} failed: {e}", file=sys.stderr)
+            base = got.get("python loop", (None, None))[0]
             for name, (rate, acc) in got.items():
                 rates[(model, name)].append(rate)
-                ratios[(model, name)].append(rate / base)
+                if base:
+                    ratios[(model, name)].append(rate / base)
                 accuracy[(model, name)] = acc
         rounds += 1
         spent, last = time.time() - t_start, time.time() - t_round
@@ -119,6 +129,8 @@ def main():
     gpu, torch_version = gpu_name(args.python)
 
     def stats(v):
+        if not v:
+            return None
         return {"median": statistics.median(v), "min": min(v), "max": max(v)}
 
     result = {"gpu": gpu, "torch": torch_version, "epochs": args.epochs, "rounds": rounds,
@@ -130,18 +142,25 @@ def main():
     for model in ("mlp", "cnn"):
         for name, _, _ in ROWS:
             r, q = stats(rates[(model, name)]), stats(ratios[(model, name)])
-            acc = accuracy[(model, name)]
+            acc = accuracy.get((model, name))
+            error = failed.get((model, name))
             result["rows"].append({"model": model, "row": name, "samples_per_s": r,
-                                   "ratio_to_python_loop": q, "valid_accuracy": acc})
-            lines.append(f"| {model} | {name} | {r['median']:,.0f} | {r['min']:,.0f} | "
-                         f"{r['max']:,.0f} | {q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f}) | "
-                         f"{'' if acc is None else f'{acc:.4f}'} |")
+                                   "ratio_to_python_loop": q, "valid_accuracy": acc,
+                                   "failed": error})
+            if r is None:
+                lines.append(f"| {model} | {name} | failed: {error} | | | | |")
+                continue
+            ratio = "" if q is None else f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})"
+            note = "" if error is None else " (failed in a round)"
+            lines.append(f"| {model} | {name}{note} | {r['median']:,.0f} | {r['min']:,.0f} | "
+                         f"{r['max']:,.0f} | {ratio} | {'' if acc is None else f'{acc:.4f}'} |")
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,6 +3,8 @@
 // cross-entropy loss without gradients), one thread. The metrics are built from a config as
 // `wick fit` builds them; the two are timed in alternating rounds and the ratio is each
 // round's, so that a busy moment of the shared machine falls on both.
+#include <cstdint>
+
 #include <torch/torch.h>
 
 #include "common.hpp"

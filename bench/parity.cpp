@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>

@@ -4,6 +4,6 @@
 if(WICK_SANITIZE_SUBSET)
   return()
 endif()
-wick_add_test(test_algorithms SOURCES test_algorithms.cpp TORCH
+wick_add_test(test_algorithms SOURCES test_algorithms.cpp TORCH CPU_PATHS
               DEPENDS label_smoothing mixup cutmix sam swa freeze channels_last mixed_precision
                       grad_clip grad_accum checkpoint fashion_mnist)

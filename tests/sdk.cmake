@@ -77,8 +77,31 @@ set_target_properties(sdk_includes_framework PROPERTIES EXCLUDE_FROM_ALL ON)
 # (Names without spaces: this CMake's add_test keeps the old policy CMP0110.)
 add_test(NAME sdk_boundary_plugin_cannot_include_framework
          COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target sdk_includes_framework)
+# (Each runs the build tool in this tree: one at a time.)
 set_tests_properties(sdk_boundary_plugin_cannot_include_framework PROPERTIES
-  PASS_REGULAR_EXPRESSION "wick/trainer\\.hpp: No such file or directory")
+  PASS_REGULAR_EXPRESSION "wick/trainer\\.hpp: No such file or directory"
+  RESOURCE_LOCK wick_build_tree)
+# A task that leaves a pure virtual function unimplemented gets WICK_PLUGIN's word that the
+# class is abstract, and which functions a task must override (issue 45), not a request for a
+# constructor it has.
+wick_add_plugin(sdk_abstract_task SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sdk/abstract_task.cpp
+                OUTPUT_DIRECTORY ${WICK_SDK_TEST_PLUGIN_DIR})
+set_target_properties(sdk_abstract_task PROPERTIES EXCLUDE_FROM_ALL ON)
+add_test(NAME sdk_abstract_task_named_abstract
+         COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target sdk_abstract_task)
+set_tests_properties(sdk_abstract_task_named_abstract PROPERTIES
+  PASS_REGULAR_EXPRESSION "the class is abstract: it does not override every pure virtual function of wick::Task"
+  RESOURCE_LOCK wick_build_tree)
+# PyTorch's documented way to point CMake at LibTorch works beside Debian's libtorch-dev (as on
+# CI): the libraries come from the LibTorch CMAKE_PREFIX_PATH found (issue 49).
+if(WICK_TORCH_ROOT AND EXISTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/libtorch.so)
+  set(_probe ${CMAKE_CURRENT_BINARY_DIR}/cmake_prefix_probe)
+  add_test(NAME cmake_prefix_path_takes_its_own_libtorch
+           COMMAND sh -c "rm -rf '${_probe}' && '${CMAKE_COMMAND}' -S '${CMAKE_CURRENT_SOURCE_DIR}/cmake_prefix' -B '${_probe}' -DCMAKE_PREFIX_PATH='${WICK_TORCH_ROOT}/share/cmake' -DWICK_SDK_CMAKE='${PROJECT_SOURCE_DIR}/sdk/cmake'")
+  set_tests_properties(cmake_prefix_path_takes_its_own_libtorch PROPERTIES
+    PASS_REGULAR_EXPRESSION "wick-probe: TORCH_LIBRARY=${WICK_TORCH_ROOT}/lib/libtorch.so"
+    FAIL_REGULAR_EXPRESSION "comes from elsewhere")
+endif()
 # And libwick exports the public headers' symbols, not its internals.
 add_test(NAME sdk_boundary_libwick_exports_interface_only
          COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DLIB=$<TARGET_FILE:wick>

@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -135,6 +136,46 @@ TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identic
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("resumed from " + (ckpt_dir(d) / "ckpt-e0001-b0000005").string() +
                     " (epoch 1, batch 5, optimizer step 13)") != std::string::npos);
+  check_matches_reference(d);
+}
+
+TEST_CASE("a stop at max_steps mid-epoch resumes at the next batch, exactly") {
+  // Step 11 is the 3rd batch of epoch 1: the stop is a position like a SIGINT's, not the
+  // epoch's end (which would skip its 5 remaining batches on resume).
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n",
+                                    "[[hooks]]\nplugin = \"progress\"\nmode = \"plain\"\n"));
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.max_steps=11"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  // The progress line does not call the unfinished epoch done.
+  CHECK_THAT(r.out, Catch::Contains("epoch 1/3 done"));
+  CHECK_THAT(r.out, !Catch::Contains("epoch 2/3 done"));
+  auto s = read_json(d / "run" / "summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["optimizer_steps"] == 11);
+  CHECK(s["epochs"] == 1);  // whole epochs: the second was stopped in its 3rd batch
+  CHECK(s["stop_reason"].get<std::string>().find("max_steps (11) reached") != std::string::npos);
+  CHECK(s.contains("valid/loss"));  // validated at the stop, for the summary
+  CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000003" / "manifest.json"));
+  CHECK_FALSE(fs::exists(ckpt_dir(d) / "ckpt-e0002-b0000000"));
+  // No epoch record for the unfinished epoch: only epoch 0's.
+  int epoch_records = 0;
+  for (const auto& l : read_jsonl(d / "run" / "metrics.jsonl"))
+    epoch_records += l["kind"] == "epoch";
+  CHECK(epoch_records == 1);
+
+  // The same limit again trains no step past it.
+  auto again = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "trainer.max_steps=11"});
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 11);
+
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.out.find("(epoch 1, batch 3, optimizer step 11)") != std::string::npos);
   check_matches_reference(d);
 }
 
@@ -352,6 +393,30 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     CHECK(r2.out.find("resumed from " + good.string()) != std::string::npos);
     CHECK(file_hashes(good) == good_hashes);
   };
+  // Another run's files, the manifest's sizes and hashes rewritten to match: consistent
+  // hashes, but a mix-up of two runs, refused by what state.pt records of its run and files.
+  auto from_other_run = [&](const std::string& file) {
+    TempDir other;
+    write_file(other / "cfg.toml", config(other, "keep_last = 0\n"));
+    REQUIRE(run_wick({"fit", (other / "cfg.toml").string(), "--set", "trainer.epochs=2", "--set",
+                      "trainer.seed=8"})
+                .exit_code == 0);
+    const auto bytes = read_file(other / "run" / "checkpoints" / "ckpt-e0002-b0000000" / file);
+    write_file(bad / file, bytes);
+    tamper([&](nlohmann::json& m) {
+      m["files"][file] = {{"bytes", bytes.size()}, {"sha256", wick::sha256_hex(bytes)}};
+    });
+  };
+  SECTION("state.pt of another run") {
+    from_other_run("state.pt");
+    refused("state.pt is from another run than manifest.json");
+  }
+  SECTION("model.pt of another run") {
+    from_other_run("model.pt");
+    refused(
+        "model.pt is not the one state.pt was saved with: a folder mixed from two runs' "
+        "checkpoints");
+  }
   SECTION("a file entry that leaves the folder") {
     write_file(d / "secret.txt", "secret");
     tamper([&](nlohmann::json& m) {

@@ -2,6 +2,8 @@
 // threads (trainer.num_workers), augmentation from the batch's generator, streams
 // (wick::kUnsized, trainer.steps_per_epoch, dataset state), and exact resume with all of
 // them. In process, and through `wick fit` with the data_task test plugin.
+#include <cstdint>
+
 #include <torch/torch.h>
 
 #include "support.hpp"

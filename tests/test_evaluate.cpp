@@ -4,6 +4,7 @@
 // file named; nothing in the run folder changes. And the host API (Trainer::evaluate/predict).
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <set>
 
 #include "support.hpp"

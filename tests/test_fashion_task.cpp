@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "support.hpp"
 
@@ -91,7 +92,8 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
   fs::create_directories(data);
   std::string bad_file, expect;
   SECTION("missing folder") {
-    bad_file = (dir / "nowhere" / "train-images-idx3-ubyte.gz").string();
+    // The labels are read first (the images' header is checked against their count).
+    bad_file = (dir / "nowhere" / "train-labels-idx1-ubyte.gz").string();
     expect = "No such file";
     write_file(dir / "cfg.toml",
                config(dir, "data_dir = \"" + (dir / "nowhere").string() + "\"\n"));
@@ -116,7 +118,8 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
     write_split(data, "t10k", 4);
     write_gz(data / "train-labels-idx1-ubyte.gz", be32(0x801) + be32(3) + std::string(3, '\1'));
     bad_file = (data / "train-images-idx3-ubyte.gz").string();
-    expect = "has 4 images but";
+    // From the images' header, before any image is read.
+    expect = "the header's dimension 0 is 4, expected 3";
   }
   if (!bad_file.empty() && !fs::exists(dir / "cfg.toml"))
     write_file(dir / "cfg.toml", config(dir, "data_dir = \"" + data.string() + "\"\n"));

@@ -156,7 +156,10 @@ TEST_CASE("optimizer values invalid on their face are refused with their place, 
     std::string name, line, message;
   };
   const std::vector<Bad> cases = {
-      {"adam", "lr = inf", "'lr' in [optimizer] must be a finite number > 0"},
+      {"adam", "lr = inf", "'lr' in [optimizer] must be a finite number, not inf"},
+      {"adam", "lr = 1e300",
+       "'lr' in [optimizer] is 1e+300, beyond float32's range (3.4e+38), the precision training "
+       "computes in; use a smaller value"},
       {"adam", "lr = nan", "'lr' in [optimizer] must be a number, not nan"},
       {"adam", "lr = 0", "'lr' in [optimizer] must be a finite number > 0"},
       {"adam", "lr = -0.1", "'lr' in [optimizer] must be a finite number > 0"},
@@ -165,7 +168,10 @@ TEST_CASE("optimizer values invalid on their face are refused with their place, 
       {"adamw", "betas = [-0.1, 0.9]",
        "'betas' in [optimizer] must each be in [0, 1), e.g. [0.9, 0.999]"},
       {"adam", "eps = 0", "'eps' in [optimizer] must be a finite number > 0"},
-      {"adam", "eps = inf", "'eps' in [optimizer] must be a finite number > 0"},
+      {"adam", "eps = inf", "'eps' in [optimizer] must be a finite number, not inf"},
+      {"adam", "eps = 1e-50",
+       "'eps' in [optimizer] is 1e-50, which float32 (the precision training computes in) "
+       "rounds to 0; use 0 or a value of at least 1e-38"},
       {"adamw", "weight_decay = -0.01",
        "'weight_decay' in [optimizer] must be a finite number >= 0"},
       {"sgd", "weight_decay = nan", "'weight_decay' in [optimizer] must be a number, not nan"},
@@ -190,7 +196,7 @@ TEST_CASE("values given with --set get the same face checks") {
   Checked k("[trainer]\nepochs = 1\n", {"optimizer.lr=inf"});
   CHECK(k.r.exit_code == 2);
   CHECK(k.r.err ==
-        "wick: --set optimizer.lr=inf: 'lr' in [optimizer] must be a finite number > 0\n");
+        "wick: --set optimizer.lr=inf: 'lr' in [optimizer] must be a finite number, not inf\n");
   Checked n("[trainer]\nepochs = 1\n", {"optimizer.lr=nan"});
   CHECK(n.r.err == "wick: --set optimizer.lr=nan: 'lr' in [optimizer] must be a number, not nan\n");
 }
@@ -274,7 +280,7 @@ TEST_CASE("`wick check` runs the task's own checks, as `wick fit` does before tr
   CHECK(ok.r.out == ok.file.string() + ": ok (task synthetic, 0 hooks)\n");
 }
 
-TEST_CASE("nan is refused for every float parameter, where range checks would let it pass") {
+TEST_CASE("nan, inf and values float32 cannot hold are refused by the schema, inf where declared") {
   // A plugin's range check such as `max_norm > 0` (grad_clip's) is false for nan, and so is its
   // negation: nan is refused for every float and float-list parameter before a plugin sees it.
   const std::string hook = test_plugins_toml() + "[[hooks]]\nplugin = \"typed\"\ntarget = \"t\"\n";
@@ -284,6 +290,36 @@ TEST_CASE("nan is refused for every float parameter, where range checks would le
   CHECK(r.at(6, 16) == "'ratios' in [hooks.typed] must be a number, not nan");
   Checked l("[optimizer]\nname = \"adam\"\nbetas = [0.9, nan]\n");
   CHECK(l.at(3, 15) == "'betas' in [optimizer] must be a number, not nan");
+  // What wick check passed and fit refused: a schedule's min_lr or gamma of inf (range checks
+  // such as gamma > 0 hold for inf).
+  const std::string sched = "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"step\"\n";
+  Checked m(sched + "min_lr = inf\n");
+  CHECK(m.at(4, 10) == "'min_lr' in [hooks.lr_schedule] must be a finite number, not inf");
+  Checked g(sched + "gamma = -inf\n");
+  CHECK(g.at(4, 9) == "'gamma' in [hooks.lr_schedule] must be a finite number, not -inf");
+  Checked big(hook + "ratios = [0.5, 1e39]\n");
+  CHECK(big.at(6, 16) ==
+        "'ratios' in [hooks.typed] is 1e+39, beyond float32's range (3.4e+38), the precision "
+        "training computes in; use a smaller value");
+  // inf where a plugin declares it (param_float_inf): grad_clip's max-abs norm.
+  Checked inf(
+      "[task]\nplugin = \"synthetic\"\nsamples = 16\n[[hooks]]\nplugin = \"grad_clip\"\n"
+      "max_norm = 1.0\nnorm_type = inf\n");
+  INFO(inf.r.err);
+  CHECK(inf.r.exit_code == 0);
+}
+
+TEST_CASE("an empty config file is refused by check as by fit, naming the file") {
+  TempDir d;
+  write_file(d / "empty.toml", "");
+  auto c = run_wick({"check", (d / "empty.toml").string()});
+  auto f = run_wick({"fit", (d / "empty.toml").string()});
+  INFO(c.out << c.err << f.out << f.err);
+  CHECK(c.exit_code == 2);
+  CHECK(f.exit_code == 2);
+  CHECK_THAT(c.err, Catch::Contains((d / "empty.toml").string() + ": the config is empty"));
+  CHECK_THAT(c.err, Catch::Contains("[task]"));
+  CHECK_THAT(f.err, Catch::Contains((d / "empty.toml").string() + ": no [task] table"));
 }
 
 TEST_CASE("a batch size that leaves an epoch without a batch is refused by check and fit") {
@@ -305,4 +341,56 @@ TEST_CASE("a batch size that leaves an epoch without a batch is refused by check
   // Without drop_last the one short batch is an epoch.
   auto ok = check_timed({(d / "cfg.toml").string(), "--set", "trainer.drop_last=false"});
   CHECK(ok.exit_code == 0);
+}
+
+TEST_CASE("a failed start names the plugin and the step, and leaves no earlier success behind") {
+  TempDir d;
+  const std::string run = (d / "run").string();
+  const std::string base = test_plugins_toml() + "[trainer]\nepochs = 1\noutput_dir = \"" + run +
+                           "\"\n[task]\nplugin = \"synthetic\"\nsamples = 32\n";
+  write_file(d / "ok.toml", base);
+  REQUIRE(run_wick({"fit", (d / "ok.toml").string()}).exit_code == 0);
+  REQUIRE(read_json(d / "run" / "summary.json")["status"] == "completed");
+
+  // A hook whose connect() throws: the message says which plugin, which instance, and that it
+  // was connect(), at start.
+  write_file(d / "evil.toml", base +
+                                  "[[hooks]]\nplugin = \"thrower\"\nname = \"evil\"\n"
+                                  "action = \"connect\"\n");
+  auto r = run_wick({"fit", (d / "evil.toml").string()});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  const std::string said =
+      "plugin 'thrower' (instance 'evil') failed in connect(), at start while its hooks were "
+      "wired: thrower: connect throws";
+  CHECK_THAT(r.err, Catch::Contains(said));
+  // The earlier run's "completed" is gone: this run's failure is what the folder says.
+  const auto s = read_json(d / "run" / "summary.json");
+  CHECK(s["status"] == "failed");
+  CHECK_THAT(s["error"].get<std::string>(), Catch::Contains(said));
+  CHECK(s["config"] == (d / "evil.toml").string());
+
+  // A task that cannot be made fails before any hook: the same.
+  write_file(d / "ok.toml", base);
+  REQUIRE(run_wick({"fit", (d / "ok.toml").string()}).exit_code == 0);
+  auto bad = run_wick({"fit", (d / "ok.toml").string(), "--set", "task.samples=0"});
+  CHECK(bad.exit_code == 2);
+  CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
+}
+
+TEST_CASE("metrics_log pointed at a directory is refused at check, naming the key") {
+  TempDir d;
+  fs::create_directories(d / "logs");
+  for (const std::string& file : {(d / "logs").string(), std::string(".")}) {
+    INFO(file);
+    Checked k(
+        "[task]\nplugin = \"synthetic\"\nsamples = 16\n[[hooks]]\nplugin = \"metrics_log\"\n"
+        "file = \"" +
+        file + "\"\n");
+    const auto msg = k.at(6, 8);
+    CHECK_THAT(msg, Catch::StartsWith("'file' in [hooks.metrics_log] (plugin 'metrics_log') names "
+                                      "a directory ("));
+    CHECK_THAT(msg,
+               Catch::EndsWith("), not a file; give a file name, e.g. file = \"metrics.csv\""));
+  }
 }

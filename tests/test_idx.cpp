@@ -1,5 +1,7 @@
 // The IDX reader: good files (gzipped and plain), the real Debian files, and each way a file
 // can be broken, with messages that name the file.
+#include <cstdint>
+
 #include <zlib.h>
 
 #include "idx.hpp"
@@ -111,4 +113,29 @@ TEST_CASE("read_idx reads Debian's Fashion-MNIST training labels and images") {
   for (auto c : counts) CHECK(c == 6000);  // balanced: 6,000 per class
   auto images = read_idx(dir + "t10k-images-idx3-ubyte.gz", 3);
   CHECK(images.dims == std::vector<std::int64_t>{10000, 28, 28});
+}
+
+TEST_CASE("a header larger than its file could hold is refused before anything is decompressed") {
+  TempDir d;
+  // 65536 x 1024 x 1024 = 64 GiB claimed by a gzip file of a few dozen bytes: no deflate
+  // stream expands that far, so it is refused at once (a gzip bomb or a corrupt header).
+  write_gz(d / "bomb.gz", idx_header(0x00000803u, {65536, 1024, 1024}));
+  std::string msg;
+  CHECK(kind_of(d / "bomb.gz", 3, msg) == IdxError::Kind::bad_size);
+  CHECK_THAT(msg,
+             Catch::Contains((d / "bomb.gz").string() + ": the header's sizes (65536 x 1024 "
+                                                        "x 1024) claim 68719476736 bytes, more "
+                                                        "than a gzip file of"));
+
+  // The sizes a caller expects (Fashion-MNIST's: as many 28 x 28 images as labels) are checked
+  // from the header alone: the data behind it is never read.
+  write_gz(d / "images.gz", idx_header(0x00000803u, {100000, 28, 28}) + payload(1000));
+  try {
+    read_idx((d / "images.gz").string(), 3, {10, 28, 28});
+    FAIL("read_idx accepted a header that disagrees with the expected sizes");
+  } catch (const IdxError& e) {
+    CHECK(e.kind == IdxError::Kind::bad_size);
+    CHECK(std::string(e.what()) ==
+          (d / "images.gz").string() + ": the header's dimension 0 is 100000, expected 10");
+  }
 }

@@ -3,6 +3,7 @@
 // `wick fit` with the recorder test plugin.
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <sstream>
 
 #include "support.hpp"

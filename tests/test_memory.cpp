@@ -3,6 +3,7 @@
 // (framework/src/memory/memory_tracker.hpp, white-box).
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <set>
 
 #include <wick/checkpointed.hpp>

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "support.hpp"
 #include "wick/config.hpp"

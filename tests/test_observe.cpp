@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <fstream>
 #include <set>
 
@@ -309,6 +310,37 @@ TEST_CASE("FLOPs: matrix products and convolutions counted from their shapes") {
   }
 }
 
+TEST_CASE("FLOPs: an op with a backward counts three times its forward, no-grad work once") {
+  // Style transfer runs a frozen feature network under no_grad beside a trained image: its
+  // products have no backward, and counting them as if they had one put
+  // train/flops_utilization at 1.98.
+  auto lin = torch::nn::Linear(5, 4);
+  const double fwd = 2.0 * 3 * 5 * 4 + 3 * 4;  // [3, 5] x [5, 4] and the bias
+  {
+    wick::FlopCounter c;  // trained weights: dW and db in backward
+    lin(torch::randn({3, 5}));
+    CHECK(c.flops() == fwd);
+    CHECK(c.train_flops() == 3 * fwd);
+    CHECK(c.matmuls().at(0).backward);
+  }
+  {
+    wick::FlopCounter c;
+    torch::NoGradGuard g;  // the frozen network's forward
+    lin(torch::randn({3, 5}));
+    CHECK(c.flops() == fwd);
+    CHECK(c.train_flops() == fwd);
+    CHECK_FALSE(c.matmuls().at(0).backward);
+  }
+  {
+    wick::FlopCounter c;  // nothing needs a gradient: no backward either
+    (void)torch::mm(torch::randn({2, 3}), torch::randn({3, 4}));
+    CHECK(c.train_flops() == c.flops());
+    // The image being trained is an input that needs one: a backward runs.
+    (void)torch::mm(torch::randn({2, 3}, torch::requires_grad()), torch::randn({3, 4}));
+    CHECK(c.train_flops() == 2.0 * 2 * 3 * 4 + 3 * 2.0 * 2 * 3 * 4);
+  }
+}
+
 TEST_CASE(
     "FLOPs: the Fashion-MNIST MLP's step is 6 x 235,146 x batch, logged as a rate and as "
     "utilization of the probed peak") {
@@ -318,10 +350,16 @@ TEST_CASE(
              "output_dir = \"" +
                  (d / "run").string() +
                  "\"\n[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\nhidden = [256, 128]\n"
-                 "limit = 2560\n");
+                 "limit = 2560\n[[hooks]]\nplugin = \"progress\"\nmode = \"plain\"\n");
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
+  // Shown as people read rates: "... 1.2 GFLOP/s  3.4% of peak", not raw doubles.
+  const auto done = r.out.find("epoch 1/1 done");
+  REQUIRE(done != std::string::npos);
+  const auto line = r.out.substr(done, r.out.find('\n', done) - done);
+  CHECK_THAT(line, Catch::Matches(".* [0-9.]+ [kMGTPE]?FLOP/s  [0-9.]+% of peak.*"));
+  CHECK_THAT(r.out, !Catch::Contains("train/flops_per_s"));
   const auto s = read_json(d / "run" / "summary.json");
   const double hand = 6.0 * 235146 * 64;
   const double got = s["flops_per_step"];

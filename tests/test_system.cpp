@@ -1,7 +1,11 @@
 // Which BLAS LibTorch calls: the maps-line parsing (the fallback) and path classification behind
 // the warning at the start of `fit` and `wick doctor`, and both end to end with the reference BLAS
-// forced in through LD_LIBRARY_PATH; the CPU features `wick doctor` reports.
+// forced in through LD_LIBRARY_PATH; the CPU features `wick doctor` reports; which library the
+// standard library's symbols come from.
+#include <dlfcn.h>
 #include <torch/version.h>
+
+#include <sstream>
 
 #include "support.hpp"
 #include "wick/hardware.hpp"
@@ -113,7 +117,8 @@ TEST_CASE("with a fast BLAS, wick fit does not warn") {
 }
 
 TEST_CASE(
-    "wick doctor reports the CPU's features as /proc/cpuinfo lists them, and LibTorch's kernels") {
+    "wick doctor reports the CPU's features as /proc/cpuinfo lists them, and LibTorch's kernels",
+    "[cpu-path]") {
   const auto flags = cpu_flags();
   auto yes = [&](const char* f) { return flags.count(f) ? std::string("yes") : std::string("no"); };
   auto r = run_wick({"doctor"});
@@ -128,4 +133,68 @@ TEST_CASE(
   auto d = run_wick({"doctor"}, {"ATEN_CPU_CAPABILITY=default"});
   CHECK_THAT(d.out, Contains("LibTorch's own kernels: DEFAULT"));
   if (flags.count("avx2")) CHECK_THAT(r.out, !Contains("LibTorch's own kernels: DEFAULT"));
+}
+
+TEST_CASE(
+    "WICK_CPU_DISABLE hides CPU features from wick and LibTorch, and a wrong name is refused") {
+  // avx512f hides every AVX-512 feature and AMX with it; doctor says what is hidden, and
+  // LibTorch's own kernels follow (ATEN_CPU_CAPABILITY, set by wick at start).
+  auto r = run_wick({"doctor"}, {"WICK_CPU_DISABLE=avx512f"});
+  INFO(r.out << r.err);
+  CHECK_THAT(r.out, Contains("AVX-512 no, AVX512-BF16 no, AMX no"));
+  CHECK_THAT(r.out, Contains("hidden by WICK_CPU_DISABLE: avx512f,avx512_bf16,amx_tile,amx_bf16"));
+  CHECK_THAT(r.out, Contains("bf16 is not native"));
+  CHECK_THAT(r.out, !Contains("LibTorch's own kernels: AVX512"));
+  auto bad = run_wick({"doctor"}, {"WICK_CPU_DISABLE=avx512bf16"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("WICK_CPU_DISABLE: 'avx512bf16' is not a CPU feature wick can "
+                               "hide; name some of avx2, avx512f, avx512_bf16, amx_tile, "
+                               "amx_bf16, separated by commas"));
+}
+
+// PyPI's LibTorch exports pieces of a libstdc++ (std::filesystem among them, unversioned) that
+// satisfy a program's references too. Found first, they run with another compiler's inline
+// parts of the same classes: remove_all crashed here with GCC 12 before wick linked libstdc++
+// first (WICK_LIBSTDCXX_FIRST, CMakeLists.txt). Both the test process and the wick command must
+// bind every std::filesystem symbol to the C++ library itself.
+TEST_CASE("std::filesystem comes from the C++ standard library, not from a copy in LibTorch") {
+  void* sym = dlsym(RTLD_DEFAULT, "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathE");
+  REQUIRE(sym != nullptr);
+  Dl_info where{};
+  REQUIRE(dladdr(sym, &where) != 0);
+  REQUIRE(where.dli_fname != nullptr);
+  CHECK_THAT(where.dli_fname, Contains("libstdc++"));
+
+  // Every binding the wick command makes at start (LD_BIND_NOW: all of them, not just those a
+  // --version run calls), as the dynamic linker reports them.
+  auto r = run_wick({"--version"}, {"LD_DEBUG=bindings", "LD_BIND_NOW=1"});
+  REQUIRE(r.exit_code == 0);
+  std::istringstream lines(r.err);
+  int to_libstdcxx = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("`_ZNSt10filesystem") == std::string::npos) continue;
+    INFO(line);
+    // "binding file A [0] to B [0]: normal symbol `...'": B is where the definition is. The
+    // program's own inline copies (a path's constructor) are its compiler's too; LibTorch's
+    // never.
+    const auto to = line.find(" to ");
+    REQUIRE(to != std::string::npos);
+    const auto target = line.substr(to + 4, line.find(": ", to) - to - 4);
+    CHECK(target.find("libtorch") == std::string::npos);
+    CHECK(target.find("libc10") == std::string::npos);
+    to_libstdcxx += target.find("libstdc++") != std::string::npos;
+  }
+  CHECK(to_libstdcxx > 0);  // libwick uses std::filesystem: the check saw its bindings
+}
+
+TEST_CASE("trainer.device = auto resolves once, to the GPU where LibTorch sees one") {
+  // Config's run facts (what a plugin's constructor reads) and the Trainer both resolve it
+  // through resolve_device: on a GPU machine both say cuda, elsewhere both cpu.
+  const bool gpu = wick::system_report().cuda_available;
+  const auto d = wick::resolve_device(wick::Device{}, /*auto_device=*/true);
+  CHECK(d.is_cuda() == gpu);
+  CHECK(wick::resolve_device(wick::Device{}, false).is_cpu());
+  if (!gpu)
+    CHECK_THROWS_WITH(wick::resolve_device(wick::Device{wick::DeviceType::cuda, 0}, false),
+                      Contains("trainer.device = \"cuda:0\" but this LibTorch has no CUDA device"));
 }

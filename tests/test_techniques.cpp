@@ -3,11 +3,15 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include <wick/config.hpp>
 #include <wick/loader.hpp>
+#include <wick/sha256.hpp>
 #include <wick/state_dict.hpp>
 #include <wick/task.hpp>
 #include <wick/torch_compat.hpp>
@@ -1052,4 +1056,249 @@ TEST_CASE("fused adam: first step lr * g / (|g| + eps) by hand, then torch::opti
     CHECK(max_diff(fused.second, plain.second) < 1e-5);
     CHECK(max_diff(fused.second, fused.first) > 1e-2);  // and it trained
   }
+}
+
+TEST_CASE("an optimizer state whose counts do not fit the run's optimizer is refused unread",
+          "[techniques][state]") {
+  // LibTorch's optimizer load loops and allocates by the counts optimizer.pt states: a
+  // damaged or hostile file claiming 2^31 parameter groups (its manifest rewritten to match)
+  // must be refused from that count, naming the file and the field, not followed.
+  OptimizerOptions sgd = optimizer("sgd", 0.1);
+  Trainer first(options(8), std::make_shared<LinearTask>(16), sgd);
+  REQUIRE(first.fit().status == FitResult::Status::completed);
+  TempDir tmp;
+  const auto ckpt = tmp / "ckpt";
+  first.context().save_checkpoint(ckpt.string(), "test");
+
+  torch::serialize::OutputArchive top, opt, groups;
+  groups.write("param_groups/size", torch::tensor(std::int64_t{1} << 31));
+  opt.write("param_groups", groups);
+  top.write("optimizer", opt);
+  std::ostringstream out;
+  top.save_to(out);
+  const auto bytes = out.str();
+  wick::test::write_file(ckpt / "optimizer.pt", bytes);
+  // A consistent forgery: state.pt's record of optimizer.pt and the manifest rewritten too,
+  // so that only the count itself can stop it.
+  const auto state_bytes = wick::test::read_file(ckpt / "state.pt");
+  auto state = torch::pickle_load(std::vector<char>(state_bytes.begin(), state_bytes.end()));
+  auto step = state.toGenericDict().at("step").toGenericDict();
+  step.insert_or_assign("optimizer.pt", wick::sha256_hex(bytes));
+  const auto pickled = torch::pickle_save(state);
+  const std::string new_state(pickled.begin(), pickled.end());
+  wick::test::write_file(ckpt / "state.pt", new_state);
+  auto m = wick::test::read_json(ckpt / "manifest.json");
+  m["files"]["optimizer.pt"] = {{"bytes", bytes.size()}, {"sha256", wick::sha256_hex(bytes)}};
+  m["files"]["state.pt"] = {{"bytes", new_state.size()}, {"sha256", wick::sha256_hex(new_state)}};
+  wick::test::write_file(ckpt / "manifest.json", m.dump(2));
+
+  Trainer second(options(8), std::make_shared<LinearTask>(16), sgd);
+  auto restorer = std::make_shared<Probe>();
+  restorer->stages = false;
+  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt.string()); };
+  second.add_hook(entry(restorer, "restorer", -200));
+  const auto res = second.fit();
+  CHECK(res.status == FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Contains("optimizer.pt, optimizer 'optimizer': field "
+                                        "'param_groups/size' says 2147483648 parameter groups, "
+                                        "this run's optimizer has 1"));
+}
+
+// ---- what forward hands to loss, per-epoch state, values logged anywhere (SDK 2.9) --------
+
+namespace {
+
+// A variational autoencoder in miniature (no sampling: z = mu), whose loss needs mu and
+// log_var beside the reconstruction. `extras`: forward hands them over with Context::set_extra;
+// else loss computes them again from the batch (the reference).
+class TinyVae : public Task {
+ public:
+  explicit TinyVae(bool extras) : extras_(extras) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    auto x = torch::randn({32, 4}, gen);
+    data_ = std::make_shared<TensorDataset>(x, x);
+  }
+  std::shared_ptr<torch::nn::Module> model() override {
+    auto root = std::make_shared<torch::nn::Module>();
+    enc_ = root->register_module(
+        "enc",
+        torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 4)));
+    dec_ = root->register_module("dec", torch::nn::Linear(2, 4));
+    return root;
+  }
+  std::shared_ptr<Dataset> train_data() override { return data_; }
+  at::Tensor forward(Context& c, const Batch& b) override {
+    auto h = enc_->forward(b.input);
+    if (extras_) {
+      c.set_extra("mu", h.slice(1, 0, 2));
+      c.set_extra("log_var", h.slice(1, 2, 4));
+    }
+    return dec_->forward(h.slice(1, 0, 2));
+  }
+  Output loss(Context& c, const at::Tensor& pred, const Batch& b) override {
+    at::Tensor mu, log_var;
+    if (extras_) {
+      mu = c.extra("mu");
+      log_var = c.extra("log_var");
+    } else {
+      auto h = enc_->forward(b.input);
+      mu = h.slice(1, 0, 2);
+      log_var = h.slice(1, 2, 4);
+    }
+    Output o;
+    o.loss = torch::mse_loss(pred, b.target) -
+             0.5 * torch::mean(1 + log_var - mu.pow(2) - log_var.exp());
+    return o;
+  }
+
+ private:
+  bool extras_;
+  std::shared_ptr<TensorDataset> data_;
+  torch::nn::Sequential enc_{nullptr};
+  torch::nn::Linear dec_{nullptr};
+};
+
+std::vector<at::Tensor> trained_vae(bool extras, const std::string& hooks) {
+  Trainer t(options(8, 2), std::make_shared<TinyVae>(extras), optimizer("sgd", 0.05));
+  for (auto& h : load_hooks(hooks)) t.add_hook(std::move(h));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  return params_of(t);
+}
+
+}  // namespace
+
+TEST_CASE("forward hands named tensors to loss through Context extras", "[techniques][sdk]") {
+  // The same training as a loss that computes mu and log_var again: plainly, when loss runs
+  // again under recompute_loss (sam), and with the encoder's elements checkpointed.
+  for (const std::string& hooks :
+       {std::string(""), std::string("[[hooks]]\nplugin = \"sam\"\n"),
+        std::string("[[hooks]]\nplugin = \"activation_checkpointing\"\nmodules = [\"enc.*\"]\n")}) {
+    INFO("hooks: " << hooks);
+    const auto with = trained_vae(true, hooks), reference = trained_vae(false, hooks);
+    // The same up to rounding: one backward through the encoder against two.
+    CHECK(max_diff(with, reference) < 1e-6);
+  }
+  // sam's second loss really ran (and read the extras again): it trains otherwise.
+  CHECK(max_diff(trained_vae(true, ""), trained_vae(true, "[[hooks]]\nplugin = \"sam\"\n")) > 0);
+
+  // An extra forward did not set: the error names it, those set, and the fix.
+  auto task = std::make_shared<LinearTask>(16);
+  task->on_forward = [](Context& c, const at::Tensor& pred) {
+    c.set_extra("mu", pred);
+    CHECK(c.has_extra("mu"));
+    CHECK_FALSE(c.has_extra("sigma"));
+    (void)c.extra("sigma");
+  };
+  Trainer t(options(8), task, optimizer("sgd", 0.1));
+  const auto res = t.fit();
+  CHECK(res.status == FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Contains("Context::extra(\"sigma\"): this step's forward set no "
+                                        "extra of that name (it set 'mu'); call "
+                                        "ctx.set_extra(\"sigma\", tensor) in forward"));
+}
+
+namespace {
+
+// An LSTM-like task whose per-epoch state (a running value fed into each prediction) starts
+// at 0 with each epoch; it travels in the checkpoint. `reset`: how it resets at before_epoch.
+class CarryTask : public LinearTask {
+ public:
+  enum class Reset { always, unless_resumed };
+  explicit CarryTask(Reset r) : LinearTask(32), reset_(r) {}
+  void connect(Registrar& r) override {
+    r.on(Point::before_epoch, [this](Context& c) {
+      if (reset_ == Reset::always || !c.state().epoch_resumed) carry_ = 0;
+    });
+  }
+  at::Tensor forward(Context& c, const Batch& b) override {
+    carry_ = 0.5 * carry_ + 1;
+    return LinearTask::forward(c, b) * (1 + 0.1 * carry_);
+  }
+  bool has_state() const override { return true; }
+  void save_state(StateDict& out) const override { out.set_float("carry", carry_); }
+  void load_state(const StateDict& in) override { carry_ = in.get_float("carry"); }
+
+ private:
+  Reset reset_;
+  double carry_ = 0;
+};
+
+std::vector<at::Tensor> carried(CarryTask::Reset reset, bool interrupted) {
+  const auto whole = [&] {
+    Trainer t(options(8, 2), std::make_shared<CarryTask>(reset), optimizer("sgd", 0.05));
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    return params_of(t);
+  };
+  if (!interrupted) return whole();
+  // Stopped after the 2nd batch of epoch 1 (a position like a SIGINT's), then resumed.
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  {
+    Trainer first(options(8, 2), std::make_shared<CarryTask>(reset), optimizer("sgd", 0.05));
+    auto stop = std::make_shared<Probe>();
+    stop->stages = false;
+    stop->points[Point::after_step] = [](Context& c) {
+      if (c.state().training() && c.state().epoch == 1 && c.state().batch_idx == 1)
+        c.request_stop("test");
+    };
+    stop->points[Point::after_fit] = [&](Context& c) { c.save_checkpoint(ckpt, "test"); };
+    first.add_hook(entry(stop, "stop", 100));
+    REQUIRE(first.fit().status == FitResult::Status::completed);
+    REQUIRE(first.state().optimizer_step == 6);
+  }
+  Trainer second(options(8, 2), std::make_shared<CarryTask>(reset), optimizer("sgd", 0.05));
+  auto restorer = std::make_shared<Probe>();
+  restorer->stages = false;
+  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
+  second.add_hook(entry(restorer, "restorer", -200));
+  REQUIRE(second.fit().status == FitResult::Status::completed);
+  return params_of(second);
+}
+
+}  // namespace
+
+TEST_CASE("before_epoch of an epoch resumed in its middle says so: per-epoch state survives",
+          "[techniques][state]") {
+  // Reset unless resumed: the resumed run trains exactly as the whole one.
+  CHECK(max_diff(carried(CarryTask::Reset::unless_resumed, true),
+                 carried(CarryTask::Reset::unless_resumed, false)) == 0);
+  // Reset always (what a task did before epoch_resumed): the state restored from the
+  // checkpoint is lost, and the run is not the same.
+  CHECK(max_diff(carried(CarryTask::Reset::always, true),
+                 carried(CarryTask::Reset::always, false)) > 0);
+}
+
+TEST_CASE("a value logged at any lifecycle point lands in a record, the last ones in the summary",
+          "[techniques][records]") {
+  TempDir tmp;
+  TrainerOptions o = options(8, 2);
+  o.write_outputs = true;
+  o.output_dir = (tmp / "run").string();
+  o.log_every = 2;
+  Trainer t(o, std::make_shared<LinearTask>(16, 8), optimizer("sgd", 0.1));
+  auto logger = std::make_shared<Probe>();
+  logger->stages = false;
+  const std::vector<Point> points = {Point::before_fit, Point::before_epoch, Point::before_step,
+                                     Point::after_pred, Point::after_loss,   Point::after_backward,
+                                     Point::after_step, Point::before_valid, Point::after_epoch,
+                                     Point::after_fit};
+  for (Point p : points)
+    logger->points[p] = [p](Context& c) {
+      c.log("at/" + std::string(to_string(p)), static_cast<double>(c.state().optimizer_step));
+    };
+  t.add_hook(entry(logger, "logger", 0));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  const auto recs = wick::test::read_jsonl(tmp / "run" / "metrics.jsonl");
+  std::set<std::string> seen;
+  for (const auto& r : recs)
+    for (const auto& [k, v] : r.items())
+      if (k.rfind("at/", 0) == 0) seen.insert(k);
+  for (Point p : points) CHECK(seen.count("at/" + std::string(to_string(p))) == 1);
+  // after_epoch's value is in the epoch record it follows (the one hooks read there).
+  for (const auto& r : recs)
+    if (r["kind"] == "epoch") CHECK(r.contains("at/after_epoch"));
+  // after_fit's, after every record: in the last one, and in summary.json.
+  CHECK(recs.back().contains("at/after_fit"));
+  const auto s = wick::test::read_json(tmp / "run" / "summary.json");
+  CHECK(s["at/after_fit"] == 4);
 }

@@ -2,6 +2,8 @@
 // PyTorch user would bring one: scripted with Debian's python3-torch, data saved with
 // torch.save / numpy.savez / numpy.save / a CSV writer, the result exported and loaded back
 // in Python.
+#include <cstdint>
+
 #include <sys/stat.h>
 
 #include "support.hpp"

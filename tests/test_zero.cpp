@@ -11,7 +11,8 @@ namespace {
 
 // The ddp tests' synthetic MLP (12 -> 24 -> 16 -> 5: 797 parameters) with Adam, accumulation
 // over 2 batches, clipping, a schedule and fp16 loss scaling that starts far too high (so
-// the first steps overflow and are skipped, on every rank alike).
+// steps overflow and are skipped, on every rank alike: from 3.4e38, about the largest float32 a
+// parameter may hold, the scale grows after each good step, past float32's range).
 std::string config(const fs::path& run, const std::string& extra = "") {
   return "[trainer]\nepochs = 2\nseed = 3\nbatch_size = 16\nlog_every = 4\nthreads = 1\n"
          "output_dir = \"" +
@@ -24,7 +25,8 @@ std::string config(const fs::path& run, const std::string& extra = "") {
          "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"
          "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 0.5\n"
          "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n"
-         "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = 1e39\n"
+         "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"fp16\"\ninit_scale = "
+         "3.4e38\ngrowth_interval = 1\n"
          "[[hooks]]\nplugin = \"ddp_probe\"\n" +
          extra + test_plugins_toml();
 }
@@ -99,8 +101,8 @@ TEST_CASE("sharded optimizer state trains like plain ddp with half the state on 
 TEST_CASE("a sharded run's checkpoints hold the whole optimizer state and resume exactly") {
   TempDir dir;
   const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
-  write_file(dir / "cfg.toml", config(dir / "run", "kill_rank = 1\nkill_at_step = 13\n" + ck));
-  // Killed by the probe on rank 1 at step 13, resumed sharded: as the uninterrupted run.
+  write_file(dir / "cfg.toml", config(dir / "run", "kill_rank = 1\nkill_at_step = 6\n" + ck));
+  // Killed by the probe on rank 1 at step 6 (of 8), resumed sharded: as the uninterrupted run.
   auto killed = run_wick(
       {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", kStage1, "--set", kStage2});
   INFO(killed.out << killed.err);

@@ -35,7 +35,9 @@ struct ConfigArgs {
 void add_config_args(CLI::App* cmd, ConfigArgs& a);
 std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
 // Runs body; configuration and plugin errors become exit code 2, others 1, with the message.
-int guarded(const std::function<int()>& body);
+// Runs body; an exception is printed (and put in *error, when given) and becomes the exit code
+// (2 for a config or plugin error, 1 otherwise).
+int guarded(const std::function<int()>& body, std::string* error = nullptr);
 
 void add_core_commands(CLI::App& app, Registry& r);  // fit, describe, check, plugins
 void add_doctor_command(CLI::App& app, Registry& r);

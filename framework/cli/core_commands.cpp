@@ -11,6 +11,7 @@
 #include "wick/context.hpp"
 #include "wick/loader.hpp"
 #include "wick/model_summary.hpp"
+#include "wick/outputs.hpp"
 #include "wick/schedule.hpp"
 #include "wick/trainer.hpp"
 
@@ -32,21 +33,22 @@ std::vector<std::string> absolute_all(const std::vector<std::string>& dirs) {
   return out;
 }
 
-int guarded(const std::function<int()>& body) {
+int guarded(const std::function<int()>& body, std::string* error) {
+  auto fail = [&](int rc, const char* prefix, const char* what) {
+    std::fprintf(stderr, "wick: %s%s\n", prefix, what);
+    if (error) *error = what;
+    return rc;
+  };
   try {
     return body();
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "wick: %s\n", e.what());
-    return kUsage;
+    return fail(kUsage, "", e.what());
   } catch (const PluginError& e) {
-    std::fprintf(stderr, "wick: %s\n", e.what());
-    return kUsage;
+    return fail(kUsage, "", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wick: error: %s\n", e.what());
-    return kFailed;
+    return fail(kFailed, "error: ", e.what());
   } catch (...) {
-    std::fprintf(stderr, "wick: error: an exception that is not a std::exception\n");
-    return kFailed;
+    return fail(kFailed, "error: ", "an exception that is not a std::exception");
   }
 }
 
@@ -127,6 +129,12 @@ int cmd_describe(const ConfigArgs& a, int ranks) {
 int cmd_check(const ConfigArgs& a) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
+    // A config without [task] is checked as the hooks a host program loads; one without
+    // anything at all is no config of either kind, and fit refuses it.
+    if (cfg.toml().find_first_not_of(" \t\r\n") == std::string::npos)
+      throw ConfigError(cfg.path() +
+                        ": the config is empty; wick fit needs at least a [task] table naming "
+                        "the task plugin, e.g.\n[task]\nplugin = \"synthetic\"");
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
     // Everything `wick fit` builds before training: hooks, the task (its own checks of its
     // parameters and data run in its constructor), the model and its optimizers (module
@@ -247,30 +255,49 @@ void add_model_summary(wick::Trainer& trainer) {
 
 int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile, bool auto_batch) {
   std::unique_ptr<wick::Trainer> trainer;
-  int rc = guarded([&] {
-    auto sets = a.sets;
-    if (auto_batch) sets.push_back("trainer.batch_size=auto");
-    auto cfg = wick::Config::load(a.config, sets);
-    wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
-    wick::RunInfo run;
-    run.resume = resume;
-    // torchrun starts failed workers again with the same arguments: they continue the run.
-    const auto job = wick::detect_cluster_env([](const char* n) { return std::getenv(n); });
-    if (job.restart_count > 0 && resume != "auto") {
-      run.resume = "auto";
-      if (job.rank == 0)
-        std::fprintf(stderr,
-                     "wick: TORCHELASTIC_RESTART_COUNT is %d: resuming with --resume auto\n",
-                     job.restart_count);
+  std::string start_error, output_dir, config_path;
+  bool main_rank = true;
+  int rc = guarded(
+      [&] {
+        auto sets = a.sets;
+        if (auto_batch) sets.push_back("trainer.batch_size=auto");
+        auto cfg = wick::Config::load(a.config, sets);
+        output_dir = fs::absolute(cfg.trainer().output_dir).lexically_normal().string();
+        config_path = cfg.path();
+        main_rank = wick::job_ranks().rank == 0;
+        wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+        wick::RunInfo run;
+        run.resume = resume;
+        // torchrun starts failed workers again with the same arguments: they continue the run.
+        const auto job = wick::detect_cluster_env([](const char* n) { return std::getenv(n); });
+        if (job.restart_count > 0 && resume != "auto") {
+          run.resume = "auto";
+          if (job.rank == 0)
+            std::fprintf(stderr,
+                         "wick: TORCHELASTIC_RESTART_COUNT is %d: resuming with --resume auto\n",
+                         job.restart_count);
+        }
+        trainer = wick::make_trainer(cfg, finder, run);
+        add_ddp_if_ranks(cfg, finder, *trainer);
+        if (profile) add_profiler(cfg, finder, *trainer);
+        add_model_summary(*trainer);
+        trainer->connect();
+        return kOk;
+      },
+      &start_error);
+  if (rc != kOk) {
+    // Whatever refused the start, the run folder must not keep an earlier run's "completed"
+    // as if it were this run's.
+    if (main_rank && !output_dir.empty()) {
+      try {
+        wick::write_failed_start_summary(output_dir, start_error, config_path, a.sets);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "wick: warning: could not mark %s/summary.json failed: %s\n",
+                     output_dir.c_str(), e.what());
+      }
     }
-    trainer = wick::make_trainer(cfg, finder, run);
-    add_ddp_if_ranks(cfg, finder, *trainer);
-    if (profile) add_profiler(cfg, finder, *trainer);
-    add_model_summary(*trainer);
-    trainer->connect();
-    return kOk;
-  });
-  if (rc != kOk) return rc;
+    return rc;
+  }
   auto res = trainer->fit();
   if (res.config_error) {
     // Nothing was trained (and the run folder may be another fit's): the error says it all.

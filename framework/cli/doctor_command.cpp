@@ -67,6 +67,10 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
         "own kernels: %s\n",
         yes(cpu.avx2), yes(cpu.avx512f), yes(cpu.avx512_bf16), yes(cpu.amx_tile), yes(cpu.amx_bf16),
         wick::torch_cpu_capability().c_str());
+    if (!cpu.hidden.empty())
+      std::printf(
+          "           hidden by WICK_CPU_DISABLE: %s (wick runs as if this CPU lacked them)\n",
+          cpu.hidden.c_str());
     if (cpu.native_bf16())
       enable.push_back(
           "bf16: this CPU runs it natively (" +

@@ -1,5 +1,6 @@
 // The `wick` command: parses the command line and runs one subcommand.
 #include <cstdio>
+#include <stdexcept>
 
 #include "commands.hpp"
 #include "wick/build_info.hpp"
@@ -16,6 +17,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("wick ") + WICK_VERSION);
 
   wick::keep_freed_memory();  // before any tensor: see wick/system.hpp
+  try {
+    wick::apply_cpu_disable();  // before any tensor, too: LibTorch picks its kernels once
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "wick: error: %s\n", e.what());
+    return kUsage;
+  }
   Registry commands;
   add_core_commands(app, commands);
   add_doctor_command(app, commands);

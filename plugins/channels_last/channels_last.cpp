@@ -2,6 +2,7 @@
 // batch are laid out N, H, W, C in memory, so oneDNN (CPU) and cuDNN (GPU) run their
 // convolutions without reordering each tensor first. Values and shapes do not change, only
 // strides. Optimizer state made from the weights (Adam's moments) follows their layout.
+#include <cstdint>
 #include <cstdio>
 
 #include <wick/plugin.hpp>

@@ -4,6 +4,7 @@
 // loss weight is then 1 - (box area / image area), the share of pixels kept (mixing.hpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "../mixup/mixing.hpp"

@@ -1,5 +1,6 @@
 #include "zero.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <sstream>

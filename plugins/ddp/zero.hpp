@@ -14,6 +14,7 @@
 #include <wick/sharded_state.hpp>
 #include <wick/torch_compat.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <unordered_map>
 #include <vector>

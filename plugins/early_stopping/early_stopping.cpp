@@ -2,6 +2,7 @@
 // `monitor` has not improved by more than min_delta for `patience` epochs. The best value
 // and the patience counter are checkpoint state, so a resumed run keeps counting.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 

@@ -5,6 +5,7 @@
 // at after_epoch. The default order (-20) puts the swap-back ahead of other after_epoch hooks,
 // so a checkpoint saved there holds the training weights (the shadow goes in EMA's own state).
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 

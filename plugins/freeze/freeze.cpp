@@ -6,6 +6,7 @@
 // follows from the epoch alone, so a resumed run freezes as the uninterrupted one did.
 #include <fnmatch.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -3,6 +3,8 @@
 // gradient is the mean over the window; optimizer_step and zero_grad pass on only on the
 // last micro-batch of a window. Its optimizer_step handler runs first (order -10), so
 // unscaling, clipping and all-reduce further down the chain only see full windows.
+#include <cstdint>
+
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
 

@@ -92,7 +92,7 @@ WICK_PLUGIN(GradClip,
                 .order(0)
                 .param_float("max_norm", 0.0,
                              "clip the total gradient norm to this (0: do not clip by norm)")
-                .param_float("norm_type", 2.0, "order of the norm (2.0: L2, inf: max-abs)")
+                .param_float_inf("norm_type", 2.0, "order of the norm (2.0: L2, inf: max-abs)")
                 .param_float("value", 0.0,
                              "clamp each gradient element to [-value, value] (0: off); "
                              "applied before the norm clip when both are set"))

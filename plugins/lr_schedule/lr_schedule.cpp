@@ -12,6 +12,7 @@
 // The schedule advances only when the optimizer really stepped (not on accumulation
 // micro-batches nor on steps the loss scaler skipped).
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 

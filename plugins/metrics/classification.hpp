@@ -3,6 +3,7 @@
 // predicted), from which precision, recall and F1 follow exactly.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <utility>

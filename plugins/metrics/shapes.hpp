@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>

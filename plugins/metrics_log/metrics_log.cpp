@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -43,6 +44,14 @@ class MetricsLog : public wick::Hook {
   explicit MetricsLog(const wick::Params& p)
       : file_(p.get_string("file")), steps_(p.get_bool("steps")) {
     if (file_.empty()) throw p.error("file", "must not be empty");
+    // A folder ("." or "logs/", or one that exists) cannot be replaced by the table's file.
+    const fs::path f(file_);
+    const auto full = f.is_absolute() ? f : fs::path(p.run().output_dir) / f;
+    const auto name = f.filename();
+    std::error_code ec;
+    if (name.empty() || name == "." || name == ".." || fs::is_directory(full, ec))
+      throw p.error("file", "names a directory ('" + full.lexically_normal().string() +
+                                "'), not a file; give a file name, e.g. file = \"metrics.csv\"");
   }
 
   void connect(wick::Registrar& r) override {

@@ -121,8 +121,10 @@ class MixedPrecision : public wick::Hook {
              (d.is_cuda() ? " runs bf16 natively)"
                           : std::string(" has ") +
                                 (wick::cpu_features().amx_bf16 ? "AMX-BF16)" : "AVX512-BF16)"));
+    const auto& hidden = wick::cpu_features().hidden;
     return "mixed_precision: dtype = \"auto\": fp32, no autocast (" + where +
            " has no native bf16" + (d.is_cuda() ? "" : ": no AVX512-BF16 or AMX-BF16") +
+           (d.is_cuda() || hidden.empty() ? "" : " as WICK_CPU_DISABLE=" + hidden + " hides them") +
            ", and emulated bf16 is slower than fp32)";
   }
 

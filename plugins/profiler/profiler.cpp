@@ -6,6 +6,7 @@
 // this hook nothing is timed or counted.
 #include <wick/wick.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 

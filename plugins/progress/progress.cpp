@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 namespace {
@@ -99,6 +101,10 @@ class Progress : public wick::Hook {
           line += "  " + fmt("%.0f", v) + " samples/s";
         else if (k == "lr")
           line += "  lr " + fmt("%.3g", v);
+        else if (k == "train/flops_per_s")
+          line += "  " + flop_rate(v);
+        else if (k == "train/flops_utilization")
+          line += "  " + fmt("%.1f", 100 * v) + "% of peak";
         else
           line += "  " + k + " " + fmt("%.4f", v);
       }
@@ -114,6 +120,16 @@ class Progress : public wick::Hook {
     char buf[64];
     std::snprintf(buf, sizeof buf, f, v);
     return buf;
+  }
+  // 1.23e12 -> "1.2 TFLOP/s": the rate as people read it.
+  static std::string flop_rate(double v) {
+    static const char* kPrefix[] = {"", "k", "M", "G", "T", "P", "E"};
+    std::size_t i = 0;
+    while (std::abs(v) >= 1000 && i + 1 < std::size(kPrefix)) {
+      v /= 1000;
+      ++i;
+    }
+    return fmt(v < 10 ? "%.2g" : "%.3g", v) + " " + kPrefix[i] + "FLOP/s";
   }
   std::string head(wick::Context& c) const {
     return "epoch " + std::to_string(c.state().epoch + 1) + "/" + std::to_string(epochs_);

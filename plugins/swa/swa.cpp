@@ -9,6 +9,7 @@
 // Its order (-110) puts it ahead of the checkpoint hook at after_epoch, so the checkpoint
 // written there holds this epoch's average.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>

@@ -1,5 +1,7 @@
 // A small classification task on generated data: inputs x ~ N(0, 1), labels the argmax of a
 // fixed random linear map of x. Deterministic for a seed; for tests and quick runs.
+#include <cstdint>
+
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 

@@ -2,6 +2,7 @@
 
 #include <boost/crc.hpp>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 

@@ -12,6 +12,7 @@
 #include <wick/plugin.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 

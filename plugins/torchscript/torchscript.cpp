@@ -8,6 +8,7 @@
 #include <wick/task.hpp>
 #include <wick/tensor_files.hpp>
 
+#include <cstdint>
 #include <sstream>
 
 namespace {

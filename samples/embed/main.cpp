@@ -11,6 +11,7 @@
 #include <wick/trainer.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 

@@ -4,6 +4,7 @@
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
+#include <cstdint>
 #include <filesystem>
 
 #include "idx.hpp"
@@ -19,10 +20,10 @@ constexpr const char* kInstallHint =
     "; the data set comes from Debian: sudo apt-get install dataset-fashion-mnist "
     "(or point [task] data_dir at a folder holding the four *-ubyte.gz files)";
 
-std::vector<std::uint8_t> read_part(const fs::path& file, int rank,
-                                    std::vector<std::int64_t>& dims) {
+std::vector<std::uint8_t> read_part(const fs::path& file, int rank, std::vector<std::int64_t>& dims,
+                                    const std::vector<std::int64_t>& expect = {}) {
   try {
-    auto d = wick::idx::read_idx(file.string(), rank);
+    auto d = wick::idx::read_idx(file.string(), rank, expect);
     dims = d.dims;
     return std::move(d.bytes);
   } catch (const wick::idx::IdxError& e) {
@@ -36,16 +37,10 @@ std::shared_ptr<wick::TensorDataset> load_split(const fs::path& dir, const std::
   const fs::path img_file = dir / (prefix + "-images-idx3-ubyte.gz");
   const fs::path lbl_file = dir / (prefix + "-labels-idx1-ubyte.gz");
   std::vector<std::int64_t> idims, ldims;
-  auto images = read_part(img_file, 3, idims);
+  // The labels first (a byte a sample): the images' header must then claim as many 28 x 28
+  // images, checked before any of them is decompressed.
   auto labels = read_part(lbl_file, 1, ldims);
-  if (idims[1] != kSide || idims[2] != kSide)
-    throw std::runtime_error(img_file.string() + ": images are " + std::to_string(idims[1]) +
-                             " x " + std::to_string(idims[2]) + ", expected 28 x 28" +
-                             kInstallHint);
-  if (idims[0] != ldims[0])
-    throw std::runtime_error(img_file.string() + " has " + std::to_string(idims[0]) +
-                             " images but " + lbl_file.string() + " has " +
-                             std::to_string(ldims[0]) + " labels" + kInstallHint);
+  auto images = read_part(img_file, 3, idims, {ldims[0], kSide, kSide});
   for (auto l : labels)
     if (l >= kClasses)
       throw std::runtime_error(lbl_file.string() + ": label " + std::to_string(l) +

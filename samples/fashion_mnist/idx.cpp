@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <memory>
 
@@ -55,9 +57,24 @@ std::uint32_t be32(const std::uint8_t* p) {
          std::uint32_t{p[3]};
 }
 
+// deflate's largest expansion: about 1032 output bytes for one input byte.
+constexpr std::uint64_t kMaxDeflateRatio = 1032;
+
+// MemAvailable of /proc/meminfo in bytes (0 when it cannot be read).
+std::uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
 }  // namespace
 
-IdxData read_idx(const std::string& path, int rank) {
+IdxData read_idx(const std::string& path, int rank, const std::vector<std::int64_t>& expect) {
   if (rank < 1 || rank > 255) throw std::invalid_argument("read_idx: rank must be 1..255");
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -90,6 +107,10 @@ IdxData read_idx(const std::string& path, int rank) {
   std::string shape;
   for (int i = 0; i < rank; ++i) {
     const std::uint32_t n = be32(sizes.data() + 4 * i);
+    if (static_cast<std::size_t>(i) < expect.size() && expect[i] >= 0 && expect[i] != n)
+      throw IdxError(IdxError::Kind::bad_size, path + ": the header's dimension " +
+                                                   std::to_string(i) + " is " + std::to_string(n) +
+                                                   ", expected " + std::to_string(expect[i]));
     d.dims.push_back(n);
     shape += (i ? " x " : "") + std::to_string(n);
     // 2^40 bytes is far beyond any IDX file; a header claiming more is corrupt.
@@ -106,12 +127,23 @@ IdxData read_idx(const std::string& path, int rank) {
   // Nothing is allocated on the header's word alone. A plain file's size bounds the data at
   // once; a gzip stream's is known only as it is read, so the buffer grows with what arrives.
   const std::uint64_t header_bytes = 4 + sizes.size();
+  const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   if (gzdirect(f.get()) == 1) {
-    const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
     const std::uint64_t data_bytes = file_bytes > header_bytes ? file_bytes - header_bytes : 0;
     if (data_bytes < total)
       throw short_data(data_bytes, " (" + std::to_string(file_bytes) + " bytes in all)");
+  } else if (total > file_bytes * kMaxDeflateRatio) {
+    // Not even a stream of zeros compresses that far: a corrupt header, or a gzip bomb.
+    throw IdxError(IdxError::Kind::bad_size, path + ": the header's sizes (" + shape + ") claim " +
+                                                 std::to_string(total) +
+                                                 " bytes, more than a gzip file of " +
+                                                 std::to_string(file_bytes) + " bytes can hold");
   }
+  if (const auto avail = available_memory(); avail > 0 && total > avail)
+    throw IdxError(IdxError::Kind::bad_size,
+                   path + ": the header's sizes (" + shape + ") claim " + std::to_string(total) +
+                       " bytes, more than this machine's available memory (" +
+                       std::to_string(avail) + " bytes)");
   std::uint64_t got = 0;
   constexpr std::uint64_t kChunk = std::uint64_t{4} << 20;
   while (got < total) {

@@ -26,8 +26,11 @@ struct IdxData {
 // Reads an IDX file of unsigned bytes (type 0x08) with `rank` dimensions, gzipped or plain
 // (zlib reads plain files transparently). Checks the magic number, that the data is exactly
 // as long as the header says, and nothing follows it. Only regular files are read, and memory
-// grows with the data that really arrives, never on the header's claim alone (a plain file
-// claiming more than its size is refused before reading). Throws IdxError.
-IdxData read_idx(const std::string& path, int rank);
+// grows with the data that really arrives, never on the header's claim alone: before anything
+// is read past the header, its sizes must match `expect` (one per dimension, -1: any), and
+// the data they claim must fit the file (a plain file's size; for a gzip stream its size times
+// deflate's largest ratio, 1032) and this machine's available memory. Throws IdxError naming
+// the file and the dimension or size at fault.
+IdxData read_idx(const std::string& path, int rank, const std::vector<std::int64_t>& expect = {});
 
 }  // namespace wick::idx

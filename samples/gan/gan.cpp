@@ -2,6 +2,7 @@
 // ([optimizers.generator], [optimizers.discriminator]), manual optimization through the
 // Context so that every stage chain (accumulation, loss scaling, clipping) applies per
 // optimizer, both losses logged, a PNG grid of generated images every N steps, exact resume.
+#include <cstdint>
 #include <filesystem>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>

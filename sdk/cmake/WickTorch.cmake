@@ -2,8 +2,10 @@
 # plugins built against an installed wick (wickConfig.cmake passes the LibTorch wick was built
 # with). ROOT: the folder holding lib/ and share/cmake/Torch (the pytorch.org archive's
 # libtorch/, the wheel's torch/), or the wheel's torch.utils.cmake_prefix_path; without it
-# CMake's usual search finds one (Debian's in /usr). Sets what find_package(Torch) sets, and
-# WICK_TORCH_ROOT (the root given, resolved; "" without ROOT).
+# CMake's usual search finds one (Debian's in /usr), and a LibTorch found through
+# CMAKE_PREFIX_PATH or Torch_DIR (PyTorch's convention) brings its own libraries. Sets what
+# find_package(Torch) sets, and WICK_TORCH_ROOT (the root given or found that way, resolved;
+# "" for a LibTorch in the system folders).
 macro(wick_find_torch)
   cmake_parse_arguments(WFT "" "ROOT" "" ${ARGN})
   set(WICK_TORCH_ROOT "")
@@ -23,6 +25,25 @@ macro(wick_find_torch)
     list(PREPEND CMAKE_PREFIX_PATH "${_wft_root}")
     set(Torch_DIR "${_wft_root}/share/cmake/Torch" CACHE PATH "" FORCE)
     set(WICK_TORCH_ROOT "${_wft_root}")
+  else()
+    # PyTorch's documented way, -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path> (or
+    # Torch_DIR): the LibTorch found there keeps its libraries beside its headers. Put that
+    # folder first too, or TorchConfig's find_library calls take another LibTorch's libraries
+    # from the system folders first (Debian's libtorch-dev in /usr/lib).
+    string(REPLACE ":" ";" _wft_env "$ENV{CMAKE_PREFIX_PATH}")
+    foreach(_wft_dir ${Torch_DIR} ${CMAKE_PREFIX_PATH} ${_wft_env})
+      foreach(_wft_cfg "${_wft_dir}/TorchConfig.cmake" "${_wft_dir}/Torch/TorchConfig.cmake"
+                       "${_wft_dir}/share/cmake/Torch/TorchConfig.cmake")
+        if(NOT WICK_TORCH_ROOT AND EXISTS "${_wft_cfg}")
+          get_filename_component(_wft_found "${_wft_cfg}" DIRECTORY)
+          get_filename_component(_wft_found "${_wft_found}/../../.." ABSOLUTE)  # share/cmake/Torch
+          if(EXISTS "${_wft_found}/lib/libtorch.so")
+            list(PREPEND CMAKE_PREFIX_PATH "${_wft_found}")
+            set(WICK_TORCH_ROOT "${_wft_found}")
+          endif()
+        endif()
+      endforeach()
+    endforeach()
   endif()
   # A CUDA LibTorch compiles CUDA code for these GPUs (LibTorch's variable; its default is
   # every architecture it knows): Ampere and Hopper, with PTX that newer GPUs compile.

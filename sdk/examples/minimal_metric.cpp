@@ -3,6 +3,8 @@
 // find_package(wick) and wick_add_plugin(minimal_metric SOURCES minimal_metric.cpp). Run:
 // [[metrics]] plugin = "minimal_metric" in the run's TOML file; logged as
 // valid/minimal_metric.
+#include <cstdint>
+
 #include <torch/torch.h>
 #include <wick/metric.hpp>
 #include <wick/wick.hpp>

@@ -1,6 +1,8 @@
 // minimal_task: fits y = 3x - 1 with a one-weight linear model, on data made in memory.
 // Build: find_package(wick) and wick_add_plugin(minimal_task SOURCES minimal_task.cpp).
 // Run: [task] plugin = "minimal_task" in the run's TOML file.
+#include <cstdint>
+
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
 

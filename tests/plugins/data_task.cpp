@@ -4,6 +4,7 @@
 //   stream   a stateful stream (size wick::kUnsized) that checks it is read in order
 //   throw    a dataset whose get() fails on the batch holding sample `fail_at`
 // and, with log_samples, writes down which samples each training batch held.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -4,6 +4,7 @@
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 
 namespace {

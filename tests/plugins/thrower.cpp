@@ -9,12 +9,14 @@
 //   hang          writes `marker`, then waits forever (only a second SIGINT ends the run)
 //   slow          sleeps `ms` milliseconds at every call from `step` on (a run slow enough to
 //                 be watched or killed mid-way)
+//   connect       throws std::runtime_error from connect(), at start (point and step unused)
 #include <wick/context.hpp>
 #include <wick/interrupt.hpp>
 #include <wick/plugin.hpp>
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
@@ -31,8 +33,9 @@ class Thrower : public wick::Hook {
     auto pt = wick::point_from_string(p.get_string("point"));
     if (!pt) throw p.error("point", "is not a lifecycle point");
     point_ = *pt;
-    static const char* kActions[] = {"throw", "cancel_step", "cancel_epoch", "cancel_fit", "sigint",
-                                     "stop",  "pause",       "hang",         "slow"};
+    static const char* kActions[] = {"throw",  "cancel_step", "cancel_epoch", "cancel_fit",
+                                     "sigint", "stop",        "pause",        "hang",
+                                     "slow",   "connect"};
     bool known = false;
     for (const char* a : kActions) known = known || action_ == a;
     if (!known) throw p.error("action", "is not one of the actions listed in thrower.cpp");
@@ -41,6 +44,7 @@ class Thrower : public wick::Hook {
   }
 
   void connect(wick::Registrar& r) override {
+    if (action_ == "connect") throw std::runtime_error("thrower: connect throws");
     r.on(point_, [this](wick::Context& c) {
       const bool step_level =
           point_ == wick::Point::before_step || point_ == wick::Point::after_pred ||

@@ -3,6 +3,7 @@
 // (Polyak averaging), validates on the mean (swapped in at before_valid, back at after_epoch),
 // keeps the mean in its checkpoint state, and offers it as the run's evaluation weights under
 // its own word, "polyak": what the built-in ema hook does, through the same SDK calls.
+#include <cstdint>
 #include <string>
 #include <vector>
 

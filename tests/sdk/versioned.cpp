@@ -3,6 +3,8 @@
 // version (see tests/sdk.cmake), so the cases stay meaningful when the version moves on.
 // It uses nothing newer than SDK x.0, so the "older minor" build is what a plugin compiled
 // against an older minor of this major looks like to the host.
+#include <cstdint>
+
 #include <wick/wick.hpp>
 
 // At minor 0 there is no older minor: the "older" build claims the host's own (x.0).

@@ -2,6 +2,7 @@
 // loaded from the built plugins, an in-test hook as a HookEntry, and quiet trainer options.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

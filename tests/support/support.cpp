@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -204,6 +206,19 @@ std::set<std::string> cpu_flags() {
       for (std::string w; words >> w;) flags.insert(w);
       break;
     }
+  // WICK_CPU_DISABLE's names go, and what each implies: every AVX-512 and AMX flag with
+  // avx512f (and with avx2), the AMX flags with amx_tile.
+  const char* env = std::getenv("WICK_CPU_DISABLE");
+  std::istringstream names(env ? env : "");
+  for (std::string n; std::getline(names, n, ',');) {
+    auto drop_prefix = [&](const std::string& prefix) {
+      for (auto it = flags.begin(); it != flags.end();)
+        it = it->rfind(prefix, 0) == 0 ? flags.erase(it) : std::next(it);
+    };
+    flags.erase(n);
+    if (n == "avx2" || n == "avx512f") drop_prefix("avx512");
+    if (n == "avx2" || n == "avx512f" || n == "amx_tile") drop_prefix("amx");
+  }
   return flags;
 }
 

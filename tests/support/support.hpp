@@ -2,6 +2,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -30,7 +31,8 @@ class TempDir {
 
 void write_file(const fs::path& p, const std::string& text);
 std::string read_file(const fs::path& p);
-// The CPU flags /proc/cpuinfo lists, read here independently of wick's own parsing.
+// The CPU flags /proc/cpuinfo lists, less those WICK_CPU_DISABLE hides (README: CPU paths),
+// read here independently of wick's own parsing.
 std::set<std::string> cpu_flags();
 // Every file under dir (path relative to it -> sha256): "left intact" means this map did not
 // change.

@@ -31,6 +31,9 @@ struct Summary {
   double train_cpu_s = 0;  // process CPU time (all threads) in the training batches
   double wall_s = 0;
   std::vector<std::pair<std::string, double>> valid;  // final validation metrics
+  // Values hooks logged after the last record (at after_fit, after_cancel): the fit's last
+  // record holds them too. Written as top-level keys, after the validation metrics.
+  std::vector<std::pair<std::string, double>> logged;
   std::string model_fingerprint;
   // The final weights written at the end (model.pt, "" when none was) and which they are:
   // "trained", or the word of a hook that keeps weights for evaluation ("ema").
@@ -53,6 +56,14 @@ Record record_from_json(const std::string& line);
 // Written to a temporary file and renamed, so a reader never sees half a summary.
 void write_summary(const std::filesystem::path& file, const Summary& s);
 // write_file_atomic is in the SDK (wick/files.hpp).
+
+// A fit that failed before it started (a plugin, the task or a config value refused): writes
+// OUTPUT_DIR/summary.json as failed with the error, so that an earlier run's "completed" there
+// is not taken for this run's. Only into a folder that exists and that no live fit holds (its
+// wick.lock); returns whether it wrote.
+bool write_failed_start_summary(const std::filesystem::path& output_dir, const std::string& error,
+                                const std::string& config,
+                                const std::vector<std::string>& overrides);
 
 }  // namespace wick
 

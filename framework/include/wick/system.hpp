@@ -4,6 +4,8 @@
 
 #include <string>
 #include <string_view>
+
+#include "wick/run.hpp"      // Device
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 WICK_PUBLIC_BEGIN
@@ -40,6 +42,19 @@ void warn_if_reference_blas();
 // it at start; a host program may too. Leaves a user's own MALLOC_* / GLIBC_TUNABLES malloc
 // settings alone. Returns whether it changed anything.
 bool keep_freed_memory();
+
+// WICK_CPU_DISABLE (README: CPU paths) names CPU features to run as if this CPU lacked them:
+// wick::cpu_features() hides them (mixed_precision's dtype = "auto", wick doctor), and this
+// tells LibTorch's own kernels, oneDNN and MKL to leave them unused too (ATEN_CPU_CAPABILITY,
+// ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS; a value set by the user stays). Call it before
+// the first tensor operation, as `wick` does at start. A name that is no feature throws
+// std::invalid_argument naming the variable and the names it takes.
+void apply_cpu_disable();
+
+// trainer.device as a run uses it: "auto" (auto_device) becomes the current CUDA device where
+// this LibTorch sees a GPU, else the CPU. Resolved once, before any plugin is made, so that
+// Params::run() and Context::run() agree. A CUDA device without one throws ConfigError.
+Device resolve_device(const Device& requested, bool auto_device);
 
 struct SystemReport {
   std::string torch_version;  // LibTorch's TORCH_VERSION

@@ -19,6 +19,7 @@
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
+#include "wick/system.hpp"
 
 namespace wick {
 
@@ -57,13 +58,11 @@ struct __attribute__((visibility("hidden"))) Config::Impl {
                 std::string("'") + key + "' in " + section + " " + msg);
   }
 
-  // nan passes every range check written as "x < lo || x > hi", so no parameter takes it.
-  double not_nan(double v, const toml::node& n, const std::string& key,
-                 const std::string& section) const {
-    if (std::isnan(v))
-      throw error(where(n), "'" + key + "' in " + section + " must be a number, not nan");
-    return v;
-  }
+  // nan passes every range check written as "x < lo || x > hi", so no parameter takes it;
+  // inf passes "x > 0", and 1e300 is inf once training uses it in float32 (a non-zero 1e-50,
+  // 0): a float parameter is finite and within float32's range, inf only where declared.
+  double checked_float(double v, const toml::node& n, const std::string& key,
+                       const std::string& section, bool inf_allowed) const;
 
   // Converts one value to its declared type; throws with its place when it does not fit.
   ParamValue convert(const toml::node& n, ParamType t, const std::string& key,
@@ -135,7 +134,9 @@ struct __attribute__((visibility("hidden"))) Config::Impl {
     RunInfo r;
     r.config_path = path;
     r.output_dir = std::filesystem::absolute(trainer.output_dir).lexically_normal().string();
-    r.device = trainer.device;
+    // "auto" resolved here as the Trainer resolves it; an explicit device is checked when the
+    // run starts (wick check of a CUDA config passes on a machine without a GPU).
+    r.device = trainer.auto_device ? resolve_device(trainer.device, true) : trainer.device;
     r.seed = trainer.seed;
     r.epochs = trainer.epochs;
     r.max_steps = trainer.max_steps;

@@ -1,5 +1,6 @@
 #include "wick/params.hpp"
 
+#include <cstdint>
 #include <filesystem>
 
 #include "config/params_impl.hpp"

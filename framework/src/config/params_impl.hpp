@@ -1,6 +1,7 @@
 // Private: the storage behind wick::Params, filled by config validation.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <variant>

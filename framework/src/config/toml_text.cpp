@@ -32,6 +32,8 @@ const char* type_phrase(ParamType t) {
       return "an integer";
     case ParamType::floating:
       return "a number";
+    case ParamType::floating_inf:
+      return "a number or inf";
     case ParamType::string:
     case ParamType::choice:
       return "a string";

@@ -2,6 +2,10 @@
 // unknown keys with a suggestion, each value converted to its declared type, choices, and
 // required keys; every error names the value's place.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
 
 #include "config/config_impl.hpp"
 #include "config/toml_text.hpp"
@@ -9,6 +13,28 @@
 namespace wick {
 
 namespace fs = std::filesystem;
+
+double Config::Impl::checked_float(double v, const toml::node& n, const std::string& key,
+                                   const std::string& section, bool inf_allowed) const {
+  const std::string what = "'" + key + "' in " + section;
+  if (std::isnan(v)) throw error(where(n), what + " must be a number, not nan");
+  if (std::isinf(v)) {
+    if (inf_allowed) return v;
+    throw error(where(n), what + " must be a finite number, not " + (v > 0 ? "inf" : "-inf"));
+  }
+  // The value as training uses it, in float32.
+  const auto f = static_cast<float>(v);
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%g", v);
+  if (std::isinf(f))
+    throw error(where(n), what + " is " + shown + ", beyond float32's range (3.4e+38), " +
+                              "the precision training computes in; use a smaller value");
+  if (f == 0 && v != 0)
+    throw error(where(n), what + " is " + shown + ", which float32 (the precision " +
+                              "training computes in) rounds to 0; use 0 or a value of at least " +
+                              "1e-38");
+  return v;
+}
 
 // Converts one value to its declared type; throws with its place when it does not fit.
 ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::string& key,
@@ -28,8 +54,9 @@ ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::st
       if (n.is_integer()) return *n.value<std::int64_t>();
       throw bad();
     case ParamType::floating:
+    case ParamType::floating_inf:
       if (n.is_integer() || n.is_floating_point())
-        return not_nan(*n.value<double>(), n, key, section);
+        return checked_float(*n.value<double>(), n, key, section, t == ParamType::floating_inf);
       throw bad();
     case ParamType::string:
     case ParamType::choice:  // its value is checked against the choices by validate()
@@ -57,7 +84,7 @@ ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::st
           throw error(where(e), "'" + key + "' in " + section +
                                     " must be an array of numbers; this element is " +
                                     node_type_name(e));
-        out.push_back(not_nan(*e.value<double>(), e, key, section));
+        out.push_back(checked_float(*e.value<double>(), e, key, section, false));
       }
       return out;
     }

@@ -3,6 +3,7 @@
 // formulas in the same order.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 

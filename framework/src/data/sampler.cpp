@@ -4,6 +4,7 @@
 #include <ATen/Functions.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace wick {
 

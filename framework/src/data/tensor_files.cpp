@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>

@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
+#include <cstdint>
 
 #include "wick/rendezvous.hpp"
 

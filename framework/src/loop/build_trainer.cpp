@@ -4,8 +4,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
+#include "state/snapshot.hpp"
+#include "wick/system.hpp"
 #include "wick/task.hpp"
 
 namespace wick {
@@ -31,7 +34,8 @@ std::unique_ptr<Trainer> build_trainer(const Config& cfg, const PluginFinder& fi
   }
   auto metrics = cfg.make_metrics(finder);
   // The task after seeding, so that random draws in its constructor are reproducible.
-  torch::manual_seed(static_cast<std::uint64_t>(opts.seed));
+  seed_generators(static_cast<std::uint64_t>(opts.seed),
+                  resolve_device(opts.device, opts.auto_device).is_cuda());
   auto task = cfg.make_task(finder);
   auto optimizers = cfg.optimizers();
   if (!cfg.has_optimizer()) {

@@ -1,6 +1,7 @@
 // The run's checkpoints (the CheckpointStore the Context forwards to): the parts a snapshot
 // saves, a save (sharded optimizer state gathered to rank 0 for it), an inspection, and a
 // restore with its checks that the checkpoint belongs to this run.
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
@@ -44,7 +45,7 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           state,
           pos,
           epoch_start,
-          {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last},
+          {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last, run_id},
           records.count(),
           dispatch.stateful_hooks(),
           [this](StateDict& out) {
@@ -56,7 +57,8 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
             epoch.load(in);
             stops.load(in);
             records.load_pending(in);
-          }};
+          },
+          device.is_cuda()};
 }
 
 CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
@@ -107,7 +109,8 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   }
   // The data order is a function of (seed, epoch, shuffle): a resume with another of these
   // would not continue the same run.
-  const RunIdentity now{opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last};
+  const RunIdentity now{opt.seed,    opt.batch_size, state.num_processes,
+                        opt.shuffle, opt.drop_last,  run_id};
   std::string diff;
   auto cmp = [&](const char* key, auto then, auto mine) {
     if (then != mine)
@@ -137,6 +140,7 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
   // before_fit is over (every sink is set up by then).
   resume.rewind_records = m.records;
+  if (!m.run.id.empty()) run_id = m.run.id;  // the run goes on under its own name
   resume.start = m.position;
   pos = m.position;
   resume.resumed = true;

@@ -2,6 +2,10 @@
 // of the loop, through Context::Host (context_host.hpp).
 #include "loop/context_host.hpp"
 
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
 namespace wick {
 
 const StepState& Context::state() const {
@@ -15,6 +19,31 @@ Batch& Context::batch() {
 }
 Output& Context::output() {
   return host_->steps.output;
+}
+void Context::set_extra(const std::string& name, const at::Tensor& t) {
+  auto& extras = host_->steps.extras;
+  for (auto& [k, v] : extras)
+    if (k == name) {
+      v = t;
+      return;
+    }
+  extras.emplace_back(name, t);
+}
+bool Context::has_extra(const std::string& name) const {
+  for (const auto& [k, v] : host_->steps.extras)
+    if (k == name) return true;
+  return false;
+}
+const at::Tensor& Context::extra(const std::string& name) const {
+  std::string set;
+  for (const auto& [k, v] : host_->steps.extras) {
+    if (k == name) return v;
+    set += (set.empty() ? "'" : ", '") + k + "'";
+  }
+  throw std::invalid_argument("Context::extra(\"" + name +
+                              "\"): this step's forward set no extra " + "of that name (" +
+                              (set.empty() ? "it set none" : "it set " + set) +
+                              "); call ctx.set_extra(\"" + name + "\", tensor) in forward");
 }
 at::Tensor& Context::backward_loss() {
   return host_->steps.backward_loss;

@@ -1,5 +1,7 @@
 #include "loop/dispatch.hpp"
 
+#include <cstdint>
+
 #include "wick/params.hpp"
 
 namespace wick {

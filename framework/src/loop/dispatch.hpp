@@ -5,6 +5,7 @@
 
 #include <array>
 #include <boost/signals2.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

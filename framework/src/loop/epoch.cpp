@@ -2,6 +2,8 @@
 // numbers), the steps over them, the stop checks between steps, and cancellations.
 #include "loop/trainer_impl.hpp"
 
+#include <cstdint>
+
 namespace wick {
 
 Sharding Trainer::Impl::sharding() const {
@@ -60,13 +62,14 @@ void Trainer::Impl::cancelled(CancelScope scope) {
   stops.cancel = nullptr;
 }
 
-void Trainer::Impl::train_epoch(std::int64_t first_batch) {
+bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   model->train();
   state.phase = Phase::train;
   if (first_batch == 0) epoch_start = {};  // a resume's new dealing lasts for its epoch
   const std::int64_t nb = train_batches();
   state.batches_in_epoch = nb;
   state.batch_idx = first_batch;
+  state.epoch_resumed = first_batch > 0;
   // Resumed mid-epoch: the epoch's earlier values (restored) count in its records as they
   // would have.
   if (!(first_batch > 0 && resume.mid_epoch)) epoch.clear();
@@ -85,6 +88,14 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
     data_state = std::make_shared<StateDict>();
     train_ds->save_state(*data_state);
   }
+  // max_steps is reached at the same step on every rank; other stop requests may come from
+  // one rank alone, so data-parallel runs agree on them first.
+  auto max_reached = [&] {
+    const bool reached = opt.max_steps > 0 && state.optimizer_step >= opt.max_steps;
+    if (reached) stops.request("max_steps (" + std::to_string(opt.max_steps) + ") reached");
+    return reached;
+  };
+  bool whole = true;
   try {
     dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
     // Started after before_epoch (hooks there may change the data's state); its threads are
@@ -92,6 +103,11 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
     BatchLoader loader(train_plan(first_batch), opt.num_workers);
     for (std::int64_t b = first_batch; b < nb; ++b) {
       if (interrupt_requested()) throw Interrupted{};
+      // Resumed from a stop at max_steps with the same limit: no step past it.
+      if (max_reached()) {
+        whole = false;
+        break;
+      }
       state.batch_idx = b;
       try {
         steps.train_step(loader);
@@ -100,11 +116,10 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
         cancelled(CancelScope::step);
         pos = {state.epoch, b + 1};
       }
-      // max_steps is reached at the same step on every rank; other stop requests may come
-      // from one rank alone, so data-parallel runs agree on them first.
-      const bool max_reached = opt.max_steps > 0 && state.optimizer_step >= opt.max_steps;
-      if (max_reached) stops.request("max_steps (" + std::to_string(opt.max_steps) + ") reached");
-      if (max_reached || agreed_stop(false)) break;
+      if (max_reached() || agreed_stop(false)) {
+        whole = b + 1 == nb;
+        break;
+      }
     }
   } catch (const CancelEpoch&) {
     cancelled(CancelScope::epoch);
@@ -112,6 +127,7 @@ void Trainer::Impl::train_epoch(std::int64_t first_batch) {
   times.epoch_train_s = seconds_since(t0) - (flops.probe_seconds() - probe0);
   times.train_seconds += times.epoch_train_s;
   times.train_cpu_seconds += process_cpu_seconds() - c0 - (flops.probe_cpu_seconds() - probe_cpu0);
+  return whole;
 }
 
 }  // namespace wick

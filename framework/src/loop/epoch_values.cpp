@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 #include "wick/state_dict.hpp"

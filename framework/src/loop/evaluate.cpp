@@ -2,6 +2,8 @@
 // (its weights are loaded by final_weights.cpp): they touch nothing of the run but the
 // model's weights.
 #include "loop/trainer_impl.hpp"
+
+#include <cstdint>
 #include "wick/params.hpp"
 
 namespace wick {
@@ -273,6 +275,7 @@ at::Tensor Evaluator::prediction(Dataset& ds, const char* what, const ProgressFn
       p_.dispatch.set_where("predict");
       p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
       p_.steps.output = Output{};
+      p_.steps.extras.clear();
       p_.dispatch.run_stage(Stage::forward);
       const auto& pred = p_.steps.output.pred;
       if (!pred.defined() || pred.dim() == 0 || pred.size(0) != m)

@@ -1,6 +1,7 @@
 // What a trained run leaves to be used: the final weights written when a fit ends
 // (output_dir/model.pt), the weights a hook keeps for evaluation (Hook::eval_weights), and
 // loading either into a Trainer for evaluate, predict and export.
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -1,6 +1,8 @@
 // The run's FLOP rates: the counted first step, the peak probe, the rates of records.
 #include "loop/flop_meter.hpp"
 
+#include <cstdint>
+
 #include <ATen/core/ScalarType.h>
 
 #include "wick/metrics.hpp"
@@ -15,12 +17,13 @@ void FlopMeter::configure(bool enabled, double peak_gflops) {
 
 void FlopMeter::take(const FlopCounter& c) {
   counted_ += c.flops();
+  counted_train_ += c.train_flops();
   matmuls_.insert(matmuls_.end(), c.matmuls().begin(), c.matmuls().end());
   if (c.conv_dtype() >= 0) conv_dtype_ = c.conv_dtype();
 }
 
 void FlopMeter::step_counted(bool with_backward, std::int64_t next) {
-  per_step_ = with_backward ? 3 * counted_ : counted_;
+  per_step_ = with_backward ? counted_train_ : counted_;
   probe_due_ = peak_ <= 0 && per_step_ > 0;
   probe_with_backward_ = with_backward;
   if (probe_due_) return;  // probed after the step ends, outside every timer of the step
@@ -36,7 +39,8 @@ void FlopMeter::probe(std::int64_t next) {
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
   double products = 0;
-  for (const auto& m : matmuls_) products += m.flops() * (probe_with_backward_ ? 3 : 1);
+  for (const auto& m : matmuls_)
+    products += m.flops() * (probe_with_backward_ && m.backward ? 3 : 1);
   peak_ = 1e9 * (products >= 0.5 * per_step_
                      ? probe_peak_gflops(matmuls_, probe_with_backward_, kPeakProbeSeconds)
                      : measure_peak_gflops(kPeakProbeSeconds,

@@ -49,9 +49,9 @@ class FlopMeter {
   // FLOPs per training step of this rank (< 0: not counted yet; 0: nothing countable) and the
   // peak (FLOP/s; 0: not known yet).
   double per_step_ = -1, peak_ = 0;
-  double counted_ = 0;
-  std::vector<MatmulShape> matmuls_;  // the counted step's products, for the probe
-  int conv_dtype_ = -1;               // its convolutions' dtype (-1: none)
+  double counted_ = 0, counted_train_ = 0;  // FlopCounter::flops and train_flops
+  std::vector<MatmulShape> matmuls_;        // the counted step's products, for the probe
+  int conv_dtype_ = -1;                     // its convolutions' dtype (-1: none)
   bool probe_due_ = false, probe_with_backward_ = false;
   double probe_s_ = 0, probe_cpu_s_ = 0;
   Clock::time_point window_t0_ = Clock::now();

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 namespace wick {
 
@@ -35,6 +37,7 @@ struct Counted : at::ObserverContext {
   Op op;
   std::vector<std::int64_t> input, weight;
   bool transposed = false, bias = false;
+  bool backward = false;  // it will have a backward (see FlopCounter::train_flops)
   explicit Counted(Op o) : op(o) {}
 };
 
@@ -46,6 +49,14 @@ const at::IValue* input_at(const at::RecordFunction& fn, std::size_t i) {
 at::IntArrayRef sizes_of(const at::RecordFunction& fn, std::size_t i) {
   const auto* v = input_at(fn, i);
   return v ? v->toTensor().sizes() : at::IntArrayRef{};
+}
+
+// Whether the op's backward will run: grad mode on, and one of these inputs needs a gradient.
+bool has_backward(const at::RecordFunction& fn, std::initializer_list<std::size_t> inputs) {
+  if (!c10::GradMode::is_enabled()) return false;
+  for (const auto i : inputs)
+    if (const auto* v = input_at(fn, i); v && v->toTensor().requires_grad()) return true;
+  return false;
 }
 
 double product(at::IntArrayRef s, std::size_t from = 0) {
@@ -69,7 +80,10 @@ struct FlopCallbacks {
     s.n = y[y.size() - 1];
     s.b = static_cast<std::int64_t>(product(x.slice(0, x.size() - 2)));
     s.dtype = static_cast<int>(input_at(fn, a)->toTensor().scalar_type());
-    c.flops_ += s.flops() + (add ? static_cast<double>(s.b * s.m * s.n) : 0.0);
+    s.backward = add ? has_backward(fn, {0, a, b}) : has_backward(fn, {a, b});
+    const double f = s.flops() + (add ? static_cast<double>(s.b * s.m * s.n) : 0.0);
+    c.flops_ += f;
+    c.train_flops_ += s.backward ? 3 * f : f;
     c.matmuls_.push_back(s);
   }
 
@@ -99,6 +113,7 @@ struct FlopCallbacks {
       counted->weight = sizes_of(fn, 1).vec();
       counted->transposed = in.size() > 6 && in[6].isBool() && in[6].toBool();
       counted->bias = in.size() > 2 && in[2].isTensor() && in[2].toTensor().defined();
+      counted->backward = has_backward(fn, {0, 1, 2});
       if (const auto* x = input_at(fn, 0))
         c->conv_dtype_ = static_cast<int>(x->toTensor().scalar_type());
     }
@@ -118,7 +133,9 @@ struct FlopCallbacks {
     const double out = static_cast<double>(fn.outputs()[0].toTensor().numel());
     const double macs = k.transposed ? product(k.input) * static_cast<double>(w[1]) * kernel
                                      : out * static_cast<double>(w[1]) * kernel;
-    c->flops_ += 2.0 * macs + (k.bias ? out : 0.0);
+    const double f = 2.0 * macs + (k.bias ? out : 0.0);
+    c->flops_ += f;
+    c->train_flops_ += k.backward ? 3 * f : f;
   }
 };
 
@@ -145,7 +162,7 @@ double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backw
   std::vector<MatmulShape> all;
   for (const auto& s : shapes) {
     all.push_back(s);
-    if (!with_backward) continue;
+    if (!with_backward || !s.backward) continue;
     all.push_back({s.b, s.m, s.n, s.k, s.dtype});
     all.push_back({s.b, s.k, s.m, s.n, s.dtype});
   }

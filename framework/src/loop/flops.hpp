@@ -20,6 +20,7 @@ namespace wick {
 struct MatmulShape {
   std::int64_t b = 1, m = 0, k = 0, n = 0;
   int dtype = 0;
+  bool backward = true;  // a backward will run for it (grad mode on, an input needs a gradient)
   double flops() const { return 2.0 * static_cast<double>(b * m) * static_cast<double>(k * n); }
 };
 
@@ -30,13 +31,17 @@ class FlopCounter {
   FlopCounter(const FlopCounter&) = delete;
   FlopCounter& operator=(const FlopCounter&) = delete;
   double flops() const { return flops_; }
+  // With the backward each op will have: as usual twice its forward, for an op run with grad
+  // mode on on an input that needs a gradient; none for the rest (a frozen network under
+  // no_grad, as style transfer runs one), whose forward counts once.
+  double train_flops() const { return train_flops_; }
   const std::vector<MatmulShape>& matmuls() const { return matmuls_; }
   // The dtype of the convolutions seen (a c10::ScalarType; -1: none).
   int conv_dtype() const { return conv_dtype_; }
 
  private:
   friend struct FlopCallbacks;
-  double flops_ = 0;
+  double flops_ = 0, train_flops_ = 0;
   std::vector<MatmulShape> matmuls_;
   int conv_dtype_ = -1;
   std::uint64_t handle_ = 0;

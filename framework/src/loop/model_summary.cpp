@@ -1,5 +1,6 @@
 #include "wick/model_summary.hpp"
 
+#include "state/snapshot.hpp"
 #include "wick/config.hpp"
 #include "wick/memory_estimate.hpp"
 #include "wick/task.hpp"
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <sstream>
 
 namespace wick {
@@ -97,7 +99,7 @@ std::string model_summary(const torch::nn::Module& model, int max_depth, std::si
 }
 
 std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks) {
-  torch::manual_seed(static_cast<std::uint64_t>(cfg.trainer().seed));
+  seed_generators(static_cast<std::uint64_t>(cfg.trainer().seed), /*cuda=*/false);
   const auto model = cfg.make_task(finder)->model();
   return model_summary(*model) +
          memory_estimate_markdown(

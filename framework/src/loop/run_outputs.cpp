@@ -1,5 +1,6 @@
 // The run's outputs: the run folder's lock, the metrics records (step and epoch records, the
 // training means over the ranks, learning rates, FLOP rates) and summary.json.
+#include <cstdint>
 #include <filesystem>
 
 #include "loop/trainer_impl.hpp"
@@ -87,7 +88,20 @@ void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t s
   r.step = state.optimizer_step;
   r.samples_seen = state.samples_seen;
   r.time_s = seconds_since(times.fit_start);
+  records.stage(std::move(r));
+}
+
+void Trainer::Impl::close_records() {
+  records.commit();
+  if (!records.has_pending()) return;
+  Record r;
+  r.kind = Record::Kind::step;
+  r.epoch = state.epoch;
+  r.step = state.optimizer_step;
+  r.samples_seen = state.samples_seen;
+  r.time_s = seconds_since(times.fit_start);
   records.write(std::move(r));
+  end_values = records.last().values;
 }
 
 bool Trainer::Impl::writes_outputs() const {
@@ -125,7 +139,8 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
     s.error = res->error;
     s.stop_reason = res->stop_reason;
   }
-  s.epochs = state.epoch + (res && res->status == FitResult::Status::completed ? 1 : 0);
+  // Whole epochs: a fit stopped mid-epoch (max_steps) has not finished the one it was in.
+  s.epochs = res && res->status == FitResult::Status::completed ? pos.epoch : state.epoch;
   if (resume.start.epoch >= opt.epochs) s.epochs = opt.epochs;
   s.optimizer_steps = state.optimizer_step;
   s.micro_steps = state.micro_step;
@@ -139,6 +154,7 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
                               ? static_cast<double>(times.samples_this_run) / times.train_seconds
                               : 0.0;
   s.valid = eval.last_valid.values;
+  s.logged = end_values;
   s.train_cpu_s = times.train_cpu_seconds;
   if (res) {
     s.model_fingerprint = self->model_fingerprint();

@@ -141,6 +141,7 @@ void StepEngine::zero_grad_optimizer(std::size_t i) {
 void StepEngine::forward_and_loss() {
   Profiler* prof = step_profiler();  // training steps only
   output = Output{};
+  extras.clear();
   // The first training step's matrix products and convolutions (forward and loss; the
   // backward is counted as twice the forward, as is usual).
   const bool count = in_step(p_.phase) && p_.flops.counting() && !manual;
@@ -179,11 +180,13 @@ at::Tensor StepEngine::recompute_loss() {
   struct Restore {
     StepEngine& e;
     Output first;
+    std::vector<std::pair<std::string, at::Tensor>> first_extras;
     ~Restore() {
       e.output = std::move(first);
+      e.extras = std::move(first_extras);
       e.p_.phase = LoopPhase::step;
     }
-  } restore{*this, std::move(output)};
+  } restore{*this, std::move(output), std::move(extras)};
   p_.phase = LoopPhase::recompute;
   forward_and_loss();
   at::Tensor loss = output.loss;

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data/batch_loader.hpp"
@@ -50,6 +52,8 @@ class StepEngine {
   // The running step's values (Context::batch, output, backward_loss, optimizer).
   Batch batch;
   Output output;
+  // Context::set_extra's tensors: forward's, for loss; cleared with output each step.
+  std::vector<std::pair<std::string, at::Tensor>> extras;
   at::Tensor backward_loss;
   bool manual = false;          // the task drives backward and steps (manual optimization)
   std::size_t current_opt = 0;  // the optimizer the running stage works for

@@ -1,6 +1,7 @@
 // The Trainer: its construction (the run's facts, model, data and optimizers, checked), its
 // accessors, and fit(): the orchestration of epochs, validation, records and the ways a fit
 // ends. The phases themselves live with their components (trainer_impl.hpp lists them).
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
@@ -57,12 +58,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   if (!I.task) throw std::invalid_argument("Trainer: no task");
   if (I.opt.threads > 0) at::set_num_threads(static_cast<int>(I.opt.threads));
 
-  Device dev = I.opt.device;
-  if (I.opt.auto_device)
-    dev = torch::cuda::is_available() ? Device{DeviceType::cuda, -1} : Device{};
-  if (dev.is_cuda() && !torch::cuda::is_available())
-    throw ConfigError("trainer.device = \"" + dev.str() +
-                      "\" but this LibTorch has no CUDA device; use \"cpu\" or \"auto\"");
+  const Device dev = resolve_device(I.opt.device, I.opt.auto_device);
   I.device = to_torch(dev);
 
   // The run's facts, as plugins see them.
@@ -84,7 +80,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   I.run.world_size = I.state.num_processes;
   I.run.rank = I.state.rank;
 
-  torch::manual_seed(static_cast<std::uint64_t>(I.opt.seed));
+  seed_generators(static_cast<std::uint64_t>(I.opt.seed), dev.is_cuda());
   I.model = I.task->model();
   if (!I.model) throw std::runtime_error("task returned no model");
   check_model_parts(*I.model);
@@ -265,15 +261,21 @@ FitResult Trainer::fit() {
       I.state.epoch = e;
       const auto t_epoch = Clock::now();
       const auto samples_before = I.times.samples_this_run;
-      I.train_epoch(e == I.resume.start.epoch ? I.resume.start.batch : 0);
+      const bool whole = I.train_epoch(e == I.resume.start.epoch ? I.resume.start.batch : 0);
       if (interrupt_requested()) throw Interrupted{};
       {
         PhaseTimer t(I.dispatch.profiler(), Profiler::validation);
         I.eval.last_valid = I.eval.validation(I.valid_ds.get());
       }
+      // Stopped before the epoch's last batch (max_steps, a stop request): the epoch is not
+      // over. Its validation goes to the summary, but no epoch record is written and
+      // after_epoch does not fire; the position stays at the next batch, where a resume
+      // continues exactly, as after a SIGINT.
+      if (!whole) break;
       I.write_epoch_record(t_epoch, samples_before);
       I.pos = {e + 1, 0};
       I.dispatch.emit(Point::after_epoch);
+      I.records.commit();  // with what hooks logged at after_epoch
       I.state.batch_idx = 0;
       // A Ctrl-C during validation or after_epoch (the last epoch's included) still counts.
       if (interrupt_requested()) throw Interrupted{};
@@ -308,6 +310,9 @@ FitResult Trainer::fit() {
     };
     I.stops.cancel = &ending;
     try {
+      // An epoch record still open (a cancel in after_epoch) is written first: a checkpoint
+      // saved at after_cancel counts it.
+      I.records.commit();
       I.dispatch.emit(Point::after_cancel);
     } catch (const std::exception& e) {
       report(I.dispatch.blame(e.what()));
@@ -317,6 +322,12 @@ FitResult Trainer::fit() {
     I.stops.cancel = nullptr;
   }
   I.dispatch.set_where("end");
+  try {
+    I.close_records();
+  } catch (const std::exception& e) {
+    res.status = FitResult::Status::failed;
+    res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
+  }
   const bool ended_in_step = I.in_step();  // the weights may be half updated
   I.phase = LoopPhase::outside;
   try {

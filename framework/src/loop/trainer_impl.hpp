@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,7 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : CheckpointSto
   LoopPhase phase = LoopPhase::outside;
   Position pos;  // where the loop is between steps
   ResumePoint resume;
+  std::string run_id = new_run_id();  // RunIdentity::id; a resume adopts its checkpoint's
   // The training data's state after the last batch the loop consumed (has_state()): what a
   // checkpoint keeps, whatever the loader threads have loaded ahead.
   std::shared_ptr<StateDict> data_state;
@@ -105,7 +107,8 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : CheckpointSto
                              bool drop_last) const;
   bool streaming() const { return train_ds->size() == kUnsized; }
   LoadPlan train_plan(std::int64_t first_batch);  // the current epoch's training batches
-  void train_epoch(std::int64_t first_batch);
+  // Whether the epoch ran to its end (false: a stop came before its last batch).
+  bool train_epoch(std::int64_t first_batch);
   void cancelled(CancelScope scope);
   // max_steps, or a stop requested (and agreed on by the ranks).
   bool agreed_stop(bool epoch_end) { return dp.agree_stop(stops.requested, epoch_end); }
@@ -115,7 +118,12 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : CheckpointSto
   void lock_outputs();
   void open_outputs();
   void log_step_if_due();
+  // Staged: open to the values hooks log through after_epoch (RecordWriter::stage).
   void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
+  // At the end of a fit: the epoch record if still open, then a step record for the values
+  // hooks logged after the last record (after_fit, after_cancel), which summary.json keeps.
+  void close_records();
+  std::vector<std::pair<std::string, double>> end_values;
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.
   std::vector<std::pair<std::string, double>> train_means(bool whole_epoch);
   double current_lr() const;

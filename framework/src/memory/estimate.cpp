@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "wick/sharded_state.hpp"

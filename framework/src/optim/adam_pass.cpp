@@ -1,6 +1,7 @@
 #include "optim/adam_pass.hpp"
 
 #include <cmath>
+#include <cstdint>
 
 namespace wick {
 

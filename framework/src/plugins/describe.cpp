@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include "wick/config.hpp"
 #include "wick/params.hpp"
@@ -81,7 +83,22 @@ void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, Sch
   for (const auto& h : hooks) {
     if (h.main_process_only && rank != 0) continue;
     RecordingRegistrar r(h, sink, table, provided, needed);
-    h.hook->connect(r);
+    // Start-up's step where each hook says what it handles: an error names the plugin and
+    // the instance, not only what the plugin said.
+    const std::string who =
+        h.plugin == "task" ? std::string("the task")
+                           : "plugin '" + h.plugin + "'" +
+                                 (h.instance == h.plugin ? "" : " (instance '" + h.instance + "')");
+    const std::string where = who + " failed in connect(), at start while its hooks were wired: ";
+    try {
+      h.hook->connect(r);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + e.what());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(where + e.what());
+    } catch (...) {
+      throw std::runtime_error(where + "an exception that is not a std::exception");
+    }
   }
   check_capability_names(provided, "provides");
   check_capability_names(needed, "needs");

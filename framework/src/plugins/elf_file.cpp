@@ -2,6 +2,7 @@
 
 #include <elf.h>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 

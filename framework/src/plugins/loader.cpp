@@ -13,6 +13,7 @@
 #include <boost/dll/shared_library.hpp>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -119,6 +120,7 @@ bool default_fits(const std::string& literal, ParamType t) {
     case ParamType::integer:
       return n.is_integer();
     case ParamType::floating:
+    case ParamType::floating_inf:
       return number(n);
     case ParamType::string:
     case ParamType::choice:
@@ -288,7 +290,7 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
       throw malformed(named + ": '" + pi.key + "' is reserved for the config's own key");
     for (const auto& earlier : info.params)
       if (earlier.key == pi.key) throw malformed(named + ": declared twice");
-    if (cp.type > static_cast<std::uint32_t>(ParamType::choice))
+    if (cp.type > static_cast<std::uint32_t>(ParamType::floating_inf))  // the last type
       throw malformed(named + ": unknown type " + std::to_string(cp.type));
     pi.type = static_cast<ParamType>(cp.type);
     if (cp.default_toml) {

@@ -68,6 +68,8 @@ std::string_view to_string(ParamType t) {
       return "int";
     case ParamType::floating:
       return "float";
+    case ParamType::floating_inf:
+      return "float or inf";
     case ParamType::string:
       return "string";
     case ParamType::int_list:

@@ -1,9 +1,13 @@
 #include "wick/outputs.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <system_error>
+
+#include "records/run_lock.hpp"
 
 namespace wick {
 
@@ -71,6 +75,8 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   j["train_cpu_s"] = number(s.train_cpu_s);
   j["wall_s"] = number(s.wall_s);
   for (const auto& [k, v] : s.valid) j[k] = number(v);
+  for (const auto& [k, v] : s.logged)
+    if (!j.contains(k)) j[k] = number(v);
   j["model_fingerprint"] = s.model_fingerprint;
   if (s.start_to_first_step_s >= 0) j["start_to_first_step_s"] = number(s.start_to_first_step_s);
   if (!s.model_file.empty()) {
@@ -88,6 +94,26 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   if (!s.profile_json.empty()) j["profile"] = nlohmann::ordered_json::parse(s.profile_json);
   if (!s.memory_json.empty()) j["memory"] = nlohmann::ordered_json::parse(s.memory_json);
   write_file_atomic(file, j.dump(2) + "\n");
+}
+
+bool write_failed_start_summary(const std::filesystem::path& output_dir, const std::string& error,
+                                const std::string& config,
+                                const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(output_dir, ec)) return false;
+  RunLock lock;
+  try {
+    lock.acquire(output_dir);
+  } catch (const std::exception&) {
+    return false;  // another fit's folder, or not ours to write
+  }
+  Summary s;
+  s.status = "failed";
+  s.error = error;
+  s.config = config;
+  s.overrides = overrides;
+  write_summary(output_dir / "summary.json", s);
+  return true;
 }
 
 }  // namespace wick

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -59,14 +60,28 @@ void set_value(std::vector<std::pair<std::string, double>>& values, std::string_
     values.emplace_back(std::string(key), value);
 }
 
-void RecordWriter::write(Record r) {
+void RecordWriter::stage(Record r) {
+  commit();  // one open record at a time
+  last_ = std::move(r);
+  staged_ = true;
+  take_pending();
+}
+
+void RecordWriter::take_pending() {
   for (auto& [k, v] : pending_) {
     const double x = std::holds_alternative<double>(v) ? std::get<double>(v)
                                                        : std::get<at::Tensor>(v).item<double>();
     // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule).
-    set_value(r.values, k, x);
+    set_value(last_.values, k, x);
   }
   pending_.clear();
+}
+
+void RecordWriter::commit() {
+  if (!staged_) return;
+  take_pending();  // what hooks logged while it was open
+  staged_ = false;
+  const Record& r = last_;
   if (fd_ >= 0) {
     const std::string line = record_to_json(r) + "\n";
     std::size_t off = 0;
@@ -81,12 +96,12 @@ void RecordWriter::write(Record r) {
     }
   }
   ++count_;
-  last_ = std::move(r);
   if (sinks_)
     for (const auto& sink : *sinks_) sink(last_);
 }
 
 void RecordWriter::rewind(const fs::path& file, std::int64_t n, bool truncate) {
+  staged_ = false;
   std::vector<Record> kept;
   std::uint64_t keep_bytes = 0;
   std::error_code ec;

@@ -50,7 +50,18 @@ class RecordWriter {
 
   // Adds the pending values (replacing a value of the same key), writes the record and hands
   // it to the sinks. A write that fails (full disk) throws: the run must not report success.
-  void write(Record r);
+  void write(Record r) {
+    stage(std::move(r));
+    commit();
+  }
+  // The epoch record is open through after_epoch: stage() makes it last() (what hooks read
+  // there) with the values pending so far, and values logged until commit() go into it too;
+  // commit() writes it. Nothing staged: commit() does nothing.
+  void stage(Record r);
+  void commit();
+  bool staged() const { return staged_; }
+  // Values logged and not yet in a record (after the last one of a fit).
+  bool has_pending() const { return !pending_.empty(); }
   std::int64_t count() const { return count_; }
   const Record& last() const { return last_; }
 
@@ -65,11 +76,14 @@ class RecordWriter {
   void set_count(std::int64_t n) { count_ = n; }
 
  private:
+  void take_pending();  // the pending values into last_
+
   std::vector<std::pair<std::string, std::variant<double, at::Tensor>>> pending_;
   std::filesystem::path file_;
   int fd_ = -1;
   std::int64_t count_ = 0;
   Record last_;
+  bool staged_ = false;
   const Sinks* sinks_ = nullptr;
   const Rewinds* rewinds_ = nullptr;
 };

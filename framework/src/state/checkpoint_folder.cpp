@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "wick/files.hpp"
 #include "wick/sha256.hpp"
@@ -65,6 +69,12 @@ std::int64_t get_count(const json& j, const char* key, const std::string& where)
   return v;
 }
 
+bool is_run_id(const std::string& s) {
+  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isxdigit(static_cast<unsigned char>(c));
+         });
+}
+
 bool get_flag(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j.at(key).is_boolean())
     throw CheckpointError(where + " '" + key + "' is missing or not true/false");
@@ -107,6 +117,7 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
                 {"shuffle", m.run.shuffle},
                 {"drop_last", m.run.drop_last}}},
               {"files", listed}};
+    if (!m.run.id.empty()) j["run"]["id"] = m.run.id;
     // The manifest last: a folder without one is an unfinished write.
     write_file_atomic((tmp / "manifest.json").string(), j.dump(2) + "\n");
     fsync_dir(tmp);
@@ -188,6 +199,12 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
                           std::to_string(m.run.world_size) + ")");
   m.run.shuffle = get_flag(r, "shuffle", mf + " run");
   m.run.drop_last = get_flag(r, "drop_last", mf + " run");
+  if (r.contains("id")) {
+    const auto& id = r.at("id");
+    if (!id.is_string() || !is_run_id(id.get<std::string>()))
+      throw CheckpointError(mf + " run 'id' is not 32 hex digits");
+    m.run.id = id.get<std::string>();
+  }
 
   if (!j.contains("files") || !j.at("files").is_object())
     throw CheckpointError(mf + " lists no files");
@@ -213,8 +230,10 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
       throw CheckpointError(name + " has " + std::to_string(st.st_size) +
                             " bytes, the manifest says " + std::to_string(want) + " (truncated?)");
     auto bytes = read_regular(p, want, name);
-    if (sha256_hex(bytes) != info.at("sha256").get<std::string>())
+    auto hash = sha256_hex(bytes);
+    if (hash != info.at("sha256").get<std::string>())
       throw CheckpointError(name + " does not match its sha256 in the manifest (corrupted)");
+    m.verified_sha256.emplace_back(name, std::move(hash));
     if (files) files->emplace_back(name, std::move(bytes));
   }
   return m;
@@ -229,6 +248,18 @@ CheckpointInfo checkpoint_info(const fs::path& dir, const Manifest& m, std::uint
   info.reason = m.reason;
   info.bytes = bytes;
   return info;
+}
+
+std::string new_run_id() {
+  // The OS's entropy, not a torch generator: drawing it must not move the run's random state.
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(rd()));
+    id += part;
+  }
+  return id;
 }
 
 }  // namespace wick

@@ -17,6 +17,10 @@ namespace wick {
 struct RunIdentity {
   std::int64_t seed = 0, batch_size = 0, world_size = 1;
   bool shuffle = true, drop_last = false;
+  // The run's own name: 32 random hex digits drawn when it starts afresh, kept by its resumes
+  // ("" in checkpoints written before wick had it). state.pt records it too, so a folder that
+  // mixes two runs' files is refused even when its hashes were rewritten to match.
+  std::string id;
 };
 
 struct Manifest {
@@ -27,7 +31,12 @@ struct Manifest {
   std::int64_t dealt_from_batch = 0, dealt_from_sample = 0;
   std::int64_t optimizer_step = 0, micro_step = 0, samples_seen = 0, records = 0;
   RunIdentity run;
+  // Each file's sha256 as read_checkpoint verified it (name, hex); empty when written.
+  std::vector<std::pair<std::string, std::string>> verified_sha256;
 };
+
+// A new run's RunIdentity::id.
+std::string new_run_id();
 
 // name -> bytes, in the order written.
 using Files = std::vector<std::pair<std::string, std::string>>;

@@ -2,6 +2,7 @@
 
 #include <nettle/sha2.h>
 
+#include <cstdint>
 #include <new>
 
 namespace wick {

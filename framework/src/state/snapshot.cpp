@@ -1,9 +1,11 @@
 #include "state/snapshot.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
+#include "wick/sha256.hpp"
 #include "wick/state_dict.hpp"
 
 namespace wick {
@@ -138,13 +140,13 @@ void load_model(torch::nn::Module& model, const std::string& bytes, const std::s
 
 namespace {
 
-void set_rng(const StateDict& rng) {
+void set_rng(const StateDict& rng, bool cuda) {
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rng.get_tensor("cpu"));
   }
-  for (std::int64_t i = 0; rng.has("cuda" + std::to_string(i)); ++i) {
+  for (std::int64_t i = 0; cuda && rng.has("cuda" + std::to_string(i)); ++i) {
     if (i >= static_cast<std::int64_t>(torch::cuda::device_count())) break;
     auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i));
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -152,7 +154,46 @@ void set_rng(const StateDict& rng) {
   }
 }
 
+// LibTorch's optimizer load allocates and loops by the counts the archive states: each is
+// checked first against this run's optimizer, which the state must fit anyway.
+void check_optimizer_counts(torch::serialize::InputArchive& a, const torch::optim::Optimizer& o,
+                            const std::string& where) {
+  auto count = [&](torch::serialize::InputArchive& from, const std::string& key, std::size_t want,
+                   const std::string& what) {
+    at::Tensor t;
+    if (!from.try_read(key, t) || t.numel() != 1 || t.scalar_type() != at::kLong)
+      throw CheckpointError(where + ": field '" + key + "' is missing or not a count");
+    const auto n = t.item<std::int64_t>();
+    if (n != static_cast<std::int64_t>(want))
+      throw CheckpointError(where + ": field '" + key + "' says " + std::to_string(n) + " " + what +
+                            ", this run's optimizer has " + std::to_string(want) +
+                            " (a damaged checkpoint, or one of another model or optimizer)");
+  };
+  // LibTorch's layout: param_groups/{size, 0, 1, ...}, each group with params/size.
+  torch::serialize::InputArchive pg;
+  if (!a.try_read("param_groups", pg))
+    throw CheckpointError(where + ": field 'param_groups' is missing");
+  const auto& groups = o.param_groups();
+  count(pg, "param_groups/size", groups.size(), "parameter groups");
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    torch::serialize::InputArchive g;
+    const auto key = "param_groups/" + std::to_string(i);
+    if (!pg.try_read(key, g)) throw CheckpointError(where + ": field '" + key + "' is missing");
+    count(g, "params/size", groups[i].params().size(), "parameters in group " + std::to_string(i));
+  }
+}
+
 }  // namespace
+
+void seed_generators(std::uint64_t seed, bool cuda) {
+  if (cuda) {
+    torch::manual_seed(seed);  // every generator, the GPUs' included
+    return;
+  }
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(seed);
+}
 
 Manifest snapshot_manifest(const SnapshotParts& run, const std::string& reason) {
   Manifest m;
@@ -196,6 +237,10 @@ Files snapshot_files(SnapshotParts& run) {
   step.set_int("micro_step", run.state.micro_step);
   step.set_int("samples_seen", run.state.samples_seen);
   step.set_int("skipped_steps", run.state.skipped_steps);
+  // Bound to its run and to its sibling files (check_agreement): a folder that mixes two runs'
+  // files is refused even when the manifest's hashes were rewritten to match.
+  step.set_string("run_id", run.identity.id);
+  for (const auto& [name, bytes] : files) step.set_string(name, sha256_hex(bytes));
   d.insert("step", to_ivalue(step));
 
   StateDict rng;
@@ -204,7 +249,8 @@ Files snapshot_files(SnapshotParts& run) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     rng.set_tensor("cpu", gen.get_state());
   }
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(torch::cuda::device_count()); ++i) {
+  const auto gpus = run.cuda ? static_cast<std::int64_t>(torch::cuda::device_count()) : 0;
+  for (std::int64_t i = 0; i < gpus; ++i) {
     auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i));
     std::lock_guard<std::mutex> lock(gen.mutex());
     rng.set_tensor("cuda" + std::to_string(i), gen.get_state());
@@ -274,6 +320,30 @@ void check_agreement(const Manifest& m, const Files& files) {
                             ": " + std::to_string(v) + " against " +
                             std::to_string(step.get_int(key)) + ")");
   }
+  // Checkpoints written before the binding have neither record; one alone is a mix-up.
+  const bool bound = step.has("run_id");
+  if (bound != !m.run.id.empty())
+    throw CheckpointError(
+        "manifest.json and state.pt are from different runs (one names its run, "
+        "the other does not)");
+  if (!bound) return;
+  if (step.kind("run_id") != StateDict::Kind::string || step.get_string("run_id") != m.run.id)
+    throw CheckpointError("state.pt is from another run than manifest.json (run " +
+                          (step.kind("run_id") == StateDict::Kind::string
+                               ? step.get_string("run_id")
+                               : std::string("?")) +
+                          " against " + m.run.id +
+                          "): a folder mixed from two runs' checkpoints; use a whole checkpoint "
+                          "folder as wick wrote it");
+  for (const auto& [name, hash] : m.verified_sha256) {
+    if (name == "state.pt") continue;
+    if (!step.has(name) || step.kind(name) != StateDict::Kind::string ||
+        step.get_string(name) != hash)
+      throw CheckpointError(name +
+                            " is not the one state.pt was saved with: a folder mixed from "
+                            "two runs' checkpoints; use a whole checkpoint folder as wick "
+                            "wrote it");
+  }
 }
 
 void load_model_file(torch::nn::Module& model, const Files& files, const std::string& where) {
@@ -324,6 +394,8 @@ void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
       if (!a.try_read(o.name, sub))
         throw std::runtime_error(where + ": optimizer.pt holds no state for optimizer '" + o.name +
                                  "' (the checkpoint was trained with other optimizers)");
+      check_optimizer_counts(sub, *o.optimizer,
+                             where + ": optimizer.pt, optimizer '" + o.name + "'");
       o.optimizer->load(sub);
     }
   } catch (const c10::Error& e) {
@@ -341,7 +413,7 @@ void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
   s.micro_step = step.get_int("micro_step");
   s.samples_seen = step.get_int("samples_seen");
   s.skipped_steps = step.get_int("skipped_steps");
-  set_rng(from_ivalue(get(d, "rng"), "rng"));
+  set_rng(from_ivalue(get(d, "rng"), "rng"), run.cuda);
   run.load_loop(from_ivalue(get(d, "loop"), "loop"));
 
   auto gv = get(d, "grads");

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,7 +44,14 @@ struct SnapshotParts {
   // The loop's own resumable state (state.pt's "loop"): its components' parts.
   std::function<void(StateDict&)> save_loop;
   std::function<void(const StateDict&)> load_loop;
+  // The run trains on a GPU: its CUDA generators are saved and restored. A CPU run never
+  // touches CUDA state, even on a machine that has a GPU.
+  bool cuda = false;
 };
+
+// Seeds the run's random generators: the CPU's, and the GPUs' only for a run on CUDA
+// (torch::manual_seed would initialise CUDA in a CPU run on a machine that has a GPU).
+void seed_generators(std::uint64_t seed, bool cuda);
 
 Manifest snapshot_manifest(const SnapshotParts& run, const std::string& reason);
 Files snapshot_files(SnapshotParts& run);

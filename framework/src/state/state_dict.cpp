@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <variant>

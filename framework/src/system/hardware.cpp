@@ -4,10 +4,17 @@
 
 #include <ATen/Version.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/cuda.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+
+#include "wick/params.hpp"  // ConfigError
+#include "wick/system.hpp"
 
 namespace wick {
 
@@ -39,11 +46,78 @@ CpuFeatures read_cpu_features() {
   return f;
 }
 
+// WICK_CPU_DISABLE's names, checked; a feature implied by a hidden one is hidden with it.
+std::string hidden_features() {
+  const char* env = std::getenv("WICK_CPU_DISABLE");
+  if (!env) return "";
+  bool hide[std::size(kCpuFeatureNames)] = {};
+  std::string word;
+  std::istringstream words(env);
+  while (std::getline(words, word, ',')) {
+    word.erase(0, word.find_first_not_of(" \t"));
+    word.erase(word.find_last_not_of(" \t") + 1);
+    if (word.empty()) continue;
+    std::size_t i = 0;
+    while (i < std::size(kCpuFeatureNames) && word != kCpuFeatureNames[i]) ++i;
+    if (i == std::size(kCpuFeatureNames)) {
+      std::string names;
+      for (const char* n : kCpuFeatureNames) names += std::string(names.empty() ? "" : ", ") + n;
+      throw std::invalid_argument("WICK_CPU_DISABLE: '" + word +
+                                  "' is not a CPU feature wick can hide; name some of " + names +
+                                  ", separated by commas");
+    }
+    hide[i] = true;
+  }
+  // avx512f hides every AVX-512 feature (and AMX, which no CPU has without it); amx_tile hides
+  // amx_bf16.
+  if (hide[1]) hide[2] = hide[3] = hide[4] = true;
+  if (hide[3]) hide[4] = true;
+  if (hide[0]) hide[1] = hide[2] = hide[3] = hide[4] = true;
+  std::string out;
+  for (std::size_t i = 0; i < std::size(kCpuFeatureNames); ++i)
+    if (hide[i]) out += std::string(out.empty() ? "" : ",") + kCpuFeatureNames[i];
+  return out;
+}
+
+bool hidden(const std::string& list, const char* name) {
+  return ("," + list + ",").find("," + std::string(name) + ",") != std::string::npos;
+}
+
+CpuFeatures visible_cpu_features() {
+  CpuFeatures f = read_cpu_features();
+  f.hidden = hidden_features();
+  if (hidden(f.hidden, "avx2")) f.avx2 = false;
+  if (hidden(f.hidden, "avx512f")) f.avx512f = false;
+  if (hidden(f.hidden, "avx512_bf16")) f.avx512_bf16 = false;
+  if (hidden(f.hidden, "amx_tile")) f.amx_tile = false;
+  if (hidden(f.hidden, "amx_bf16")) f.amx_bf16 = false;
+  return f;
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = read_cpu_features();
+  static const CpuFeatures f = visible_cpu_features();
   return f;
+}
+
+void apply_cpu_disable() {
+  const auto& f = cpu_features();
+  if (f.hidden.empty()) return;
+  // The most each library may use, named as each names it; a value the user set stays.
+  const char* onednn = !f.avx2          ? "SSE41"
+                       : !f.avx512f     ? "AVX2"
+                       : !f.avx512_bf16 ? "AVX512_CORE_VNNI"
+                       : !f.amx_bf16    ? "AVX512_CORE_BF16"
+                                        : nullptr;
+  if (onednn) {
+    setenv("ONEDNN_MAX_CPU_ISA", onednn, 0);
+    setenv("DNNL_MAX_CPU_ISA", onednn, 0);  // oneDNN before 2.5 (LibTorch 1.13's is 2.6)
+  }
+  if (!f.avx512f) {
+    setenv("ATEN_CPU_CAPABILITY", f.avx2 ? "avx2" : "default", 0);
+    setenv("MKL_ENABLE_INSTRUCTIONS", f.avx2 ? "AVX2" : "SSE4_2", 0);
+  }
 }
 
 std::string torch_cpu_capability() {
@@ -59,6 +133,14 @@ std::string torch_cpu_capability() {
     return cap == "NO AVX" ? std::string("DEFAULT") : cap;
   }();
   return cap;
+}
+
+Device resolve_device(const Device& requested, bool auto_device) {
+  if (auto_device) return torch::cuda::is_available() ? Device{DeviceType::cuda, -1} : Device{};
+  if (requested.is_cuda() && !torch::cuda::is_available())
+    throw ConfigError("trainer.device = \"" + requested.str() +
+                      "\" but this LibTorch has no CUDA device; use \"cpu\" or \"auto\"");
+  return requested;
 }
 
 bool native_bf16(const Device& d) {

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "loop/build_trainer.hpp"

@@ -5,6 +5,7 @@
 #include <wick/task.hpp>
 #include <wick/torch_data.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -3,6 +3,7 @@
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
+#include <cstdint>
 #include <sstream>
 
 namespace {

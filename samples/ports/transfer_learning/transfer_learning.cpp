@@ -6,6 +6,7 @@
 #include <wick/task.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 
 #include "common/pnm.hpp"

@@ -74,6 +74,14 @@ class WICK_EXPORT Context {
   // (from after_loss on). Hooks at after_pred may replace the prediction, hooks at after_loss
   // the loss (label smoothing): the trainer uses what is there afterwards.
   Output& output();
+  // Since SDK 2.9: named tensors that forward hands to loss beside the prediction (a VAE's
+  // mu and log_var): forward calls set_extra(name, t) (a name set twice keeps the last), and
+  // loss, or a hook from after_pred on, reads extra(name). They belong to the step: cleared
+  // when the next forward starts, set again when recompute_loss runs forward again.
+  // extra() throws std::invalid_argument naming the extras that were set.
+  void set_extra(const std::string& name, const at::Tensor& t);
+  const at::Tensor& extra(const std::string& name) const;
+  bool has_extra(const std::string& name) const;
   // The loss the backward stage differentiates. It starts as output().loss each step;
   // handlers may rescale it (accumulation, loss scaling) without touching the logged loss.
   at::Tensor& backward_loss();

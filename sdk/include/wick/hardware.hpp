@@ -21,10 +21,19 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // bf16 dot products (Cooper Lake, Sapphire Rapids, Zen 4)
   bool amx_tile = false;     // AMX tiles (Sapphire Rapids)
   bool amx_bf16 = false;     // AMX bf16 matrix products
+  // Since SDK 2.9: the features the environment variable WICK_CPU_DISABLE hides (comma
+  // separated, as /proc/cpuinfo names them; "" when none). A hidden feature reads false above,
+  // so a machine can run the paths of a CPU that lacks it (README: CPU paths).
+  std::string hidden;
   // bf16 matrix products and convolutions run in hardware, not emulated through fp32.
   bool native_bf16() const { return avx512_bf16 || amx_bf16; }
 };
 WICK_EXPORT const CpuFeatures& cpu_features();
+
+// The CPU features WICK_CPU_DISABLE may hide, as /proc/cpuinfo names them. Hiding avx512f
+// hides the AVX-512 features after it; hiding amx_tile hides amx_bf16.
+inline constexpr const char* kCpuFeatureNames[] = {"avx2", "avx512f", "avx512_bf16", "amx_tile",
+                                                   "amx_bf16"};
 
 // The CPU kernels LibTorch dispatches its own operators to: "DEFAULT", "AVX2" or "AVX512"
 // (Debian's LibTorch 1.13 picks AVX2 by default; ATEN_CPU_CAPABILITY=avx512 selects AVX-512).

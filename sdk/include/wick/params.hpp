@@ -20,12 +20,18 @@ namespace wick {
 enum class ParamType : std::uint8_t {
   boolean,
   integer,
-  floating,  // accepts integers too
+  // A finite number within float32's range (LibTorch trains in it: 1e300 would be inf there, a
+  // non-zero 1e-50 would be 0); accepts integers too. Since SDK 2.9 inf and out-of-range
+  // values are refused for it, as nan always was.
+  floating,
   string,
   int_list,
   float_list,
   string_list,
   choice,  // a string restricted to the choices the plugin declared (PluginDef::param_choice)
+  // Since SDK 2.9: as floating, and inf or -inf too (PluginDef::param_float_inf, e.g. a norm's
+  // order); read with get_float.
+  floating_inf,
 };
 std::string_view to_string(ParamType t);
 

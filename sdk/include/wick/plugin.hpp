@@ -110,6 +110,10 @@ class PluginDef {
   PluginDef& param_float(std::string key, double def, std::string help) {
     return add(std::move(key), ParamType::floating, float_literal(def), std::move(help));
   }
+  // Since SDK 2.9: a float parameter that also takes inf and -inf (`norm_type = inf`).
+  PluginDef& param_float_inf(std::string key, double def, std::string help) {
+    return add(std::move(key), ParamType::floating_inf, float_literal(def), std::move(help));
+  }
   PluginDef& param_string(std::string key, std::string def, std::string help) {
     return add(std::move(key), ParamType::string, quote(def), std::move(help));
   }
@@ -221,7 +225,23 @@ using base_of = std::conditional_t<std::is_base_of_v<Hook, T>, Hook,
                                    std::conditional_t<std::is_base_of_v<Task, T>, Task, Metric>>;
 template <class T>
 void* create(const Params& p) {
-  static_assert(std::is_constructible_v<T, const Params&>,
+  // An abstract class is not constructible either: say which mistake it is (since SDK 2.9).
+  // The compiler's notes on the `new` below then name the functions still pure.
+  static_assert(!std::is_abstract_v<T> || !std::is_base_of_v<Task, T>,
+                "WICK_PLUGIN: the class is abstract: it does not override every pure virtual "
+                "function of wick::Task. A task must override model(), train_data(), "
+                "forward(Context&, const Batch&) and loss(Context&, const at::Tensor&, const "
+                "Batch&), with exactly these signatures (mark them override)");
+  static_assert(!std::is_abstract_v<T> || !std::is_base_of_v<Metric, T>,
+                "WICK_PLUGIN: the class is abstract: it does not override every pure virtual "
+                "function of wick::Metric. A metric must override update(const at::Tensor&, "
+                "const at::Tensor&), compute() const and state(), with exactly these "
+                "signatures (mark them override)");
+  static_assert(!std::is_abstract_v<T> || !std::is_base_of_v<Hook, T>,
+                "WICK_PLUGIN: the class is abstract: it does not override every pure virtual "
+                "function of wick::Hook. A hook must override connect(wick::Registrar&), with "
+                "exactly this signature (mark it override)");
+  static_assert(std::is_abstract_v<T> || std::is_constructible_v<T, const Params&>,
                 "WICK_PLUGIN: the class needs a constructor taking const wick::Params&");
   return static_cast<base_of<T>*>(new T(p));
 }

@@ -25,6 +25,11 @@ struct StepState {
   Phase phase = Phase::train;
   bool stepped = false;            // did the optimizer really step on this batch
   std::int64_t skipped_steps = 0;  // optimizer steps declined (non-finite grads, NaN loss)
+  // Since SDK 2.9: the current epoch was entered in its middle by a resume (`--resume` from a
+  // checkpoint at batch_idx > 0), from its before_epoch to its end. before_epoch fires then
+  // too, but the epoch is resumed, not begun: per-epoch state (an LSTM's hidden state) came
+  // back with the checkpoint and must not be reset. batch_idx is the batch it continues at.
+  bool epoch_resumed = false;
 
   bool training() const { return phase == Phase::train; }
   bool validating() const { return phase == Phase::valid; }

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>

@@ -16,10 +16,12 @@
 //        wick/sharded_state.hpp (Context::set_sharded_state: optimizer state sharded over ranks)
 //   2.7  wick/interrupt.hpp (interrupt_requested: a stop signal came)
 //   2.8  wick::Capability (the built-in capabilities as an enum, for Registrar::provides/needs)
+//   2.9  CpuFeatures::hidden and kCpuFeatureNames (WICK_CPU_DISABLE); float parameters finite
+//        and within float32's range, PluginDef::param_float_inf (ParamType::floating_inf)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 8
+#define WICK_API_MINOR 9
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

@@ -1,6 +1,8 @@
 // Info records that pass the signature and version checks but are broken inside (BR_CASE, see
 // CMakeLists.txt): the loader must refuse each with a PluginError naming the library, never
 // read through a bad pointer or past the params array.
+#include <cstdint>
+
 #include <boost/dll/alias.hpp>
 #include <wick/plugin.hpp>
 

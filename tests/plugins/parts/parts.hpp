@@ -4,6 +4,8 @@
 // (hook.cpp) uses the task's class, defined in task.cpp: typed access needs one class.
 #pragma once
 
+#include <cstdint>
+
 #include <wick/jit.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>

@@ -1,5 +1,7 @@
 #include "parts.hpp"
 
+#include <cstdint>
+
 namespace parts {
 
 PartsTask::PartsTask(const wick::Params& p)
