@@ -39,7 +39,11 @@ set(ccache "")
 if(WICK_CCACHE)
   set(ccache ${WICK_CCACHE})  # makes the out-of-tree rebuilds of later runs cheap
 endif()
+# What this tree was configured with to find its dependencies (a GPU machine's unpacked Debian
+# packages: scripts/gpu-check.sh), for the plugin projects the test builds (":"-separated).
+string(REPLACE ";" ":" outer_prefix_path "${CMAKE_PREFIX_PATH}")
 target_compile_definitions(test_sdk_install PRIVATE
+  WICK_OUTER_PREFIX_PATH="${outer_prefix_path}" WICK_OUTER_CXX_FLAGS="${CMAKE_CXX_FLAGS}"
   WICK_CMAKE="${CMAKE_COMMAND}" WICK_CCACHE_PROGRAM="${ccache}" WICK_READELF="${CMAKE_READELF}"
   WICK_TORCH_LIB_DIR="${TORCH_INSTALL_PREFIX}/lib" WICK_TORCH_CXX_FLAGS="${TORCH_CXX_FLAGS}"
   WICK_BUILT_WITH_CUDA=$<BOOL:${WICK_CUDA}>)

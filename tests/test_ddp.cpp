@@ -98,6 +98,31 @@ TEST_CASE("2 ranks x batch 32 train the same parameters as 1 process x batch 64"
   CHECK(max_abs_diff(l1, l2) <= 1e-5);
 }
 
+TEST_CASE("forward's extras reach loss on every rank: 2 ranks train like 1 process") {
+  // A loss that reads Context extras (SDK 2.9), data-parallel: the same parameters as one
+  // process with the combined batch, and as the task that recomputes the activation.
+  TempDir dir;
+  std::string cfg = config(dir / "run");
+  const std::string task =
+      "[task]\nplugin = \"synthetic\"\nsamples = 512\nvalid_samples = 101\n"
+      "features = 12\nhidden = [24, 16]\nclasses = 5\nseed = 7\n";
+  const auto at = cfg.find(task);
+  REQUIRE(at != std::string::npos);
+  cfg.replace(at, task.size(), "[task]\nplugin = \"extras_task\"\n");
+  write_file(dir / "cfg.toml", cfg);
+  one_and_two_ranks(dir);
+  const auto ranks = read_numbers(dir / "run" / "params_rank0.txt");
+  CHECK(max_abs_diff(ranks, read_numbers(dir / "run" / "params_rank1.txt")) == 0.0);
+  CHECK(max_abs_diff(ranks, read_numbers(dir / "one" / "params_rank0.txt")) <= 1e-5);
+  auto plain = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "task.extras=false", "--set",
+                         "trainer.batch_size=64", "--set",
+                         "trainer.output_dir=\"" + (dir / "plain").string() + "\""});
+  INFO(plain.out << plain.err);
+  REQUIRE(plain.exit_code == 0);
+  CHECK(max_abs_diff(read_numbers(dir / "one" / "params_rank0.txt"),
+                     read_numbers(dir / "plain" / "params_rank0.txt")) <= 1e-6);
+}
+
 TEST_CASE("several optimizers: 2 ranks train like 1 process with the combined batch") {
   TempDir dir;
   // One SGD per Linear of the synthetic MLP (modules 0, 2, 4), each with its own rate.

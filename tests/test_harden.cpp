@@ -84,9 +84,11 @@ TEST_CASE("a config file over 4 MiB is refused, naming the file and the limit") 
   CHECK(r.err == "wick: " + big.string() +
                      ": the config file is larger than 4 MiB, the most wick reads; is it the "
                      "right file?\n");
-  // Just under the limit is read (and is a valid, empty config).
+  // Just under the limit is read: it is refused for what it holds (nothing), not its size.
   write_file(big, "# " + std::string((4u << 20) - 10, 'x') + "\n");
-  CHECK(check_timed({big.string()}).exit_code == 0);
+  const auto under = check_timed({big.string()});
+  CHECK(under.exit_code == 2);
+  CHECK_THAT(under.err, Catch::Contains(big.string() + ": the config is empty"));
 }
 
 TEST_CASE("trainer values invalid on their face are refused with their place, exit 2") {

@@ -2,6 +2,7 @@
 // plugin projects built out of tree against it (samples/external_plugin and one made by
 // `wick new-plugin`), listed, described and trained with by the installed `wick`.
 // Slow (two small builds with LibTorch flags); see tests/sdk.cmake.
+#include <algorithm>
 #include <regex>
 #include <sstream>
 
@@ -24,7 +25,13 @@ void require_ok(const RunResult& r, const std::string& what) {
 void build_project(const fs::path& src, const fs::path& build, const fs::path& prefix) {
   std::vector<std::string> configure = {WICK_CMAKE,     "-S", src.string(), "-B",
                                         build.string(), "-G", "Ninja"};
-  configure.push_back("-DCMAKE_PREFIX_PATH=" + prefix.string());
+  // The installed wick first, then wherever wick's own dependencies were found.
+  std::string outer = WICK_OUTER_PREFIX_PATH;
+  std::replace(outer.begin(), outer.end(), ':', ';');
+  configure.push_back("-DCMAKE_PREFIX_PATH=" + prefix.string() +
+                      (outer.empty() ? "" : ";" + outer));
+  if (std::string(WICK_OUTER_CXX_FLAGS) != "")
+    configure.push_back("-DCMAKE_CXX_FLAGS=" + std::string(WICK_OUTER_CXX_FLAGS));
   configure.push_back("-DCMAKE_EXPORT_COMPILE_COMMANDS=ON");
   if (std::string(WICK_CCACHE_PROGRAM) != "")
     configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(WICK_CCACHE_PROGRAM));

@@ -87,6 +87,14 @@ struct Probe : Hook {
   }
 };
 
+// A hook that restores the checkpoint `folder` at before_fit, first of all hooks.
+void restore_at_start(Trainer& t, const std::string& folder) {
+  auto restorer = std::make_shared<Probe>();
+  restorer->stages = false;
+  restorer->points[Point::before_fit] = [folder](Context& c) { c.restore_checkpoint(folder); };
+  t.add_hook(entry(restorer, "restorer", -200));
+}
+
 OptimizerOptions optimizer(const std::string& name, double lr) {
   OptimizerOptions o;
   o.name = name;
@@ -622,10 +630,7 @@ TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume
   Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
   auto second_hooks = load_hooks(toml);
   for (auto& h : second_hooks) second.add_hook(h);
-  auto restorer = std::make_shared<Probe>();
-  restorer->stages = false;
-  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
-  second.add_hook(entry(restorer, "restorer", -200));
+  restore_at_start(second, ckpt);
   REQUIRE(second.fit().status == FitResult::Status::completed);
 
   CHECK(max_diff(params_of(second), params_of(full)) < 1e-6);
@@ -1005,12 +1010,7 @@ TEST_CASE("several optimizers: one per module, each stage chain runs per optimiz
     run(first);
     first.context().save_checkpoint((tmp / "ckpt").string(), "test");
     Trainer second(options(8, 2), std::make_shared<TwoNetTask>(true), opts);
-    auto restorer = std::make_shared<Probe>();
-    restorer->stages = false;
-    restorer->points[Point::before_fit] = [&](Context& c) {
-      c.restore_checkpoint((tmp / "ckpt").string());
-    };
-    second.add_hook(entry(restorer, "restorer", -200));
+    restore_at_start(second, (tmp / "ckpt").string());
     run(second);
     CHECK(second.model_fingerprint() == full.model_fingerprint());
   }
@@ -1093,10 +1093,7 @@ TEST_CASE("an optimizer state whose counts do not fit the run's optimizer is ref
   wick::test::write_file(ckpt / "manifest.json", m.dump(2));
 
   Trainer second(options(8), std::make_shared<LinearTask>(16), sgd);
-  auto restorer = std::make_shared<Probe>();
-  restorer->stages = false;
-  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt.string()); };
-  second.add_hook(entry(restorer, "restorer", -200));
+  restore_at_start(second, ckpt.string());
   const auto res = second.fit();
   CHECK(res.status == FitResult::Status::failed);
   CHECK_THAT(res.error, Catch::Contains("optimizer.pt, optimizer 'optimizer': field "
@@ -1247,10 +1244,7 @@ std::vector<at::Tensor> carried(CarryTask::Reset reset, bool interrupted) {
     REQUIRE(first.state().optimizer_step == 6);
   }
   Trainer second(options(8, 2), std::make_shared<CarryTask>(reset), optimizer("sgd", 0.05));
-  auto restorer = std::make_shared<Probe>();
-  restorer->stages = false;
-  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
-  second.add_hook(entry(restorer, "restorer", -200));
+  restore_at_start(second, ckpt);
   REQUIRE(second.fit().status == FitResult::Status::completed);
   return params_of(second);
 }
