@@ -19,4 +19,5 @@ wick_add_test(test_sha256 SOURCES test_sha256.cpp SANITIZE)
 wick_add_test(test_data SOURCES test_data.cpp TORCH DEPENDS checkpoint)
 # Hardening (issue 13): config files that are not regular or too big, values wrong on their
 # face, broken plugin info records, and `wick check` running the task's own checks.
-wick_add_test(test_harden SOURCES test_harden.cpp SANITIZE DEPENDS synthetic)
+wick_add_test(test_harden SOURCES test_harden.cpp SANITIZE
+              DEPENDS synthetic lr_schedule grad_clip metrics_log)

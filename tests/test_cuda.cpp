@@ -216,6 +216,26 @@ TEST_CASE("cuda_graph replays the captured step: the same training as eager step
   CHECK(std::abs(graphed["valid/loss"].get<double>() - eager["valid/loss"].get<double>()) < 1e-4);
 }
 
+TEST_CASE("forward's extras reach loss in a replayed CUDA graph as in eager steps", "[cuda]") {
+  need_gpu();
+  TempDir d;
+  auto run = [&](const std::string& name, const std::string& hooks) {
+    std::string cfg = gpu_config(d, name, hooks);
+    const std::string task = "[task]\nplugin = \"synthetic\"\nsamples = 256\nvalid_samples = 64\n";
+    REQUIRE(cfg.find(task) != std::string::npos);
+    cfg.replace(cfg.find(task), task.size(), "[task]\nplugin = \"extras_task\"\n");
+    write_file(d / (name + ".toml"), cfg);
+    auto r = run_wick({"fit", (d / (name + ".toml")).string(), "--set", "trainer.drop_last=true"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return read_json(d / name / "summary.json");
+  };
+  const auto eager = run("eager", "");
+  const auto graphed = run("graphed", "[[hooks]]\nplugin = \"cuda_graph\"\nwarmup = 2\n");
+  CHECK(graphed["optimizer_steps"] == eager["optimizer_steps"]);
+  CHECK(std::abs(graphed["valid/loss"].get<double>() - eager["valid/loss"].get<double>()) < 1e-4);
+}
+
 TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside the step", "[cuda]") {
   need_gpu();
   TempDir d;

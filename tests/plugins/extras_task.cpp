@@ -13,9 +13,10 @@ class ExtrasTask : public wick::Task {
  public:
   explicit ExtrasTask(const wick::Params& p) : extras_(p.get_bool("extras")) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
-    auto x = torch::randn({512, 12}, gen);
+    auto x = torch::randn({512 + 64, 12}, gen);
     auto y = x.slice(1, 0, 5).argmax(1);
-    train_ = std::make_shared<wick::TensorDataset>(x, y);
+    train_ = std::make_shared<wick::TensorDataset>(x.slice(0, 0, 512), y.slice(0, 0, 512));
+    valid_ = std::make_shared<wick::TensorDataset>(x.slice(0, 512), y.slice(0, 512));
   }
   std::shared_ptr<torch::nn::Module> model() override {
     auto root = std::make_shared<torch::nn::Module>();
@@ -24,6 +25,7 @@ class ExtrasTask : public wick::Task {
     return root;
   }
   std::shared_ptr<wick::Dataset> train_data() override { return train_; }
+  std::shared_ptr<wick::Dataset> valid_data() override { return valid_; }
   at::Tensor forward(wick::Context& ctx, const wick::Batch& b) override {
     auto h = torch::tanh(hidden_->forward(b.input));
     if (extras_) ctx.set_extra("hidden", h);
@@ -38,7 +40,7 @@ class ExtrasTask : public wick::Task {
 
  private:
   bool extras_;
-  std::shared_ptr<wick::TensorDataset> train_;
+  std::shared_ptr<wick::TensorDataset> train_, valid_;
   torch::nn::Linear hidden_{nullptr}, out_{nullptr};
 };
 
