@@ -89,6 +89,7 @@ json run_torchscript(Settings& s);
 json run_restart(Settings& s);
 // wick's Fashion-MNIST samples against a plain PyTorch loop (bench/python_peer.cpp).
 json run_python(Settings& s);
+json run_busy(Settings& s);
 json run_peers(Settings& s);
 // The profiler's overhead on the MLP step (bench/profiler.cpp).
 json run_profiler(Settings& s);

@@ -169,6 +169,15 @@ std::vector<Target> targets(const json& r) {
                    x, x > 0 && x < 1});
     }
   }
+  // Last: the table above indexes the targets before these by position.
+  if (r.contains("busy") && r["busy"].contains("hogs")) {
+    double x = r["busy"].value("default_vs_best_fixed", 0.0);
+    t.push_back({"busy neighbour: wick's default samples/s / its best fixed threads", ">= 0.9", x,
+                 x >= 0.9});
+    x = r["busy"].value("default_vs_pytorch_default", 0.0);
+    t.push_back(
+        {"busy neighbour: wick's default / the PyTorch loop's default", ">= 10", x, x >= 10});
+  }
   return t;
 }
 
@@ -427,6 +436,28 @@ std::string markdown(const json& r) {
          << ").\n";
     }
   }
+  if (r.contains("busy") && r["busy"].contains("hogs")) {
+    const auto& b = r["busy"];
+    md << "\n## Busy neighbour\n\n"
+       << b.value("hogs", 0) << " spinning process(es) on " << b.value("cores", 0)
+       << " cores while " << b.value("config", "") << " trains " << b.value("steps", 0L)
+       << " steps of batch 64 (" << b.value("rounds", 0)
+       << " rounds, medians; the PyTorch loop is bench/python_loop.py on torch "
+       << b.value("pytorch", "") << ", its default " << b.value("pytorch_threads", 0)
+       << " thread(s)):\n\n"
+       << "| run | samples/s |\n|---|---:|\n"
+       << "| wick, default (threads = \"auto\", passive OpenMP wait) | "
+       << fmt("%.0f", num(b, "wick_default_samples_per_s", "median")) << " |\n"
+       << "| wick, threads = 1 | " << fmt("%.0f", num(b, "wick_threads_1_samples_per_s", "median"))
+       << " |\n| wick, threads = " << b.value("cores", 0) << " | "
+       << fmt("%.0f", num(b, "wick_threads_all_samples_per_s", "median"))
+       << " |\n| PyTorch loop, its defaults | "
+       << fmt("%.0f", num(b, "pytorch_default_samples_per_s", "median")) << " |\n\nTargets:\n\n";
+    for (const auto& t : tg)
+      if (t.name.rfind("busy neighbour: ", 0) == 0)
+        md << "- " << t.name.substr(16) << ": " << fmt("%.2f", t.value) << " (" << t.rule
+           << "): " << (t.met ? "met" : "**not met**") << "\n";
+  }
   if (r.contains("peers") && r["peers"].contains("mlp")) {
     const auto& p = r["peers"];
     md << "\n## Peers\n\nThe same data, model, optimizer (Adam), batch (64) and steps, one "
@@ -624,6 +655,7 @@ int main(int argc, char** argv) {
     if (want("profiler")) r["profiler"] = run_profiler(s);
     if (want("memory_tools")) r["memory_tools"] = run_memory_tools(s);
     if (want("python")) r["python"] = run_python(s);
+    if (want("busy")) r["busy"] = run_busy(s);
     if (want("peers")) r["peers"] = run_peers(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wick_bench: %s\n", e.what());

@@ -54,9 +54,10 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--epochs", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="0: PyTorch's default")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads > 0:  # 0: PyTorch's default (the busy-neighbour bench)
+        torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     x, y = data(60000 if a.epochs else a.steps * a.batch_size)
     net = model(a.model)
@@ -78,7 +79,8 @@ def main():
                 samples += len(i)
             steps += 1
     dt = time.perf_counter() - t0
-    print(json.dumps({"model": a.model, "steps": steps, "threads": a.threads,
+    print(json.dumps({"model": a.model, "steps": steps, "threads": torch.get_num_threads(),
+                      "torch": torch.__version__,
                       "samples_per_s": samples / dt,
                       "final_loss": loss.item()}))
 

@@ -86,9 +86,14 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
     CHECK(j["python"][m]["python_samples_per_s"]["median"].get<double>() > 0);
   }
 
+  // A busy neighbour: every row trained while the hogs spun.
+  for (const char* row : {"wick_default", "wick_threads_1", "wick_threads_all", "pytorch_default"})
+    CHECK(j["busy"][std::string(row) + "_samples_per_s"]["median"].get<double>() > 0);
+  CHECK(j["busy"]["hogs"].get<int>() >= 1);
+
   // The peers section runs where its Python environment is installed (scripts/install-peers.sh):
   // then every workload has its rows and four targets (the GAN three: no HF Trainer row).
-  std::size_t targets = 13;
+  std::size_t targets = 15;
   if (!j["peers"].contains("skipped")) {
     for (const char* w : {"mlp", "cnn", "transformer", "gan"}) {
       INFO(w);

@@ -98,7 +98,8 @@ TEST_CASE("trainer values invalid on their face are refused with their place, ex
   };
   const std::vector<Bad> cases = {
       {"threads = 100000",
-       "'threads' in [trainer] must be between 0 (LibTorch's default) and 1024; more threads "
+       "'threads' in [trainer] must be \"auto\" (the default), 0 (LibTorch's default) or at "
+       "most 1024; more threads "
        "than cores only slows training, so set at most the number of cores (`wick doctor` shows "
        "it)"},
       {"epochs = -1", "'epochs' in [trainer] must be >= 0 (0: nothing trained)"},

@@ -264,13 +264,15 @@ TEST_CASE("the memory estimate counts parameters, gradients and optimizer state 
   CHECK(rows[0].gradients == 1120);
   CHECK(rows[0].optimizer_state == 2 * 1120);  // two moments
   CHECK(rows[1].total() == 1132 + 1120 + 2240);
-  // Sharded, owners as ddp assigns them (whole tensors, last layer first: 60 + 20 floats on
-  // rank 0, the 200 of the first weight on rank 1): the larger share counts.
-  CHECK(rows[2].optimizer_state == 2 * 800);  // ZeRO-1
+  // Sharded as ddp splits (last layer first, 140 floats a rank: rank 0 the last weight's 60,
+  // the first bias's 20 and 60 of the first weight, rank 1 its other 140): the larger share.
+  CHECK(rows[2].optimizer_state == 2 * 140 * 4);  // ZeRO-1
   CHECK(rows[2].gradients == 1120);
-  CHECK(rows[3].gradients == 800);  // ZeRO-2: and the gradients kept between steps
+  // ZeRO-2: the gradients kept between steps; the split weight's stay on both ranks.
+  CHECK(rows[3].gradients == (60 + 20 + 200) * 4);
   CHECK(wick::estimate_memory(*net, {sgd}, 2, false)[1].optimizer_state == 0);
-  CHECK(wick::estimate_memory(*net, {momentum}, 3, false)[2].optimizer_state == 800);
+  // 3 ranks: 93, 93 and 94 floats of momentum.
+  CHECK(wick::estimate_memory(*net, {momentum}, 3, false)[2].optimizer_state == 94 * 4);
   CHECK(wick::balanced_owners({60, 20, 200}, 2) == std::vector<int>{0, 0, 1});
   CHECK(wick::balanced_owners({100, 100, 100, 100}, 2) == std::vector<int>{0, 0, 1, 1});
   const auto bf16 = wick::estimate_memory(*net, {adam}, 2, true);

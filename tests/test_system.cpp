@@ -5,7 +5,9 @@
 #include <dlfcn.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <sstream>
+#include <thread>
 
 #include "support.hpp"
 #include "wick/hardware.hpp"
@@ -197,4 +199,99 @@ TEST_CASE("trainer.device = auto resolves once, to the GPU where LibTorch sees o
   if (!gpu)
     CHECK_THROWS_WITH(wick::resolve_device(wick::Device{wick::DeviceType::cuda, 0}, false),
                       Contains("trainer.device = \"cuda:0\" but this LibTorch has no CUDA device"));
+}
+
+// A busy machine (README: Threads): idle OpenMP workers sleep instead of spinning, and
+// trainer.threads = "auto" takes the cores that are free, shared among this machine's ranks.
+TEST_CASE("wick starts OpenMP with the passive wait policy, unless the user chose one") {
+  // OMP_DISPLAY_ENV: the OpenMP runtime prints the settings it read when it was loaded (before
+  // main). The empty values stand for unset: this test process has the policy wick set.
+  auto r = run_wick({"--version"}, {"OMP_DISPLAY_ENV=true", "OMP_WAIT_POLICY="});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("OMP_WAIT_POLICY = 'PASSIVE'"));
+  auto user = run_wick({"--version"}, {"OMP_DISPLAY_ENV=true", "OMP_WAIT_POLICY=ACTIVE"});
+  CHECK_THAT(user.err, Contains("OMP_WAIT_POLICY = 'ACTIVE'"));
+  CHECK_THAT(user.err, !Contains("OMP_WAIT_POLICY = 'PASSIVE'"));
+  // The test program links libwick too, so its own runtime read it as well.
+  const auto mine = wick::openmp_wait_policy();
+  CHECK((mine.value == "PASSIVE" || !mine.set_by_wick));
+  auto doctor = run_wick({"doctor"}, {"OMP_WAIT_POLICY=ACTIVE"});
+  CHECK_THAT(doctor.out, Contains("OpenMP wait policy ACTIVE (the user's OMP_WAIT_POLICY)"));
+  CHECK_THAT(doctor.out, Contains("unset it (wick sets PASSIVE)"));
+}
+
+TEST_CASE("trainer.threads = auto: the free cores, at least one, shared among local ranks") {
+  using wick::choose_threads;
+  CHECK(choose_threads({2, 1.02}, 1) == 1);  // a busy neighbour on the other core
+  CHECK(choose_threads({2, 1.97}, 1) == 2);  // an idle machine: every core
+  CHECK(choose_threads({2, 1.6}, 1) == 1);   // a core less than three quarters free
+  CHECK(choose_threads({2, 1.8}, 1) == 2);
+  CHECK(choose_threads({2, 0.05}, 1) == 1);   // never none
+  CHECK(choose_threads({16, 15.9}, 2) == 8);  // two ranks split the cores
+  CHECK(choose_threads({16, 4.1}, 2) == 2);   // and the free ones among them
+  CHECK(choose_threads({16, 15.9}, 32) == 1);
+  CHECK(choose_threads({3, 2.9}, 2) == 1);  // each rank's share of the cores is the most
+}
+
+TEST_CASE("a spinning thread's core is not counted free") {
+  std::atomic<bool> stop{false};
+  std::thread hog([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  const auto s = wick::sample_free_cores(0.3);
+  stop = true;
+  hog.join();
+  INFO("allowed " << s.allowed << ", free " << s.free);
+  CHECK(s.allowed >= 1);
+  CHECK(s.allowed <= static_cast<int>(std::thread::hardware_concurrency()));
+  CHECK(s.free >= 0);
+  CHECK(s.free <= s.allowed - 0.5);
+}
+
+TEST_CASE("a fit records the threads it took and why: auto, OMP_NUM_THREADS or trainer.threads") {
+  TempDir dir;
+  const auto cfg = tiny_config(dir);
+  auto fit = [&](const std::vector<std::string>& env, const std::vector<std::string>& set) {
+    std::vector<std::string> args = {"fit", cfg};
+    for (const auto& s : set) args.insert(args.end(), {"--set", s});
+    auto r = run_wick(args, env);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return read_json(dir / "run" / "summary.json");
+  };
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  auto a = fit({"OMP_NUM_THREADS="}, {});
+  CHECK(a["threads"].get<int>() >= 1);
+  CHECK(a["threads"].get<int>() <= cores);
+  CHECK_THAT(a["threads_from"].get<std::string>(), Contains("auto: ") && Contains("cores free"));
+  auto omp = fit({"OMP_NUM_THREADS=1"}, {"trainer.threads=\"auto\""});
+  CHECK(omp["threads"] == 1);
+  CHECK(omp["threads_from"] == "auto: OMP_NUM_THREADS");
+  auto set = fit({}, {"trainer.threads=1"});
+  CHECK(set["threads"] == 1);
+  CHECK(set["threads_from"] == "trainer.threads");
+  // A checkpoint records the count, and "auto" resumes on it (reductions split over threads
+  // round differently with another count), unless OMP_NUM_THREADS names one.
+  write_file(dir / "cfg.toml", read_file(cfg) + "[[hooks]]\nplugin = \"checkpoint\"\n");
+  fit({"OMP_NUM_THREADS=1"}, {"trainer.max_steps=1"});
+  int saved = 0;
+  for (const auto& e : fs::directory_iterator(dir / "run" / "checkpoints"))
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0) {
+      ++saved;
+      CHECK(read_json(e.path() / "manifest.json")["run"]["threads"] == 1);
+    }
+  CHECK(saved >= 1);
+  auto args = std::vector<std::string>{"fit", cfg, "--resume", "latest"};
+  auto resumed = run_wick(args, {"OMP_NUM_THREADS="});
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  const auto after = read_json(dir / "run" / "summary.json");
+  CHECK(after["threads"] == 1);
+  CHECK_THAT(after["threads_from"].get<std::string>(),
+             Contains("the checkpoint's count") || Contains("cores free"));
+  auto bad = run_wick({"check", cfg, "--set", "trainer.threads=\"many\""});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("trainer.threads must be an integer or \"auto\""));
 }

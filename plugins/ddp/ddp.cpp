@@ -312,9 +312,12 @@ class Ddp : public wick::Hook, public wick::Collectives {
             "ddp: shard_gradients = true needs one optimizer (several optimizers reduce the same "
             "gradients once per step each, which reducing to owners cannot repeat); set "
             "shard_gradients = false (the optimizer state stays sharded)");
-      std::vector<std::int64_t> numels;
-      for (const auto& t : params) numels.push_back(t.numel());
-      owners = wick::balanced_owners(numels, world_);
+      wick_ddp::Comm comm{
+          pg_, dev, rank_, world_,
+          [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
+      zero_ = std::make_unique<wick_ddp::OptimizerShards>(std::move(comm), params);
+      // A parameter split between owners has its gradient all-reduced (owner -1).
+      for (const auto& t : params) owners.push_back(zero_->whole_owner(t));
     }
     grad_buckets_ = make_buckets(params, mib_to_bytes(first_bucket_mb_), cap,
                                  shard_gradients_ ? &owners : nullptr);
@@ -362,13 +365,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     device_ = dev;
     ctx_ = &c;
     c.set_collectives(this);
-    if (shard_optimizer_) {
-      wick_ddp::Comm comm{
-          pg_, dev, rank_, world_,
-          [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
-      zero_ = std::make_unique<wick_ddp::OptimizerShards>(std::move(comm), params, owners);
-      c.set_sharded_state(zero_.get());
-    }
+    if (zero_) c.set_sharded_state(zero_.get());
   }
 
   // ---- wick::Collectives, installed on the Context for the trainer and other hooks ----------

@@ -1,11 +1,15 @@
 // Sharded optimizer state for ddp (ZeRO stage 1; stage 2 adds ddp's gradient reduction to
-// each parameter's owner). Every trainable parameter has one owner rank; each rank's
-// optimizers keep only the parameters it owns in their groups, so Adam's moments (or SGD's
-// momentum) exist for that share only, and only that share is stepped. After each step every
-// parameter is broadcast from its owner, so all ranks hold the same weights again.
+// each parameter's owner). The trainable parameters, laid end to end (last layer first, as
+// ddp's buckets are), are cut into `world` equal runs of elements, rank r owning the r-th, as
+// DeepSpeed splits its flat buffer. A parameter inside one run belongs to that rank whole; one
+// that a cut crosses is split: each of its owners steps a piece of it (a tensor of its own in
+// the optimizer's groups, with its own moments). So each rank's optimizers keep state for an
+// equal share, and only that share is stepped. After each step every share is broadcast from
+// its owner, so all ranks hold the same weights again.
 // Checkpoints: around a save the owners send their state to rank 0, which writes it whole, as
-// an unsharded run would (wick/sharded_state.hpp); a checkpoint resumes sharded or not, on any
-// world size. The optimizers are sharded at their first step, after a checkpoint restore.
+// an unsharded run would (a split parameter's pieces joined; wick/sharded_state.hpp); a
+// checkpoint resumes sharded or not, on any world size. The optimizers are sharded at their
+// first step, after a checkpoint restore.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,8 +23,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "buckets.hpp"
-
 namespace wick_ddp {
 
 // How the ranks talk: ddp's process group, and its wait (which turns failures into errors
@@ -32,15 +34,30 @@ struct Comm {
   std::function<void(const c10::intrusive_ptr<c10d::Work>&, const char*)> wait;
 };
 
+// A run of a parameter's elements (in row-major order) that one rank owns.
+struct Segment {
+  int owner = 0;
+  std::int64_t start = 0, length = 0;
+};
+
+// Each parameter's segments when `world` ranks share the parameters (given by their element
+// counts, in order) equally: rank r owns elements [r * total / world, (r + 1) * total / world)
+// of them laid end to end. A parameter that no cut crosses has one segment.
+std::vector<std::vector<Segment>> even_segments(const std::vector<std::int64_t>& numels, int world);
+
 class OptimizerShards : public wick::ShardedState {
  public:
-  OptimizerShards(Comm comm, const std::vector<at::Tensor>& params, const std::vector<int>& owners);
+  // `params` in the order of the split (ddp's: last layer first).
+  OptimizerShards(Comm comm, const std::vector<at::Tensor>& params);
   // In the optimizer_step stage before `opt` steps; its first time, keeps this rank's share of
-  // its groups and drops the state of the others' parameters.
+  // its groups (pieces of the split parameters) and drops the state of the others' share.
   void before_step(torch::optim::Optimizer& opt);
-  // After `opt`'s step (taken or declined, on every rank alike): each of its parameters from
-  // its owner.
+  // After `opt`'s step (taken or declined, on every rank alike): each share from its owner.
   void after_step(torch::optim::Optimizer& opt);
+
+  // Which rank owns parameter `p` whole (ddp reduces its gradient there with shard_gradients),
+  // or -1 when it is split (its gradient is all-reduced).
+  int whole_owner(const at::Tensor& p) const;
 
   void gather_for_save() override;
   void release_after_save() override;
@@ -49,20 +66,40 @@ class OptimizerShards : public wick::ShardedState {
   static std::int64_t state_bytes(const torch::optim::Optimizer& opt);
 
  private:
+  // A parameter split between ranks, and this rank's piece of it (undefined when none).
+  struct Split {
+    at::Tensor param;
+    std::vector<Segment> segments;
+    at::Tensor piece;
+    Segment mine;
+  };
+  // One broadcast per owner and dtype: the segments it owns, packed in one buffer.
+  struct Share {
+    int owner = 0;
+    std::vector<at::Tensor> params;
+    std::vector<Segment> segments;
+    std::vector<std::int64_t> offsets;
+    at::Tensor flat;
+    std::vector<at::Tensor> io;
+  };
   struct Entry {
     torch::optim::Optimizer* opt = nullptr;
-    std::vector<std::vector<at::Tensor>> all, mine;  // each group's parameters
-    std::vector<Bucket> by_owner;                    // one flat buffer per owner (and dtype)
+    std::vector<std::vector<at::Tensor>> all, mine;  // each group's parameters (mine: pieces)
+    std::vector<Split> splits;
+    std::vector<Share> shares;
   };
   Entry& entry(torch::optim::Optimizer& opt);
-  int owner(const at::Tensor& p) const;
+  const std::vector<Segment>& segments(const at::Tensor& p) const;
   void set_groups(Entry& e, bool all);
   void drop_others_state(Entry& e);
+  void join_split_state(Entry& e);
   void send_bytes(const std::string& bytes, int to);
   std::string recv_bytes(int from);
+  void send_tensor(const at::Tensor& t, int to, int tag);
+  at::Tensor recv_tensor(at::Tensor like, int from, int tag);
 
   Comm comm_;
-  std::unordered_map<const c10::TensorImpl*, int> owners_;
+  std::unordered_map<const c10::TensorImpl*, std::vector<Segment>> segments_;
   std::vector<Entry> entries_;
   bool gathered_ = false;
 };

@@ -26,7 +26,7 @@ struct MemoryEstimate {
 };
 
 // Rows for one process and for `ranks` ranks plain, ZeRO-1 and ZeRO-2 (sharded rows: the rank
-// with the largest share, owners assigned as ddp does, wick::balanced_owners); `bf16` counts
+// with the largest share, the parameters split as ddp splits them); `bf16` counts
 // every floating-point parameter at 2 bytes (LibTorch's optimizers keep state in the
 // parameter's dtype). `optimizers` empty: Adam over the whole model (the default).
 std::vector<MemoryEstimate> estimate_memory(const torch::nn::Module& model,

@@ -45,8 +45,10 @@ struct Summary {
   double flops_per_step = 0;           // per process, counted at the first step (0: none)
   double peak_gflops = 0;              // what train/flops_utilization compares with
   std::int64_t batch_size = 0;         // per process
-  double start_to_first_step_s = -1;   // the process's start to its first training step
-  std::string batch_size_search;       // TrainerOptions::batch_size_search (JSON) when "auto"
+  int threads = 0;                     // intra-op threads the run trained with (0: unknown)
+  std::string threads_from;  // why that many: "auto: 1.02 of 2 cores free", "trainer.threads"
+  double start_to_first_step_s = -1;  // the process's start to its first training step
+  std::string batch_size_search;      // TrainerOptions::batch_size_search (JSON) when "auto"
 };
 
 std::string record_to_json(const Record& r);

@@ -56,6 +56,32 @@ void apply_cpu_disable();
 // Params::run() and Context::run() agree. A CUDA device without one throws ConfigError.
 Device resolve_device(const Device& requested, bool auto_device);
 
+// OpenMP's wait policy as this process's OpenMP runtime read it when it was loaded: "PASSIVE",
+// set by wick (libwick_openmp_env, which the loader starts before LibTorch's OpenMP runtime),
+// or the user's OMP_WAIT_POLICY, which stays. Idle OpenMP workers then sleep rather than spin,
+// so a busy neighbour on the cores cannot make training collapse (README: Threads).
+struct WaitPolicy {
+  std::string value;
+  bool set_by_wick = false;
+};
+WaitPolicy openmp_wait_policy();
+
+// trainer.threads = "auto" (the default). The cores this process may run on (affinity, and a
+// cgroup CPU quota) and how many of them were idle over `seconds` (/proc/stat: the sum of
+// each allowed core's idle fraction).
+struct CoreSample {
+  int allowed = 0;
+  double free = 0;
+};
+CoreSample sample_free_cores(double seconds = 0.2);
+// The thread count for `cores` shared by `local_ranks` ranks on this machine: the free cores
+// (a core counts once three quarters of it is idle), at least 1, at most each rank's share.
+int choose_threads(const CoreSample& cores, int local_ranks);
+// "auto" now: OMP_NUM_THREADS when the user set it, else choose_threads over a fresh sample
+// with LOCAL_WORLD_SIZE's ranks. `why`, when given, says which ("OMP_NUM_THREADS", or e.g.
+// "1.02 of 2 cores free").
+int auto_threads(std::string* why = nullptr);
+
 struct SystemReport {
   std::string torch_version;  // LibTorch's TORCH_VERSION
   std::string torch_library;  // the file LibTorch's CPU library was loaded from

@@ -34,10 +34,14 @@ struct TrainerOptions {
   std::int64_t batch_size = 32;
   std::int64_t valid_batch_size = 0;  // 0: same as batch_size
   bool shuffle = true;
-  bool drop_last = false;            // drop the last, short training batch of an epoch
-  std::int64_t max_steps = 0;        // stop after this many optimizer steps (0: no limit)
-  std::int64_t log_every = 50;       // write a step record every N training batches (0: never)
-  std::int64_t threads = 0;          // intra-op threads (0: LibTorch's default)
+  bool drop_last = false;       // drop the last, short training batch of an epoch
+  std::int64_t max_steps = 0;   // stop after this many optimizer steps (0: no limit)
+  std::int64_t log_every = 50;  // write a step record every N training batches (0: never)
+  // Intra-op threads when auto_threads is false (0: LibTorch's default, every core). With
+  // auto_threads (trainer.threads = "auto", the default) the Trainer takes wick::auto_threads():
+  // the cores free at its start, shared among this machine's ranks, or OMP_NUM_THREADS.
+  std::int64_t threads = 0;
+  bool auto_threads = true;
   std::int64_t num_workers = 0;      // threads loading batches ahead of the step (0: none)
   std::int64_t steps_per_epoch = 0;  // batches per epoch (0: from the data; needed by streams)
   Device device;                     // cpu, cuda, cuda:N

@@ -157,18 +157,29 @@ void Config::Impl::validate_builtin() {
 
   static const toml::table empty;
   const toml::table* tt = section_table("trainer");
-  // batch_size = "auto" is the one string an integer key takes: validated as the default,
-  // chosen later by make_trainer(); put back afterwards, so that toml() keeps "auto".
-  const toml::node* auto_node = tt ? tt->get("batch_size") : nullptr;
-  if (auto_node && auto_node->is_string()) {
-    if (auto_node->value_or(std::string()) != "auto")
-      throw error(where(*auto_node),
-                  "trainer.batch_size must be an integer or \"auto\" (the fastest power of two "
-                  "on the CPU, the largest that fits on CUDA), not " +
-                      toml_text(*auto_node));
-    root.get("trainer")->as_table()->insert_or_assign("batch_size", 32);
-    trainer.auto_batch_size = true;
-  }
+  // batch_size and threads are integers that take one string, "auto": validated as an integer,
+  // chosen later (batch_size by make_trainer(), threads by the Trainer), and put back
+  // afterwards, so that toml() keeps "auto". threads is "auto" when not set, too.
+  auto take_auto = [&](const char* key, const char* what, std::int64_t stand_in, bool absent_auto) {
+    const toml::node* n = tt ? tt->get(key) : nullptr;
+    if (n && !n->is_string()) return false;
+    if (!n && !absent_auto) return false;
+    if (n && n->value_or(std::string()) != "auto")
+      throw error(where(*n), std::string("trainer.") + key + " must be an integer or \"auto\" (" +
+                                 what + "), not " + toml_text(*n));
+    if (!tt) {  // no [trainer]: one for the stand-in, erased below
+      root.insert("trainer", toml::table{});
+      tt = root.get("trainer")->as_table();
+    }
+    root.get("trainer")->as_table()->insert_or_assign(key, stand_in);
+    return true;
+  };
+  trainer.auto_batch_size =
+      take_auto("batch_size", "the fastest power of two on the CPU, the largest that fits on CUDA",
+                32, false);
+  const bool threads_given = tt && tt->get("threads");
+  trainer.auto_threads = take_auto(
+      "threads", "the cores free at the start, shared among this machine's ranks", 0, true);
   Params tp = validate(tt ? *tt : empty, trainer_schema(), "[trainer]", {}, "trainer", "trainer");
   trainer.epochs = tp.get_int("epochs");
   trainer.seed = tp.get_int("seed");
@@ -176,12 +187,16 @@ void Config::Impl::validate_builtin() {
   trainer.max_batch_size = tp.get_int("max_batch_size");
   if (trainer.auto_batch_size)
     root.get("trainer")->as_table()->insert_or_assign("batch_size", "auto");
+  if (trainer.auto_threads && threads_given)
+    root.get("trainer")->as_table()->insert_or_assign("threads", "auto");
+  else if (trainer.auto_threads)
+    root.get("trainer")->as_table()->erase("threads");
   trainer.valid_batch_size = tp.get_int("valid_batch_size");
   trainer.shuffle = tp.get_bool("shuffle");
   trainer.drop_last = tp.get_bool("drop_last");
   trainer.max_steps = tp.get_int("max_steps");
   trainer.log_every = tp.get_int("log_every");
-  trainer.threads = tp.get_int("threads");
+  trainer.threads = tp.get_int("threads");  // 0 with auto_threads
   trainer.num_workers = tp.get_int("num_workers");
   trainer.steps_per_epoch = tp.get_int("steps_per_epoch");
   const auto device = tp.get_string("device");
@@ -209,7 +224,8 @@ void Config::Impl::validate_builtin() {
   check(tp, "log_every", trainer.log_every >= 0, "must be >= 0 (0: epoch records only)",
         "[trainer]");
   check(tp, "threads", trainer.threads >= 0 && trainer.threads <= kMaxThreads,
-        "must be between 0 (LibTorch's default) and " + std::to_string(kMaxThreads) +
+        "must be \"auto\" (the default), 0 (LibTorch's default) or at most " +
+            std::to_string(kMaxThreads) +
             "; more threads than cores only slows training, so set at most the number of cores "
             "(`wick doctor` shows it)",
         "[trainer]");
@@ -246,6 +262,8 @@ void Config::Impl::validate_builtin() {
             : "must name a run folder, not the filesystem root (\"" +
                   printable(trainer.output_dir) + "\" resolves to /)",
         "[trainer]");
+
+  if (root.get("trainer")->as_table()->empty()) root.erase("trainer");  // only the stand-in's
 
   // [optimizer] (one optimizer over the model) or [optimizers.NAME] (one per named module).
   const toml::table* ot = section_table("optimizer");

@@ -19,7 +19,9 @@ std::vector<ParamInfo> trainer_schema() {
       {"drop_last", ParamType::boolean, "false", "drop the last, short training batch"},
       {"max_steps", ParamType::integer, "0", "stop after this many optimizer steps (0: off)"},
       {"log_every", ParamType::integer, "50", "write a step record every N batches (0: off)"},
-      {"threads", ParamType::integer, "0", "intra-op threads (0: LibTorch default)"},
+      {"threads", ParamType::integer, "\"auto\"",
+       "intra-op threads, or \"auto\": the cores free at the start, shared among this machine's "
+       "ranks (OMP_NUM_THREADS when set); 0: LibTorch's default"},
       {"num_workers", ParamType::integer, "0", "threads loading batches ahead (0: none)"},
       {"steps_per_epoch", ParamType::integer, "0", "batches per epoch (0: from the data)"},
       {"device", ParamType::string, "\"cpu\"", "cpu, cuda, cuda:N or auto"},

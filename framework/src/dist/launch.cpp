@@ -61,8 +61,9 @@ std::vector<ChildEnv> rank_env(const LaunchOptions& o, const Rank& r) {
                                {"GROUP_RANK", std::to_string(o.node_rank)},
                                {"MASTER_ADDR", o.master_addr},
                                {"MASTER_PORT", std::to_string(o.master_port)}};
-  // As torchrun does: several ranks on one node should not each start a thread per core.
-  if (o.nproc > 1) env.push_back({"OMP_NUM_THREADS", "1", /*overwrite=*/false});
+  // Several ranks on one node must not each start a thread per core: with trainer.threads =
+  // "auto" each takes its share of the free cores (LOCAL_WORLD_SIZE), where torchrun would set
+  // OMP_NUM_THREADS=1 and leave cores idle.
   return env;
 }
 

@@ -45,7 +45,8 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           state,
           pos,
           epoch_start,
-          {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last, run_id},
+          {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last, run_id,
+           at::get_num_threads()},
           records.count(),
           dispatch.stateful_hooks(),
           [this](StateDict& out) {
@@ -141,6 +142,13 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   // before_fit is over (every sink is set up by then).
   resume.rewind_records = m.records;
   if (!m.run.id.empty()) run_id = m.run.id;  // the run goes on under its own name
+  // "auto" continues on the checkpoint's thread count (on the same ranks), unless the user
+  // names one in OMP_NUM_THREADS: the steps then round as the uninterrupted run's would.
+  if (opt.auto_threads && m.run.threads > 0 && !regeared && threads_why != "OMP_NUM_THREADS" &&
+      m.run.threads != at::get_num_threads()) {
+    at::set_num_threads(static_cast<int>(m.run.threads));
+    threads_why = "the checkpoint's count";
+  }
   resume.start = m.position;
   pos = m.position;
   resume.resumed = true;

@@ -166,6 +166,10 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   s.flops_per_step = flops.per_step();
   s.peak_gflops = flops.peak_gflops();
   s.batch_size = opt.batch_size;
+  s.threads = at::get_num_threads();
+  s.threads_from = opt.auto_threads  ? "auto: " + threads_why
+                   : opt.threads > 0 ? std::string("trainer.threads")
+                                     : std::string("LibTorch's default");
   s.batch_size_search = opt.batch_size_search;
   s.start_to_first_step_s = times.first_step_s;
   if (const Profiler* p = dispatch.profiler()) {

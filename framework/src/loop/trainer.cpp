@@ -56,7 +56,10 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   I.optim_specs = std::move(optimizers);
   I.task = std::move(task);
   if (!I.task) throw std::invalid_argument("Trainer: no task");
-  if (I.opt.threads > 0) at::set_num_threads(static_cast<int>(I.opt.threads));
+  if (I.opt.auto_threads)
+    at::set_num_threads(auto_threads(&I.threads_why));
+  else if (I.opt.threads > 0)
+    at::set_num_threads(static_cast<int>(I.opt.threads));
 
   const Device dev = resolve_device(I.opt.device, I.opt.auto_device);
   I.device = to_torch(dev);

@@ -95,6 +95,7 @@ struct __attribute__((visibility("hidden"))) Trainer::Impl final : CheckpointSto
   // fit), a data-parallel plugin's sharded optimizer state.
   DataParallel dp;
   std::string weights_loaded;  // Trainer::weights_loaded()
+  std::string threads_why;     // trainer.threads = "auto": why that count (wick::auto_threads)
 
   bool in_step() const { return wick::in_step(phase); }
   bool in_fit() const { return phase != LoopPhase::outside; }

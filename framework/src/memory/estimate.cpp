@@ -6,8 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "wick/sharded_state.hpp"
-
 namespace wick {
 
 namespace {
@@ -54,15 +52,28 @@ std::vector<MemoryEstimate> estimate_memory(const torch::nn::Module& model,
   std::reverse(grads.begin(), grads.end());
   std::reverse(states.begin(), states.end());
   const int n = std::max(1, ranks);
-  // Sharded: the rank with the largest share, owners as ddp assigns them (whole tensors).
-  const auto owners = balanced_owners(numels, n);
+  // Sharded: the rank with the largest share. ddp's split (plugins/ddp/zero.hpp): the
+  // parameters end to end, rank r owning elements [r * total / n, (r + 1) * total / n); a
+  // parameter a cut crosses is split between its owners and its gradient stays on every rank.
+  std::int64_t total = 0;
+  for (auto e : numels) total += e;
   std::vector<std::int64_t> grad_share(static_cast<std::size_t>(n)), state_share(grad_share);
-  std::int64_t all_grads = 0, all_states = 0;
-  for (std::size_t i = 0; i < owners.size(); ++i) {
-    grad_share[static_cast<std::size_t>(owners[i])] += grads[i];
-    state_share[static_cast<std::size_t>(owners[i])] += states[i];
+  std::int64_t all_grads = 0, all_states = 0, at = 0;
+  for (std::size_t i = 0; i < numels.size(); ++i) {
+    const std::int64_t begin = at, end = at + numels[i];
+    at = end;
     all_grads += grads[i];
     all_states += states[i];
+    std::vector<int> owners;
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t lo = std::max(begin, total * r / n),
+                         hi = std::min(end, total * (r + 1) / n);
+      if (hi <= lo) continue;
+      owners.push_back(r);
+      state_share[static_cast<std::size_t>(r)] += states[i] * (hi - lo) / numels[i];
+    }
+    for (int r = 0; r < n; ++r)  // ZeRO-2: on its owner alone, unless split
+      if (owners.size() != 1 || owners[0] == r) grad_share[static_cast<std::size_t>(r)] += grads[i];
   }
   const auto most = [](const std::vector<std::int64_t>& v) {
     return v.empty() ? 0 : *std::max_element(v.begin(), v.end());

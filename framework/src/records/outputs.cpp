@@ -69,6 +69,10 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   j["cancelled_epochs"] = s.cancelled_epochs;
   j["num_processes"] = s.num_processes;
   if (s.batch_size > 0) j["batch_size"] = s.batch_size;
+  if (s.threads > 0) {
+    j["threads"] = s.threads;
+    j["threads_from"] = s.threads_from;
+  }
   if (!s.batch_size_search.empty())
     j["batch_size_search"] = nlohmann::ordered_json::parse(s.batch_size_search);
   j["train_samples_per_s"] = number(s.train_samples_per_s);

@@ -118,6 +118,7 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
                 {"drop_last", m.run.drop_last}}},
               {"files", listed}};
     if (!m.run.id.empty()) j["run"]["id"] = m.run.id;
+    if (m.run.threads > 0) j["run"]["threads"] = m.run.threads;
     // The manifest last: a folder without one is an unfinished write.
     write_file_atomic((tmp / "manifest.json").string(), j.dump(2) + "\n");
     fsync_dir(tmp);
@@ -199,6 +200,12 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
                           std::to_string(m.run.world_size) + ")");
   m.run.shuffle = get_flag(r, "shuffle", mf + " run");
   m.run.drop_last = get_flag(r, "drop_last", mf + " run");
+  if (r.contains("threads")) {
+    m.run.threads = get_count(r, "threads", mf + " run");
+    if (m.run.threads < 1 || m.run.threads > 1024)
+      throw CheckpointError(mf + " run 'threads' is out of range (" +
+                            std::to_string(m.run.threads) + ")");
+  }
   if (r.contains("id")) {
     const auto& id = r.at("id");
     if (!id.is_string() || !is_run_id(id.get<std::string>()))

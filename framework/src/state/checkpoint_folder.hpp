@@ -21,6 +21,10 @@ struct RunIdentity {
   // ("" in checkpoints written before wick had it). state.pt records it too, so a folder that
   // mixes two runs' files is refused even when its hashes were rewritten to match.
   std::string id;
+  // The intra-op threads it trained with (0 in checkpoints written before wick had them): a
+  // resume with trainer.threads = "auto" takes the same count, as reductions split over
+  // threads round differently with another.
+  std::int64_t threads = 0;
 };
 
 struct Manifest {

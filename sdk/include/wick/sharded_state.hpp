@@ -22,9 +22,8 @@ namespace wick {
 // Which rank owns each of a list of tensors (given by their element counts, in the list's
 // order) when `world` ranks share them: contiguous runs of about equal element counts, rank 0
 // first. A tensor is owned whole, by the rank whose equal slice of all the elements holds its
-// middle one, so one tensor larger than a slice makes the shares uneven. ddp's
-// shard_optimizer uses it (over the trainable parameters, last layer first), and so does the
-// estimate of `wick describe`.
+// middle one, so one tensor larger than a slice makes the shares uneven (ddp's
+// shard_optimizer used it before it split tensors; kept for sharding by whole tensors).
 inline std::vector<int> balanced_owners(const std::vector<std::int64_t>& numels, int world) {
   std::int64_t total = 0;
   for (auto n : numels) total += n;
