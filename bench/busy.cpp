@@ -1,6 +1,6 @@
 // Busy neighbour (README: Threads): training while other processes hold half of the cores, as
 // on a shared server or beside a build. Rows, each a separate process on the same load:
-// wick's default (trainer.threads = "auto", OpenMP's passive wait set by wick), wick with
+// wick's default (trainer.threads = "auto"), wick with
 // threads = 1 and threads = every core (both fixed), and the plain PyTorch loop a Python user
 // writes (bench/python_loop.py, on the torch of this build: the wheel's 2.11 beside the default
 // LibTorch) with PyTorch's default threads and wait policy. The hogs are

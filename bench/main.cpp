@@ -446,7 +446,7 @@ std::string markdown(const json& r) {
        << b.value("pytorch", "") << ", its default " << b.value("pytorch_threads", 0)
        << " thread(s)):\n\n"
        << "| run | samples/s |\n|---|---:|\n"
-       << "| wick, default (threads = \"auto\", passive OpenMP wait) | "
+       << "| wick, default (threads = \"auto\") | "
        << fmt("%.0f", num(b, "wick_default_samples_per_s", "median")) << " |\n"
        << "| wick, threads = 1 | " << fmt("%.0f", num(b, "wick_threads_1_samples_per_s", "median"))
        << " |\n| wick, threads = " << b.value("cores", 0) << " | "

@@ -51,16 +51,9 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
     std::printf("\n");
     std::string why;
     const int chosen = wick::auto_threads(&why);
-    const auto wait = wick::openmp_wait_policy();
-    std::printf(
-        "           trainer.threads = \"auto\" takes %d now (%s); OpenMP wait policy %s (%s)\n",
-        chosen, why.c_str(), wait.value.empty() ? "(unknown)" : wait.value.c_str(),
-        wait.set_by_wick ? "set by wick" : "the user's OMP_WAIT_POLICY");
-    if (!wait.set_by_wick && !wait.value.empty() && wait.value != "PASSIVE" &&
-        wait.value != "passive")
-      fixes.push_back("OMP_WAIT_POLICY=" + wait.value +
-                      ": idle OpenMP threads spin, and on a machine where other processes hold "
-                      "cores training slows up to 12x; unset it (wick sets PASSIVE)");
+    const char* wait = std::getenv("OMP_WAIT_POLICY");
+    std::printf("           trainer.threads = \"auto\" takes %d now (%s); OMP_WAIT_POLICY %s\n",
+                chosen, why.c_str(), wait && *wait ? wait : "unset (OpenMP spins, then sleeps)");
     // LibTorch's default is one thread per physical core, so fewer threads than hardware
     // threads is normal (hyper-threads); more is oversubscription.
     const int hw = static_cast<int>(sys.hardware_threads);

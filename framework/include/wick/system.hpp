@@ -56,16 +56,6 @@ void apply_cpu_disable();
 // Params::run() and Context::run() agree. A CUDA device without one throws ConfigError.
 Device resolve_device(const Device& requested, bool auto_device);
 
-// OpenMP's wait policy as this process's OpenMP runtime read it when it was loaded: "PASSIVE",
-// set by wick (libwick_openmp_env, which the loader starts before LibTorch's OpenMP runtime),
-// or the user's OMP_WAIT_POLICY, which stays. Idle OpenMP workers then sleep rather than spin,
-// so a busy neighbour on the cores cannot make training collapse (README: Threads).
-struct WaitPolicy {
-  std::string value;
-  bool set_by_wick = false;
-};
-WaitPolicy openmp_wait_policy();
-
 // trainer.threads = "auto" (the default). The cores this process may run on (affinity, and a
 // cgroup CPU quota) and how many of them were idle over `seconds` (/proc/stat: the sum of
 // each allowed core's idle fraction).

@@ -92,8 +92,8 @@ std::string memory_estimate_markdown(const torch::nn::Module& model,
     out += bf16 ? "\nWith bf16 weights (a model whose task builds it in bf16):\n"
                 : "\nMemory per rank at " + std::to_string(ranks) +
                       " ranks (parameters and buffers, gradients, optimizer state; activations "
-                      "not included; sharded rows: the rank with the largest share, parameters "
-                      "being owned whole):\n";
+                      "not included; sharded rows: the rank with the largest share, the "
+                      "parameters split evenly as ddp splits them):\n";
     out +=
         "| Setting | Parameters | Gradients | Optimizer state | Total |\n"
         "| --- | --- | --- | --- | --- |\n";

@@ -1,5 +1,5 @@
 // trainer.threads = "auto": how many intra-op threads a run takes, from the cores that are free
-// when it starts; and OpenMP's wait policy as this process's OpenMP runtime read it.
+// when it starts.
 #include <sched.h>
 
 #include <algorithm>
@@ -14,8 +14,6 @@
 #include <vector>
 
 #include "wick/system.hpp"
-
-extern "C" const char* wick_openmp_env_policy(int* set_by_wick);  // openmp_env.cpp
 
 namespace wick {
 
@@ -56,12 +54,6 @@ double cgroup_quota_cores() {
 }
 
 }  // namespace
-
-WaitPolicy openmp_wait_policy() {
-  int set = 0;
-  const char* p = wick_openmp_env_policy(&set);
-  return {p ? p : "", set != 0};
-}
 
 CoreSample sample_free_cores(double seconds) {
   cpu_set_t allowed;
