@@ -9,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-#include <string>
-#include <thread>
 
 #include "wick/system.hpp"
 
@@ -55,12 +53,12 @@ void print_stack(int sig) {
 
 // trainer.threads = "auto" picks the cores free when a fit starts: with ctest running two tests
 // at once that differs from run to run, and tests that compare two fits bit for bit need the
-// same count in both. A count in the environment stands for "auto" in every fit the tests start
-// (in process or through `wick`): LibTorch's own default, one thread per core. The tests of the
-// mechanism itself take it out of their child's environment.
+// same count in both. One thread stands for "auto" in every fit the tests start (in process or
+// through `wick`), as Debian's LibTorch defaults to here: two tests of two threads each on two
+// cores would only wait on each other. Tests of the choice itself take it out of their child's
+// environment; a test that wants more threads names them.
 [[maybe_unused]] const bool threads_pinned = [] {
-  const unsigned cores = std::thread::hardware_concurrency();
-  setenv("OMP_NUM_THREADS", std::to_string(cores > 0 ? cores : 1).c_str(), /*overwrite=*/0);
+  setenv("OMP_NUM_THREADS", "1", /*overwrite=*/0);
   return true;
 }();
 
