@@ -127,18 +127,17 @@ OptimizerShards::OptimizerShards(Comm comm, const std::vector<at::Tensor>& param
     segments_[params[i].unsafeGetTensorImpl()] = segs[i];
 }
 
-const std::vector<Segment>& OptimizerShards::segments(const at::Tensor& p) const {
+std::vector<Segment> OptimizerShards::segments(const at::Tensor& p) const {
   const auto it = segments_.find(p.unsafeGetTensorImpl());
   if (it != segments_.end()) return it->second;
-  // Not trainable when ddp set up: rank 0's, whole.
-  static thread_local std::vector<Segment> whole(1);
-  whole[0] = {0, 0, p.numel()};
-  return whole;
+  return {{0, 0, p.numel()}};  // not trainable when ddp set up: rank 0's, whole
 }
 
+// Per parameter after every step: a lookup, no copy.
 int OptimizerShards::whole_owner(const at::Tensor& p) const {
-  const auto& s = segments(p);
-  return s.size() == 1 ? s[0].owner : -1;
+  const auto it = segments_.find(p.unsafeGetTensorImpl());
+  if (it == segments_.end()) return 0;
+  return it->second.size() == 1 ? it->second[0].owner : -1;
 }
 
 OptimizerShards::Entry& OptimizerShards::entry(torch::optim::Optimizer& opt) {

@@ -89,7 +89,7 @@ class OptimizerShards : public wick::ShardedState {
     std::vector<Share> shares;
   };
   Entry& entry(torch::optim::Optimizer& opt);
-  const std::vector<Segment>& segments(const at::Tensor& p) const;
+  std::vector<Segment> segments(const at::Tensor& p) const;
   void set_groups(Entry& e, bool all);
   void drop_others_state(Entry& e);
   void join_split_state(Entry& e);
