@@ -103,7 +103,7 @@ void on_signal(int sig) {
   if (g_signal == 0) g_signal = sig;
 }
 
-std::string num(double v) {
+std::string num6g(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
@@ -381,7 +381,7 @@ void Sweep::judge(Trial& t, std::int64_t epoch, double value) {
     return;
   }
   t.halted = true;
-  t.note = "halving: " + num(value) + " after epoch " + std::to_string(epoch) +
+  t.note = "halving: " + num6g(value) + " after epoch " + std::to_string(epoch) +
            " is not in the best 1/" + std::to_string(a_.eta) + " of the " +
            std::to_string(at_rung.size()) + " trials there";
   save();  // before the signal: a sweep killed now still knows the trial was stopped
@@ -425,7 +425,7 @@ void Sweep::poll(Trial& t) {
       t.printed_epochs = epoch;
       std::printf("[trial %d/%zu] epoch %lld/%lld %s %s\n", t.id, trials_.size(),
                   static_cast<long long>(epoch), static_cast<long long>(max_epochs_),
-                  a_.metric.c_str(), num(v).c_str());
+                  a_.metric.c_str(), num6g(v).c_str());
       std::fflush(stdout);
     }
     judge(t, epoch, v);
@@ -459,7 +459,7 @@ void Sweep::finish(Trial& t, int status) {
   if (t.status == TrialStatus::running) return;
   std::printf("[trial %d/%zu] %s after %lld epoch(s)%s%s%s\n", t.id, trials_.size(),
               to_string(t.status), static_cast<long long>(t.epochs),
-              t.value ? (": " + a_.metric + " " + num(*t.value)).c_str() : "",
+              t.value ? (": " + a_.metric + " " + num6g(*t.value)).c_str() : "",
               t.note.empty() ? "" : "; ", t.note.c_str());
   std::fflush(stdout);
 }
@@ -488,9 +488,9 @@ void Sweep::write_results() const {
   csv += ",wall_s,dir\n";
   for (const auto& t : trials_) {
     csv += std::to_string(t.id) + "," + to_string(t.status) + "," + std::to_string(t.epochs) + "," +
-           (t.value ? num(*t.value) : "");
+           (t.value ? num6g(*t.value) : "");
     for (const auto& v : t.values) csv += "," + csv_cell(v);
-    csv += "," + num(t.wall_s) + "," + t.dir + "\n";
+    csv += "," + num6g(t.wall_s) + "," + t.dir + "\n";
   }
   write_file_atomic(dir_ / "results.csv", csv);
 
@@ -510,9 +510,9 @@ void Sweep::write_results() const {
   md += "|---|\n";
   for (const auto* t : order) {
     md += "| " + std::to_string(t->id) + (t == b ? " (best)" : "") + " | " + to_string(t->status) +
-          " | " + std::to_string(t->epochs) + " | " + (t->value ? num(*t->value) : "-");
+          " | " + std::to_string(t->epochs) + " | " + (t->value ? num6g(*t->value) : "-");
     for (const auto& v : t->values) md += " | " + v;
-    md += " | " + num(t->wall_s) + " |\n";
+    md += " | " + num6g(t->wall_s) + " |\n";
   }
   write_file_atomic(dir_ / "results.md", md);
   std::fputs(("\n" + md).c_str(), stdout);
@@ -521,12 +521,12 @@ void Sweep::write_results() const {
   const auto cfg = Config::load(a_.config.config, trial_sets(*b));
   write_file_atomic(dir_ / "best.toml",
                     "# The best trial of `wick sweep` in " + dir_.string() + ": trial " +
-                        std::to_string(b->id) + ", " + a_.metric + " " + num(*b->value) + "\n# " +
+                        std::to_string(b->id) + ", " + a_.metric + " " + num6g(*b->value) + "\n# " +
                         values_text(*b) + "\n# " + a_.config.config +
                         " with these values; relative paths in it resolve as they did there.\n" +
                         cfg.toml());
   std::printf("\nwick sweep: best trial %d (%s %s): %s\nwick sweep: wrote %s, %s and %s\n", b->id,
-              a_.metric.c_str(), num(*b->value).c_str(), values_text(*b).c_str(),
+              a_.metric.c_str(), num6g(*b->value).c_str(), values_text(*b).c_str(),
               (dir_ / "results.csv").c_str(), (dir_ / "results.md").c_str(),
               (dir_ / "best.toml").c_str());
 }

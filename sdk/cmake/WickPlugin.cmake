@@ -55,6 +55,10 @@ function(wick_add_plugin name)
       wick_use_pch(${name})
     endif()
   endif()
+  # In the wick tree, its sources compile in batches (a unity build, see wick_unity).
+  if(COMMAND wick_unity)
+    wick_unity(${name})
+  endif()
 endfunction()
 
 # wick_add_plugin_library(NAME SOURCES src... [LIBRARIES libs...] [OUTPUT_DIRECTORY dir])

@@ -9,8 +9,6 @@ namespace wick {
 
 namespace {
 
-struct Interrupted {};
-
 // Whether a scalar loss is finite. On the CPU the value is read in place: item() goes through
 // the dispatcher and costs about a microsecond per step (measured by wick_bench); on a GPU it
 // is the device sync that nan_policy needs anyway.
