@@ -708,8 +708,9 @@ TEST_CASE("composition: accumulation + bf16 + clipping + schedule + EMA in one r
     return std::sqrt(s);
   };
   std::map<std::string, std::map<Stage, int>> counts;
-  for (auto [name, order] : std::vector<std::pair<std::string, int>>{
+  for (const auto& [probe, order] : std::vector<std::pair<std::string, int>>{
            {"p_first", -15}, {"p_accum", -7}, {"p_amp", -2}, {"p_clip", 3}}) {
+    const std::string name = probe;  // a structured binding cannot be captured in C++17
     auto p = std::make_shared<Probe>();
     p->stage_fn = [&, name](Context& c, Stage s) {
       ++counts[name][s];

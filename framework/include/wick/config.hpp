@@ -65,7 +65,9 @@ class Config {
   // Validates [task] against the task plugin without constructing it (`wick check`).
   void check_task(const PluginFinder& finder) const;
 
-  struct Impl;
+  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
+  // the public headers'). Declared so here, where clang requires it.
+  struct __attribute__((visibility("hidden"))) Impl;
 
  private:
   Config();

@@ -210,7 +210,9 @@ class Trainer {
   // loop's own dispatch path, so its cost can be measured without the model's. Not for hooks.
   void emit_for_benchmark(const std::vector<Point>& points, std::int64_t repeats);
 
-  struct Impl;
+  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
+  // the public headers'). Declared so here, where clang requires it.
+  struct __attribute__((visibility("hidden"))) Impl;
 
  private:
   std::unique_ptr<Impl> impl_;

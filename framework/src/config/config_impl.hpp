@@ -23,9 +23,8 @@
 
 namespace wick {
 
-// Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-// the public headers').
-struct __attribute__((visibility("hidden"))) Config::Impl {
+// Hidden, as its declaration in wick/config.hpp says.
+struct Config::Impl {
   std::string path;  // absolute
   toml::table root;
   // --set values: node -> ("--set k=v", raw value text), for messages and string coercion.

@@ -15,9 +15,8 @@ namespace wick {
 using ParamValue = std::variant<bool, std::int64_t, double, std::string, std::vector<std::int64_t>,
                                 std::vector<double>, std::vector<std::string>>;
 
-// Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-// the public headers').
-struct __attribute__((visibility("hidden"))) Params::Impl {
+// Hidden, as its declaration in wick/params.hpp says.
+struct Params::Impl {
   struct Entry {
     ParamType type;
     ParamValue value;

@@ -39,9 +39,8 @@
 
 namespace wick {
 
-// Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-// the public headers').
-struct __attribute__((visibility("hidden"))) Trainer::Impl final : CheckpointStore {
+// Hidden, as its declaration in wick/trainer.hpp says.
+struct Trainer::Impl final : CheckpointStore {
   Trainer* self = nullptr;
   // What the run is: its options, task, model, optimizers, data, device.
   TrainerOptions opt;

@@ -12,9 +12,8 @@
 
 namespace wick {
 
-// Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-// the public headers').
-struct __attribute__((visibility("hidden"))) StateDict::Impl {
+// Hidden, as its declaration in wick/state_dict.hpp says.
+struct StateDict::Impl {
   std::map<std::string, std::variant<std::int64_t, double, std::string, at::Tensor>> values;
 };
 

@@ -78,7 +78,9 @@ class WICK_EXPORT Params {
   // be > 0"). Use it for checks the declared type cannot express.
   ConfigError error(std::string_view key, std::string_view message) const;
 
-  struct Impl;
+  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
+  // the public headers'). Declared so here, where clang requires it.
+  struct __attribute__((visibility("hidden"))) Impl;
   Impl& impl() { return *impl_; }
   const Impl& impl() const { return *impl_; }
 

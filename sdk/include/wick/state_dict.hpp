@@ -42,7 +42,9 @@ class WICK_EXPORT StateDict {
   std::vector<std::string> keys() const;
   bool empty() const;
 
-  struct Impl;
+  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
+  // the public headers'). Declared so here, where clang requires it.
+  struct __attribute__((visibility("hidden"))) Impl;
   Impl& impl() { return *impl_; }
   const Impl& impl() const { return *impl_; }
 

@@ -8,7 +8,8 @@
 
 namespace {
 
-constexpr std::uint32_t kFloat = static_cast<std::uint32_t>(wick::ParamType::floating);
+[[maybe_unused]] constexpr std::uint32_t kFloat =
+    static_cast<std::uint32_t>(wick::ParamType::floating);
 
 #if BR_CASE == 1  // a default that is not a number, for a float parameter
 const wick_param_info params[] = {{"lr", kFloat, "fast", "learning rate", nullptr, 0}};
