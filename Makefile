@@ -78,9 +78,9 @@ test-other: build-other
 
 # The plugin loader and trainer core under AddressSanitizer and UBSan, with the
 # purpose-built bad libraries (a separate, smaller build, with clang: its precompiled header
-# leaves LibTorch's templates to the sources that use them, so a torch source compiles in about
-# half GCC's time). No sanitizer check is switched off: leak and ODR checks pass with LibTorch
-# as it is (uninstrumented).
+# holds the instantiations of LibTorch's templates, which GCC redoes in every source, so a
+# torch source compiles in about half GCC's time). No sanitizer check is switched off: leak
+# and ODR checks pass with LibTorch as it is (uninstrumented).
 test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWICK_SANITIZE=ON \
 	  -DCMAKE_CXX_COMPILER=clang++ -DWICK_BUILD_BENCH=OFF -DWICK_SANITIZE_SUBSET=ON

@@ -11,7 +11,7 @@
 #include "wick/loader.hpp"
 #include "wick/schedule.hpp"
 #include "wick/trainer.hpp"
-#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN, WICK_INTERNAL
 
 WICK_PUBLIC_BEGIN
 
@@ -65,9 +65,8 @@ class Config {
   // Validates [task] against the task plugin without constructing it (`wick check`).
   void check_task(const PluginFinder& finder) const;
 
-  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-  // the public headers'). Declared so here, where clang requires it.
-  struct __attribute__((visibility("hidden"))) Impl;
+  // Not exported with its class (wick/version.hpp).
+  struct WICK_INTERNAL Impl;
 
  private:
   Config();

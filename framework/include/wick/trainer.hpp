@@ -18,7 +18,7 @@
 #include "wick/run.hpp"
 #include "wick/schedule.hpp"
 #include "wick/state.hpp"
-#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN, WICK_INTERNAL
 
 WICK_PUBLIC_BEGIN
 
@@ -210,9 +210,8 @@ class Trainer {
   // loop's own dispatch path, so its cost can be measured without the model's. Not for hooks.
   void emit_for_benchmark(const std::vector<Point>& points, std::int64_t repeats);
 
-  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-  // the public headers'). Declared so here, where clang requires it.
-  struct __attribute__((visibility("hidden"))) Impl;
+  // Not exported with its class (wick/version.hpp).
+  struct WICK_INTERNAL Impl;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -27,13 +27,14 @@ inline __attribute__((always_inline)) void pass(float* __restrict p, const float
 
 // Compiled for AVX-512, AVX2 and the x86-64 baseline; the loader picks one at start.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void pass_decay(
-    float* p, const float* g, float* m, float* v, std::int64_t n, float beta1, float beta2,
-    float step_size, float bc2_sqrt, float eps, float decay) {
+    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+    std::int64_t n, float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
+    float decay) {
   pass<true>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
 }
 __attribute__((target_clones("avx512f", "avx2", "default"))) void pass_plain(
-    float* p, const float* g, float* m, float* v, std::int64_t n, float beta1, float beta2,
-    float step_size, float bc2_sqrt, float eps) {
+    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+    std::int64_t n, float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
   pass<false>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, 0);
 }
 

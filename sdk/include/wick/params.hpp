@@ -78,9 +78,8 @@ class WICK_EXPORT Params {
   // be > 0"). Use it for checks the declared type cannot express.
   ConfigError error(std::string_view key, std::string_view message) const;
 
-  // Hidden: nested in an exported class, it would be exported with it (libwick's interface is
-  // the public headers'). Declared so here, where clang requires it.
-  struct __attribute__((visibility("hidden"))) Impl;
+  // Not exported with its class (wick/version.hpp).
+  struct WICK_INTERNAL Impl;
   Impl& impl() { return *impl_; }
   const Impl& impl() const { return *impl_; }
 

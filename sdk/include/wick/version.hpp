@@ -30,13 +30,17 @@
 
 // libwick is compiled with hidden visibility: what the public headers (the SDK's and the
 // framework's) declare between WICK_PUBLIC_BEGIN and WICK_PUBLIC_END is its interface and is
-// exported; its internals are not. In plugins and host programs the pair does nothing.
+// exported; its internals are not, among them a public class's nested Impl, declared
+// WICK_INTERNAL (clang wants its declaration and its definition to agree). In plugins and host
+// programs the three do nothing.
 #if defined(WICK_BUILDING_LIBWICK) && !defined(_WIN32)
 #define WICK_PUBLIC_BEGIN _Pragma("GCC visibility push(default)")
 #define WICK_PUBLIC_END _Pragma("GCC visibility pop")
+#define WICK_INTERNAL __attribute__((visibility("hidden")))
 #else
 #define WICK_PUBLIC_BEGIN
 #define WICK_PUBLIC_END
+#define WICK_INTERNAL
 #endif
 
 #if defined(_WIN32)
