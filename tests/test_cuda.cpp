@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #ifdef WICK_TEST_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
@@ -133,6 +134,44 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim:
     CHECK(max_diff(fused.second, plain.second) < 1e-5);
     CHECK(max_diff(fused.second, fused.first) > 1e-2);
   }
+}
+
+TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: error)", "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  // From before_step to after_step, any CUDA call that waits for the device (an item(), a
+  // copy to the host, a stream or device synchronize) throws. nan_policy is "error" (the
+  // default), whose check reads the losses outside the steps.
+  class NoSyncInSteps : public Hook {
+   public:
+    int steps = 0;
+    void connect(Registrar& r) override {
+      r.on(Point::before_step, [](Context& c) {
+        if (c.state().training())
+          c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+      });
+      r.on(Point::after_step, [this](Context& c) {
+        if (!c.state().training()) return;
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+        ++steps;
+      });
+    }
+  };
+  auto guard = std::make_shared<NoSyncInSteps>();
+  TrainerOptions o = options(16, 2);
+  o.device = Device{DeviceType::cuda, 0};
+  OptimizerOptions adam;
+  adam.name = "adam";
+  adam.lr = 0.01;
+  adam.fused = true;
+  Trainer t(o, std::make_shared<Linear>(), adam);
+  t.add_hook(entry(guard, "no_sync", 0));
+  const auto res = t.fit();
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  INFO(res.error);
+  REQUIRE(res.status == FitResult::Status::completed);
+  CHECK(guard->steps == 32);
+#endif
 }
 
 TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in order", "[cuda]") {

@@ -1,9 +1,12 @@
 // The trainer core: the order of the eleven lifecycle points, hook order, stage chains,
 // cancels and errors. In process (a Hook subclass and a tiny Task defined here) and through
 // `wick fit` with the recorder test plugin.
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 
 #include "support.hpp"
@@ -829,4 +832,89 @@ TEST_CASE("a task subscribes to points and stages itself, scheduled as 'task'") 
   CHECK(res2.status == wick::FitResult::Status::failed);
   CHECK(res2.error.find("'task'") != std::string::npos);
   CHECK(res2.error.find("task's after_fit failed") != std::string::npos);
+}
+
+namespace {
+// Every read of a tensor's value into the host (Tensor::item, a tensor in a condition, the
+// non-finite check's) is LibTorch's aten::_local_scalar_dense, which on a GPU waits for the
+// device's queued work. Counted here, on the CPU, by a RecordFunction observer.
+std::atomic<int> host_reads{0};
+struct CountHostReads {
+  at::CallbackHandle handle =
+      at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                                           -> std::unique_ptr<at::ObserverContext> {
+                              if (std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0)
+                                ++host_reads;
+                              return nullptr;
+                            }).scopes({at::RecordScope::FUNCTION}));
+  ~CountHostReads() { at::removeCallback(handle); }
+};
+}  // namespace
+
+TEST_CASE("a training step reads no value back from the device; its losses are read per record") {
+  CountHostReads counting;
+  const int before = host_reads;
+  (void)torch::ones({1}).item<float>();
+  REQUIRE(host_reads == before + 1);  // the observer sees a read
+
+  TempDir dir;
+  auto o = tiny_options(dir);
+  o.batch_size = 1;  // 8 steps an epoch, 16 in all
+  o.log_every = 4;
+  REQUIRE(o.nan_policy == wick::NanPolicy::error);  // the default, checked without a wait
+  wick::Trainer t(o, std::make_shared<TinyTask>());
+  int at_start = 0;
+  std::vector<int> per_step;
+  t.add_hook(entry("count", 0, [&](wick::Registrar& r) {
+    r.on(Point::before_step, [&](wick::Context& c) {
+      if (c.state().training()) at_start = host_reads;
+    });
+    r.on(Point::after_step, [&](wick::Context& c) {
+      if (c.state().training()) per_step.push_back(host_reads - at_start);
+    });
+  }));
+  REQUIRE(t.fit().status == wick::FitResult::Status::completed);
+  REQUIRE(per_step.size() == 16);
+  int at_records = 0;
+  for (std::size_t i = 0; i < per_step.size(); ++i) {
+    INFO("step " << i);
+    if ((i + 1) % 4 == 0) {
+      CHECK(per_step[i] <= 1);  // the record's one read of the losses since the last
+      at_records += per_step[i];
+    } else {
+      CHECK(per_step[i] == 0);
+    }
+  }
+  CHECK(at_records == 4);  // the check did read, once per record
+}
+
+TEST_CASE("nan_policy error: a non-finite loss found later names its step and is never saved") {
+  TempDir dir;
+  auto o = tiny_options(dir);
+  o.batch_size = 1;
+  o.log_every = 4;
+  wick::Trainer t(o, std::make_shared<TinyTask>());
+  bool saved = false;
+  t.add_hook(entry("nan_then_save", 0, [&](wick::Registrar& r) {
+    r.on(Point::after_loss, [](wick::Context& c) {
+      if (c.state().training() && c.state().batch_idx == 1)
+        c.output().loss = c.output().loss * std::nan("");
+    });
+    // Batch 2, before any record: the checkpoint reads the losses kept since the last check.
+    r.on(Point::after_step, [&](wick::Context& c) {
+      if (c.state().training() && c.state().batch_idx == 2) {
+        c.save_checkpoint("ck", "test");
+        saved = true;
+      }
+    });
+  }));
+  auto res = t.fit();
+  CHECK(res.status == wick::FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Matchers::Contains(
+                            "non-finite loss (nan) at epoch 0, batch 1, optimizer step 1; set "
+                            "trainer.nan_policy = \"skip\" to skip such steps (found at batch 2"));
+  CHECK_FALSE(saved);
+  CHECK_FALSE(fs::exists(dir / "run" / "ck"));
+  CHECK_FALSE(fs::exists(dir / "run" / "model.pt"));  // the weights took a NaN step
+  CHECK(read_jsonl(dir / "run" / "metrics.jsonl").empty());
 }

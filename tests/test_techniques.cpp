@@ -1032,31 +1032,39 @@ TEST_CASE("several optimizers: one per module, each stage chain runs per optimiz
 
 // ---- fused adam ---------------------------------------------------------------------------
 
-TEST_CASE("fused adam: first step lr * g / (|g| + eps) by hand, then torch::optim::Adam's steps",
+TEST_CASE("fused adam and adamw: first step by hand, then torch::optim's steps",
           "[techniques][optim]") {
   auto task = std::make_shared<LinearTask>(64);
-  auto run = [&](bool fused, double wd, std::int64_t batch, std::int64_t epochs) {
-    OptimizerOptions o = optimizer("adam", 0.05);
+  auto run = [&](const std::string& name, bool fused, double wd, std::int64_t batch,
+                 std::int64_t epochs) {
+    OptimizerOptions o = optimizer(name, 0.05);
     o.fused = fused;
     o.weight_decay = wd;
+    o.weight_decay_set = true;
     auto t = std::make_unique<Trainer>(options(batch, epochs), task, o);
     auto p0 = params_of(*t);
     REQUIRE(t->fit().status == FitResult::Status::completed);
     return std::make_pair(p0, params_of(*t));
   };
-  // From zero moments the bias-corrected first step is lr * g / (|g| + eps), elementwise.
-  auto [p0, p1] = run(true, 0.0, 64, 1);
-  auto [gw, gb] = mse_grad(p0[0], p0[1], task->x_, task->y_);
-  CHECK(max_diff({p1[0], p1[1]}, {p0[0] - 0.05 * gw / (gw.abs() + 1e-8),
-                                  p0[1] - 0.05 * gb / (gb.abs() + 1e-8)}) < 1e-6);
-  // Over many steps, with and without weight decay, it follows torch::optim::Adam.
+  // From zero moments the bias-corrected first step is lr * g / (|g| + eps), elementwise;
+  // AdamW's decoupled decay scales the parameter by 1 - lr * wd first.
   for (const double wd : {0.0, 0.1}) {
-    INFO("weight_decay " << wd);
-    auto fused = run(true, wd, 8, 3), plain = run(false, wd, 8, 3);
-    CHECK(max_diff(fused.first, plain.first) == 0);  // same start
-    CHECK(max_diff(fused.second, plain.second) < 1e-5);
-    CHECK(max_diff(fused.second, fused.first) > 1e-2);  // and it trained
+    INFO("adamw weight_decay " << wd);
+    auto [p0, p1] = run(wd == 0 ? "adam" : "adamw", true, wd, 64, 1);
+    auto [gw, gb] = mse_grad(p0[0], p0[1], task->x_, task->y_);
+    const double keep = 1 - 0.05 * wd;
+    CHECK(max_diff({p1[0], p1[1]}, {p0[0] * keep - 0.05 * gw / (gw.abs() + 1e-8),
+                                    p0[1] * keep - 0.05 * gb / (gb.abs() + 1e-8)}) < 1e-6);
   }
+  // Over many steps, with and without weight decay, each follows torch::optim's.
+  for (const std::string name : {"adam", "adamw"})
+    for (const double wd : {0.0, 0.1}) {
+      INFO(name << " weight_decay " << wd);
+      auto fused = run(name, true, wd, 8, 3), plain = run(name, false, wd, 8, 3);
+      CHECK(max_diff(fused.first, plain.first) == 0);  // same start
+      CHECK(max_diff(fused.second, plain.second) < 1e-5);
+      CHECK(max_diff(fused.second, fused.first) > 1e-2);  // and it trained
+    }
 }
 
 TEST_CASE("an optimizer state whose counts do not fit the run's optimizer is refused unread",

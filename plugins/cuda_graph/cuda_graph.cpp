@@ -184,19 +184,14 @@ class CudaGraph : public wick::Hook {
   }
 
   // The step's outputs as the trainer keeps them: copies, since the next replay overwrites
-  // the captured tensors (the epoch's losses are read later). The loss is checked here under
-  // nan_policy "error" (the trainer cannot while capturing).
+  // the captured tensors (the epoch's losses are read later). The trainer checks the published
+  // loss under nan_policy "error", with the other steps' losses, without waiting for the GPU.
   void publish(wick::Context& c) {
     auto& out = c.output();
     out.pred = pred_.detach().clone();
     out.loss = loss_.detach().clone();
     out.metrics.clear();
     for (const auto& [k, v] : metrics_) out.metrics.emplace_back(k, v.detach().clone());
-    if (c.run().nan_policy == wick::NanPolicy::error && !std::isfinite(out.loss.item<double>()))
-      throw std::runtime_error("non-finite loss (" + std::to_string(out.loss.item<double>()) +
-                               ") at epoch " + std::to_string(c.state().epoch) + ", batch " +
-                               std::to_string(c.state().batch_idx) +
-                               " (a replayed CUDA graph: its gradients are already computed)");
   }
 
   std::int64_t warmup_;

@@ -37,7 +37,8 @@ OptimizerOptions Config::Impl::read_optimizer(const toml::table* ot, const std::
         std::all_of(o.betas.begin(), o.betas.end(), [](double b) { return b >= 0 && b < 1; }),
         "must each be in [0, 1), e.g. [0.9, 0.999]");
   check(op, "eps", std::isfinite(o.eps) && o.eps > 0, "must be a finite number > 0");
-  check(op, "fused", !o.fused || name == "adam", "is for name = \"adam\" only");
+  check(op, "fused", !o.fused || name == "adam" || name == "adamw",
+        "is for name = \"adam\" or \"adamw\"");
   check(op, "weight_decay", std::isfinite(o.weight_decay) && o.weight_decay >= 0,
         "must be a finite number >= 0");
   check(op, "momentum", o.momentum >= 0 && o.momentum <= 1, "must be in [0, 1]");

@@ -49,7 +49,8 @@ std::vector<ParamInfo> optimizer_schema() {
       {"eps", ParamType::floating, "1e-08", "adam/adamw: denominator term"},
       {"amsgrad", ParamType::boolean, "false", "adam/adamw: AMSGrad variant"},
       {"fused", ParamType::boolean, "false",
-       "adam: update each float32 parameter in one pass, CPU or CUDA (same formulas, faster)"},
+       "adam, adamw: update each float32 parameter in one pass, CPU or CUDA (same formulas, "
+       "faster)"},
       {"momentum", ParamType::floating, "0.0", "sgd: momentum"},
       {"dampening", ParamType::floating, "0.0", "sgd: dampening"},
       {"nesterov", ParamType::boolean, "false", "sgd: Nesterov momentum"},

@@ -6,7 +6,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include "cuda/adam_kernel.hpp"
 
@@ -60,6 +63,38 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
   launch_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
               p.numel(), beta1, beta2, step_size, bc2_sqrt, eps, decay,
               c10::cuda::getCurrentCUDAStream().stream());
+}
+
+namespace {
+
+class EventClock final : public DeviceClock {
+ public:
+  explicit EventClock(const at::Device& device) : device_(device) {}
+  std::size_t mark() override {
+    if (capturing(device_)) return kNotRecorded;
+    if (used_ == events_.size())
+      events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));  // timed
+    events_[used_]->record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    return used_++;
+  }
+  double seconds(std::size_t from, std::size_t to) override {
+    if (from == kNotRecorded || to == kNotRecorded) return 0;
+    events_[to]->synchronize();
+    return static_cast<double>(events_[from]->elapsed_time(*events_[to])) / 1000.0;
+  }
+  void clear() override { used_ = 0; }
+
+ private:
+  static constexpr std::size_t kNotRecorded = static_cast<std::size_t>(-1);
+  at::Device device_;
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;  // reused after clear()
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
+  return std::make_unique<EventClock>(device);
 }
 
 }  // namespace wick::cuda

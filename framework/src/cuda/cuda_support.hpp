@@ -5,6 +5,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
+
+#include "loop/device_clock.hpp"
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 // Exported for the white-box tests (tests/), which link libwick; not an installed header.
@@ -32,6 +35,10 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 // fused_adam.cpp's CPU pass (decay > 0: L2 weight decay added to the gradient), one kernel.
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+
+// A DeviceClock of CUDA events on `device`'s current stream (the profiler's clock on a GPU).
+// Marks made while the stream captures a CUDA graph are not recorded and time nothing.
+std::unique_ptr<DeviceClock> event_clock(const at::Device& device);
 
 }  // namespace wick::cuda
 

@@ -27,4 +27,8 @@ void adam_step(at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, float, 
   throw std::logic_error("cuda::adam_step: this wick was built without CUDA");
 }
 
+std::unique_ptr<DeviceClock> event_clock(const at::Device&) {
+  throw std::logic_error("cuda::event_clock: this wick was built without CUDA");
+}
+
 }  // namespace wick::cuda

@@ -65,6 +65,12 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
 CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
                                               const std::string& reason) {
   const auto dir = resolve(*this, folder);
+  // Weights that took steps from a non-finite loss are not a point to resume from: the last
+  // checkpoint stays the last good one.
+  if (steps.loss_check.failed())
+    throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +
+                             "): the weights have taken steps since a non-finite loss");
+  steps.loss_check.verify();
   auto parts = snapshot_parts();
   Manifest m = snapshot_manifest(parts, reason);
   // Sharded optimizer state is gathered to rank 0 for the save, and released after it (on

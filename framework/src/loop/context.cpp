@@ -103,7 +103,7 @@ const Record& Context::last_record() const {
   return host_->records.last();
 }
 Profile Context::profile() const {
-  const Profiler* p = host_->dispatch.profiler();
+  Profiler* p = host_->dispatch.profiler();
   return p ? p->snapshot(Profiler::since(host_->times.fit_start)) : Profile{};
 }
 

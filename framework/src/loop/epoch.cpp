@@ -124,6 +124,8 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   } catch (const CancelEpoch&) {
     cancelled(CancelScope::epoch);
   }
+  // The epoch's losses are trusted before its validation, records and after_epoch hooks.
+  steps.loss_check.verify();
   times.epoch_train_s = seconds_since(t0) - (flops.probe_seconds() - probe0);
   times.train_seconds += times.epoch_train_s;
   times.train_cpu_seconds += process_cpu_seconds() - c0 - (flops.probe_cpu_seconds() - probe_cpu0);

@@ -32,6 +32,9 @@ void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
   // A failure inside a step may have left the weights half updated; nothing trained, nothing
   // to keep.
   if (ended_in_step || (state.optimizer_step == 0 && !resume.resumed)) return;
+  // Nor are weights that took steps from a non-finite loss (found now or earlier).
+  if (steps.loss_check.failed()) return;
+  steps.loss_check.verify();
   NamedTensors offered;
   const auto word = eval_weights(offered);
   const auto file = fs::path(run.output_dir) / "model.pt";

@@ -1,15 +1,20 @@
 // Private: the timings of a profiled run (wick/profile.hpp): the phases of each training step,
 // each hook at each point, each stage handler's own time. Exists only when a hook asked for
-// it; the loop checks for a null Profiler and times nothing otherwise. Torch-free.
+// it; the loop checks for a null Profiler and times nothing otherwise. On a GPU the phases and
+// steps are timed on the device's timeline (a DeviceClock: CUDA events), since the host only
+// queues work there: its clock would time the queueing. Hooks and handlers keep the host's
+// clock (their own code is host code). Torch-free.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "loop/device_clock.hpp"
 #include "memory/memory_tracker.hpp"
 #include "wick/profile.hpp"
 
@@ -40,12 +45,19 @@ class Profiler {
     ++e.calls;
     e.total_s += seconds;
   }
-  void add_step(double seconds) {
-    ++steps_;
-    step_s_ += seconds;
-  }
-  // The Profile as the SDK shows it, rows by total time (largest first).
-  Profile snapshot(double fit_s) const;
+  // A training step's start, and its end, which counts it.
+  struct StepStart {
+    Clock::time_point host;
+    std::size_t mark = 0;
+  };
+  StepStart step_start();
+  void add_step(const StepStart& start);
+
+  // Phases and steps timed on the device from now on (a GPU's: cuda::event_clock).
+  void use_device_clock(std::unique_ptr<DeviceClock> clock) { clock_ = std::move(clock); }
+  // The Profile as the SDK shows it, rows by total time (largest first). Reads the device's
+  // marks first (a wait for the device, when it has some).
+  Profile snapshot(double fit_s);
 
   // Stage handlers nest (each calls the rest of its chain): a handler's own time is its
   // elapsed time less that of the handlers it called, which they add here.
@@ -60,10 +72,29 @@ class Profiler {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
+  // PhaseTimer's device side: a phase's span between two marks, with the phase it nests in.
+  bool on_device() const { return clock_ != nullptr; }
+  std::size_t open_span(std::size_t id);
+  void close_span(std::size_t span, bool counted);
+
  private:
+  // Reads the marks of the spans closed so far into the entries.
+  void settle();
+
   std::vector<ProfileEntry> entries_;
   std::int64_t steps_ = 0;
   double step_s_ = 0;
+
+  struct Span {
+    std::size_t id, from, to = 0;
+    std::size_t parent;  // kNone at the top
+    bool closed = false, counted = false;
+  };
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  static constexpr std::size_t kStepId = static_cast<std::size_t>(-2);
+  std::unique_ptr<DeviceClock> clock_;
+  std::vector<Span> spans_;
+  std::size_t open_ = kNone;  // the innermost open span
 };
 
 // Times a scope into a phase when profiling (p non-null); nothing otherwise. Phases nest (a
@@ -74,13 +105,22 @@ class PhaseTimer {
  public:
   PhaseTimer(Profiler* p, Profiler::Phase ph) : p_(p), ph_(ph) {
     if (!p_) return;
+    mark_ = p_->memory.enter();
+    if (p_->on_device()) {
+      span_ = p_->open_span(ph_);
+      return;
+    }
     outer_ = p_->phase_nested_s;
     p_->phase_nested_s = 0;
-    mark_ = p_->memory.enter();
     t0_ = Profiler::Clock::now();
   }
   ~PhaseTimer() {
     if (!p_) return;
+    if (p_->on_device()) {
+      p_->close_span(span_, !std::uncaught_exceptions());
+      p_->memory.leave(ph_, mark_);
+      return;
+    }
     const double elapsed = Profiler::since(t0_);
     if (!std::uncaught_exceptions()) p_->add(ph_, elapsed - p_->phase_nested_s);
     p_->phase_nested_s = outer_ + elapsed;
@@ -93,6 +133,7 @@ class PhaseTimer {
   Profiler* p_;
   Profiler::Phase ph_;
   double outer_ = 0;
+  std::size_t span_ = 0;
   MemoryTracker::Mark mark_;
   Profiler::Clock::time_point t0_{};
 };

@@ -57,6 +57,7 @@ void Trainer::Impl::log_step_if_due() {
   if (opt.log_every <= 0 || state.micro_step % opt.log_every != 0 ||
       epoch.losses.size() <= epoch.logged_loss)
     return;
+  steps.loss_check.verify();  // a record is a point where the losses are read anyway
   Record r;
   r.kind = Record::Kind::step;
   r.values = train_means(/*whole_epoch=*/false);
@@ -172,7 +173,7 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
                                      : std::string("LibTorch's default");
   s.batch_size_search = opt.batch_size_search;
   s.start_to_first_step_s = times.first_step_s;
-  if (const Profiler* p = dispatch.profiler()) {
+  if (Profiler* p = dispatch.profiler()) {
     s.profile_json = profile_json(p->snapshot(s.wall_s));
     s.memory_json = memory_json(p->memory.snapshot());
   }

@@ -1,4 +1,5 @@
 // The step engine (step_engine.hpp).
+#include <cmath>
 #include <optional>
 
 #include "cuda/cuda_support.hpp"
@@ -9,9 +10,10 @@ namespace wick {
 
 namespace {
 
-// Whether a scalar loss is finite. On the CPU the value is read in place: item() goes through
-// the dispatcher and costs about a microsecond per step (measured by wick_bench); on a GPU it
-// is the device sync that nan_policy needs anyway.
+// Whether a scalar loss is finite, for nan_policy "skip", which must know before the
+// optimizer steps. On the CPU the value is read in place: item() goes through the dispatcher
+// and costs about a microsecond per step (measured by wick_bench); on a GPU it waits for the
+// step's work, which "skip" asks for ("error" does not: LossCheck).
 bool loss_is_finite(const at::Tensor& loss) {
   if (loss.device().is_cpu() && loss.numel() == 1 && loss.layout() == at::kStrided) {
     if (loss.scalar_type() == at::kFloat) return std::isfinite(*loss.data_ptr<float>());
@@ -90,20 +92,19 @@ at::Tensor StepEngine::handler_recompute_loss() {
 }
 
 void StepEngine::backward(const at::Tensor& loss, std::size_t i) {
-  // While a CUDA graph captures the step, nothing may wait for the GPU: cuda_graph checks the
-  // loss of each replay itself.
-  if (p_.opt.nan_policy != NanPolicy::ignore && !cuda::capturing(p_.device) &&
-      !loss_is_finite(loss)) {
-    if (p_.opt.nan_policy == NanPolicy::error)
-      throw std::runtime_error(
-          "non-finite loss (" + std::to_string(loss.item<double>()) + ")" +
-          (p_.optimizers.size() > 1 ? " for optimizer '" + p_.optimizers[i].name + "'" : "") +
-          " at epoch " + std::to_string(p_.state.epoch) + ", batch " +
-          std::to_string(p_.state.batch_idx) + ", optimizer step " +
-          std::to_string(p_.state.optimizer_step) +
-          "; set trainer.nan_policy = \"skip\" to skip such steps");
-    skip_batch_ = true;
-    return;
+  // While a CUDA graph captures the step, nothing may wait for the GPU, and the captured loss
+  // is overwritten by each replay: the step's published loss is kept instead (train_step).
+  if (p_.opt.nan_policy != NanPolicy::ignore && !cuda::capturing(p_.device)) {
+    if (p_.opt.nan_policy == NanPolicy::skip) {
+      if (!loss_is_finite(loss)) {
+        skip_batch_ = true;
+        return;
+      }
+    } else {
+      loss_check.add(loss, {p_.state.epoch, p_.state.batch_idx, p_.state.optimizer_step,
+                            p_.optimizers.size() > 1 ? p_.optimizers[i].name : ""});
+      loss_kept_ = true;
+    }
   }
   current_opt = i;
   backward_loss = loss;
@@ -198,7 +199,7 @@ at::Tensor StepEngine::recompute_loss() {
 
 void StepEngine::train_step(BatchLoader& loader) {
   Profiler* prof = p_.dispatch.profiler();
-  const auto t_step = prof ? Profiler::Clock::now() : Profiler::Clock::time_point{};
+  const auto t_step = prof ? prof->step_start() : Profiler::StepStart{};
   p_.state.batch_size = loader.size_of(p_.state.batch_idx);
   p_.state.stepped = false;
   p_.phase = LoopPhase::step;
@@ -216,6 +217,7 @@ void StepEngine::train_step(BatchLoader& loader) {
     batch = to_device(std::move(got.batch));
   }
   skip_batch_ = false;
+  loss_kept_ = false;
   if (manual) {
     // The task runs backward and steps itself, through the Context (same stage chains).
     // Profiled, its time less its backward and steps (phases of their own) counts as forward.
@@ -242,6 +244,11 @@ void StepEngine::train_step(BatchLoader& loader) {
     for (std::size_t i = 0; i < p_.optimizers.size(); ++i)
       if (step_optimizer(i)) p_.state.stepped = true;
   }
+  // A step whose gradients came without backward() (a replayed CUDA graph) is checked by its
+  // loss.
+  if (p_.opt.nan_policy == NanPolicy::error && !loss_kept_ && output.loss.defined() &&
+      !cuda::capturing(p_.device))
+    loss_check.add(output.loss, {p_.state.epoch, p_.state.batch_idx, p_.state.optimizer_step, ""});
   if (p_.state.stepped) ++p_.state.optimizer_step;
   if (skip_batch_) {
     ++p_.state.skipped_steps;
@@ -264,7 +271,7 @@ void StepEngine::train_step(BatchLoader& loader) {
     PhaseTimer t(prof, Profiler::hooks);
     p_.dispatch.emit(Point::after_step);
   }
-  if (prof) prof->add_step(Profiler::since(t_step));
+  if (prof) prof->add_step(t_step);
 }
 
 }  // namespace wick

@@ -20,6 +20,7 @@
 #include "loop/epoch_values.hpp"
 #include "loop/flop_meter.hpp"
 #include "loop/loop_state.hpp"
+#include "loop/loss_check.hpp"
 #include "optim/optimizers.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
@@ -58,6 +59,8 @@ class StepEngine {
   bool manual = false;          // the task drives backward and steps (manual optimization)
   std::size_t current_opt = 0;  // the optimizer the running stage works for
   NamedOptimizer& current_optimizer() { return p_.optimizers[current_opt]; }
+  // The losses of training steps under nan_policy "error", read in batches (loss_check.hpp).
+  LossCheck loss_check;
 
   // The stage chains' defaults: the task's forward, backward, the optimizer's step, zero_grad.
   void install_stage_defaults();
@@ -87,6 +90,7 @@ class StepEngine {
 
   Parts p_;
   bool skip_batch_ = false;  // a non-finite loss under nan_policy "skip": no optimizer step
+  bool loss_kept_ = false;   // this step's backward gave loss_check its loss
 };
 
 }  // namespace wick

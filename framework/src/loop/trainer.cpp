@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cuda/cuda_support.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/config.hpp"
@@ -230,8 +231,11 @@ FitResult Trainer::fit() {
   try {
     I.lock_outputs();  // before anything in the output folder is written
     connect();
-    if (auto* p = I.dispatch.profiler())
+    if (auto* p = I.dispatch.profiler()) {
       memory_counting = p->memory.start(cpu_tensor_bytes(*I.model));
+      // On a GPU the host only queues the steps' work: their phases are timed on the device.
+      if (I.device.is_cuda()) p->use_device_clock(cuda::event_clock(I.device));
+    }
     warn_if_reference_blas();
     I.open_outputs();
     I.write_summary_file(nullptr);

@@ -31,37 +31,46 @@ bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, cons
   return true;
 }
 
-}  // namespace
-
-at::Tensor FusedAdam::step(LossClosure closure) {
+// Adam's update of every parameter with a gradient; kDecoupled: AdamW's, whose weight decay
+// scales the parameter by (1 - lr * weight_decay) first (as torch::optim::AdamW does) instead of
+// adding to the gradient. Options and State: the optimizer's, so checkpoints are torch::optim's.
+// StateMap: torch::optim's, whose key type differs between LibTorch versions.
+template <class Options, class State, bool kDecoupled, class StateMap>
+at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_groups, StateMap& state,
+                      const torch::optim::Optimizer::LossClosure& closure) {
   torch::NoGradGuard no_grad;
   at::Tensor loss;
   if (closure) {
     torch::AutoGradMode grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups_) {
-    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+  for (auto& group : param_groups) {
+    const auto& o = static_cast<const Options&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const auto key = compat::optim_state_key(p);
-      auto it = state_.find(key);
-      if (it == state_.end()) {
-        auto s = std::make_unique<torch::optim::AdamParamState>();
+      auto it = state.find(key);
+      if (it == state.end()) {
+        auto s = std::make_unique<State>();
         s->step(0);
         s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
         s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
         if (o.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        it = state_.emplace(key, std::move(s)).first;
+        it = state.emplace(key, std::move(s)).first;
       }
-      auto& s = static_cast<torch::optim::AdamParamState&>(*it->second);
+      auto& s = static_cast<State&>(*it->second);
       s.step(s.step() + 1);
       const auto [beta1, beta2] = o.betas();
       const double bc1 = 1 - std::pow(beta1, static_cast<double>(s.step()));
       const double bc2 = 1 - std::pow(beta2, static_cast<double>(s.step()));
-      const double step_size = o.lr() / bc1, wd = o.weight_decay();
-      auto& m = s.exp_avg();
-      auto& v = s.exp_avg_sq();
+      double wd = o.weight_decay();
+      if (kDecoupled && wd != 0) {
+        p.mul_(1 - o.lr() * wd);
+        wd = 0;
+      }
+      const double step_size = o.lr() / bc1;
+      at::Tensor& m = s.exp_avg();
+      at::Tensor& v = s.exp_avg_sq();
       const auto& g = p.grad();
       if (!o.amsgrad() && fusable(p, g, m, v, at::kCPU)) {
         adam_pass(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
@@ -94,6 +103,18 @@ at::Tensor FusedAdam::step(LossClosure closure) {
     }
   }
   return loss;
+}
+
+}  // namespace
+
+at::Tensor FusedAdam::step(LossClosure closure) {
+  return fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState, false>(
+      param_groups_, state_, closure);
+}
+
+at::Tensor FusedAdamW::step(LossClosure closure) {
+  return fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>(
+      param_groups_, state_, closure);
 }
 
 }  // namespace wick

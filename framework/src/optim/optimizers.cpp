@@ -74,6 +74,9 @@ std::unique_ptr<torch::optim::Optimizer> build(
   if (name == "adam")
     return std::make_unique<torch::optim::Adam>(
         std::move(groups), static_cast<const torch::optim::AdamOptions&>(defaults));
+  if (name == "adamw" && o.fused)
+    return std::make_unique<FusedAdamW>(std::move(groups),
+                                        static_cast<const torch::optim::AdamWOptions&>(defaults));
   if (name == "adamw")
     return std::make_unique<torch::optim::AdamW>(
         std::move(groups), static_cast<const torch::optim::AdamWOptions&>(defaults));
