@@ -16,15 +16,63 @@ Writes OUT/bench.json and OUT/bench.md, nothing else there (the runs' folders go
 A row that fails is marked failed with its error's last lines, and the others go on. Stops
 adding rounds when the next would not fit in --budget-s (after the first round, which always
 runs).
+
+GPT-2 124M (nanoGPT's shape: 12 layers, 12 heads, width 768, context 1024, vocab 50304, tied
+embeddings; 123,689,472 parameters without wpe), batch 16 x 1024 tokens, bf16, trained by
+
+  wick             wick fit samples/gpt/gpt2-124m.toml (its recipe as shipped)
+  wick cuda_graph  the same with [[hooks]] plugin = "cuda_graph" (and drop_last = true)
+  pytorch          bench/peers/gpt2.py, eager: nanoGPT's recipe (bf16 autocast, fused AdamW,
+                   grad clip 1.0)
+  pytorch compile  bench/peers/gpt2.py --compile: torch.compile(model)
+
+on one file of random tokens written once into --work (seeded, uniform over the vocabulary,
+2^22 tokens, nanoGPT's uint16 .bin layout), each for --gpt-warmup untimed then --gpt-steps
+timed optimizer steps (default 10 + 30). Per row: tokens/s over the timed steps, MFU
+(tokens/s x flops_per_token / the GPU's dense bf16 peak, 989e12 on an H100 / H200 SXM;
+flops_per_token = 6 N + 12 L H Q T, nanoGPT's estimate_mfu) and the ratio to "pytorch
+compile". gpt2.py times its own window (synchronised at both ends). wick's window comes from
+the run's metrics.jsonl: with trainer.steps_per_epoch = W + N, epochs = 1 and log_every =
+gcd(W, N), a step record ("step": optimizer steps done, "samples_seen", "time_s": seconds since
+the fit started, written after that step once its loss is read back, so the GPU has finished
+it) lands at step W and at W + N; tokens/s = (samples_seen(last) - samples_seen(first)) x
+context / (time_s(last) - time_s(first)), first = the first step record at or after step W
+(the end of the warm-up: the FLOP count, the peak probe and the graph capture all fall
+before it), last = the last step record. Reading the logged losses back is a device sync
+every gcd(W, N) steps that gpt2.py does not do: the GPU then waits for the next step's first
+launches, well under 1% of ten ~50-100 ms steps.
+The command line also sets trainer.batch_size = 16 (--gpt-batch) and save_model = false; the
+config is assumed to hold the same shape (a context / block_size key other than 1024 fails
+the row) and no gradient accumulation (the records' "step" counts optimizer steps, log_every
+batches).
+
+The GPT rows run once, in round 1, after its MLP and CNN rows: one window of 30 steps of
+16k tokens is long and GPU-bound enough to be steady, while a second round would cost the
+process start-ups and torch.compile's compilation again (tens of seconds, on a machine
+whose Triton cache starts empty) for little. Compilation is outside the timed window
+(it happens in the first warm-up step) but inside the budget: each GPT row gets at most what
+is left of --budget-s (the command is killed past it, the row marked failed, the others go
+on), a row with under 20 s left is skipped, and "pytorch compile" runs last so that a slow
+compile costs only its own row. The extra MLP/CNN rounds then go on while they fit.
 """
 import argparse
+import array
 import json
+import math
 import os
+import random
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+try:
+    import tomllib  # 3.11+: only for a check of the GPT config's context
+except ImportError:
+    tomllib = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "bench", "peers")
@@ -76,6 +124,230 @@ ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
         ("lightning", "lightning_peer.py", ["--progress", "off"])]
 
 
+# ---- GPT-2 124M -----------------------------------------------------------------------------
+
+GPT = {"layers": 12, "heads": 12, "width": 768, "context": 1024, "vocab": 50304}
+GPT_CONFIG = os.path.join(ROOT, "samples", "gpt", "gpt2-124m.toml")
+GPT_TOKENS = 1 << 22
+GPT_MIN_ROW_S = 20  # a GPT row is skipped with less of the budget left
+GPT_ROWS = [("pytorch", "peer", False), ("wick", "wick", ""),
+            ("wick cuda_graph", "wick", "cuda_graph"), ("pytorch compile", "peer", True)]
+
+
+def gpt_params(layers, width, vocab, **_):
+    """nanoGPT's count (every parameter but wpe; wte, tied to the logits, once), by hand:
+    wte V C; per block ln_1 and ln_2 (4 C), c_attn (3 C^2 + 3 C), attn.c_proj (C^2 + C), c_fc
+    (4 C^2 + 4 C), mlp.c_proj (4 C^2 + C); ln_f (2 C). gpt2.py counts its module's tensors."""
+    return vocab * width + layers * (12 * width * width + 13 * width) + 2 * width
+
+
+def gpt_flops_per_token(layers, heads, width, context, vocab):
+    """nanoGPT's estimate_mfu: 6 N + 12 L H Q T, Q = width / heads."""
+    return (6 * gpt_params(layers, width, vocab)
+            + 12 * layers * heads * (width // heads) * context)
+
+
+def peak_flops(device_name):
+    """Dense bf16 peak in FLOP/s, as bench/peers/gpt2.py: H100 / H200 SXM 989e12, PCIe 756e12,
+    NVL 835e12; None for another GPU."""
+    if "H100" not in device_name and "H200" not in device_name:
+        return None
+    return 756e12 if "PCIe" in device_name else 835e12 if "NVL" in device_name else 989e12
+
+
+def write_tokens(path, n, vocab, seed):
+    """n random tokens, uniform over the vocabulary, as nanoGPT's flat uint16 .bin; kept when
+    a file of that size is already there (its name carries n, vocab and seed)."""
+    if os.path.exists(path) and os.path.getsize(path) == 2 * n:
+        return path
+    tokens = array.array("H", random.Random(seed).choices(range(vocab), k=n))
+    if sys.byteorder != "little":
+        tokens.byteswap()
+    with open(path + ".tmp", "wb") as f:
+        tokens.tofile(f)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def run_limited(cmd, timeout):
+    """subprocess.run(cmd) in its own session, killed with its children (torch.compile's
+    workers) past `timeout` seconds: RuntimeError then."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise RuntimeError(f"killed after {timeout:.0f} s (the budget's rest)\n{err[-1500:]}")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def wick_window(metrics_path, warmup):
+    """The timed window of a wick run from its metrics.jsonl step records: from the first
+    record at or after step `warmup` to the last one. Returns (samples/s, timed steps, the
+    last record's train/loss)."""
+    steps = []
+    with open(metrics_path) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if r.get("kind") == "step":
+                    steps.append(r)
+    first = next((r for r in steps if r["step"] >= warmup), None)
+    if first is None:
+        raise ValueError(f"{metrics_path}: no step record at or after step {warmup}")
+    last = steps[-1]
+    samples = last["samples_seen"] - first["samples_seen"]
+    seconds = last["time_s"] - first["time_s"]
+    if last["step"] <= first["step"] or samples <= 0 or seconds <= 0:
+        raise ValueError(f"{metrics_path}: no timed window after step {first['step']} "
+                         f"(last record: step {last['step']})")
+    return samples / seconds, last["step"] - first["step"], last.get("train/loss")
+
+
+def config_context(text):
+    """A context length the GPT config sets (a key named context, block_size, ...), or None."""
+    if tomllib is None:
+        return None
+    found = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k in ("context", "block_size", "context_length", "seq_len") and \
+                        isinstance(x, int):
+                    found.append(x)
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    walk(tomllib.loads(text))
+    return found[0] if found else None
+
+
+def gpt_wick_row(args, variant, out, data, timeout):
+    """wick fit of the GPT config for W + N steps; tokens/s over the steps after W."""
+    text = open(args.gpt_config).read()
+    context = config_context(text)
+    if context is not None and context != GPT["context"]:
+        raise ValueError(f"{args.gpt_config} sets context {context}, the bench's rows "
+                         f"{GPT['context']}")
+    w, n = args.gpt_warmup, args.gpt_steps
+    sets = ['trainer.device="cuda"', f'task.data="{data}"', f'trainer.output_dir="{out}"',
+            f"trainer.steps_per_epoch={w + n}", "trainer.epochs=1",
+            f"trainer.log_every={math.gcd(w, n)}", f"trainer.batch_size={args.gpt_batch}",
+            "trainer.save_model=false"]
+    if variant == "cuda_graph":
+        text += '\n[[hooks]]\nplugin = "cuda_graph"\n'
+        sets.append("trainer.drop_last=true")
+    shutil.rmtree(out, ignore_errors=True)  # never read an earlier run's metrics
+    cfg = out + ".toml"
+    with open(cfg, "w") as f:
+        f.write(text)
+    cmd = [args.wick, "fit", cfg]
+    for s in sets:
+        cmd += ["--set", s]
+    r = run_limited(cmd, timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"wick gpt2 {variant or 'as shipped'}: exit {r.returncode}\n"
+                           f"{r.stderr[-2000:]}")
+    rate, timed, loss = wick_window(os.path.join(out, "metrics.jsonl"), w)
+    return {"tokens_per_s": rate * GPT["context"], "timed_steps": timed, "loss": loss}
+
+
+def gpt_peer_row(args, compiled, data, timeout):
+    cmd = [args.python, os.path.join(PEERS, "gpt2.py"), "--data", data, "--device", "cuda",
+           "--batch-size", str(args.gpt_batch), "--steps", str(args.gpt_steps),
+           "--warmup", str(args.gpt_warmup)] + ["--compile"] * compiled
+    for k, v in GPT.items():
+        cmd += [f"--{k}", str(v)]
+    r = run_limited(cmd, timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"gpt2.py{' --compile' if compiled else ''}: exit {r.returncode}\n"
+                           f"{r.stderr[-2000:]}")
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    if j["params"] != gpt_params(**GPT):
+        raise ValueError(f"gpt2.py counts {j['params']} parameters, the bench "
+                         f"{gpt_params(**GPT)}")
+    return {"tokens_per_s": j["tokens_per_s"], "timed_steps": j["timed_steps"],
+            "loss": j["loss"]}
+
+
+def gpt_rows(args, work, t_start):
+    """The GPT rows, once: row name -> result dict, or {"failed": ...} / {"skipped": ...}."""
+    got = {}
+    left = args.budget_s - (time.time() - t_start)
+    if left < GPT_MIN_ROW_S:
+        return {name: {"skipped": f"{max(left, 0):.0f} s of the budget left"}
+                for name, _, _ in GPT_ROWS}
+    try:
+        data = write_tokens(os.path.join(work, f"gpt2-tokens-{GPT['vocab']}-{GPT_TOKENS}-0.bin"),
+                            GPT_TOKENS, GPT["vocab"], 0)
+    except OSError as e:
+        return {name: {"failed": f"writing the tokens: {e}"} for name, _, _ in GPT_ROWS}
+    for name, kind, variant in GPT_ROWS:
+        left = args.budget_s - (time.time() - t_start)
+        if left < GPT_MIN_ROW_S:
+            got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left"}
+            print(f"gpu_bench: gpt2 {name} skipped: {got[name]['skipped']}", file=sys.stderr)
+            continue
+        try:
+            if kind == "wick":
+                out = os.path.join(work, f"gpt2-{variant or 'wick'}")
+                got[name] = gpt_wick_row(args, variant, out, data, left)
+            else:
+                got[name] = gpt_peer_row(args, variant, data, left)
+        except (RuntimeError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            got[name] = {"failed": " ".join(str(e).split()[-40:])}
+            print(f"gpu_bench: gpt2 {name} failed: {e}", file=sys.stderr)
+    return got
+
+
+def gpt_report(got, args, gpu):
+    """bench.json's "gpt2" object and bench.md's lines for the GPT rows."""
+    fpt, peak = gpt_flops_per_token(**GPT), peak_flops(gpu)
+    base = got.get("pytorch compile", {}).get("tokens_per_s")
+    rows = []
+    lines = ["", f"GPT-2 124M ({GPT['layers']} layers, {GPT['heads']} heads, width "
+             f"{GPT['width']}, context {GPT['context']}, vocab {GPT['vocab']}; "
+             f"{gpt_params(**GPT):,} parameters without wpe; {fpt / 1e6:.1f} MFLOP per token), "
+             f"batch {args.gpt_batch} x {GPT['context']} tokens of random data, bf16, "
+             f"{args.gpt_warmup} untimed + {args.gpt_steps} timed steps, once (round 1). MFU "
+             + (f"against {peak / 1e12:.0f} TFLOP/s (dense bf16)." if peak else
+                "null: no known peak for this GPU.")
+             + " torch.compile's compilation is outside the timed window.", "",
+             "| row | tokens/s | MFU | x pytorch compile | timed steps | loss (end) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, _, _ in GPT_ROWS:
+        g = got.get(name, {"skipped": "not run"})
+        rate = g.get("tokens_per_s")
+        row = {"row": name, "tokens_per_s": rate,
+               "mfu": None if rate is None or peak is None else rate * fpt / peak,
+               "ratio_to_pytorch_compile": None if rate is None or not base else rate / base,
+               "timed_steps": g.get("timed_steps"), "loss": g.get("loss"),
+               "failed": g.get("failed"), "skipped": g.get("skipped")}
+        rows.append(row)
+        if rate is None:
+            why = f"failed: {row['failed']}" if row["failed"] else f"skipped: {row['skipped']}"
+            lines.append(f"| {name} | {why} | | | | |")
+            continue
+        mfu = "" if row["mfu"] is None else f"{row['mfu']:.1%}"
+        ratio = "" if row["ratio_to_pytorch_compile"] is None else \
+            f"{row['ratio_to_pytorch_compile']:.2f}"
+        loss = "" if row["loss"] is None else f"{row['loss']:.3f}"
+        lines.append(f"| {name} | {rate:,.0f} | {mfu} | {ratio} | {row['timed_steps']} | {loss} |")
+    lines += ["", "loss (end): gpt2.py's last step; wick's last step record's train/loss (the "
+              f"mean over its last {math.gcd(args.gpt_warmup, args.gpt_steps)} steps). On "
+              f"uniform random tokens it stays near ln({GPT['vocab']}) = "
+              f"{math.log(GPT['vocab']):.2f}."]
+    result = {**GPT, "batch_size": args.gpt_batch, "warmup_steps": args.gpt_warmup,
+              "timed_steps": args.gpt_steps, "tokens": GPT_TOKENS, "params": gpt_params(**GPT),
+              "flops_per_token": fpt, "peak_flops": peak, "config": args.gpt_config,
+              "rows": rows}
+    return result, lines
+
+
 def gpu_name(python):
     r = subprocess.run([python, "-c", "import torch; print(torch.cuda.get_device_name(0), "
                         "torch.__version__, sep='|')"], capture_output=True, text=True)
@@ -92,14 +364,23 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--work", help="folder for the runs (default: a temporary one)")
+    ap.add_argument("--gpt", choices=("on", "off"), default="on", help="the GPT-2 124M rows")
+    ap.add_argument("--gpt-config", default=GPT_CONFIG)
+    ap.add_argument("--gpt-warmup", type=int, default=10, help="untimed steps (>= 1)")
+    ap.add_argument("--gpt-steps", type=int, default=30, help="timed steps")
+    ap.add_argument("--gpt-batch", type=int, default=16)
     args = ap.parse_args()
-    work = args.work or tempfile.mkdtemp(prefix="wick-gpu-bench-")
+    if args.gpt_warmup < 1 or args.gpt_steps < 1 or args.gpt_batch < 1:
+        ap.error("--gpt-warmup, --gpt-steps and --gpt-batch must be >= 1")
+    # Absolute: the runs' --set paths must not depend on how wick resolves a relative one.
+    work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="wick-gpu-bench-"))
     os.makedirs(work, exist_ok=True)
     t_start = time.time()
     rates = {(m, name): [] for m in ("mlp", "cnn") for name, _, _ in ROWS}
     ratios = {k: [] for k in rates}
     accuracy = {}
     failed = {}  # (model, row) -> the error's last lines
+    gpt = {}  # GPT row -> its result, or failed / skipped
     rounds = 0
     for rnd in range(args.rounds):
         t_round = time.time()
@@ -123,7 +404,10 @@ def main():
                     ratios[(model, name)].append(rate / base)
                 accuracy[(model, name)] = acc
         rounds += 1
-        spent, last = time.time() - t_start, time.time() - t_round
+        last = time.time() - t_round  # the MLP/CNN round alone: what another round costs
+        if rnd == 0 and args.gpt == "on":
+            gpt = gpt_rows(args, work, t_start)
+        spent = time.time() - t_start
         if spent + last > args.budget_s:
             break
     gpu, torch_version = gpu_name(args.python)
@@ -154,12 +438,15 @@ def main():
             note = "" if error is None else " (failed in a round)"
             lines.append(f"| {model} | {name}{note} | {r['median']:,.0f} | {r['min']:,.0f} | "
                          f"{r['max']:,.0f} | {ratio} | {'' if acc is None else f'{acc:.4f}'} |")
+    if args.gpt == "on":
+        result["gpt2"], gpt_lines = gpt_report(gpt, args, gpu)
+        lines += gpt_lines
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 1 if failed else 0
+    return 1 if failed or any("failed" in g for g in gpt.values()) else 0
 
 
 if __name__ == "__main__":
