@@ -78,6 +78,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "bench", "peers")
 
 
+def wick_command(args, text, sets, variant, out):
+    """Writes the config `text` (with cuda_graph for that variant) beside `out`; returns the
+    wick fit command with its --set values."""
+    if variant == "cuda_graph":
+        text += '\n[[hooks]]\nplugin = "cuda_graph"\n'
+        sets = sets + ["trainer.drop_last=true"]
+    cfg = out + ".toml"
+    with open(cfg, "w") as f:
+        f.write(text)
+    cmd = [args.wick, "fit", cfg]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
 def wick_row(args, model, variant, out):
     """Trains one wick variant; returns samples/s (summary.json's train_samples_per_s)."""
     shipped = os.path.join(ROOT, "samples", "fashion_mnist", f"{model}.toml")
@@ -91,16 +106,8 @@ def wick_row(args, model, variant, out):
         sets.append("hooks.mixed_precision.dtype=\"bf16\"")
     elif has_amp:
         sets.append("hooks.mixed_precision.enabled=false")
-    if variant == "cuda_graph":
-        text += '\n[[hooks]]\nplugin = "cuda_graph"\n'
-        sets.append("trainer.drop_last=true")
-    cfg = out + ".toml"
-    with open(cfg, "w") as f:
-        f.write(text)
-    cmd = [args.wick, "fit", cfg]
-    for s in sets:
-        cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise RuntimeError(f"wick {model} {variant}: exit {r.returncode}\n{r.stderr[-2000:]}")
     with open(os.path.join(out, "summary.json")) as f:
@@ -238,17 +245,8 @@ def gpt_wick_row(args, variant, out, data, timeout):
             f"trainer.steps_per_epoch={w + n}", "trainer.epochs=1",
             f"trainer.log_every={math.gcd(w, n)}", f"trainer.batch_size={args.gpt_batch}",
             "trainer.save_model=false"]
-    if variant == "cuda_graph":
-        text += '\n[[hooks]]\nplugin = "cuda_graph"\n'
-        sets.append("trainer.drop_last=true")
     shutil.rmtree(out, ignore_errors=True)  # never read an earlier run's metrics
-    cfg = out + ".toml"
-    with open(cfg, "w") as f:
-        f.write(text)
-    cmd = [args.wick, "fit", cfg]
-    for s in sets:
-        cmd += ["--set", s]
-    r = run_limited(cmd, timeout)
+    r = run_limited(wick_command(args, text, sets, variant, out), timeout)
     if r.returncode != 0:
         raise RuntimeError(f"wick gpt2 {variant or 'as shipped'}: exit {r.returncode}\n"
                            f"{r.stderr[-2000:]}")

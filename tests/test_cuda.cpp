@@ -14,6 +14,7 @@
 #include "cuda/cuda_support.hpp"
 #endif
 
+#include <wick/profile.hpp>
 #include <wick/task.hpp>
 #include <wick/trainer.hpp>
 
@@ -172,6 +173,40 @@ TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: 
   REQUIRE(res.status == FitResult::Status::completed);
   CHECK(guard->steps == 32);
 #endif
+}
+
+TEST_CASE("--profile on the GPU: steps and phases timed on the device's timeline", "[cuda]") {
+  need_gpu();
+  // The phases are CUDA events' spans; they cover the step, whose span they cannot exceed.
+  class Timed : public Hook {
+   public:
+    Profile seen;
+    void connect(Registrar& r) override {
+      r.request_profile();
+      r.on(Point::after_fit, [this](Context& c) { seen = c.profile(); });
+    }
+  };
+  auto timed = std::make_shared<Timed>();
+  TrainerOptions o = options(16, 2);
+  o.device = Device{DeviceType::cuda, 0};
+  Trainer t(o, std::make_shared<Linear>());
+  t.add_hook(entry(timed, "timed", 0));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  const Profile& p = timed->seen;
+  CHECK(p.steps == 32);
+  CHECK(p.step_s > 0);
+  double phases = 0;
+  for (const auto& e : p.entries)
+    if (e.kind == "phase" && e.name != "validation") {
+      INFO(e.name);
+      CHECK(e.total_s >= 0);
+      phases += e.total_s;
+      if (e.name == "forward" || e.name == "backward" || e.name == "optimizer") {
+        CHECK(e.calls == 32);
+        CHECK(e.total_s > 0);
+      }
+    }
+  CHECK(phases <= p.step_s * 1.001 + 1e-4);  // event times are rounded to 0.5 us
 }
 
 TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in order", "[cuda]") {

@@ -851,7 +851,7 @@ struct CountHostReads {
 };
 }  // namespace
 
-TEST_CASE("a training step reads no value back from the device; its losses are read per record") {
+TEST_CASE("a training step reads no value back from the device, its losses are read per record") {
   CountHostReads counting;
   const int before = host_reads;
   (void)torch::ones({1}).item<float>();
