@@ -3,7 +3,9 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace wick {
 
