@@ -74,6 +74,7 @@ struct Settings {
   int reps = 6;                  // parity repetitions per side (in-process; even: see parity)
   int child_reps = 3;            // parity repetitions per side (separate processes)
   int ddp_rounds = 5;            // data-parallel scaling rounds per workload
+  std::vector<std::string> peers_workloads;  // --peers-workloads (empty: all)
   std::vector<std::string> notes;
 };
 

@@ -175,7 +175,7 @@ TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: 
 #endif
 }
 
-TEST_CASE("--profile on the GPU: steps and phases timed on the device's timeline", "[cuda]") {
+TEST_CASE("a profiled fit on the GPU: steps and phases timed on the device's timeline", "[cuda]") {
   need_gpu();
   // The phases are CUDA events' spans; they cover the step, whose span they cannot exceed.
   class Timed : public Hook {

@@ -34,7 +34,11 @@ FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 # The fashion_mnist task's normalisation: the training images' mean and std.
 MEAN, STD = 0.2860, 0.3530
 LATENT, FEATURES = 64, 32  # samples/gan/gan.cpp's defaults
-WORKLOADS = ("mlp", "cnn", "transformer", "gan")
+WORKLOADS = ("mlp", "cnn", "transformer", "gan", "gpt")
+# The gpt workload: samples/gpt/gpt.toml's model, on byte windows of a text every Debian has.
+GPT_TOML = ROOT / "samples" / "gpt" / "gpt.toml"
+GPT_TEXT = Path("/usr/share/common-licenses/GPL-3")
+GPT_WINDOWS = 3840  # 60 batches of 64: gpt.toml's steps_per_epoch
 EXIT_USAGE, EXIT_UNSUPPORTED = 2, 3
 
 
@@ -122,8 +126,22 @@ def fashion_gan() -> torch.Tensor:
 
 def _make_py():
     """samples/torchscript/make.py as a module: its Net and data() are the workload."""
-    path = ROOT / "samples" / "torchscript" / "make.py"
-    spec = importlib.util.spec_from_file_location("wick_torchscript_make", path)
+    return _load("wick_torchscript_make", ROOT / "samples" / "torchscript" / "make.py")
+
+
+def gpt_windows(context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPT_WINDOWS windows of context + 1 bytes of GPT_TEXT at seeded random starts: inputs and
+    next-byte targets [N, context], int64 (wick's gpt task draws its windows per batch from the
+    same kind of text)."""
+    tokens = torch.frombuffer(bytearray(GPT_TEXT.read_bytes()), dtype=torch.uint8).long()
+    g = torch.Generator().manual_seed(0)
+    starts = torch.randint(len(tokens) - context - 1, (GPT_WINDOWS,), generator=g)
+    w = tokens[starts.unsqueeze(1) + torch.arange(context + 1)]
+    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -198,6 +216,24 @@ def gan_step(gan: Gan, real: torch.Tensor, opt_d, opt_g, backward, amp):
     return d_loss.detach(), g_loss.detach()
 
 
+class GptLogits(nn.Module):
+    """samples/gpt/gpt.toml's model as bench/peers/gpt2.py builds it (the twin of wick's gpt
+    task), giving logits [N, vocab, T]: what F.cross_entropy takes against targets [N, T], so
+    the classifier loops of every peer train it unchanged."""
+
+    def __init__(self):
+        super().__init__()
+        import tomllib  # Python 3.11+ (Debian bookworm's)
+        task = tomllib.loads(GPT_TOML.read_text())["task"]
+        gpt2 = _load("wick_peer_gpt2", ROOT / "bench" / "peers" / "gpt2.py")
+        self.context = task["context"]
+        self.gpt = gpt2.Gpt(task["layers"], task["heads"], task["width"], self.context,
+                            task["vocab"])
+
+    def forward(self, idx):
+        return self.gpt.logits(idx).transpose(1, 2)
+
+
 @dataclass
 class Workload:
     name: str
@@ -218,6 +254,9 @@ def workload(a: argparse.Namespace) -> Workload:
                         (va["input"], va["target"]))
     if a.workload == "gan":
         return Workload("gan", Gan(), (fashion_gan(),), None)
+    if a.workload == "gpt":
+        net = GptLogits()
+        return Workload("gpt", net, gpt_windows(net.context), None)
     net = mlp() if a.workload == "mlp" else cnn()
     return Workload(a.workload, net, fashion("train"), fashion("t10k"))
 
@@ -225,7 +264,10 @@ def workload(a: argparse.Namespace) -> Workload:
 @torch.no_grad()
 def evaluate(net: nn.Module, valid: tuple, a: argparse.Namespace) -> float:
     """valid_accuracy, the same in every peer: eval mode, batches of 1000, the training's
-    precision, the share of samples whose highest logit is the target."""
+    precision, the share of samples whose highest logit is the target. None for a workload
+    without validation data (gpt)."""
+    if valid is None:
+        return None
     device = torch.device(a.device)
     net.to(device).eval()
     x, y = valid

@@ -125,14 +125,17 @@ class Gpt(nn.Module):
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
 
-    def forward(self, idx, targets):
+    def logits(self, idx):
         t = idx.size(1)
         tr = self.transformer
         pos = torch.arange(t, device=idx.device)
         x = tr.wte(idx) + tr.wpe(pos)
         for block in tr.h:
             x = block(x)
-        logits = F.linear(tr.ln_f(x), tr.wte.weight)  # tied to the token embedding
+        return F.linear(tr.ln_f(x), tr.wte.weight)  # tied to the token embedding
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 

@@ -32,7 +32,7 @@ void Profiler::add_step(const StepStart& start) {
     step_s_ += since(start.host);
     return;
   }
-  spans_.push_back({kStepId, start.mark, clock_->mark(), kNone, true, true});
+  spans_.push_back({kStepId, start.mark, clock_->mark(), kNone, true});
   // The marks are read in batches: a wait for the device every few hundred steps.
   if (spans_.size() >= 4096) settle();
 }
@@ -46,7 +46,6 @@ std::size_t Profiler::open_span(std::size_t id) {
 void Profiler::close_span(std::size_t span, bool counted) {
   auto& s = spans_[span];
   s.to = clock_->mark();
-  s.closed = true;
   s.counted = counted;
   open_ = s.parent;
 }

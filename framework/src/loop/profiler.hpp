@@ -87,8 +87,8 @@ class Profiler {
 
   struct Span {
     std::size_t id, from, to = 0;
-    std::size_t parent;  // kNone at the top
-    bool closed = false, counted = false;
+    std::size_t parent;    // kNone at the top
+    bool counted = false;  // not left by an exception
   };
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   static constexpr std::size_t kStepId = static_cast<std::size_t>(-2);
