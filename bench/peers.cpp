@@ -72,6 +72,17 @@ std::string shipped_config(const Settings& s, const std::string& w, const fs::pa
       .string();
 }
 
+// Whether a line of a config, comments aside, begins with `start` (a hook named in a comment
+// is not enabled).
+bool has_line(const std::string& text, const std::string& start) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto b = line.find_first_not_of(" \t");
+    if (b != std::string::npos && line.compare(b, start.size(), start) == 0) return true;
+  }
+  return false;
+}
+
 Measure run_wick(const Settings& s, const Workload& w, bool fp32, const fs::path& data,
                  const fs::path& out) {
   const std::string cfg = shipped_config(s, w.name, data);
@@ -88,9 +99,9 @@ Measure run_wick(const Settings& s, const Workload& w, bool fp32, const fs::path
     const std::string text = read_text(cfg);
     for (const char* hook :
          {"mixed_precision", "channels_last", "lr_schedule", "grad_accum", "grad_clip"})
-      if (text.find("plugin = \"" + std::string(hook) + "\"") != std::string::npos)
+      if (has_line(text, "plugin = \"" + std::string(hook) + "\""))
         sets.push_back("hooks." + std::string(hook) + ".enabled=false");
-    if (text.find("fused = true") != std::string::npos) sets.push_back("optimizer.fused=false");
+    if (has_line(text, "fused = true")) sets.push_back("optimizer.fused=false");
   }
   for (const auto& x : sets) argv.insert(argv.end(), {"--set", x});
   const auto r = run_child(argv, {"OMP_NUM_THREADS=1"});
