@@ -12,9 +12,10 @@
 // The Context reaches the loop through Context::Host (context_host.hpp), a view of these
 // members, of the step engine and of the CheckpointStore that Impl implements.
 // The components with state of their own have files of their own: StepEngine
-// (step_engine.hpp) with its LossCheck (loss_check.hpp), Evaluator (evaluator.hpp), EpochValues (epoch_values.hpp), StopRequests
-// (stop_signals.hpp), FlopMeter (flop_meter.hpp), the Dispatcher (dispatch.hpp), the loop's
-// phase, resume point and clocks (loop_state.hpp), RecordWriter and RunLock (records/).
+// (step_engine.hpp) with its LossCheck (loss_check.hpp), Evaluator (evaluator.hpp), EpochValues
+// (epoch_values.hpp), StopRequests (stop_signals.hpp), FlopMeter (flop_meter.hpp), the Dispatcher
+// (dispatch.hpp), the loop's phase, resume point and clocks (loop_state.hpp), RecordWriter and
+// RunLock (records/).
 #pragma once
 
 #include <torch/torch.h>
