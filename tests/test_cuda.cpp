@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cstdint>
+
 #ifdef WICK_TEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -88,6 +90,20 @@ double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>&
   return d;
 }
 
+// The in-process runs on the GPU: batch 16 of Linear's 256 samples, and fused Adam.
+TrainerOptions on_gpu(std::int64_t epochs) {
+  TrainerOptions o = options(16, epochs);
+  o.device = Device{DeviceType::cuda, 0};
+  return o;
+}
+OptimizerOptions adam(double lr, bool fused) {
+  OptimizerOptions a;
+  a.name = "adam";
+  a.lr = lr;
+  a.fused = fused;
+  return a;
+}
+
 // A synthetic-task config on the GPU, 8 batches of 32 per epoch.
 std::string gpu_config(const TempDir& d, const std::string& run, const std::string& extra) {
   return "[trainer]\nepochs = 2\nseed = 5\nbatch_size = 32\nlog_every = 2\ndevice = \"cuda\"\n"
@@ -115,14 +131,9 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim:
   need_gpu();
   auto task = std::make_shared<Linear>();
   auto run = [&](bool fused, double wd) {
-    TrainerOptions o = options(16, 3);
-    o.device = Device{DeviceType::cuda, 0};
-    OptimizerOptions adam;
-    adam.name = "adam";
-    adam.lr = 0.05;
-    adam.fused = fused;
-    adam.weight_decay = wd;
-    Trainer t(o, task, adam);
+    OptimizerOptions a = adam(0.05, fused);
+    a.weight_decay = wd;
+    Trainer t(on_gpu(3), task, a);
     auto p0 = cpu_params(t);
     REQUIRE(t.fit().status == FitResult::Status::completed);
     for (const auto& p : t.model().parameters()) CHECK(p.is_cuda());
@@ -159,13 +170,7 @@ TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: 
     }
   };
   auto guard = std::make_shared<NoSyncInSteps>();
-  TrainerOptions o = options(16, 2);
-  o.device = Device{DeviceType::cuda, 0};
-  OptimizerOptions adam;
-  adam.name = "adam";
-  adam.lr = 0.01;
-  adam.fused = true;
-  Trainer t(o, std::make_shared<Linear>(), adam);
+  Trainer t(on_gpu(2), std::make_shared<Linear>(), adam(0.01, true));
   t.add_hook(entry(guard, "no_sync", 0));
   const auto res = t.fit();
   c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
@@ -187,9 +192,7 @@ TEST_CASE("a profiled fit on the GPU: steps and phases timed on the device's tim
     }
   };
   auto timed = std::make_shared<Timed>();
-  TrainerOptions o = options(16, 2);
-  o.device = Device{DeviceType::cuda, 0};
-  Trainer t(o, std::make_shared<Linear>());
+  Trainer t(on_gpu(2), std::make_shared<Linear>());
   t.add_hook(entry(timed, "timed", 0));
   REQUIRE(t.fit().status == FitResult::Status::completed);
   const Profile& p = timed->seen;
