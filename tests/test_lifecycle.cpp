@@ -917,4 +917,9 @@ TEST_CASE("nan_policy error: a non-finite loss found later names its step and is
   CHECK_FALSE(fs::exists(dir / "run" / "ck"));
   CHECK_FALSE(fs::exists(dir / "run" / "model.pt"));  // the weights took a NaN step
   CHECK(read_jsonl(dir / "run" / "metrics.jsonl").empty());
+  // Nor is a checkpoint asked for afterwards (an on_failure save, here by hand).
+  CHECK_THROWS_WITH(t.context().save_checkpoint("ck2", "failure"),
+                    "not saving checkpoint 'ck2' (failure): the weights have taken steps since "
+                    "a non-finite loss");
+  CHECK_FALSE(fs::exists(dir / "run" / "ck2"));
 }

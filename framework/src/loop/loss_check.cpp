@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,19 +37,20 @@ void LossCheck::verify() {
       static_cast<std::size_t>(finite.logical_not().nonzero()[0][0].item<std::int64_t>());
   const From& f = from_[i];
   const std::int64_t read_at = from_.back().batch;
-  failure_ = "non-finite loss (" + std::to_string(losses_[i].item<double>()) + ")" +
-             (f.optimizer.empty() ? "" : " for optimizer '" + f.optimizer + "'") + " at epoch " +
-             std::to_string(f.epoch) + ", batch " + std::to_string(f.batch) + ", optimizer step " +
-             std::to_string(f.optimizer_step) +
-             "; set trainer.nan_policy = \"skip\" to skip such steps" +
-             (read_at != f.batch || from_.back().epoch != f.epoch
-                  ? " (found at batch " + std::to_string(read_at) +
-                        ": under \"error\" the losses are read in batches, with the step "
-                        "records, so that no step waits for its loss)"
-                  : "");
+  const std::string failure =
+      "non-finite loss (" + std::to_string(losses_[i].item<double>()) + ")" +
+      (f.optimizer.empty() ? "" : " for optimizer '" + f.optimizer + "'") + " at epoch " +
+      std::to_string(f.epoch) + ", batch " + std::to_string(f.batch) + ", optimizer step " +
+      std::to_string(f.optimizer_step) + "; set trainer.nan_policy = \"skip\" to skip such steps" +
+      (read_at != f.batch || from_.back().epoch != f.epoch
+           ? " (found at batch " + std::to_string(read_at) +
+                 ": under \"error\" the losses are read in batches, with the step "
+                 "records, so that no step waits for its loss)"
+           : "");
   losses_.clear();
   from_.clear();
-  throw std::runtime_error(failure_);
+  failed_ = true;
+  throw std::runtime_error(failure);
 }
 
 }  // namespace wick

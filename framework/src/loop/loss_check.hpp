@@ -9,7 +9,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,14 +25,12 @@ class LossCheck {
   // it: failed()); forgets the kept losses when all are finite.
   void verify();
   // A verify() found a non-finite loss: the weights have taken steps from it since.
-  bool failed() const { return !failure_.empty(); }
-  const std::string& failure() const { return failure_; }
-  std::size_t kept() const { return losses_.size(); }
+  bool failed() const { return failed_; }
 
  private:
   std::vector<at::Tensor> losses_;
   std::vector<From> from_;
-  std::string failure_;
+  bool failed_ = false;
 };
 
 }  // namespace wick
