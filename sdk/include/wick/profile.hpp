@@ -1,6 +1,8 @@
 // Where a run's time goes: what the profiler plugin reports (Context::profile()). The host
 // times the loop's phases and every hook and stage handler once a hook has asked for it
-// (Registrar::request_profile); otherwise nothing is timed and the profile is empty.
+// (Registrar::request_profile); otherwise nothing is timed and the profile is empty. On a CUDA
+// device the steps and their phases are timed on the device (CUDA events): what the GPU spent
+// between their start and end; hooks and handlers keep the host's clock.
 #pragma once
 
 #include <cstddef>
@@ -26,10 +28,10 @@ struct ProfileEntry {
 };
 
 struct Profile {
-  bool enabled = false;               // some hook asked for timings
-  std::int64_t steps = 0;             // training steps timed
-  double step_s = 0;                  // their wall time, before_step to the end of after_step
-  double fit_s = 0;                   // since the fit started
+  bool enabled = false;    // some hook asked for timings
+  std::int64_t steps = 0;  // training steps timed
+  double step_s = 0;       // their time, before_step to the end of after_step (CUDA: the device's)
+  double fit_s = 0;        // since the fit started
   std::vector<ProfileEntry> entries;  // by total_s, largest first
 };
 
