@@ -12,6 +12,8 @@ if(wick_other_torch_version AND TARGET test_loader)
                              WICK_OTHER_TORCH_VERSION="${wick_other_torch_version}")
 endif()
 wick_add_test(test_config SOURCES test_config.cpp SANITIZE)
+# The [trainer] options' table (framework/src/config/trainer_options.hpp) is private.
+target_include_directories(test_config PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
 wick_add_test(test_describe SOURCES test_describe.cpp)
 # SHA-256 (nettle) against the NIST example vectors.
 wick_add_test(test_sha256 SOURCES test_sha256.cpp SANITIZE)

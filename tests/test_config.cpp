@@ -1,5 +1,8 @@
 // Config validation: every error class is reported as FILE:LINE:COL: message (or with the
 // --set argument that caused it), in process and by `wick check` (exit 2).
+#include <tuple>
+
+#include "config/trainer_options.hpp"  // private: the [trainer] options' table
 #include "support.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
@@ -333,4 +336,46 @@ TEST_CASE("a key far longer than every known one is refused at once, without a s
     CHECK(std::string(e.what()).find("unknown key 'eee") != std::string::npos);
     CHECK(std::string(e.what()).find("known keys: epochs") != std::string::npos);
   }
+}
+
+namespace {
+
+// TrainerOptions' settable fields, compared as one.
+auto settable(const wick::TrainerOptions& o) {
+  return std::make_tuple(o.epochs, o.seed, o.batch_size, o.max_batch_size, o.valid_batch_size,
+                         o.shuffle, o.drop_last, o.max_steps, o.log_every, o.threads,
+                         o.auto_threads, o.num_workers, o.steps_per_epoch, o.device.str(),
+                         o.auto_device, o.nan_policy, o.output_dir, o.save_model, o.flops,
+                         o.peak_gflops, o.auto_batch_size);
+}
+
+}  // namespace
+
+TEST_CASE("each [trainer] option's default is TrainerOptions' own, and RunInfo's view agrees") {
+  const wick::TrainerOptions d;
+  // Not written: every option takes the schema's default.
+  CHECK(settable(wick::Config::parse("[trainer]\n", "defaults.toml").trainer()) == settable(d));
+  // Written as the schema's default text, one key at a time: the same options.
+  const auto schema = wick::trainer_schema();
+  REQUIRE(schema.size() == wick::trainer_options().size());
+  for (const auto& p : schema) {
+    INFO(p.key << " = " << p.default_toml.value_or("(required)"));
+    REQUIRE(p.default_toml);
+    const auto cfg =
+        wick::Config::parse("[trainer]\n" + p.key + " = " + *p.default_toml + "\n", "one_key.toml");
+    CHECK(settable(cfg.trainer()) == settable(d));
+  }
+  // A value that is not the default reaches its field (the table's reader is the key's own).
+  CHECK(wick::Config::parse("[trainer]\npeak_gflops = 2.5\n", "f.toml").trainer().peak_gflops ==
+        2.5);
+  CHECK(wick::Config::parse("[trainer]\nthreads = 3\n", "t.toml").trainer().threads == 3);
+  // What plugins see of the options (RunInfo, an SDK struct with defaults of its own) agrees
+  // with the trainer's defaults.
+  wick::RunInfo view;
+  wick::view_options(d, d.device, view);
+  const wick::RunInfo r;
+  CHECK(std::make_tuple(view.device, view.seed, view.epochs, view.max_steps, view.batch_size,
+                        view.valid_batch_size, view.shuffle, view.drop_last, view.nan_policy) ==
+        std::make_tuple(r.device, r.seed, r.epochs, r.max_steps, r.batch_size, r.valid_batch_size,
+                        r.shuffle, r.drop_last, r.nan_policy));
 }

@@ -923,3 +923,21 @@ TEST_CASE("nan_policy error: a non-finite loss found later names its step and is
                     "a non-finite loss");
   CHECK_FALSE(fs::exists(dir / "run" / "ck2"));
 }
+
+TEST_CASE("a checkpoint is restored in before_fit only: later, the fit fails saying so") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  bool between = false;
+  t.add_hook(entry("restorer", 0, [&](wick::Registrar& r) {
+    // before_fit counts as between steps (a checkpoint may be saved there), as before.
+    r.on(Point::before_fit, [&](wick::Context& c) { between = c.between_steps(); });
+    r.on(Point::before_epoch,
+         [](wick::Context& c) { c.restore_checkpoint((c.run().output_dir + "/nowhere")); });
+  }));
+  const auto res = t.fit();
+  CHECK(between);
+  CHECK(res.status == wick::FitResult::Status::failed);
+  CHECK(res.error ==
+        "plugin 'restorer' (instance 'restorer') at before_epoch: restore_checkpoint is only "
+        "possible in before_fit");
+}

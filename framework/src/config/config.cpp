@@ -25,6 +25,7 @@
 #include "config/config_impl.hpp"
 #include "config/schemas.hpp"
 #include "config/toml_text.hpp"
+#include "config/trainer_options.hpp"
 #include "wick/cluster.hpp"
 
 namespace wick {
@@ -44,21 +45,6 @@ namespace fs = std::filesystem;
 constexpr std::size_t kMaxConfigBytes = std::size_t{4} << 20;
 
 namespace {
-
-// trainer.threads above this is refused: creating that many threads takes long and only slows.
-constexpr std::int64_t kMaxThreads = 1024;
-
-// An output folder that is empty or is the filesystem root, after "..", "." and symbolic
-// links (relative paths are taken from the current directory, as the trainer does).
-bool resolves_to_root(const std::string& dir) {
-  if (dir.empty()) return true;
-  std::error_code ec;
-  const fs::path abs = fs::absolute(dir, ec);
-  if (ec) return false;
-  if (abs.lexically_normal() == abs.root_path()) return true;
-  const fs::path canon = fs::weakly_canonical(abs, ec);
-  return !ec && canon == canon.root_path();
-}
 
 const std::vector<std::string> kTopLevel = {"trainer", "task",    "optimizer", "optimizers",
                                             "hooks",   "metrics", "plugins"};
@@ -181,60 +167,19 @@ void Config::Impl::validate_builtin() {
   trainer.auto_threads = take_auto(
       "threads", "the cores free at the start, shared among this machine's ranks", 0, true);
   Params tp = validate(tt ? *tt : empty, trainer_schema(), "[trainer]", {}, "trainer", "trainer");
-  trainer.epochs = tp.get_int("epochs");
-  trainer.seed = tp.get_int("seed");
-  trainer.batch_size = tp.get_int("batch_size");
-  trainer.max_batch_size = tp.get_int("max_batch_size");
+  // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
+  // stops before any data is loaded.
+  const std::string trainer_where = where(tt ? tt->source() : toml::source_region{});
+  for (const auto& option : trainer_options()) {
+    const std::string must = option.read(tp, trainer);
+    check(tp, option.info.key.c_str(), must.empty(), must, "[trainer]", trainer_where);
+  }
   if (trainer.auto_batch_size)
     root.get("trainer")->as_table()->insert_or_assign("batch_size", "auto");
   if (trainer.auto_threads && threads_given)
     root.get("trainer")->as_table()->insert_or_assign("threads", "auto");
   else if (trainer.auto_threads)
     root.get("trainer")->as_table()->erase("threads");
-  trainer.valid_batch_size = tp.get_int("valid_batch_size");
-  trainer.shuffle = tp.get_bool("shuffle");
-  trainer.drop_last = tp.get_bool("drop_last");
-  trainer.max_steps = tp.get_int("max_steps");
-  trainer.log_every = tp.get_int("log_every");
-  trainer.threads = tp.get_int("threads");  // 0 with auto_threads
-  trainer.num_workers = tp.get_int("num_workers");
-  trainer.steps_per_epoch = tp.get_int("steps_per_epoch");
-  const auto device = tp.get_string("device");
-  const auto nan_policy = tp.get_string("nan_policy");
-  trainer.output_dir = tp.get_string("output_dir");
-  trainer.save_model = tp.get_bool("save_model");
-  trainer.flops = tp.get_bool("flops");
-  trainer.peak_gflops = tp.get_float("peak_gflops");
-  const std::string trainer_where = where(tt ? tt->source() : toml::source_region{});
-  auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg,
-                   const char* section) { Impl::check(p, key, ok, msg, section, trainer_where); };
-  // Values wrong on their face are refused here, so that `wick check` finds them and `wick fit`
-  // stops before any data is loaded.
-  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
-  check(tp, "epochs", trainer.epochs >= 0, "must be >= 0 (0: nothing trained)", "[trainer]");
-  // Batch sizes stay far from int64 overflow in the batch arithmetic.
-  check(tp, "batch_size", trainer.batch_size >= 1 && trainer.batch_size <= kIntMax,
-        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
-  check(tp, "max_batch_size", trainer.max_batch_size >= 1 && trainer.max_batch_size <= kIntMax,
-        "must be between 1 and " + std::to_string(kIntMax), "[trainer]");
-  check(tp, "valid_batch_size",
-        trainer.valid_batch_size >= 0 && trainer.valid_batch_size <= kIntMax,
-        "must be between 0 (same as batch_size) and " + std::to_string(kIntMax), "[trainer]");
-  check(tp, "max_steps", trainer.max_steps >= 0, "must be >= 0 (0: no limit)", "[trainer]");
-  check(tp, "log_every", trainer.log_every >= 0, "must be >= 0 (0: epoch records only)",
-        "[trainer]");
-  check(tp, "threads", trainer.threads >= 0 && trainer.threads <= kMaxThreads,
-        "must be \"auto\" (the default), 0 (LibTorch's default) or at most " +
-            std::to_string(kMaxThreads) +
-            "; more threads than cores only slows training, so set at most the number of cores "
-            "(`wick doctor` shows it)",
-        "[trainer]");
-  check(tp, "peak_gflops", trainer.peak_gflops >= 0 && std::isfinite(trainer.peak_gflops),
-        "must be >= 0 (0: measured with a short matrix-product probe)", "[trainer]");
-  check(tp, "num_workers", trainer.num_workers >= 0, "must be >= 0 (0: load on the main thread)",
-        "[trainer]");
-  check(tp, "steps_per_epoch", trainer.steps_per_epoch >= 0, "must be >= 0 (0: from the data)",
-        "[trainer]");
   // More loader threads than cores only adds switching; allowed, as the user may know better.
   if (const auto cores = static_cast<std::int64_t>(std::thread::hardware_concurrency());
       cores > 0 && trainer.num_workers > cores) {
@@ -245,23 +190,6 @@ void Config::Impl::validate_builtin() {
                  (e.where.empty() ? path : e.where).c_str(),
                  static_cast<long long>(trainer.num_workers), static_cast<long long>(cores));
   }
-  // One of the schema's choices, checked (with a suggestion) as the table was read.
-  trainer.nan_policy = nan_policy == "skip"     ? NanPolicy::skip
-                       : nan_policy == "ignore" ? NanPolicy::ignore
-                                                : NanPolicy::error;
-  const auto parsed = parse_device(device);
-  check(tp, "device", device == "auto" || (parsed && parsed->index <= 127),
-        "must be \"cpu\", \"cuda\", \"cuda:N\" (N from 0 to 127) or \"auto\", not \"" +
-            printable(device) + "\"",
-        "[trainer]");
-  trainer.auto_device = device == "auto";
-  if (parsed) trainer.device = *parsed;
-  check(tp, "output_dir", !resolves_to_root(trainer.output_dir),
-        trainer.output_dir.empty()
-            ? std::string("must name a run folder, not be empty (e.g. \"runs/my-run\")")
-            : "must name a run folder, not the filesystem root (\"" +
-                  printable(trainer.output_dir) + "\" resolves to /)",
-        "[trainer]");
 
   if (root.get("trainer")->as_table()->empty()) root.erase("trainer");  // only the stand-in's
 

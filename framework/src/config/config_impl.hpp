@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/params_impl.hpp"
+#include "config/trainer_options.hpp"
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
@@ -135,16 +136,8 @@ struct Config::Impl {
     r.output_dir = std::filesystem::absolute(trainer.output_dir).lexically_normal().string();
     // "auto" resolved here as the Trainer resolves it; an explicit device is checked when the
     // run starts (wick check of a CUDA config passes on a machine without a GPU).
-    r.device = trainer.auto_device ? resolve_device(trainer.device, true) : trainer.device;
-    r.seed = trainer.seed;
-    r.epochs = trainer.epochs;
-    r.max_steps = trainer.max_steps;
-    r.batch_size = trainer.batch_size;
-    r.valid_batch_size =
-        trainer.valid_batch_size > 0 ? trainer.valid_batch_size : trainer.batch_size;
-    r.shuffle = trainer.shuffle;
-    r.drop_last = trainer.drop_last;
-    r.nan_policy = trainer.nan_policy;
+    view_options(trainer,
+                 trainer.auto_device ? resolve_device(trainer.device, true) : trainer.device, r);
     const JobRanks job = job_ranks();
     r.world_size = job.world;
     r.rank = job.rank;

@@ -101,7 +101,7 @@ CheckpointInfo Trainer::Impl::inspect_checkpoint(const std::string& folder) cons
 }
 
 CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
-  if (dispatch.where() != "before_fit")
+  if (phase != LoopPhase::before_fit)
     throw std::logic_error("restore_checkpoint is only possible in before_fit");
   const auto dir = resolve(*this, folder);
   const auto where = "checkpoint '" + dir.string() + "'";

@@ -142,7 +142,8 @@ Position Context::position() const {
   return host_->pos;
 }
 bool Context::between_steps() const {
-  return host_->phase == LoopPhase::fit && host_->state.training();
+  const LoopPhase p = host_->phase;
+  return (p == LoopPhase::before_fit || p == LoopPhase::fit) && host_->state.training();
 }
 
 CheckpointInfo Context::save_checkpoint(const std::string& folder, const std::string& reason) {

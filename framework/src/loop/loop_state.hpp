@@ -13,10 +13,11 @@ namespace wick {
 // inside a manual step, recompute_loss inside an optimizer_step handler, checkpoints between
 // steps).
 enum class LoopPhase {
-  outside,    // no fit running (construction, Trainer::validate, evaluate, predict)
-  fit,        // in fit(), between training steps (validation included)
-  step,       // inside a training step: before_step to the step's record
-  recompute,  // inside Context::recompute_loss, within a training step
+  outside,     // no fit running (construction, Trainer::validate, evaluate, predict)
+  before_fit,  // in fit(), while before_fit runs: the one place a checkpoint is restored
+  fit,         // in fit(), between training steps (validation included)
+  step,        // inside a training step: before_step to the step's record
+  recompute,   // inside Context::recompute_loss, within a training step
 };
 inline bool in_step(LoopPhase p) {
   return p == LoopPhase::step || p == LoopPhase::recompute;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "config/trainer_options.hpp"
 #include "cuda/cuda_support.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
@@ -67,15 +68,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
 
   // The run's facts, as plugins see them.
   I.run = std::move(run);
-  I.run.device = dev;
-  I.run.seed = I.opt.seed;
-  I.run.epochs = I.opt.epochs;
-  I.run.max_steps = I.opt.max_steps;
-  I.run.batch_size = I.opt.batch_size;
-  I.run.valid_batch_size = I.opt.valid_batch_size > 0 ? I.opt.valid_batch_size : I.opt.batch_size;
-  I.run.shuffle = I.opt.shuffle;
-  I.run.drop_last = I.opt.drop_last;
-  I.run.nan_policy = I.opt.nan_policy;
+  view_options(I.opt, dev, I.run);
   if (I.run.output_dir.empty()) I.run.output_dir = fs::absolute(I.opt.output_dir).string();
 
   // Data-parallel ranks come from the launcher's torchrun-style variables.
@@ -241,7 +234,9 @@ FitResult Trainer::fit() {
     I.write_summary_file(nullptr);
     I.dispatch.set_where("before_fit");
     I.resume.rewind_records = -1;
+    I.phase = LoopPhase::before_fit;
     I.dispatch.emit(Point::before_fit);
+    I.phase = LoopPhase::fit;
     // "--resume auto" with nothing to resume from (a restart before the first checkpoint):
     // a fresh start, so what the failed attempt logged is dropped.
     const bool fresh_auto = I.run.resume == "auto" && !I.resume.resumed;
