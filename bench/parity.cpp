@@ -162,7 +162,8 @@ HandResult hand_loop(const at::Tensor& X, const at::Tensor& Y, const std::vector
     auto ps = net->parameters();
     for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(init[i]);
   }
-  if (h.opt.name != "adam") throw std::runtime_error("the hand-written loop only does adam");
+  if (h.opt.kind != wick::OptimizerKind::adam)
+    throw std::runtime_error("the hand-written loop only does adam");
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(h.opt.lr)
                                                  .betas({h.opt.betas[0], h.opt.betas[1]})
                                                  .eps(h.opt.eps)
@@ -189,7 +190,7 @@ HandSpec hand_spec(const Config& cfg, const Task& task, std::uint64_t perm_seed)
   h.opt = cfg.optimizer();
   if (!cfg.has_optimizer()) {
     auto d = task.default_optimizer();
-    h.opt.name = d.name;
+    h.opt.kind = wick::optimizer_kind(d.name).value();
     h.opt.lr = d.lr;
   }
   h.perm_seed = perm_seed;

@@ -103,7 +103,7 @@ struct Probe : Hook {
 
 OptimizerOptions sgd(double lr) {
   OptimizerOptions o;
-  o.name = "sgd";
+  o.kind = wick::OptimizerKind::sgd;
   o.lr = lr;
   return o;
 }

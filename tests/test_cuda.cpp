@@ -98,7 +98,7 @@ TrainerOptions on_gpu(std::int64_t epochs) {
 }
 OptimizerOptions adam(double lr, bool fused) {
   OptimizerOptions a;
-  a.name = "adam";
+  a.kind = OptimizerKind::adam;
   a.lr = lr;
   a.fused = fused;
   return a;

@@ -25,8 +25,9 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// A config file with `text`, checked with `wick check`: exit 2 and one line on stderr, which is
-// returned without its "wick: FILE:LINE:COL: " prefix after checking that prefix.
+// A config file with `text`, checked as `wick check` checks it (wick_check): exit 2 and one
+// line on stderr, which is returned without its "wick: FILE:LINE:COL: " prefix after checking
+// that prefix.
 struct Checked {
   TempDir dir;
   fs::path file;
@@ -34,9 +35,7 @@ struct Checked {
   Checked(const std::string& text, const std::vector<std::string>& sets = {})
       : file(dir / "cfg.toml") {
     write_file(file, text);
-    std::vector<std::string> args = {file.string()};
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-    r = check_timed(args);
+    r = wick_check(file, sets);
   }
   // The message after "wick: FILE:LINE:COL: ", checking the place.
   std::string at(int line, int col) const {

@@ -8,6 +8,7 @@
 
 #include <wick/checkpointed.hpp>
 #include <wick/jit.hpp>
+#include <wick/sharded_state.hpp>  // balanced_owners
 
 #include "memory/memory_tracker.hpp"
 #include "support.hpp"
@@ -255,7 +256,7 @@ TEST_CASE("the memory estimate counts parameters, gradients and optimizer state 
   nn::Sequential net(nn::Linear(10, 20), nn::Linear(20, 3));
   net[1]->named_parameters()["bias"].set_requires_grad(false);
   wick::OptimizerOptions adam, sgd, momentum;
-  sgd.name = momentum.name = "sgd";
+  sgd.kind = momentum.kind = wick::OptimizerKind::sgd;
   momentum.momentum = 0.9;
   auto rows = wick::estimate_memory(*net, {adam}, 2, false);
   REQUIRE(rows.size() == 4);

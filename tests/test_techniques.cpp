@@ -97,7 +97,7 @@ void restore_at_start(Trainer& t, const std::string& folder) {
 
 OptimizerOptions optimizer(const std::string& name, double lr) {
   OptimizerOptions o;
-  o.name = name;
+  o.kind = optimizer_kind(name).value();
   o.lr = lr;
   if (name == "sgd") o.momentum = 0.9;
   return o;
@@ -168,7 +168,7 @@ TEST_CASE("grad_clip: closed-form clipped gradient, once per real step",
   auto task = std::make_shared<LinearTask>(64);
   const double lr = 0.5;
   OptimizerOptions sgd;
-  sgd.name = "sgd";
+  sgd.kind = OptimizerKind::sgd;
   sgd.lr = lr;
 
   auto run = [&](const std::string& hooks_toml, std::int64_t batch) {
@@ -523,7 +523,7 @@ TEST_CASE("mixed_precision fp16 with accumulation: an inf in a window skips the 
           "[techniques][amp]") {
   auto task = std::make_shared<LinearTask>(64);
   OptimizerOptions sgd;
-  sgd.name = "sgd";
+  sgd.kind = OptimizerKind::sgd;
   sgd.lr = 0.5;
   Trainer t(options(8), task, sgd);
   auto hooks = load_hooks(
@@ -594,7 +594,7 @@ TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume
       "growth_interval = 3\n"
       "[[hooks]]\nplugin = \"early_stopping\"\npatience = 5\n";
   OptimizerOptions sgd;  // no momentum: the optimizer itself has no state to carry
-  sgd.name = "sgd";
+  sgd.kind = OptimizerKind::sgd;
   sgd.lr = 0.1;
   auto states = [](const std::vector<HookEntry>& hooks) {
     std::map<std::string, StateDict> out;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "wick/check.hpp"
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/context.hpp"
@@ -77,8 +78,8 @@ void print_optimizers(const wick::Config& cfg) {
       if (g.weight_decay) groups += " wd " + shortest(*g.weight_decay);
     }
     std::printf("| %s | %s | %s | %g | %s |\n", o.module.empty() ? "optimizer" : o.module.c_str(),
-                o.module.empty() ? "the model" : ("module " + o.module).c_str(), o.name.c_str(),
-                o.lr, groups.empty() ? "-" : groups.c_str());
+                o.module.empty() ? "the model" : ("module " + o.module).c_str(),
+                wick::to_string(o.kind), o.lr, groups.empty() ? "-" : groups.c_str());
   }
 }
 
@@ -129,36 +130,8 @@ int cmd_describe(const ConfigArgs& a, int ranks) {
 int cmd_check(const ConfigArgs& a) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
-    // A config without [task] is checked as the hooks a host program loads; one without
-    // anything at all is no config of either kind, and fit refuses it.
-    if (cfg.toml().find_first_not_of(" \t\r\n") == std::string::npos)
-      throw ConfigError(cfg.path() +
-                        ": the config is empty; wick fit needs at least a [task] table naming "
-                        "the task plugin, e.g.\n[task]\nplugin = \"synthetic\"");
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
-    // Everything `wick fit` builds before training: hooks, the task (its own checks of its
-    // parameters and data run in its constructor), the model and its optimizers (module
-    // names, parameter groups). Nothing is written.
-    std::size_t num_hooks = 0, num_metrics = 0;
-    if (cfg.has_task()) {
-      // An "auto" batch size is chosen when the fit starts, not here (check trains nothing).
-      auto trainer = wick::make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
-      num_hooks = trainer->hooks().size();
-      num_metrics = trainer->metrics().size();
-      (void)trainer->describe();  // connects the hooks: order and capability checks
-    } else {
-      auto hooks = cfg.make_hooks(finder);
-      wick::ScheduleTable table;
-      wick::connect_hooks(hooks, 0, nullptr, table);
-      num_hooks = hooks.size();
-      num_metrics = cfg.make_metrics(finder).size();
-    }
-    const std::string metrics =
-        num_metrics ? ", " + std::to_string(num_metrics) + " metric" + (num_metrics == 1 ? "" : "s")
-                    : "";
-    std::printf("%s: ok (task %s, %zu hook%s%s)\n", cfg.path().c_str(),
-                cfg.has_task() ? cfg.task_plugin().c_str() : "(none)", num_hooks,
-                num_hooks == 1 ? "" : "s", metrics.c_str());
+    std::printf("%s\n", wick::check_config(cfg, finder).c_str());
     return kOk;
   });
 }

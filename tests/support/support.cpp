@@ -16,6 +16,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "wick/check.hpp"
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
 #include "wick/sha256.hpp"
 
 extern char** environ;
@@ -156,6 +159,33 @@ RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::
   std::vector<std::string> argv = {WICK_BIN};
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv, env);
+}
+
+RunResult wick_check(const fs::path& file, const std::vector<std::string>& sets) {
+  // The first check of a test process goes through the command: its output and exit code.
+  static bool command_seen = false;
+  if (!command_seen) {
+    command_seen = true;
+    std::vector<std::string> args = {"check", file.string()};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    return run_wick(args);
+  }
+  // The rest in process: what the command runs (wick::check_config), its result printed as
+  // the command prints it (framework/cli: a ConfigError or PluginError exits 2, others 1).
+  RunResult r;
+  try {
+    auto cfg = wick::Config::load(file.string(), sets);
+    wick::PluginFinder finder(cfg.search_path());
+    r.out = wick::check_config(cfg, finder) + "\n";
+    r.exit_code = 0;
+  } catch (const wick::ConfigError& e) {
+    r = {2, "", std::string("wick: ") + e.what() + "\n"};
+  } catch (const wick::PluginError& e) {
+    r = {2, "", std::string("wick: ") + e.what() + "\n"};
+  } catch (const std::exception& e) {
+    r = {1, "", std::string("wick: error: ") + e.what() + "\n"};
+  }
+  return r;
 }
 
 std::string test_plugins_toml() {

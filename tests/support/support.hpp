@@ -60,6 +60,10 @@ struct RunResult {
 RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
 // Runs build/bin/wick with the arguments.
 RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+// `wick check FILE --set S...`: the first call of a test process runs the command; later calls
+// run what it runs in this process (wick::check_config) and give what it would print and exit
+// with. A test of many configs so checks the command's output once and costs one start.
+RunResult wick_check(const fs::path& file, const std::vector<std::string>& sets = {});
 
 // The [plugins] line that makes a config find the test-only plugins.
 std::string test_plugins_toml();

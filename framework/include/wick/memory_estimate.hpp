@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "wick/trainer.hpp"
+#include "wick/options.hpp"
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 WICK_PUBLIC_BEGIN

@@ -1,11 +1,31 @@
 // One optimizer's table ([optimizer] or [optimizers.MODULE]): its options, checked, and its
 // parameter groups ([[...groups]]).
 #include <algorithm>
+#include <optional>
+#include <string_view>
 
 #include "config/config_impl.hpp"
 #include "config/schemas.hpp"
 
 namespace wick {
+
+const char* to_string(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::adam:
+      return "adam";
+    case OptimizerKind::adamw:
+      return "adamw";
+    case OptimizerKind::sgd:
+      return "sgd";
+  }
+  return "?";
+}
+
+std::optional<OptimizerKind> optimizer_kind(std::string_view name) {
+  for (auto k : {OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sgd})
+    if (name == to_string(k)) return k;
+  return std::nullopt;
+}
 
 // One optimizer's table: its options and its [[...groups]].
 OptimizerOptions Config::Impl::read_optimizer(const toml::table* ot, const std::string& section,
@@ -16,7 +36,7 @@ OptimizerOptions Config::Impl::read_optimizer(const toml::table* ot, const std::
   o.where = ot ? where(ot->source()) : path;
   Params op = validate(ot ? *ot : empty, optimizer_schema(), section, {"groups"}, "optimizer",
                        module.empty() ? "optimizer" : module);
-  o.name = op.get_string("name");
+  o.kind = *optimizer_kind(op.get_string("name"));  // one of the schema's choices
   o.lr = op.get_float("lr");
   o.weight_decay = op.get_float("weight_decay");
   o.weight_decay_set = ot && ot->contains("weight_decay");
@@ -30,15 +50,14 @@ OptimizerOptions Config::Impl::read_optimizer(const toml::table* ot, const std::
   auto check = [&](const Params& p, const char* key, bool ok, const std::string& msg) {
     this->check(p, key, ok, msg, section, o.where);
   };
-  const auto& name = o.name;  // one of the schema's choices
+  const bool sgd = o.kind == OptimizerKind::sgd;
   check(op, "lr", std::isfinite(o.lr) && o.lr > 0, "must be a finite number > 0");
   check(op, "betas", o.betas.size() == 2, "needs two values, e.g. [0.9, 0.999]");
   check(op, "betas",
         std::all_of(o.betas.begin(), o.betas.end(), [](double b) { return b >= 0 && b < 1; }),
         "must each be in [0, 1), e.g. [0.9, 0.999]");
   check(op, "eps", std::isfinite(o.eps) && o.eps > 0, "must be a finite number > 0");
-  check(op, "fused", !o.fused || name == "adam" || name == "adamw",
-        "is for name = \"adam\" or \"adamw\"");
+  check(op, "fused", !o.fused || !sgd, "is for name = \"adam\" or \"adamw\"");
   check(op, "weight_decay", std::isfinite(o.weight_decay) && o.weight_decay >= 0,
         "must be a finite number >= 0");
   check(op, "momentum", o.momentum >= 0 && o.momentum <= 1, "must be in [0, 1]");
@@ -48,11 +67,12 @@ OptimizerOptions Config::Impl::read_optimizer(const toml::table* ot, const std::
   if (ot) {
     const std::vector<std::string> adam_only = {"betas", "eps", "amsgrad"};
     const std::vector<std::string> sgd_only = {"momentum", "dampening", "nesterov"};
-    const auto& wrong = name == "sgd" ? adam_only : sgd_only;
+    const auto& wrong = sgd ? adam_only : sgd_only;
     for (const auto& k : wrong)
       if (auto* n = ot->get(k))
-        throw error(where(*n), "'" + k + "' in " + section + " does not apply to " + name +
-                                   " (it is for " + (name == "sgd" ? "adam and adamw" : "sgd") +
+        throw error(where(*n), "'" + k + "' in " + section + " does not apply to " +
+                                   to_string(o.kind) + " (it is for " +
+                                   (sgd ? "adam and adamw" : "sgd") +
                                    "); remove it or change name");
   }
   if (const auto* g = ot ? ot->get("groups") : nullptr) {

@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "wick/loader.hpp"   // ParamInfo
+#include "wick/options.hpp"  // TrainerOptions
 #include "wick/params.hpp"   // Params
-#include "wick/trainer.hpp"  // TrainerOptions, RunInfo
+#include "wick/run.hpp"      // RunInfo
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 // Exported for the test that compares the table with TrainerOptions (tests/test_config.cpp).

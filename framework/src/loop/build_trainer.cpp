@@ -40,7 +40,12 @@ std::unique_ptr<Trainer> build_trainer(const Config& cfg, const PluginFinder& fi
   auto optimizers = cfg.optimizers();
   if (!cfg.has_optimizer()) {
     auto d = task->default_optimizer();
-    optimizers.front().name = d.name;
+    const auto kind = optimizer_kind(d.name);
+    if (!kind)
+      throw ConfigError(cfg.path() + ": the task's default_optimizer() names '" + d.name +
+                        "', which is not an optimizer wick has (adam, adamw or sgd); set one in "
+                        "[optimizer]");
+    optimizers.front().kind = *kind;
     optimizers.front().lr = d.lr;
   }
   run.config_path = cfg.path();

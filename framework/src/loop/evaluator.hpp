@@ -18,7 +18,8 @@
 #include "dist/data_parallel.hpp"
 #include "loop/dispatch.hpp"
 #include "loop/step_engine.hpp"
-#include "wick/trainer.hpp"
+#include "wick/options.hpp"
+#include "wick/results.hpp"
 
 namespace wick {
 

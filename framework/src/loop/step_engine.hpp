@@ -22,8 +22,8 @@
 #include "loop/loop_state.hpp"
 #include "loop/loss_check.hpp"
 #include "optim/optimizers.hpp"
+#include "wick/options.hpp"
 #include "wick/task.hpp"
-#include "wick/trainer.hpp"
 
 namespace wick {
 

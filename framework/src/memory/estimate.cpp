@@ -12,7 +12,7 @@ namespace {
 
 // Tensors of optimizer state per trainable parameter.
 int state_tensors(const OptimizerOptions& o) {
-  if (o.name == "sgd") return o.momentum > 0 ? 1 : 0;
+  if (o.kind == OptimizerKind::sgd) return o.momentum > 0 ? 1 : 0;
   return o.amsgrad ? 3 : 2;  // adam, adamw: two moments (and the max of the second)
 }
 

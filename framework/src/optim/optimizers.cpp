@@ -25,27 +25,28 @@ std::unique_ptr<torch::optim::OptimizerOptions> base_options(const OptimizerOpti
   if (o.betas.size() != 2)
     throw placed(o.where, "'betas' in " + table_of(o) + " needs two values, e.g. [0.9, 0.999]");
   const auto betas = std::make_tuple(o.betas[0], o.betas[1]);
-  if (o.name == "adam")
-    return std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(o.lr)
-                                                           .betas(betas)
-                                                           .eps(o.eps)
-                                                           .weight_decay(o.weight_decay)
-                                                           .amsgrad(o.amsgrad));
-  if (o.name == "adamw")
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(o.lr)
-            .betas(betas)
-            .eps(o.eps)
-            .weight_decay(o.weight_decay_set ? o.weight_decay : 0.01)
-            .amsgrad(o.amsgrad));
-  if (o.name == "sgd")
-    return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(o.lr)
-                                                          .momentum(o.momentum)
-                                                          .dampening(o.dampening)
-                                                          .weight_decay(o.weight_decay)
-                                                          .nesterov(o.nesterov));
-  throw placed(o.where,
-               "unknown optimizer '" + o.name + "' in " + table_of(o) + "; use adam, adamw or sgd");
+  switch (o.kind) {
+    case OptimizerKind::adam:
+      return std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(o.lr)
+                                                             .betas(betas)
+                                                             .eps(o.eps)
+                                                             .weight_decay(o.weight_decay)
+                                                             .amsgrad(o.amsgrad));
+    case OptimizerKind::adamw:
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(o.lr)
+              .betas(betas)
+              .eps(o.eps)
+              .weight_decay(o.weight_decay_set ? o.weight_decay : 0.01)
+              .amsgrad(o.amsgrad));
+    case OptimizerKind::sgd:
+      return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(o.lr)
+                                                            .momentum(o.momentum)
+                                                            .dampening(o.dampening)
+                                                            .weight_decay(o.weight_decay)
+                                                            .nesterov(o.nesterov));
+  }
+  throw placed(o.where, "unknown optimizer kind in " + table_of(o) + "; use adam, adamw or sgd");
 }
 
 // A group's options: the optimizer's, with the group's own lr and weight decay.
@@ -67,19 +68,20 @@ std::unique_ptr<torch::optim::OptimizerOptions> group_options(
 std::unique_ptr<torch::optim::Optimizer> build(
     const OptimizerOptions& o, std::vector<torch::optim::OptimizerParamGroup> groups,
     const torch::optim::OptimizerOptions& defaults) {
-  const auto& name = o.name;
-  if (name == "adam" && o.fused)
-    return std::make_unique<FusedAdam>(std::move(groups),
-                                       static_cast<const torch::optim::AdamOptions&>(defaults));
-  if (name == "adam")
-    return std::make_unique<torch::optim::Adam>(
-        std::move(groups), static_cast<const torch::optim::AdamOptions&>(defaults));
-  if (name == "adamw" && o.fused)
-    return std::make_unique<FusedAdamW>(std::move(groups),
-                                        static_cast<const torch::optim::AdamWOptions&>(defaults));
-  if (name == "adamw")
-    return std::make_unique<torch::optim::AdamW>(
-        std::move(groups), static_cast<const torch::optim::AdamWOptions&>(defaults));
+  switch (o.kind) {
+    case OptimizerKind::adam: {
+      const auto& d = static_cast<const torch::optim::AdamOptions&>(defaults);
+      if (o.fused) return std::make_unique<FusedAdam>(std::move(groups), d);
+      return std::make_unique<torch::optim::Adam>(std::move(groups), d);
+    }
+    case OptimizerKind::adamw: {
+      const auto& d = static_cast<const torch::optim::AdamWOptions&>(defaults);
+      if (o.fused) return std::make_unique<FusedAdamW>(std::move(groups), d);
+      return std::make_unique<torch::optim::AdamW>(std::move(groups), d);
+    }
+    case OptimizerKind::sgd:
+      break;
+  }
   return std::make_unique<torch::optim::SGD>(
       std::move(groups), static_cast<const torch::optim::SGDOptions&>(defaults));
 }

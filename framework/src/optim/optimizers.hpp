@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "wick/trainer.hpp"
+#include "wick/options.hpp"
 
 namespace wick {
 
@@ -19,7 +19,7 @@ struct NamedOptimizer {
 };
 
 // Throws ConfigError, placed at the optimizer's or group's table, for an unknown optimizer
-// name, a module the model does not have (with a suggestion), a module with trainable
+// kind, a module the model does not have (with a suggestion), a module with trainable
 // parameters but no optimizer, a group glob that matches nothing, or a parameter two groups
 // claim.
 std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>& specs,
