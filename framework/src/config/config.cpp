@@ -2,7 +2,8 @@
 // tables ([trainer], [optimizer] / [optimizers.*], [plugins]) and the plugin instances
 // ([task], [[hooks]], [[metrics]]) validated, every error naming its file:line:col or --set.
 // About 500 lines: the built-in tables' cross-key checks read best in one place
-// (validate_builtin); typed values and optimizer tables have files of their own.
+// (validate_builtin); typed values, the [trainer] options (trainer_options.cpp) and optimizer
+// tables have files of their own.
 #include "wick/config.hpp"
 
 #include <fcntl.h>
