@@ -190,7 +190,9 @@ HandSpec hand_spec(const Config& cfg, const Task& task, std::uint64_t perm_seed)
   h.opt = cfg.optimizer();
   if (!cfg.has_optimizer()) {
     auto d = task.default_optimizer();
-    h.opt.kind = wick::optimizer_kind(d.name).value();
+    const auto kind = wick::optimizer_kind(d.name);
+    if (!kind) throw std::runtime_error("the task's default optimizer '" + d.name + "' is unknown");
+    h.opt.kind = *kind;
     h.opt.lr = d.lr;
   }
   h.perm_seed = perm_seed;

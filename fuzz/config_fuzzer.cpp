@@ -66,7 +66,6 @@ void check_accepted(const wick::Config& cfg) {
   expect(t.device.index <= 127, "trainer.device index > 127");
   expect(!cfg.optimizers().empty(), "no optimizer");
   for (const auto& o : cfg.optimizers()) {
-    expect(wick::optimizer_kind(wick::to_string(o.kind)) == o.kind, "unknown optimizer kind");
     expect(positive(o.lr), "optimizer lr not finite and > 0");
     expect(positive(o.eps), "optimizer eps not finite and > 0");
     expect(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "optimizer weight_decay < 0");

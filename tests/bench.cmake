@@ -1,7 +1,8 @@
 # The benchmark's smoke run (CI: that it runs and writes its results; no timing assertions)
 # and the set-up checks behind `wick doctor` and the reference-BLAS warning.
 if(WICK_BUILD_BENCH)
-  wick_add_test(test_bench SOURCES test_bench.cpp DEPENDS wick_bench ddp fashion_mnist metrics)
+  wick_add_test(test_bench SOURCES test_bench.cpp COST 120
+                DEPENDS wick_bench ddp fashion_mnist metrics)
   if(TARGET test_bench)
     target_compile_definitions(test_bench PRIVATE WICK_BENCH_BIN="$<TARGET_FILE:wick_bench>")
   endif()

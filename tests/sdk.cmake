@@ -51,7 +51,8 @@ target_compile_definitions(test_sdk_install PRIVATE
 get_property(builtin GLOBAL PROPERTY WICK_BUILTIN_PLUGINS)
 add_dependencies(test_sdk_install wick_cli ${builtin})
 add_test(NAME sdk_install COMMAND test_sdk_install)
-set_tests_properties(sdk_install PROPERTIES LABELS "slow;install" TIMEOUT 900)
+# COST: started first by ctest -j, not left to run alone at the end.
+set_tests_properties(sdk_install PROPERTIES LABELS "slow;install" TIMEOUT 900 COST 150)
 
 # Every public SDK header compiles on its own, included first and alone (no reliance on what
 # another header happened to include): one generated translation unit per header, built with

@@ -321,6 +321,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
   static TempDir d;
   static const fs::path pristine = d / "pristine-run";
   if (!fs::exists(pristine)) {
+    fs::remove_all(d / "run");  // a first fit that failed in an earlier section
     write_file(d / "cfg.toml", config(d, "keep_last = 0\n"));
     REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=2"}).exit_code ==
             0);

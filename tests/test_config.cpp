@@ -1,5 +1,6 @@
 // Config validation: every error class is reported as FILE:LINE:COL: message (or with the
-// --set argument that caused it), in process and by `wick check` (exit 2).
+// --set argument that caused it), by `wick check` (exit 2) and, for all but the first config
+// of a test, by what it runs, in process (wick_check).
 #include <tuple>
 
 #include "config/trainer_options.hpp"  // private: the [trainer] options' table

@@ -214,3 +214,16 @@ TEST_CASE("num_workers < 0 and a stream without steps_per_epoch are config error
   CHECK(r2.exit_code == 2);
   CHECK(r2.err.find("set trainer.steps_per_epoch") != std::string::npos);
 }
+
+TEST_CASE("a task's default optimizer that wick does not have is refused, naming it") {
+  TempDir d;
+  write_file(d / "cfg.toml", data_config(d, "", "default_optimizer = \"rmsprop\"\n"));
+  const auto r = wick_check(d / "cfg.toml");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "wick: " + (d / "cfg.toml").string() +
+                     ": the task's default_optimizer() names 'rmsprop', which is not an "
+                     "optimizer wick has (adam, adamw or sgd); set one in [optimizer]\n");
+  // One it has is taken (an [optimizer] table would override it).
+  write_file(d / "ok.toml", data_config(d, "", "default_optimizer = \"sgd\"\n"));
+  CHECK(wick_check(d / "ok.toml").exit_code == 0);
+}

@@ -924,7 +924,9 @@ TEST_CASE("nan_policy error: a non-finite loss found later names its step and is
   CHECK_FALSE(fs::exists(dir / "run" / "ck2"));
 }
 
-TEST_CASE("a checkpoint is restored in before_fit only: later, the fit fails saying so") {
+TEST_CASE(
+    "a checkpoint is restored in before_fit only: later, or after it failed, the fit fails saying "
+    "so") {
   TempDir dir;
   wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
   bool between = false;
@@ -940,4 +942,18 @@ TEST_CASE("a checkpoint is restored in before_fit only: later, the fit fails say
   CHECK(res.error ==
         "plugin 'restorer' (instance 'restorer') at before_epoch: restore_checkpoint is only "
         "possible in before_fit");
+  // Nor after a before_fit that failed: after_cancel finds the loop out of before_fit.
+  TempDir dir2;
+  wick::Trainer t2(tiny_options(dir2), std::make_shared<TinyTask>());
+  t2.add_hook(entry("failing", 0, [&](wick::Registrar& r) {
+    r.on(Point::before_fit, [](wick::Context&) { throw std::runtime_error("no start"); });
+    r.on(Point::after_cancel,
+         [](wick::Context& c) { c.restore_checkpoint((c.run().output_dir + "/nowhere")); });
+  }));
+  const auto res2 = t2.fit();
+  CHECK(res2.status == wick::FitResult::Status::failed);
+  CHECK(res2.error ==
+        "plugin 'failing' (instance 'failing') at before_fit: no start; then plugin 'failing' "
+        "(instance 'failing') at after_cancel: restore_checkpoint is only possible in "
+        "before_fit");
 }

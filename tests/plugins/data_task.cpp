@@ -109,7 +109,8 @@ class Logged : public wick::Dataset {
 
 class DataTask : public wick::ClassificationTask {
  public:
-  explicit DataTask(const wick::Params& p) : kind_(p.get_string("kind")) {
+  explicit DataTask(const wick::Params& p)
+      : kind_(p.get_string("kind")), optimizer_(p.get_string("default_optimizer")) {
     const std::int64_t n = p.get_int("samples");
     if (kind_ == "augment") {
       Augmented a;
@@ -130,12 +131,13 @@ class DataTask : public wick::ClassificationTask {
     return net_.ptr();
   }
   std::shared_ptr<wick::Dataset> train_data() override { return train_; }
+  wick::OptimizerDefaults default_optimizer() const override { return {optimizer_, 1e-3}; }
   at::Tensor forward(wick::Context&, const wick::Batch& b) override {
     return net_->forward(b.input);
   }
 
  private:
-  std::string kind_;
+  std::string kind_, optimizer_;
   std::shared_ptr<wick::Dataset> train_;
   torch::nn::Sequential net_{nullptr};
 };
@@ -148,4 +150,6 @@ WICK_PLUGIN(DataTask,
                 .param_int("samples", 64, "samples (augment, throw)")
                 .param_int("fail_at", 13, "throw: the sample whose batch fails (-1: none)")
                 .param_string("log_samples", "",
-                              "append each training batch's samples to THIS-rankR.txt"))
+                              "append each training batch's samples to THIS-rankR.txt")
+                .param_string("default_optimizer", "adam",
+                              "the name default_optimizer() gives (used without [optimizer])"))

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
@@ -161,6 +163,41 @@ RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::
   return run(argv, env);
 }
 
+namespace {
+
+// Runs `body` with this process's standard output and error going to files, and appends what
+// they received to `out` and `err` (what a child's would have printed: warnings included).
+void capturing(const std::function<void()>& body, std::string& out, std::string& err) {
+  std::fflush(nullptr);
+  const fs::path dir = fs::temp_directory_path();
+  std::string paths[2] = {(dir / "wick-test-out-XXXXXX").string(),
+                          (dir / "wick-test-err-XXXXXX").string()};
+  int files[2], saved[2];
+  for (int i = 0; i < 2; ++i) {
+    files[i] = ::mkstemp(paths[i].data());
+    if (files[i] < 0) throw std::runtime_error("capturing: mkstemp failed");
+    saved[i] = ::dup(i + 1);
+    ::dup2(files[i], i + 1);
+  }
+  std::exception_ptr failure;
+  try {
+    body();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  std::fflush(nullptr);
+  for (int i = 0; i < 2; ++i) {
+    ::dup2(saved[i], i + 1);
+    ::close(saved[i]);
+    ::close(files[i]);
+    (i == 0 ? out : err) += read_file(paths[i]);
+    fs::remove(paths[i]);
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
 RunResult wick_check(const fs::path& file, const std::vector<std::string>& sets) {
   // The first check of a test process goes through the command: its output and exit code.
   static bool command_seen = false;
@@ -170,20 +207,31 @@ RunResult wick_check(const fs::path& file, const std::vector<std::string>& sets)
     for (const auto& s : sets) args.insert(args.end(), {"--set", s});
     return run_wick(args);
   }
-  // The rest in process: what the command runs (wick::check_config), its result printed as
-  // the command prints it (framework/cli: a ConfigError or PluginError exits 2, others 1).
+  // The rest in process: what the command runs (wick::check_config), printed as the command
+  // prints it (framework/cli: a ConfigError or PluginError exits 2, any other error 1).
   RunResult r;
+  std::string line;
   try {
-    auto cfg = wick::Config::load(file.string(), sets);
-    wick::PluginFinder finder(cfg.search_path());
-    r.out = wick::check_config(cfg, finder) + "\n";
+    capturing(
+        [&] {
+          auto cfg = wick::Config::load(file.string(), sets);
+          line = wick::check_config(cfg, wick::PluginFinder(cfg.search_path()));
+        },
+        r.out, r.err);
+    r.out += line + "\n";
     r.exit_code = 0;
   } catch (const wick::ConfigError& e) {
-    r = {2, "", std::string("wick: ") + e.what() + "\n"};
+    r.exit_code = 2;
+    r.err += std::string("wick: ") + e.what() + "\n";
   } catch (const wick::PluginError& e) {
-    r = {2, "", std::string("wick: ") + e.what() + "\n"};
+    r.exit_code = 2;
+    r.err += std::string("wick: ") + e.what() + "\n";
   } catch (const std::exception& e) {
-    r = {1, "", std::string("wick: error: ") + e.what() + "\n"};
+    r.exit_code = 1;
+    r.err += std::string("wick: error: ") + e.what() + "\n";
+  } catch (...) {
+    r.exit_code = 1;
+    r.err += "wick: error: an exception that is not a std::exception\n";
   }
   return r;
 }

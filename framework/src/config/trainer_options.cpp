@@ -1,5 +1,6 @@
-// The [trainer] options, one entry each: a new option is one line here plus its field in
-// TrainerOptions (wick/trainer.hpp), whose default is the only one written.
+// The [trainer] options, one entry each: a new option is one entry here plus its field in
+// TrainerOptions (wick/options.hpp), whose default is the only one written; and, if plugins
+// may see it, a line of view_options().
 #include "config/trainer_options.hpp"
 
 #include <cmath>
@@ -7,10 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
-#include <optional>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "config/toml_text.hpp"  // printable

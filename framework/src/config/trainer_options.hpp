@@ -1,7 +1,7 @@
 // Private: the [trainer] table's options, each declared once (key, type, doc, where it goes in
 // TrainerOptions, what its value must be). The schema that validates the table (its defaults
-// are a default TrainerOptions' values), the reading of the table and RunInfo's view of the
-// options all come from this table.
+// are a default TrainerOptions' values) and the reading of the table come from it; RunInfo's
+// view of the options (view_options) is beside it, used by the config and the Trainer alike.
 #pragma once
 
 #include <functional>

@@ -304,6 +304,8 @@ FitResult Trainer::fit() {
              I.dispatch.blame("an exception that is not a std::exception (a plugin threw a "
                               "non-standard type)"));
   }
+  // A before_fit hook that threw leaves the loop out of before_fit: after_cancel restores nothing.
+  if (I.phase == LoopPhase::before_fit) I.phase = LoopPhase::fit;
   if (res.status != FitResult::Status::completed) {
     // after_cancel runs once on the way out; an error inside it is reported, not rethrown.
     auto report = [&](const std::string& msg) {

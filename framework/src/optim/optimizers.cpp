@@ -5,6 +5,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "wick/config.hpp"
 #include "wick/params.hpp"
@@ -46,7 +47,7 @@ std::unique_ptr<torch::optim::OptimizerOptions> base_options(const OptimizerOpti
                                                             .weight_decay(o.weight_decay)
                                                             .nesterov(o.nesterov));
   }
-  throw placed(o.where, "unknown optimizer kind in " + table_of(o) + "; use adam, adamw or sgd");
+  throw std::logic_error("an OptimizerKind value that names no optimizer");
 }
 
 // A group's options: the optimizer's, with the group's own lr and weight decay.

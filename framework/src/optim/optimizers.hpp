@@ -18,10 +18,9 @@ struct NamedOptimizer {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 };
 
-// Throws ConfigError, placed at the optimizer's or group's table, for an unknown optimizer
-// kind, a module the model does not have (with a suggestion), a module with trainable
-// parameters but no optimizer, a group glob that matches nothing, or a parameter two groups
-// claim.
+// Throws ConfigError, placed at the optimizer's or group's table, for a module the model does
+// not have (with a suggestion), a module with trainable parameters but no optimizer, a group
+// glob that matches nothing, or a parameter two groups claim.
 std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>& specs,
                                             torch::nn::Module& model);
 
