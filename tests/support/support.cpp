@@ -169,13 +169,12 @@ namespace {
 // they received to `out` and `err` (what a child's would have printed: warnings included).
 void capturing(const std::function<void()>& body, std::string& out, std::string& err) {
   std::fflush(nullptr);
-  const fs::path dir = fs::temp_directory_path();
-  std::string paths[2] = {(dir / "wick-test-out-XXXXXX").string(),
-                          (dir / "wick-test-err-XXXXXX").string()};
+  const TempDir dir;
+  const fs::path paths[2] = {dir / "stdout", dir / "stderr"};
   int files[2], saved[2];
   for (int i = 0; i < 2; ++i) {
-    files[i] = ::mkstemp(paths[i].data());
-    if (files[i] < 0) throw std::runtime_error("capturing: mkstemp failed");
+    files[i] = ::open(paths[i].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (files[i] < 0) throw std::runtime_error("capturing: cannot create " + paths[i].string());
     saved[i] = ::dup(i + 1);
     ::dup2(files[i], i + 1);
   }
@@ -191,7 +190,6 @@ void capturing(const std::function<void()>& body, std::string& out, std::string&
     ::close(saved[i]);
     ::close(files[i]);
     (i == 0 ? out : err) += read_file(paths[i]);
-    fs::remove(paths[i]);
   }
   if (failure) std::rethrow_exception(failure);
 }
