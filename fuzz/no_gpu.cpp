@@ -1,5 +1,7 @@
 // The fuzz targets build the config sources without LibTorch: trainer.device is resolved here
-// as on a machine without a GPU (the library's own, in system/hardware.cpp, asks LibTorch).
+// as on a machine without a GPU (the library's own, in system/hardware.cpp, asks LibTorch),
+// and the CUDA side is that of a CPU-only build (cuda/cuda_support.cpp's).
+#include "cuda/cuda_load.hpp"
 #include "wick/params.hpp"
 #include "wick/system.hpp"
 
@@ -12,5 +14,21 @@ Device resolve_device(const Device& requested, bool auto_device) {
                       "\" but this LibTorch has no CUDA device; use \"cpu\" or \"auto\"");
   return requested;
 }
+
+namespace cuda {
+
+bool compiled() {
+  return false;
+}
+
+std::string load() {
+  return "the fuzz targets have no CUDA side";
+}
+
+bool loaded() {
+  return false;
+}
+
+}  // namespace cuda
 
 }  // namespace wick

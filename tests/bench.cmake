@@ -8,3 +8,7 @@ if(WICK_BUILD_BENCH)
   endif()
 endif()
 wick_add_test(test_system SOURCES test_system.cpp CPU_PATHS)
+if(TARGET test_system)
+  # White-box: whether this wick has a CUDA side, without loading it (framework/src/cuda).
+  target_include_directories(test_system PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
+endif()

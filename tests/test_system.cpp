@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cuda/cuda_load.hpp"
 #include "support.hpp"
 #include "wick/hardware.hpp"
 #include "wick/system.hpp"
@@ -82,6 +83,13 @@ TEST_CASE("wick doctor prints the set-up") {
   CHECK_THAT(r.out, Contains("BLAS"));
   CHECK_THAT(r.out, Contains("intra-op"));
   CHECK_THAT(r.out, Contains("CUDA"));
+  if (!sys.cuda_version.empty()) {
+    // LibTorch's CUDA side loaded before LibTorch was asked about CUDA, in the command as here:
+    // its own hooks answer (its stand-in has no runtime version).
+    CHECK(sys.cuda_missing.empty());
+    CHECK(sys.cuda_runtime > 0);
+    CHECK_THAT(r.out, Contains("runtime " + std::to_string(sys.cuda_runtime)));
+  }
   CHECK_THAT(r.out, Contains("synthetic"));  // the built-in plugin folder is searched
   if (sys.blas != BlasKind::reference) CHECK_THAT(r.out, !Contains("reference BLAS"));
 }
@@ -199,6 +207,37 @@ TEST_CASE("trainer.device = auto resolves once, to the GPU where LibTorch sees o
   if (!gpu)
     CHECK_THROWS_WITH(wick::resolve_device(wick::Device{wick::DeviceType::cuda, 0}, false),
                       Contains("trainer.device = \"cuda:0\" but this LibTorch has no CUDA device"));
+}
+
+namespace {
+
+bool cuda_mapped() {
+  return read_file("/proc/self/maps").find("libtorch_cuda.so") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a CPU run never loads LibTorch's CUDA side, and asking for CUDA loads it first") {
+  if (!wick::cuda::compiled())
+    skip("this wick is built against a CPU-only LibTorch (" TORCH_VERSION ")");
+  // This program links libwick, which links LibTorch's CPU side alone.
+  CHECK_FALSE(cuda_mapped());
+  // Nor does the command load it for a CPU fit (LD_DEBUG=files names each library loaded).
+  TempDir dir;
+  auto r = run_wick({"fit", tiny_config(dir)}, {"LD_DEBUG=files"});
+  INFO(r.err.substr(0, 2000));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("libtorch_cpu.so"));
+  CHECK_THAT(r.err, !Contains("libtorch_cuda.so"));
+  CHECK_THAT(r.err, !Contains("libwick_cuda.so"));
+  // "auto" loads it before LibTorch is asked whether it has CUDA (its first answer stays).
+  const auto d = wick::resolve_device(wick::Device{}, /*auto_device=*/true);
+  CHECK(cuda_mapped());
+  CHECK(wick::cuda::loaded());
+  const auto sys = wick::system_report();
+  CHECK(sys.cuda_missing.empty());
+  CHECK(sys.cuda_runtime > 0);  // LibTorch's own CUDA hooks answer, not its stand-in
+  CHECK(d.is_cuda() == sys.cuda_available);
 }
 
 // A busy machine (README: Threads): trainer.threads = "auto" takes the cores that are free,

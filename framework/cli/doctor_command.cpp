@@ -105,12 +105,17 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
                 wick::kPeakProbeSeconds);
 
     if (sys.cuda_available)
-      std::printf("CUDA       available, %d device(s)\n", sys.cuda_devices);
+      std::printf("CUDA       available, %d device(s), runtime %ld\n", sys.cuda_devices,
+                  sys.cuda_runtime);
+    else if (!sys.cuda_missing.empty() && !sys.cuda_version.empty())
+      std::printf("CUDA       not available: %s; it trains on the CPU: trainer.device = \"cpu\"\n",
+                  sys.cuda_missing.c_str());
     else if (!sys.cuda_version.empty())
       std::printf(
-          "CUDA       not available: this LibTorch is built for CUDA %s but finds no GPU (no "
-          "NVIDIA device or driver); it trains on the CPU: trainer.device = \"cpu\"\n",
-          sys.cuda_version.c_str());
+          "CUDA       not available: this LibTorch is built for CUDA %s (runtime %ld loaded) but "
+          "finds no GPU (no NVIDIA device or driver); it trains on the CPU: trainer.device = "
+          "\"cpu\"\n",
+          sys.cuda_version.c_str(), sys.cuda_runtime);
     else
       std::printf(
           "CUDA       not available (this LibTorch runs on the CPU: trainer.device = \"cpu\")\n");

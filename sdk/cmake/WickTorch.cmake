@@ -5,7 +5,7 @@
 # CMake's usual search finds one (Debian's in /usr), and a LibTorch found through
 # CMAKE_PREFIX_PATH or Torch_DIR (PyTorch's convention) brings its own libraries. Sets what
 # find_package(Torch) sets, and WICK_TORCH_ROOT (the root given or found that way, resolved;
-# "" for a LibTorch in the system folders).
+# "" for a LibTorch in the system folders) and the target wick_torch_cpu (its CPU side).
 macro(wick_find_torch)
   cmake_parse_arguments(WFT "" "ROOT" "" ${ARGN})
   set(WICK_TORCH_ROOT "")
@@ -51,6 +51,21 @@ macro(wick_find_torch)
     set(TORCH_CUDA_ARCH_LIST "8.0;9.0+PTX")
   endif()
   find_package(Torch REQUIRED)
+  # wick_torch_cpu: LibTorch's CPU side (with its headers and flags), which libwick and the
+  # plugins link: a CUDA LibTorch's CUDA side (torch_cuda, c10_cuda and the CUDA libraries,
+  # ~0.35 s of every process start) is loaded by wick when a run asks for CUDA. A target that
+  # calls LibTorch's CUDA API itself links ${TORCH_LIBRARIES}, LibTorch's whole.
+  if(NOT TARGET wick_torch_cpu)
+    add_library(wick_torch_cpu INTERFACE IMPORTED)
+    if(TARGET torch_cpu_library AND TARGET c10)
+      set_target_properties(wick_torch_cpu PROPERTIES
+        INTERFACE_LINK_LIBRARIES "torch_cpu_library;c10"
+        INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}"
+        INTERFACE_COMPILE_OPTIONS "${TORCH_CXX_FLAGS}")
+    else()
+      set_target_properties(wick_torch_cpu PROPERTIES INTERFACE_LINK_LIBRARIES "${TORCH_LIBRARIES}")
+    endif()
+  endif()
   # Every LibTorch library must come from the LibTorch whose headers are compiled with.
   foreach(_wft_lib TORCH_LIBRARY C10_CUDA_LIBRARY)
     if(${_wft_lib} AND NOT ${_wft_lib} MATCHES "^${TORCH_INSTALL_PREFIX}/")

@@ -54,6 +54,7 @@ void apply_cpu_disable();
 // trainer.device as a run uses it: "auto" (auto_device) becomes the current CUDA device where
 // this LibTorch sees a GPU, else the CPU. Resolved once, before any plugin is made, so that
 // Params::run() and Context::run() agree. A CUDA device without one throws ConfigError.
+// Asking for CUDA ("auto" or cuda) loads LibTorch's CUDA side, which a CPU run never loads.
 Device resolve_device(const Device& requested, bool auto_device);
 
 // trainer.threads = "auto" (the default). The cores this process may run on (affinity, and a
@@ -80,12 +81,15 @@ struct SystemReport {
   unsigned hardware_threads = 0;
   bool cuda_available = false;
   int cuda_devices = 0;
+  std::string cuda_missing;  // why LibTorch's CUDA side did not load ("" if it did, or has none)
+  long cuda_runtime = 0;     // the CUDA runtime version the loaded side reports (13000: 13.0)
   std::string blas_path;
   BlasKind blas = BlasKind::none;
   std::string blas_info;     // LibTorch's own word for its BLAS (BLAS_INFO: "mkl", "open")
   std::string cuda_version;  // the CUDA LibTorch was built for ("" without CUDA)
 };
-// Runs a small matrix product first, so that whatever BLAS LibTorch calls is mapped.
+// Runs a small matrix product first, so that whatever BLAS LibTorch calls is mapped; loads
+// LibTorch's CUDA side (a CUDA build's) to report on it.
 SystemReport system_report();
 
 // How long the peak probes run (after a 50 ms warm-up): long enough for the cores to reach

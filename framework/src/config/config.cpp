@@ -26,6 +26,7 @@
 #include "config/schemas.hpp"
 #include "config/toml_text.hpp"
 #include "config/trainer_options.hpp"
+#include "cuda/cuda_load.hpp"
 #include "wick/cluster.hpp"
 
 namespace wick {
@@ -174,6 +175,12 @@ void Config::Impl::validate_builtin() {
     const std::string must = option.read(tp, trainer);
     check(tp, option.info.key.c_str(), must.empty(), must, "[trainer]", trainer_where);
   }
+  // "auto" resolved once, as the Trainer resolves it, before any plugin is made. A run that
+  // asks for CUDA loads LibTorch's CUDA side now, before anything asks LibTorch whether it has
+  // CUDA (its first answer stays); an explicit CUDA device is checked when the run starts
+  // (`wick check` of a CUDA config passes on a machine without a GPU).
+  device = trainer.auto_device ? resolve_device(trainer.device, true) : trainer.device;
+  if (trainer.device.is_cuda() && cuda::compiled()) (void)cuda::load();
   if (trainer.auto_batch_size)
     root.get("trainer")->as_table()->insert_or_assign("batch_size", "auto");
   if (trainer.auto_threads && threads_given)

@@ -31,6 +31,7 @@ struct Config::Impl {
   // --set values: node -> ("--set k=v", raw value text), for messages and string coercion.
   std::map<const toml::node*, std::pair<std::string, std::string>> overrides;
   TrainerOptions trainer;
+  Device device;  // trainer.device as the run uses it ("auto" resolved once, when read)
   std::vector<OptimizerOptions> optimizers;  // one, or one per [optimizers.NAME]
   bool has_optimizer = false;
   std::string task_plugin;
@@ -134,10 +135,7 @@ struct Config::Impl {
     RunInfo r;
     r.config_path = path;
     r.output_dir = std::filesystem::absolute(trainer.output_dir).lexically_normal().string();
-    // "auto" resolved here as the Trainer resolves it; an explicit device is checked when the
-    // run starts (wick check of a CUDA config passes on a machine without a GPU).
-    view_options(trainer,
-                 trainer.auto_device ? resolve_device(trainer.device, true) : trainer.device, r);
+    view_options(trainer, device, r);
     const JobRanks job = job_ranks();
     r.world_size = job.world;
     r.rank = job.rank;

@@ -1,100 +1,89 @@
-// The CUDA side of cuda_support.hpp (built with a CUDA LibTorch only).
+// cuda_support.hpp in libwick: loads the CUDA module when a run asks for CUDA and forwards to
+// it. WICK_CUDA_MODULE (a CUDA build) is the module's file name, found beside libwick.
 #include "cuda/cuda_support.hpp"
 
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime.h>
+#include <dlfcn.h>
 
-#include <cstddef>
-#include <memory>
+#include <atomic>
+#include <filesystem>
+#include <mutex>
 #include <stdexcept>
-#include <vector>
 
-#include "cuda/adam_kernel.hpp"
+#include "cuda/cuda_module.hpp"
 
 namespace wick::cuda {
+namespace {
+
+std::atomic<const Module*> g_module{nullptr};
+
+// The loaded module; every caller got here through a CUDA device, which a run has only after
+// resolve_device loaded it.
+const Module& module() {
+  if (const auto* m = g_module.load()) return *m;
+  const auto why = load();
+  if (!why.empty()) throw std::runtime_error("wick: a CUDA device without CUDA: " + why);
+  return *g_module.load();
+}
+
+}  // namespace
 
 bool compiled() {
+#ifdef WICK_CUDA_MODULE
   return true;
+#else
+  return false;
+#endif
+}
+
+std::string load() {
+#ifdef WICK_CUDA_MODULE
+  static std::mutex m;
+  const std::lock_guard<std::mutex> lock(m);
+  if (g_module.load()) return "";
+  // Beside libwick, wherever it is (the build tree, an install, a moved install).
+  Dl_info self{};
+  if (!dladdr(reinterpret_cast<void*>(&load), &self) || !self.dli_fname)
+    return "cannot tell where libwick is, to find " WICK_CUDA_MODULE " beside it";
+  const auto path = std::filesystem::path(self.dli_fname).parent_path() / WICK_CUDA_MODULE;
+  // Global, as a program linked to LibTorch's CUDA libraries would see their symbols.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) {
+    const char* err = dlerror();
+    return "LibTorch's CUDA side did not load (" + std::string(err ? err : path.string()) + ")";
+  }
+  const auto table = reinterpret_cast<const Module* (*)()>(dlsym(handle, WICK_CUDA_MODULE_SYMBOL));
+  if (!table) return path.string() + " has no " WICK_CUDA_MODULE_SYMBOL "; rebuild wick";
+  g_module.store(table());
+  return "";
+#else
+  return "this wick is built against a CPU-only LibTorch";
+#endif
+}
+
+bool loaded() {
+  return g_module.load() != nullptr;
 }
 
 bool capturing(const at::Device& device) {
-  if (!device.is_cuda()) return false;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const auto stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-  return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
-         status != cudaStreamCaptureStatusNone;
+  return device.is_cuda() && module().capturing(device);
 }
 
 at::Tensor pinned(const at::Tensor& host) {
-  if (!host.defined() || !host.device().is_cpu() || host.is_pinned()) return host;
-  return host.pin_memory();
+  return compiled() ? module().pinned(host) : host;
 }
 
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
-  if (!host.defined()) return host;
-  const c10::cuda::CUDAGuard guard(device);
-  const auto compute = c10::cuda::getCurrentCUDAStream();
-  const auto copy = c10::cuda::getStreamFromPool();
-  at::Tensor out;
-  {
-    const c10::cuda::CUDAStreamGuard on_copy(copy);
-    out = host.to(device, /*non_blocking=*/true);
-  }
-  at::cuda::CUDAEvent copied;
-  copied.record(copy);
-  copied.block(compute);
-  // Allocated on the copy stream, used on the compute stream: its memory must not be reused
-  // before the compute stream is done with it.
-  out.record_stream(compute);
-  return out;
+  if (!device.is_cuda()) return host.defined() ? host.to(device, /*non_blocking=*/true) : host;
+  return module().to_device_async(host, device);
 }
 
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                float beta2, float step_size, float bc2_sqrt, float eps, float decay) {
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p, &g, &m, &v})
-    if (!t->is_cuda() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
-        t->device() != p.device() || t->numel() != p.numel())
-      throw std::logic_error(
-          "cuda::adam_step: every tensor must be a contiguous float32 tensor "
-          "of the parameter's size on its GPU");
-  const c10::cuda::CUDAGuard guard(p.device());
-  launch_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-              p.numel(), beta1, beta2, step_size, bc2_sqrt, eps, decay,
-              c10::cuda::getCurrentCUDAStream().stream());
+  module().adam_step(p, g, m, v, beta1, beta2, step_size, bc2_sqrt, eps, decay);
 }
 
-namespace {
-
-class EventClock final : public DeviceClock {
- public:
-  explicit EventClock(const at::Device& device) : device_(device) {}
-  std::size_t mark() override {
-    if (capturing(device_)) return kNotRecorded;
-    if (used_ == events_.size())
-      events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));  // timed
-    events_[used_]->record(c10::cuda::getCurrentCUDAStream(device_.index()));
-    return used_++;
-  }
-  double seconds(std::size_t from, std::size_t to) override {
-    if (from == kNotRecorded || to == kNotRecorded) return 0;
-    events_[to]->synchronize();
-    return static_cast<double>(events_[from]->elapsed_time(*events_[to])) / 1000.0;
-  }
-  void clear() override { used_ = 0; }
-
- private:
-  static constexpr std::size_t kNotRecorded = static_cast<std::size_t>(-1);
-  at::Device device_;
-  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;  // reused after clear()
-  std::size_t used_ = 0;
-};
-
-}  // namespace
-
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
-  return std::make_unique<EventClock>(device);
+  return module().event_clock(device);
 }
 
 }  // namespace wick::cuda

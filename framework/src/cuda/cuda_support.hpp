@@ -1,12 +1,17 @@
 // Private: what wick does differently on a CUDA device, behind one interface. With a CUDA
-// LibTorch it is built from cuda_support.cpp and the kernels in *.cu (nvcc); with a CPU-only
-// one from no_cuda.cpp, whose functions are never reached (a CUDA device is refused first).
+// LibTorch, the CUDA side is a module of its own (libwick_cuda.so: cuda_side.cpp and the
+// kernels in *.cu, nvcc) that links LibTorch's CUDA libraries; libwick links LibTorch's CPU
+// side alone and loads the module (cuda_support.cpp) only for a run that asks for CUDA. A CPU
+// run then neither pays for loading the CUDA libraries (~0.35 s of every process start) nor
+// touches CUDA state. With a CPU-only LibTorch there is no module and no CUDA device can be
+// chosen (the trainer refuses one first).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
 
+#include "cuda/cuda_load.hpp"
 #include "loop/device_clock.hpp"
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
@@ -14,9 +19,6 @@
 WICK_PUBLIC_BEGIN
 
 namespace wick::cuda {
-
-// Whether this wick was built with CUDA (a CUDA LibTorch and nvcc).
-bool compiled();
 
 // Whether the current CUDA stream of `device` is capturing a CUDA graph (cuda_graph): work
 // that needs the host (reading a value) must not run then.

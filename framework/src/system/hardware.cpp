@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/cuda_support.hpp"
 #include "wick/params.hpp"  // ConfigError
 #include "wick/system.hpp"
 
@@ -136,10 +137,14 @@ std::string torch_cpu_capability() {
 }
 
 Device resolve_device(const Device& requested, bool auto_device) {
-  if (auto_device) return torch::cuda::is_available() ? Device{DeviceType::cuda, -1} : Device{};
-  if (requested.is_cuda() && !torch::cuda::is_available())
-    throw ConfigError("trainer.device = \"" + requested.str() +
-                      "\" but this LibTorch has no CUDA device; use \"cpu\" or \"auto\"");
+  if (!auto_device && !requested.is_cuda()) return requested;  // CUDA left unloaded
+  const std::string why = cuda::compiled() ? cuda::load() : "";
+  const bool has_cuda = why.empty() && torch::cuda::is_available();
+  if (auto_device) return has_cuda ? Device{DeviceType::cuda, -1} : Device{};
+  if (!has_cuda)
+    throw ConfigError("trainer.device = \"" + requested.str() + "\" but " +
+                      (why.empty() ? "this LibTorch has no CUDA device" : why) +
+                      "; use \"cpu\" or \"auto\"");
   return requested;
 }
 

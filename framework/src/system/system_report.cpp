@@ -2,6 +2,7 @@
 // torch-free so that the loader links without it (the fuzz build, fuzz/CMakeLists.txt).
 #include "wick/system.hpp"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -10,6 +11,8 @@
 #include <chrono>
 #include <cstdint>
 #include <thread>
+
+#include "cuda/cuda_load.hpp"
 
 namespace wick {
 
@@ -27,6 +30,11 @@ std::string build_setting(const std::string& config, const std::string& key) {
 
 SystemReport system_report() {
   SystemReport r;
+  // Loaded first: LibTorch keeps the answer of its first question about CUDA.
+  if (cuda::compiled()) {
+    r.cuda_missing = cuda::load();
+    if (r.cuda_missing.empty()) r.cuda_runtime = at::detail::getCUDAHooks().versionCUDART();
+  }
   {
     // A product big enough to go to BLAS (sgemm), should a build load it lazily.
     torch::NoGradGuard g;
@@ -40,7 +48,7 @@ SystemReport system_report() {
   r.intra_op_threads = at::get_num_threads();
   r.inter_op_threads = at::get_num_interop_threads();
   r.hardware_threads = std::thread::hardware_concurrency();
-  r.cuda_available = torch::cuda::is_available();
+  r.cuda_available = cuda::loaded() && torch::cuda::is_available();
   r.cuda_devices = r.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
   r.blas_path = loaded_blas();
   r.blas = classify_blas_path(r.blas_path);

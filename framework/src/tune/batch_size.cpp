@@ -15,6 +15,7 @@
 #include "tune/probe.hpp"
 #include "wick/cluster.hpp"
 #include "wick/hook.hpp"
+#include "wick/system.hpp"  // resolve_device
 #include "wick/tuning.hpp"
 
 namespace fs = std::filesystem;
@@ -107,7 +108,7 @@ BatchSizeChoice find_batch_size(const Config& cfg, const PluginFinder& finder) {
                       " set a number (e.g. what `wick fit --auto-batch-size` chooses on one)");
   std::int64_t bound = 1;
   while (bound * 2 <= base.max_batch_size) bound *= 2;
-  const bool cuda = base.device.is_cuda() || (base.auto_device && torch::cuda::is_available());
+  const bool cuda = resolve_device(base.device, base.auto_device).is_cuda();
   BatchSizeChoice choice;
   auto probe_opts = [&](std::int64_t bs) {
     auto o = base;

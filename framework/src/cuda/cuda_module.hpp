@@ -1,0 +1,26 @@
+// Private: the functions the CUDA module (libwick_cuda.so, cuda_side.cpp) gives libwick
+// (cuda_support.cpp), as one table read through the module's one exported symbol.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "loop/device_clock.hpp"
+
+namespace wick::cuda {
+
+struct Module {
+  bool (*capturing)(const at::Device& device);
+  at::Tensor (*pinned)(const at::Tensor& host);
+  at::Tensor (*to_device_async)(const at::Tensor& host, const at::Device& device);
+  void (*adam_step)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
+                    float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+  std::unique_ptr<DeviceClock> (*event_clock)(const at::Device& device);
+};
+
+}  // namespace wick::cuda
+
+// The module's table (the symbol cuda_support.cpp looks up).
+#define WICK_CUDA_MODULE_SYMBOL "wick_cuda_module"
+extern "C" const wick::cuda::Module* wick_cuda_module();
