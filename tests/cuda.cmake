@@ -8,8 +8,8 @@ endif()
 wick_add_test(test_cuda SOURCES test_cuda.cpp TORCH DEPENDS ${WICK_CUDA_TEST_DEPENDS})
 if(TARGET test_cuda AND WICK_CUDA)
   # White-box: the private interface behind the pinned copies (framework/src/cuda).
-  target_compile_definitions(test_cuda PRIVATE WICK_TEST_CUDA USE_C10D_NCCL)
+  target_compile_definitions(test_cuda PRIVATE WICK_TEST_CUDA)
   target_include_directories(test_cuda PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
-  # LibTorch's CUDA API, NCCL included (libwick links LibTorch's CPU side alone).
+  # LibTorch's CUDA API (libwick links LibTorch's CPU side alone).
   target_link_libraries(test_cuda PRIVATE ${TORCH_LIBRARIES})
 endif()

@@ -10,13 +10,14 @@
 
 #ifdef WICK_TEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "cuda/cuda_support.hpp"
 #endif
 
 #include <wick/profile.hpp>
+#include <wick/rendezvous.hpp>
 #include <wick/task.hpp>
 #include <wick/trainer.hpp>
 
@@ -271,12 +272,12 @@ TEST_CASE("fp16 loss scaling on CUDA: one fused unscale and check, as on the CPU
   CHECK(gpu.scale_loss(torch::ones({}, torch::kCUDA)).item<double>() == 512);
 }
 
-TEST_CASE("ddp's NCCL process group all-reduces on the GPU at world size 1", "[cuda]") {
+TEST_CASE("wick::nccl_group, ddp's group on CUDA, all-reduces on the GPU at world size 1",
+          "[cuda]") {
   need_gpu();
 #ifdef WICK_TEST_CUDA
   auto store = c10::make_intrusive<c10d::HashStore>();
-  auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, 0, 1,
-                                                        c10d::ProcessGroupNCCL::Options::create());
+  auto pg = wick::nccl_group(store, 0, 1, std::chrono::seconds(60), "test");
   std::vector<at::Tensor> io = {torch::full({4}, 3.0f, torch::kCUDA)};
   pg->allreduce(io)->wait();
   CHECK(torch::equal(io[0].cpu(), torch::full({4}, 3.0f)));

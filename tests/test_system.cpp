@@ -230,6 +230,12 @@ TEST_CASE("a CPU run never loads LibTorch's CUDA side, and asking for CUDA loads
   CHECK_THAT(r.err, Contains("libtorch_cpu.so"));
   CHECK_THAT(r.err, !Contains("libtorch_cuda.so"));
   CHECK_THAT(r.err, !Contains("libwick_cuda.so"));
+  // Nor for two ranks on the CPU: ddp takes NCCL from wick (nccl_group), not by linking it.
+  TempDir two_dir;
+  auto two = run_wick({"fit", tiny_config(two_dir), "--nproc", "2"}, {"LD_DEBUG=files"});
+  REQUIRE(two.exit_code == 0);
+  CHECK_THAT(two.err, Contains("wick_ddp.so"));
+  CHECK_THAT(two.err, !Contains("libtorch_cuda.so"));
   // "auto" loads it before LibTorch is asked whether it has CUDA (its first answer stays).
   const auto d = wick::resolve_device(wick::Device{}, /*auto_device=*/true);
   CHECK(cuda_mapped());

@@ -55,9 +55,6 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#ifdef WICK_DDP_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include "buckets.hpp"
 #include "zero.hpp"
@@ -261,19 +258,10 @@ class Ddp : public wick::Hook, public wick::Collectives {
     overlap_active_ = overlap_ && c.optimizer_names().size() == 1;
     auto store = wick::rendezvous(rank_, world_, timeout_, "wick", "ddp");
     const torch::Device dev(c.run().device.str());
-    if (dev.is_cuda()) {
-#ifdef WICK_DDP_NCCL
-      auto o = c10d::ProcessGroupNCCL::Options::create();
-      o->timeout = timeout_;
-      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, world_, o);
-#else
-      throw wick::ConfigError(
-          "ddp: trainer.device is " + dev.str() +
-          " but this wick was built without NCCL; build against a CUDA LibTorch or train on cpu");
-#endif
-    } else {
+    if (dev.is_cuda())
+      pg_ = wick::nccl_group(store, rank_, world_, timeout_, "ddp");
+    else
       pg_ = wick::gloo_group(store, rank_, world_, timeout_);
-    }
     exchange_ = exchange_mb_ > 0 && world_ == 2 && dev.is_cpu();
     exchanged_buckets_ = 0;
 
@@ -369,9 +357,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
   }
 
   // ---- wick::Collectives, installed on the Context for the trainer and other hooks ----------
-  void all_reduce_sum(at::Tensor& t) override {
-    sum_host_tensor(t);
-  }
+  void all_reduce_sum(at::Tensor& t) override { sum_host_tensor(t); }
   void barrier() override {
     wait(pg_->barrier(), "barrier");
     ++barriers_;

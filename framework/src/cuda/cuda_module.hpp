@@ -3,10 +3,17 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
 
+#include <chrono>
 #include <memory>
 
 #include "loop/device_clock.hpp"
+#include "wick/torch_compat.hpp"  // compat::CommBackend
+
+namespace c10d {
+class Store;
+}  // namespace c10d
 
 namespace wick::cuda {
 
@@ -17,6 +24,9 @@ struct Module {
   void (*adam_step)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                     float beta2, float step_size, float bc2_sqrt, float eps, float decay);
   std::unique_ptr<DeviceClock> (*event_clock)(const at::Device& device);
+  c10::intrusive_ptr<compat::CommBackend> (*nccl_group)(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+      std::chrono::milliseconds timeout);
 };
 
 }  // namespace wick::cuda

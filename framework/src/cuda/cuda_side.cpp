@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -91,7 +92,15 @@ std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
   return std::make_unique<EventClock>(device);
 }
 
-const Module kModule{capturing, pinned, to_device_async, adam_step, event_clock};
+c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int world,
+                                                   std::chrono::milliseconds timeout) {
+  auto o = c10d::ProcessGroupNCCL::Options::create();
+  o->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, o);
+}
+
+const Module kModule{capturing, pinned, to_device_async, adam_step, event_clock, nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

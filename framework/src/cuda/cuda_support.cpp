@@ -3,6 +3,13 @@
 #include "cuda/cuda_support.hpp"
 
 #include <dlfcn.h>
+#include <torch/version.h>
+// compat::CommBackend, complete (nccl_group returns one).
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 
 #include <atomic>
 #include <filesystem>
@@ -84,6 +91,12 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
 
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
   return module().event_clock(device);
+}
+
+c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int world,
+                                                   std::chrono::milliseconds timeout) {
+  return module().nccl_group(store, rank, world, timeout);
 }
 
 }  // namespace wick::cuda

@@ -8,15 +8,22 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
 
+#include <chrono>
 #include <memory>
 
 #include "cuda/cuda_load.hpp"
 #include "loop/device_clock.hpp"
-#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+#include "wick/torch_compat.hpp"  // compat::CommBackend
+#include "wick/version.hpp"       // WICK_PUBLIC_BEGIN
 
 // Exported for the white-box tests (tests/), which link libwick; not an installed header.
 WICK_PUBLIC_BEGIN
+
+namespace c10d {
+class Store;
+}  // namespace c10d
 
 namespace wick::cuda {
 
@@ -41,6 +48,11 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
 // A DeviceClock of CUDA events on `device`'s current stream (the profiler's clock on a GPU).
 // Marks made while the stream captures a CUDA graph are not recorded and time nothing.
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device);
+
+// An NCCL process group over `store` (wick::nccl_group, once the CUDA side is loaded).
+c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int world,
+                                                   std::chrono::milliseconds timeout);
 
 }  // namespace wick::cuda
 

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/cuda_support.hpp"
 #include "wick/params.hpp"
 
 namespace wick {
@@ -106,6 +107,16 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
     o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   o->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, o);
+}
+
+c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int world,
+                                                   std::chrono::milliseconds timeout,
+                                                   const std::string& who) {
+  if (const std::string why = cuda::load(); !why.empty())
+    throw ConfigError(who + ": NCCL is in LibTorch's CUDA side, but " + why +
+                      "; build wick against a CUDA LibTorch, or train on cpu (Gloo)");
+  return cuda::nccl_group(store, rank, world, timeout);
 }
 
 }  // namespace wick

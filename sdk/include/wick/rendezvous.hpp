@@ -1,6 +1,6 @@
 // How the ranks that `wick launch` (or torchrun) started find each other: a TCPStore at
-// MASTER_ADDR:MASTER_PORT (rank 0 serves it) and a Gloo process group over it. Used by the
-// ddp hook for a fit and by wick itself for evaluate / predict. Callers include c10d's own
+// MASTER_ADDR:MASTER_PORT (rank 0 serves it) and a Gloo (or NCCL) process group over it. Used by
+// the ddp hook for a fit and by wick itself for evaluate / predict. Callers include c10d's own
 // headers (ProcessGroupGloo.hpp needs USE_C10D_GLOO) to use the results.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <string>
 
+#include "wick/torch_compat.hpp"  // compat::CommBackend
 #include "wick/version.hpp"
 
 WICK_PUBLIC_BEGIN
@@ -33,6 +34,14 @@ WICK_EXPORT c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world,
 WICK_EXPORT c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
     std::chrono::milliseconds timeout);
+
+// Since SDK 2.10: an NCCL group over the store, between the ranks' current CUDA devices. NCCL
+// is in LibTorch's CUDA side, which wick loads for a run that asks for CUDA: a plugin that
+// calls this needs not link it (nor pays for it on the CPU). Throws ConfigError naming `who`
+// when this wick has no CUDA side (a CPU-only LibTorch) or it did not load.
+WICK_EXPORT c10::intrusive_ptr<compat::CommBackend> nccl_group(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+    std::chrono::milliseconds timeout, const std::string& who);
 
 }  // namespace wick
 

@@ -18,10 +18,11 @@
 //   2.8  wick::Capability (the built-in capabilities as an enum, for Registrar::provides/needs)
 //   2.9  CpuFeatures::hidden and kCpuFeatureNames (WICK_CPU_DISABLE); float parameters finite
 //        and within float32's range, PluginDef::param_float_inf (ParamType::floating_inf)
+//   2.10 nccl_group (wick/rendezvous.hpp: NCCL from LibTorch's CUDA side, which wick loads)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 9
+#define WICK_API_MINOR 10
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
