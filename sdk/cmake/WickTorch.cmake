@@ -53,7 +53,7 @@ macro(wick_find_torch)
   find_package(Torch REQUIRED)
   # wick_torch_cpu: LibTorch's CPU side (with its headers and flags), which libwick and the
   # plugins link: a CUDA LibTorch's CUDA side (torch_cuda, c10_cuda and the CUDA libraries,
-  # ~0.35 s of every process start) is loaded by wick when a run asks for CUDA. A target that
+  # ~0.3 s of every process start) is loaded by wick when a run asks for CUDA. A target that
   # calls LibTorch's CUDA API itself links ${TORCH_LIBRARIES}, LibTorch's whole.
   if(NOT TARGET wick_torch_cpu)
     add_library(wick_torch_cpu INTERFACE IMPORTED)

@@ -2,7 +2,7 @@
 // LibTorch, the CUDA side is a module of its own (libwick_cuda.so: cuda_side.cpp and the
 // kernels in *.cu, nvcc) that links LibTorch's CUDA libraries; libwick links LibTorch's CPU
 // side alone and loads the module (cuda_support.cpp) only for a run that asks for CUDA. A CPU
-// run then neither pays for loading the CUDA libraries (~0.35 s of every process start) nor
+// run then neither pays for loading the CUDA libraries (~0.3 s of every process start) nor
 // touches CUDA state. With a CPU-only LibTorch there is no module and no CUDA device can be
 // chosen (the trainer refuses one first).
 #pragma once
