@@ -1,5 +1,6 @@
 // The weights evaluate, predict and export use of a trained run: a checkpoint, or the final
 // weights its fit wrote (RUN_DIR/model.pt).
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,7 @@
 
 #include "commands.hpp"
 #include "wick/config.hpp"
+#include "wick/loader.hpp"
 #include "wick/trainer.hpp"
 
 namespace fs = std::filesystem;
@@ -16,9 +18,24 @@ namespace wick::cli {
 
 namespace {
 
-// The folder the checkpoint hook writes to: hooks.checkpoint.dir, relative to the run folder.
-fs::path checkpoints_dir(const Config& cfg, const Trainer& t) {
-  const fs::path d = cfg.hook_string("checkpoint", "dir").value_or("checkpoints");
+// The folder the checkpoint hook writes to: its `dir`, the config's or else the one the plugin
+// declares as its default (read from the plugin, not written again here), relative to the run
+// folder. Empty when no checkpoint plugin is found: then no run of this config wrote any.
+fs::path checkpoints_dir(const Config& cfg, const PluginFinder& finder, const Trainer& t) {
+  auto dir = cfg.hook_string("checkpoint", "dir");
+  if (!dir) {
+    std::shared_ptr<const PluginLibrary> lib;
+    try {
+      lib = finder.find("checkpoint");
+    } catch (const PluginError&) {
+      return {};
+    }
+    for (const auto& p : lib->info().params)
+      if (p.key == "dir" && p.default_toml)
+        dir = toml::parse("dir = " + *p.default_toml)["dir"].value<std::string>();
+    if (!dir) return {};
+  }
+  const fs::path d = *dir;
   return d.is_absolute() ? d : fs::path(t.run().output_dir) / d;
 }
 
@@ -60,9 +77,9 @@ std::string UsedWeights::describe() const {
          std::to_string(checkpoint->optimizer_step) + ")";
 }
 
-UsedWeights load_run_weights(const Config& cfg, Trainer& t, const std::string& what,
-                             bool evaluation) {
-  const fs::path dir = checkpoints_dir(cfg, t);
+UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trainer& t,
+                             const std::string& what, bool evaluation) {
+  const fs::path dir = checkpoints_dir(cfg, finder, t);
   const fs::path final_file = fs::path(t.run().output_dir) / "model.pt";
   const bool main = t.run().is_main_process();
   std::error_code ec;

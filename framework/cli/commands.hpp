@@ -13,6 +13,7 @@
 
 namespace wick {
 class Config;
+class PluginFinder;
 class Trainer;
 }  // namespace wick
 
@@ -58,9 +59,10 @@ struct UsedWeights {
 // hooks.checkpoint.dir, damaged ones skipped with the reason; without any, the final weights
 // RUN_DIR/model.pt), "best", "final" (RUN_DIR/model.pt) or a folder (as given, or inside the
 // checkpoints folder). ConfigError when there is none to load. `evaluation`: from a
-// checkpoint, the weights a hook keeps for evaluation (EMA's) where one does.
-UsedWeights load_run_weights(const Config& cfg, Trainer& t, const std::string& what,
-                             bool evaluation);
+// checkpoint, the weights a hook keeps for evaluation (EMA's) where one does. `finder` finds
+// the checkpoint plugin, whose declared default folder applies when the config sets none.
+UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trainer& t,
+                             const std::string& what, bool evaluation);
 void add_export_command(CLI::App& app, Registry& r);  // export
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
 std::string run_summary_line(const std::string& run_dir);

@@ -43,7 +43,7 @@ Loaded load(const UseArgs& a) {
   // The trainer builds the task's model and data; hooks are built (their parameters checked)
   // but never connected, so none runs.
   auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
-  auto used = load_run_weights(cfg, *trainer, a.checkpoint, /*evaluation=*/false);
+  auto used = load_run_weights(cfg, finder, *trainer, a.checkpoint, /*evaluation=*/false);
   if (trainer->run().is_main_process())
     std::fprintf(stderr, "wick: using %s\n", used.describe().c_str());
   return {std::move(cfg), std::move(trainer), std::move(used)};
