@@ -20,22 +20,19 @@ namespace {
 
 // The folder the checkpoint hook writes to: its `dir`, the config's or else the one the plugin
 // declares as its default (read from the plugin, not written again here), relative to the run
-// folder. Empty when no checkpoint plugin is found: then no run of this config wrote any.
+// folder. The run folder itself when no checkpoint plugin is found (no run of this config wrote
+// a checkpoint then; the messages name the run folder, never the working directory).
 fs::path checkpoints_dir(const Config& cfg, const PluginFinder& finder, const Trainer& t) {
   auto dir = cfg.hook_string("checkpoint", "dir");
   if (!dir) {
-    std::shared_ptr<const PluginLibrary> lib;
     try {
-      lib = finder.find("checkpoint");
+      for (const auto& p : finder.find("checkpoint")->info().params)
+        if (p.key == "dir" && p.default_toml)
+          dir = toml::parse("dir = " + *p.default_toml)["dir"].value<std::string>();
     } catch (const PluginError&) {
-      return {};
     }
-    for (const auto& p : lib->info().params)
-      if (p.key == "dir" && p.default_toml)
-        dir = toml::parse("dir = " + *p.default_toml)["dir"].value<std::string>();
-    if (!dir) return {};
   }
-  const fs::path d = *dir;
+  const fs::path d = dir.value_or("");
   return d.is_absolute() ? d : fs::path(t.run().output_dir) / d;
 }
 

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/cuda_support.hpp"
+#include "cuda/cuda_load.hpp"
 #include "wick/params.hpp"  // ConfigError
 #include "wick/system.hpp"
 
