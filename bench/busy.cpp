@@ -84,7 +84,7 @@ json run_busy(Settings& s) {
   int torch_threads = 0;
   auto python = [&] {
     auto r = run_child(
-        {"/usr/bin/python3", (fs::path(s.source_dir) / "bench" / "python_loop.py").string(),
+        {WICK_BENCH_PYTHON, (fs::path(s.source_dir) / "bench" / "python_loop.py").string(),
          "--model", "mlp", "--steps", std::to_string(s.smoke ? 20 : 150), "--threads", "0"},
         py_env);
     if (r.exit_code != 0)

@@ -61,6 +61,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -93,13 +94,24 @@ def wick_command(args, text, sets, variant, out):
     return cmd
 
 
+def stderr_summary(err):
+    """A failed command's stderr for a report: its own error lines first (wick's, Python's
+    exception), then the tail; LibTorch's errors carry long C++ stacks that would push the
+    message itself out of a plain tail."""
+    lines = err.splitlines()
+    named = [l for l in lines if l.startswith(("wick", "Traceback")) or
+             re.match(r"^\w+(Error|Exception)\b", l)]
+    return "\n".join(named[:6] + ["..."] + lines[-12:])[-3000:]
+
+
 def wick_row(args, model, variant, out):
     """Trains one wick variant; returns samples/s (summary.json's train_samples_per_s)."""
     shipped = os.path.join(ROOT, "samples", "fashion_mnist", f"{model}.toml")
     text = open(shipped).read()
     sets = ["trainer.device=\"cuda\"", f"trainer.epochs={args.epochs}",
             f"trainer.output_dir=\"{out}\""]
-    has_amp = 'plugin = "mixed_precision"' in text
+    # A [[hooks]] entry's line, not a comment that names the plugin (mlp.toml has one).
+    has_amp = re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M) is not None
     if variant == "bf16":
         if not has_amp:
             text += '\n[[hooks]]\nplugin = "mixed_precision"\n'
@@ -109,7 +121,7 @@ def wick_row(args, model, variant, out):
     r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
                        text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"wick {model} {variant}: exit {r.returncode}\n{r.stderr[-2000:]}")
+        raise RuntimeError(f"wick {model} {variant}: exit {r.returncode}\n{stderr_summary(r.stderr)}")
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
     return s["train_samples_per_s"], s.get("valid/accuracy")
@@ -121,7 +133,7 @@ def peer_row(args, model, script, extra):
            "--threads", str(args.threads)] + extra
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"{script} {model}: exit {r.returncode}\n{r.stderr[-2000:]}")
+        raise RuntimeError(f"{script} {model}: exit {r.returncode}\n{stderr_summary(r.stderr)}")
     j = json.loads(r.stdout.strip().splitlines()[-1])
     return j["samples_per_s"], j.get("valid_accuracy")
 
@@ -186,7 +198,7 @@ def run_limited(cmd, timeout):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise RuntimeError(f"killed after {timeout:.0f} s (the budget's rest)\n{err[-1500:]}")
+        raise RuntimeError(f"killed after {timeout:.0f} s (the budget's rest)\n{stderr_summary(err)}")
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
@@ -249,7 +261,7 @@ def gpt_wick_row(args, variant, out, data, timeout):
     r = run_limited(wick_command(args, text, sets, variant, out), timeout)
     if r.returncode != 0:
         raise RuntimeError(f"wick gpt2 {variant or 'as shipped'}: exit {r.returncode}\n"
-                           f"{r.stderr[-2000:]}")
+                           f"{stderr_summary(r.stderr)}")
     rate, timed, loss = wick_window(os.path.join(out, "metrics.jsonl"), w)
     return {"tokens_per_s": rate * GPT["context"], "timed_steps": timed, "loss": loss}
 
@@ -263,7 +275,7 @@ def gpt_peer_row(args, compiled, data, timeout):
     r = run_limited(cmd, timeout)
     if r.returncode != 0:
         raise RuntimeError(f"gpt2.py{' --compile' if compiled else ''}: exit {r.returncode}\n"
-                           f"{r.stderr[-2000:]}")
+                           f"{stderr_summary(r.stderr)}")
     j = json.loads(r.stdout.strip().splitlines()[-1])
     if j["params"] != gpt_params(**GPT):
         raise ValueError(f"gpt2.py counts {j['params']} parameters, the bench "
@@ -297,7 +309,7 @@ def gpt_rows(args, work, t_start):
             else:
                 got[name] = gpt_peer_row(args, variant, data, left)
         except (RuntimeError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
-            got[name] = {"failed": " ".join(str(e).split()[-40:])}
+            got[name] = {"failed": " ".join(str(e).split()[:40])}
             print(f"gpu_bench: gpt2 {name} failed: {e}", file=sys.stderr)
     return got
 
@@ -362,6 +374,7 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--work", help="folder for the runs (default: a temporary one)")
+    ap.add_argument("--models", default="mlp,cnn", help="the Fashion-MNIST models to run")
     ap.add_argument("--gpt", choices=("on", "off"), default="on", help="the GPT-2 124M rows")
     ap.add_argument("--gpt-config", default=GPT_CONFIG)
     ap.add_argument("--gpt-warmup", type=int, default=10, help="untimed steps (>= 1)")
@@ -374,7 +387,8 @@ def main():
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="wick-gpu-bench-"))
     os.makedirs(work, exist_ok=True)
     t_start = time.time()
-    rates = {(m, name): [] for m in ("mlp", "cnn") for name, _, _ in ROWS}
+    models = [m for m in ("mlp", "cnn") if m in args.models.split(",")]
+    rates = {(m, name): [] for m in models for name, _, _ in ROWS}
     ratios = {k: [] for k in rates}
     accuracy = {}
     failed = {}  # (model, row) -> the error's last lines
@@ -382,7 +396,7 @@ def main():
     rounds = 0
     for rnd in range(args.rounds):
         t_round = time.time()
-        for model in ("mlp", "cnn"):
+        for model in models:
             order = ROWS if rnd % 2 == 0 else list(reversed(ROWS))
             got = {}
             for name, kind, extra in order:
@@ -392,8 +406,11 @@ def main():
                         got[name] = wick_row(args, model, extra, out)
                     else:
                         got[name] = peer_row(args, model, kind, extra)
+                    # As it comes: a run cut short still shows the rows it finished.
+                    print(f"gpu_bench: {model} {name}: {got[name][0]:,.0f} samples/s",
+                          file=sys.stderr, flush=True)
                 except (RuntimeError, OSError, ValueError, KeyError, IndexError) as e:
-                    failed[(model, name)] = " ".join(str(e).split()[-40:])
+                    failed[(model, name)] = " ".join(str(e).split()[:40])
                     print(f"gpu_bench: {model} {name} failed: {e}", file=sys.stderr)
             base = got.get("python loop", (None, None))[0]
             for name, (rate, acc) in got.items():
@@ -421,7 +438,7 @@ def main():
              f"{rounds} round(s), alternating order.", "",
              "| model | row | samples/s (median) | min | max | x python loop (min-max) | "
              "valid accuracy |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for model in ("mlp", "cnn"):
+    for model in models:
         for name, _, _ in ROWS:
             r, q = stats(rates[(model, name)]), stats(ratios[(model, name)])
             acc = accuracy.get((model, name))

@@ -42,7 +42,7 @@ json peer(Settings& s, const std::string& model, long steps, long epochs, int ro
   };
   auto python = [&] {
     auto r = run_child(
-        {"/usr/bin/python3", (fs::path(s.source_dir) / "bench" / "python_loop.py").string(),
+        {WICK_BENCH_PYTHON, (fs::path(s.source_dir) / "bench" / "python_loop.py").string(),
          "--model", model, epochs > 0 ? "--epochs" : "--steps",
          std::to_string(epochs > 0 ? epochs : steps), "--threads", "1"},
         {"OMP_NUM_THREADS=1"});

@@ -46,7 +46,7 @@ json run_torchscript(Settings& s) {
   fs::create_directories(dir);
   write_file_atomic((dir / "make.py").string(), kMake);
   auto made = run_child(
-      {"/usr/bin/python3", (dir / "make.py").string(), dir.string(), std::to_string(limit)});
+      {WICK_BENCH_PYTHON, (dir / "make.py").string(), dir.string(), std::to_string(limit)});
   if (made.exit_code != 0)
     throw std::runtime_error(
         "torchscript: making the scripted MLP failed (python3-torch "

@@ -17,7 +17,11 @@
 #                                    test or a bench row failed
 #
 # Without a GPU it builds, then stops (exit 0) saying what it would have run. WICK_GPU_PYTHON
-# names another python3; WICK_GPU_JOBS the build's parallel jobs (default: every core).
+# names another python3; WICK_GPU_JOBS the build's parallel jobs (default: every core). For a
+# second, shorter run after fixes: WICK_GPU_TARGETS builds only those targets (and what they
+# need), WICK_GPU_TESTS runs only the tests whose names match that ctest -R regex, and
+# WICK_GPU_BENCH adds arguments to bench/gpu_bench.py ("--gpt off", "--rounds 1"; "skip" skips
+# the bench).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,12 +79,14 @@ if [ -d "$gpu_dir/debs" ]; then
     # A -dev package's absolute symlink (libz.so -> /lib/.../libz.so.1) points outside the
     # prefix, where this machine may have nothing: CMake then takes the static libz.a, which
     # cannot go into a shared library. Point each such link into the prefix, and drop the
-    # static archives: the build links the shared libraries.
+    # static archives that have a shared twin: the build links the shared libraries.
     find "$prefix" -type l -lname '/*' | while read -r link; do
       target=$(readlink "$link")
       if [ -e "$prefix$target" ]; then ln -sfn "$prefix$target" "$link"; fi
     done
-    find "$prefix" -name 'lib*.a' -delete
+    for a in $(find "$prefix" -name 'lib*.a'); do
+      if [ -e "${a%.a}.so" ]; then rm -f "$a"; fi   # Catch2 ships static only: keep it
+    done
     touch "$prefix/.complete"
   fi
   arch=x86_64-linux-gnu
@@ -107,20 +113,36 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWICK_TORCH="$torch_
   -DTORCH_CUDA_ARCH_LIST="$arch_list" -DWICK_TEST_PYTHON="$(command -v "$python")" \
   "${cmake_extra[@]}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; exit 1; }
-say "building with $jobs jobs"
-cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+say "building with $jobs jobs${WICK_GPU_TARGETS:+ (targets: $WICK_GPU_TARGETS)}"
+targets=()
+for t in ${WICK_GPU_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j "$jobs" "${targets[@]}" >"$out/build.log" 2>&1 ||
+  { tail -40 "$out/build.log"; exit 1; }
 say "built: $(grep -c 'Building CUDA object' "$out/build.log" || true) CUDA object(s) by nvcc," \
     "$(ls "$build"/lib/wick/plugins | wc -l) plugins"
 
 # Evidence for the first GPU run's crashes (175 tests, all in std::filesystem-using test code
 # on that machine): which library each std::filesystem symbol binds to (libstdc++ must come
 # first: PyPI's LibTorch exports copies), and a test binary's first libraries.
-say "a test binary's first libraries: $(readelf -d "$build/bin/test_loader" 2>/dev/null |
-  sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | head -4 | tr '\n' ' ')"
-say "std::filesystem bound to: $(LD_DEBUG=bindings LD_BIND_NOW=1 "$build/bin/wick" --version 2>&1 |
-  grep '`_ZNSt10filesystem' | sed -n 's/.* to \([^ ]*\) .*/\1/p' | sort | uniq -c | tr '\n' ' ')"
+needed() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' '; }
+say "test_loader's libraries, in order: $(needed "$build/bin/test_loader")"
+say "test_cuda's libraries, in order: $(needed "$build/bin/test_cuda")"
+say "test_loader's link: $(ninja -C "$build" -t commands bin/test_loader 2>/dev/null | tail -1 |
+  cut -c1-700)"
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+libstdcxx=$("$cxx" -print-file-name=libstdc++.so 2>/dev/null || true)
+say "compiler $cxx ($("$cxx" --version | head -1)); -lstdc++ is $libstdcxx" \
+    "-> $(readlink -f "$libstdcxx")"
+for program in wick test_cuda; do
+  [ -x "$build/bin/$program" ] || continue
+  say "$program's std::filesystem bound to: $(LD_DEBUG=bindings LD_BIND_NOW=1 \
+    "$build/bin/$program" --version 2>&1 | grep '`_ZNSt10filesystem' |
+    sed -n 's/.* to \([^ ]*\) .*/\1/p' | sort | uniq -c | tr '\n' ' ')"
+done
 
-tests=$(cd "$build" && ctest -N | sed -n 's/^Total Tests: //p')
+select=()
+if [ -n "${WICK_GPU_TESTS:-}" ]; then select=(-R "$WICK_GPU_TESTS"); fi
+tests=$(cd "$build" && ctest -N "${select[@]}" | sed -n 's/^Total Tests: //p')
 if [ "$gpus" = "0" ]; then
   echo "gpu-check: no GPU here (torch.cuda.is_available() is false): wick is built against" \
        "torch $torch_version (CUDA $torch_cuda) in $build/. On a machine with an NVIDIA GPU" \
@@ -132,7 +154,7 @@ if [ "$gpus" = "0" ]; then
 fi
 
 say "running the $tests tests"
-(cd "$build" && ctest -j "$(((jobs + 1) / 2))" --timeout 300 --output-on-failure) \
+(cd "$build" && ctest -j "$(((jobs + 1) / 2))" --timeout 300 --output-on-failure "${select[@]}") \
   >"$out/ctest.log" 2>&1 || true
 # The counts, then each test that did not pass with the first lines of its output (ctest
 # prints a failing test's output after its result line).
@@ -169,10 +191,16 @@ failed=$(sed -n 's/^failed //p' "$out/counts.txt")
 say "tests: $(sed -n 's/^passed //p' "$out/counts.txt") passed," \
     "$(sed -n 's/^skipped //p' "$out/counts.txt") skipped, $failed failed ($out/counts.txt)"
 
-say "running the GPU bench"
 bench_ok=1
-"$python" bench/gpu_bench.py --wick "$build/bin/wick" --python "$python" --out "$out" \
-  --work "$root/$build/bench-runs" --budget-s $((9 * 60 - 30 - ($(date +%s) - start))) \
-  >"$out/bench.log" 2>&1 || { bench_ok=0; say "the GPU bench had a failed row (bench.md, bench.log)"; }
+if [ "${WICK_GPU_BENCH:-}" = "skip" ]; then
+  say "the GPU bench skipped (WICK_GPU_BENCH=skip)"
+else
+  say "running the GPU bench ${WICK_GPU_BENCH:-}"
+  # shellcheck disable=SC2086  # WICK_GPU_BENCH holds several arguments
+  "$python" bench/gpu_bench.py --wick "$build/bin/wick" --python "$python" --out "$out" \
+    --work "$root/$build/bench-runs" --budget-s $((9 * 60 - 30 - ($(date +%s) - start))) \
+    ${WICK_GPU_BENCH:-} >"$out/bench.log" 2>&1 ||
+    { bench_ok=0; say "the GPU bench had a failed row (bench.md, bench.log)"; }
+fi
 say "done: $out/counts.txt, $out/bench.md"
 [ "$failed" = "0" ] && [ "$bench_ok" = "1" ]

@@ -11,5 +11,5 @@ if(TARGET test_cuda AND WICK_CUDA)
   target_compile_definitions(test_cuda PRIVATE WICK_TEST_CUDA)
   target_include_directories(test_cuda PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
   # LibTorch's CUDA API (libwick links LibTorch's CPU side alone).
-  target_link_libraries(test_cuda PRIVATE ${TORCH_LIBRARIES})
+  target_link_libraries(test_cuda PRIVATE wick_torch_cuda)
 endif()

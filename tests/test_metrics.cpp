@@ -286,6 +286,7 @@ std::string fit_config(const TempDir& d, const std::string& out) {
 
 TEST_CASE(
     "wick fit logs whole-set metrics, and two data-parallel ranks give what one process gives") {
+  need_program("gnuplot", "gnuplot-nox");  // `wick plot` draws the confusion matrix
   TempDir d;
   write_file(d / "cfg.toml", fit_config(d, "one"));
   // check builds them, describe lists them.

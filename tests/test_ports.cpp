@@ -87,7 +87,10 @@ TEST_CASE("the mnist port resumes exactly after kill -9") {
                                      kPorts.string()};
     for (const std::string& set :
          {"task.root=\"" + (dir / "mnist").string() + "\"", std::string("trainer.max_steps=12"),
-          std::string("trainer.threads=1"), std::string("hooks.checkpoint.every_n_steps=4"),
+          // On the CPU: the port's device = "auto" would take a GPU, whose convolution kernels
+          // (cuDNN's, atomics) differ from run to run, so two whole runs would differ too.
+          std::string("trainer.device=\"cpu\""), std::string("trainer.threads=1"),
+          std::string("hooks.checkpoint.every_n_steps=4"),
           "trainer.output_dir=\"" + (dir / run).string() + "\""})
       args.insert(args.end(), {"--set", set});
     args.insert(args.end(), extra.begin(), extra.end());

@@ -11,6 +11,8 @@ namespace wick::cli {
 
 // Any text as a single-quoted gnuplot string literal that stays one.
 std::string quote(const std::string& s);
+// Whether an executable gnuplot is on PATH: the lr-find plot is an extra, left out without it.
+bool gnuplot_on_path();
 // Draws `body` (gnuplot commands after the terminal and output) into the PNG `out` of
 // width x height pixels. Throws std::runtime_error naming the fix when gnuplot is missing or
 // fails, or the PNG cannot be written.

@@ -89,15 +89,21 @@ int cmd_lr_find(const ConfigArgs& a, const LrFindOptions& o) {
     const fs::path dir = cfg.trainer().output_dir;
     fs::create_directories(dir);
     write_file_atomic(dir / "lr_find.csv", csv(r));
-    plot(r, dir / "lr_find.png");
+    const bool png = gnuplot_on_path();
+    if (png)
+      plot(r, dir / "lr_find.png");
+    else
+      std::fprintf(stderr,
+                   "wick lr-find: no lr_find.png: gnuplot is not installed (`sudo apt-get "
+                   "install gnuplot-nox`, or scripts/install-deps.sh)\n");
     const auto& last = r.points.back();
     std::printf("wick lr-find: %zu batches, learning rate %s to %s%s\n", r.points.size(),
                 short_num(r.points.front().lr).c_str(), short_num(last.lr).c_str(),
                 r.diverged ? " (stopped: the smoothed loss diverged)" : "");
     std::printf("wick lr-find: lowest smoothed loss %s at learning rate %s\n",
                 short_num(r.min_loss).c_str(), short_num(r.min_loss_lr).c_str());
-    std::printf("wick lr-find: wrote %s and %s\n", (dir / "lr_find.csv").c_str(),
-                (dir / "lr_find.png").c_str());
+    std::printf("wick lr-find: wrote %s%s%s\n", (dir / "lr_find.csv").c_str(), png ? " and " : "",
+                png ? (dir / "lr_find.png").c_str() : "");
     if (r.suggestion <= 0) {
       std::printf(
           "wick lr-find: no descent of the loss found; start lower (--start) or ramp over more "
@@ -122,8 +128,8 @@ void add_lr_find_command(CLI::App& app, Registry& r) {
       "learning-rate finder: raise the learning rate exponentially over training batches of "
       "a throwaway copy of the run (checkpoints, logs and schedules left out; nothing of a "
       "later fit depends on it) until the loss diverges; prints the suggested rate (steepest "
-      "descent of the smoothed loss) and writes lr_find.csv and lr_find.png into the run "
-      "folder");
+      "descent of the smoothed loss) and writes lr_find.csv and lr_find.png (with gnuplot) "
+      "into the run folder");
   add_config_args(cmd, args);
   cmd->add_option("--start", o.start, "learning rate of the first batch")->capture_default_str();
   cmd->add_option("--end", o.end, "learning rate of the last batch")->capture_default_str();

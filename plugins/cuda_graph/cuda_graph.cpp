@@ -16,6 +16,8 @@
 // data-parallel training, nan_policy "skip" and a device that is not CUDA.
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -126,27 +128,41 @@ class CudaGraph : public wick::Hook {
     b.input = in_;
     b.target = target_;
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    // The captured step allocates from a pool of its own: the eager steps' cached blocks go
+    // back to the device first, or a large model holds its memory twice.
+    c10::cuda::device_synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
     std::string failure;
+    auto message = [](const std::exception& e) {
+      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+      return std::string(c10_error ? c10_error->what_without_backtrace() : e.what());
+    };
     on_side_stream(device_, [&] {
       graph_->capture_begin();
       try {
         next();
       } catch (const std::exception& e) {
-        failure = e.what();
+        failure = message(e);
       }
       try {
         graph_->capture_end();
       } catch (const std::exception& e) {
-        if (failure.empty()) failure = e.what();
+        if (failure.empty()) failure = message(e);
       }
     });
     if (!failure.empty()) {
       graph_.reset();
-      throw std::runtime_error(
-          "cuda_graph cannot capture the step: " + failure +
-          ". Something inside it waits for the GPU (a .item(), printing a tensor, a copy to "
-          "the CPU): the hook running then is named above; move that work to after_step, or "
-          "remove cuda_graph");
+      std::string hint = "remove cuda_graph";
+      if (failure.find("out of memory") != std::string::npos)
+        hint =
+            "the captured step needs memory beside what the model holds: lower "
+            "trainer.batch_size, or remove cuda_graph";
+      else if (failure.find("captur") != std::string::npos)
+        hint =
+            "something inside it waits for the GPU (a .item(), printing a tensor, a copy "
+            "to the CPU): the hook running then is named above; move that work to "
+            "after_step, or remove cuda_graph";
+      throw std::runtime_error("cuda_graph cannot capture the step: " + failure + ". " + hint);
     }
     // What the replays write: the outputs and the gradients backward made during capture.
     const auto& out = c.output();

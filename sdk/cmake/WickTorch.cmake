@@ -54,7 +54,7 @@ macro(wick_find_torch)
   # wick_torch_cpu: LibTorch's CPU side (with its headers and flags), which libwick and the
   # plugins link: a CUDA LibTorch's CUDA side (torch_cuda, c10_cuda and the CUDA libraries,
   # ~0.3 s of every process start) is loaded by wick when a run asks for CUDA. A target that
-  # calls LibTorch's CUDA API itself links ${TORCH_LIBRARIES}, LibTorch's whole.
+  # calls LibTorch's CUDA API itself links wick_torch_cuda (below).
   if(NOT TARGET wick_torch_cpu)
     add_library(wick_torch_cpu INTERFACE IMPORTED)
     if(TARGET torch_cpu_library AND TARGET c10)
@@ -64,6 +64,19 @@ macro(wick_find_torch)
         INTERFACE_COMPILE_OPTIONS "${TORCH_CXX_FLAGS}")
     else()
       set_target_properties(wick_torch_cpu PROPERTIES INTERFACE_LINK_LIBRARIES "${TORCH_LIBRARIES}")
+    endif()
+  endif()
+  # wick_torch_cuda: the CPU side and the CUDA side (torch_cuda, c10_cuda, the CUDA runtime),
+  # for a program that calls LibTorch's CUDA API. It leaves out libtorch.so, the stub whose
+  # exported copies of std::filesystem crashed remove_all in programs that found them first
+  # (the first GPU runs). Without the CUDA side, the CPU side alone.
+  if(NOT TARGET wick_torch_cuda)
+    add_library(wick_torch_cuda INTERFACE IMPORTED)
+    if(TARGET torch_cuda_library AND TARGET c10_cuda AND TARGET torch_cpu_library)
+      set_target_properties(wick_torch_cuda PROPERTIES
+        INTERFACE_LINK_LIBRARIES "wick_torch_cpu;torch_cuda_library;c10_cuda")
+    else()
+      set_target_properties(wick_torch_cuda PROPERTIES INTERFACE_LINK_LIBRARIES "${TORCH_LIBRARIES}")
     endif()
   endif()
   # Every LibTorch library must come from the LibTorch whose headers are compiled with.

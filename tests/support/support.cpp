@@ -264,11 +264,16 @@ void need_python(const std::vector<std::string>& modules) {
          "WICK_TEST_PYTHON names another python)");
 }
 
-void need_program(const std::string& program, const std::string& package) {
+bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
   std::istringstream dirs(path ? path : "");
   for (std::string dir; std::getline(dirs, dir, ':');)
-    if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return;
+    if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return true;
+  return false;
+}
+
+void need_program(const std::string& program, const std::string& package) {
+  if (on_path(program)) return;
   skip(program + " is not installed (Debian's " + package + "; scripts/install-deps.sh)");
 }
 

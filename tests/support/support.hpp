@@ -87,6 +87,8 @@ inline constexpr const char* kPython = WICK_PYTHON;
 // Skips the test (see skip) unless kPython imports every module named.
 void need_python(const std::vector<std::string>& modules);
 
+// Whether an executable `program` is on PATH.
+bool on_path(const std::string& program);
 // Skips the test (see skip) unless `program` is on PATH.
 void need_program(const std::string& program, const std::string& package);
 

@@ -1,5 +1,9 @@
 #include "state/snapshot.hpp"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +25,29 @@ IDict new_dict() {
 std::string pickle(const c10::IValue& v) {
   auto b = torch::pickle_save(v);
   return std::string(b.begin(), b.end());
+}
+
+// model.pt as torch.save writes a dict of tensors: pickle_save's archive without its type tags,
+// which name a function (torch.jit._pickle.restore_type_tag) that PyTorch >= 2.6's torch.load
+// refuses by default (weights_only). wick reads the dict back untyped either way.
+std::string pickle_weights(const IDict& tensors) {
+  std::string pickled;
+  torch::jit::Pickler pickler([&](const char* b, std::size_t n) { pickled.append(b, n); }, nullptr,
+                              nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(tensors);
+  pickler.stop();
+  std::string archive;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, std::size_t n) {
+      archive.append(static_cast<const char*>(b), n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
+                                       writer);
+    writer.writeEndOfFile();
+  }
+  return archive;
 }
 
 IDict unpickle_dict(const std::string& bytes, const std::string& what) {
@@ -99,7 +126,7 @@ std::string model_bytes(const torch::nn::Module& model, const NamedTensors& repl
   };
   for (const auto& kv : model.named_parameters()) add(kv.key(), kv.value());
   for (const auto& kv : model.named_buffers()) add(kv.key(), kv.value());
-  return pickle(dict);
+  return pickle_weights(dict);
 }
 
 void load_model(torch::nn::Module& model, const std::string& bytes, const std::string& where) {
