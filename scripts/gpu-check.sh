@@ -131,8 +131,11 @@ say "test_loader's link: $(ninja -C "$build" -t commands bin/test_loader 2>/dev/
   cut -c1-700)"
 cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 libstdcxx=$("$cxx" -print-file-name=libstdc++.so 2>/dev/null || true)
-say "compiler $cxx ($("$cxx" --version | head -1)); -lstdc++ is $libstdcxx" \
-    "-> $(readlink -f "$libstdcxx")"
+case $libstdcxx in
+  /*) libstdcxx="$libstdcxx -> $(readlink -f "$libstdcxx")" ;;
+  *) libstdcxx="not found by the compiler (a static libstdc++ only; wick links the system's)" ;;
+esac
+say "compiler $cxx ($("$cxx" --version | head -1)); its shared libstdc++: $libstdcxx"
 for program in wick test_cuda; do
   [ -x "$build/bin/$program" ] || continue
   say "$program's std::filesystem bound to: $(LD_DEBUG=bindings LD_BIND_NOW=1 \

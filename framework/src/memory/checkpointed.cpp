@@ -145,12 +145,6 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-// GCC 13 warns (-Warray-bounds) inside LibTorch's Function::apply, in a std::vector<bool>
-// reserve it inlines here: a false positive of GCC 13's (none from GCC 12 or clang).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Warray-bounds"
-#endif
 std::vector<at::Tensor> checkpointed_list(Segment segment, std::vector<at::Tensor> inputs) {
   if (!at::GradMode::is_enabled()) return segment(inputs);
   auto st = c10::make_intrusive<SegmentState>();
@@ -167,8 +161,5 @@ std::vector<at::Tensor> checkpointed_list(Segment segment, std::vector<at::Tenso
   st->tensor_args = inputs.size();
   return CheckpointFunction::apply(st, at::TensorList(inputs), n_real);
 }
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13
-#pragma GCC diagnostic pop
-#endif
 
 }  // namespace wick
