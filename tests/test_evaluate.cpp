@@ -333,10 +333,11 @@ TEST_CASE(
   CHECK(summary["model_file"] == "model.pt");
   CHECK(summary["model_weights"] == "ema");
 
-  // A dict of tensors by name, as Python's torch.load reads it.
+  // A dict of tensors by name, as Python's torch.load reads it with weights_only (PyTorch 2.6's
+  // default): nothing in the file but tensors and plain containers.
   write_file(d / "read.py",
              "import sys, torch\n"
-             "m = torch.load(sys.argv[1])\n"
+             "m = torch.load(sys.argv[1], weights_only=True)\n"
              "print(' '.join(sorted(m)), sum(int(v.numel()) for v in m.values()))\n");
   auto py = run({kPython, (d / "read.py").string(), (run_dir / "model.pt").string()});
   INFO(py.err);
