@@ -121,9 +121,10 @@ cmake --build "$build" -j "$jobs" "${targets[@]}" >"$out/build.log" 2>&1 ||
 say "built: $(grep -c 'Building CUDA object' "$out/build.log" || true) CUDA object(s) by nvcc," \
     "$(ls "$build"/lib/wick/plugins | wc -l) plugins"
 
-# Evidence for the first GPU run's crashes (175 tests, all in std::filesystem-using test code
-# on that machine): which library each std::filesystem symbol binds to (libstdc++ must come
-# first: PyPI's LibTorch exports copies), and a test binary's first libraries.
+# What the GPU runs' crashes came from (bench/results-gpu.md): std::filesystem must bind to the
+# shared libstdc++, listed first, not to the copies PyPI's LibTorch exports. So: each test
+# program's libraries in order, its link line, the compiler's shared libstdc++ (the H100
+# machine's GCC had none), and where wick's and test_cuda's std::filesystem symbols bind.
 needed() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' '; }
 say "test_loader's libraries, in order: $(needed "$build/bin/test_loader")"
 say "test_cuda's libraries, in order: $(needed "$build/bin/test_cuda")"
