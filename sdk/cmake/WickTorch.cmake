@@ -67,7 +67,7 @@ macro(wick_find_torch)
     endif()
   endif()
   # wick_torch_cuda: the CPU side and the CUDA side (torch_cuda, c10_cuda, the CUDA runtime),
-  # for a program that calls LibTorch's CUDA API. It leaves out libtorch.so, the stub whose
+  # for a program that calls LibTorch's CUDA API. It leaves out libtorch.so, the small library whose
   # exported copies of std::filesystem crashed remove_all in programs that found them first
   # (the first GPU runs). Without the CUDA side, the CPU side alone.
   if(NOT TARGET wick_torch_cuda)
