@@ -67,9 +67,9 @@ macro(wick_find_torch)
     endif()
   endif()
   # wick_torch_cuda: the CPU side and the CUDA side (torch_cuda, c10_cuda, the CUDA runtime),
-  # for a program that calls LibTorch's CUDA API. It leaves out libtorch.so, the small library whose
-  # exported copies of std::filesystem crashed remove_all in programs that found them first
-  # (the first GPU runs). Without the CUDA side, the CPU side alone.
+  # for a program that calls LibTorch's CUDA API. It leaves out libtorch.so, a small library
+  # whose exported copies of std::filesystem crashed remove_all in programs that found them
+  # first (the first GPU runs). Without the CUDA side, the CPU side alone.
   if(NOT TARGET wick_torch_cuda)
     add_library(wick_torch_cuda INTERFACE IMPORTED)
     if(TARGET torch_cuda_library AND TARGET c10_cuda AND TARGET torch_cpu_library)
