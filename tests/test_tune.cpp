@@ -165,7 +165,7 @@ TEST_CASE("wick lr-find stops at the first batch whose smoothed loss diverged") 
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("stopped: the smoothed loss diverged"));
-  CHECK_THAT(r.err, Catch::Contains("no lr_find.png: gnuplot is not installed"));
+  CHECK_THAT(r.err, Catch::Contains("no lr_find.png: gnuplot not found in PATH"));
   CHECK_FALSE(fs::exists(dir / "run" / "lr_find.png"));
   const auto rows = read_csv(dir / "run" / "lr_find.csv");
   REQUIRE(rows.size() >= 3);

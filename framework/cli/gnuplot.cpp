@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -39,19 +38,6 @@ std::string quote(const std::string& s) {
       out += ch;
   }
   return out + "'";
-}
-
-bool gnuplot_on_path() {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  for (std::size_t at = 0; at <= dirs.size();) {
-    std::size_t end = dirs.find(':', at);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string dir = dirs.substr(at, end - at);
-    if (!dir.empty() && ::access((fs::path(dir) / "gnuplot").c_str(), X_OK) == 0) return true;
-    at = end + 1;
-  }
-  return false;
 }
 
 namespace {
@@ -102,7 +88,7 @@ void render(const std::string& body, const fs::path& out, int width, int height)
   const int err = errno;
   if (rc == -1) {
     if (err == ENOENT)
-      throw std::runtime_error(
+      throw GnuplotMissing(
           "gnuplot not found in PATH; install it with `sudo apt-get install gnuplot-nox` "
           "(or run scripts/install-deps.sh)");
     throw std::runtime_error(std::string("cannot run gnuplot: ") + std::strerror(err));

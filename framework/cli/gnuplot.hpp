@@ -5,17 +5,21 @@
 #pragma once
 
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 namespace wick::cli {
 
 // Any text as a single-quoted gnuplot string literal that stays one.
 std::string quote(const std::string& s);
-// Whether an executable gnuplot is on PATH: the lr-find plot is an extra, left out without it.
-bool gnuplot_on_path();
+// What render throws when there is no gnuplot to run (lr-find's plot is an extra it then
+// leaves out).
+struct GnuplotMissing : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 // Draws `body` (gnuplot commands after the terminal and output) into the PNG `out` of
-// width x height pixels. Throws std::runtime_error naming the fix when gnuplot is missing or
-// fails, or the PNG cannot be written.
+// width x height pixels. Throws GnuplotMissing when gnuplot is not on PATH, std::runtime_error
+// naming the fix when it fails or the PNG cannot be written.
 void render(const std::string& body, const std::filesystem::path& out, int width, int height);
 
 }  // namespace wick::cli

@@ -89,13 +89,13 @@ int cmd_lr_find(const ConfigArgs& a, const LrFindOptions& o) {
     const fs::path dir = cfg.trainer().output_dir;
     fs::create_directories(dir);
     write_file_atomic(dir / "lr_find.csv", csv(r));
-    const bool png = gnuplot_on_path();
-    if (png)
+    bool png = true;
+    try {
       plot(r, dir / "lr_find.png");
-    else
-      std::fprintf(stderr,
-                   "wick lr-find: no lr_find.png: gnuplot is not installed (`sudo apt-get "
-                   "install gnuplot-nox`, or scripts/install-deps.sh)\n");
+    } catch (const GnuplotMissing& e) {
+      png = false;
+      std::fprintf(stderr, "wick lr-find: no lr_find.png: %s\n", e.what());
+    }
     const auto& last = r.points.back();
     std::printf("wick lr-find: %zu batches, learning rate %s to %s%s\n", r.points.size(),
                 short_num(r.points.front().lr).c_str(), short_num(last.lr).c_str(),
