@@ -41,10 +41,10 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           optimizers,
           *task,
           *train_ds,
-          data_state,
+          loop.data_state,
           state,
-          pos,
-          epoch_start,
+          loop.pos,
+          loop.epoch_start,
           {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last, run_id,
            at::get_num_threads()},
           records.count(),
@@ -101,7 +101,7 @@ CheckpointInfo Trainer::Impl::inspect_checkpoint(const std::string& folder) cons
 }
 
 CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
-  if (phase != LoopPhase::before_fit)
+  if (loop.phase != LoopPhase::before_fit)
     throw std::logic_error("restore_checkpoint is only possible in before_fit");
   const auto dir = resolve(*this, folder);
   const auto where = "checkpoint '" + dir.string() + "'";
@@ -146,7 +146,6 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   // The run continues its own metrics history from the checkpoint: records a killed run
   // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
   // before_fit is over (every sink is set up by then).
-  resume.rewind_records = m.records;
   if (!m.run.id.empty()) run_id = m.run.id;  // the run goes on under its own name
   // "auto" continues on the checkpoint's thread count (on the same ranks), unless the user
   // names one in OMP_NUM_THREADS: the steps then round as the uninterrupted run's would.
@@ -155,11 +154,9 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
     at::set_num_threads(static_cast<int>(m.run.threads));
     threads_why = "the checkpoint's count";
   }
-  resume.start = m.position;
-  pos = m.position;
-  resume.resumed = true;
-  resume.mid_epoch = m.position.batch > 0;
-  epoch_start = {m.dealt_from_batch, m.dealt_from_sample};
+  loop.resume.restored(m.position, m.records);
+  loop.pos = m.position;
+  loop.epoch_start = {m.dealt_from_batch, m.dealt_from_sample};
   if (regeared) {
     std::string rest;
     if (m.position.batch > 0) {
@@ -167,8 +164,8 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
       // run's ranks at its batch size.
       const std::int64_t n = train_ds->size();
       const std::int64_t seen =
-          order_consumed(n, epoch_start, m.position.batch, m.run.world_size, m.run.batch_size);
-      epoch_start = {m.position.batch, seen};
+          order_consumed(n, loop.epoch_start, m.position.batch, m.run.world_size, m.run.batch_size);
+      loop.epoch_start = {m.position.batch, seen};
       rest = "; the " + std::to_string(n - seen) + " samples of epoch " +
              std::to_string(m.position.epoch) + " not yet seen are dealt anew";
     }

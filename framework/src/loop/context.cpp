@@ -139,10 +139,10 @@ void Context::barrier() {
 }
 
 Position Context::position() const {
-  return host_->pos;
+  return host_->loop.pos;
 }
 bool Context::between_steps() const {
-  const LoopPhase p = host_->phase;
+  const LoopPhase p = host_->loop.phase;
   return (p == LoopPhase::before_fit || p == LoopPhase::fit) && host_->state.training();
 }
 

@@ -36,8 +36,7 @@ struct Context::Host {
   // Where the loop is and what the run is.
   StepState& state;
   const RunInfo& run;
-  const LoopPhase& phase;
-  const Position& pos;
+  const LoopPlace& loop;
   // What the run trains, and the step engine: the running step's values and its calls.
   const std::shared_ptr<torch::nn::Module>& model;
   const std::shared_ptr<Task>& task;

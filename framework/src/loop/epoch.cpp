@@ -1,5 +1,6 @@
 // A training epoch: its batches (this rank's share of the epoch's order, or a stream's running
 // numbers), the steps over them, the stop checks between steps, and cancellations.
+#include "loop/scope.hpp"
 #include "loop/trainer_impl.hpp"
 
 #include <cstdint>
@@ -11,7 +12,7 @@ Sharding Trainer::Impl::sharding() const {
 }
 
 std::int64_t Trainer::Impl::train_batches() const {
-  return train_batches(epoch_start, state.num_processes, opt.batch_size, opt.drop_last);
+  return train_batches(loop.epoch_start, state.num_processes, opt.batch_size, opt.drop_last);
 }
 
 std::int64_t Trainer::Impl::train_batches(EpochStart start, std::int64_t world, std::int64_t bs,
@@ -42,8 +43,8 @@ LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
     return p;
   }
   at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding(),
-                                 epoch_start.offset);
-  const std::int64_t local = order.size(0), first = epoch_start.first_batch;
+                                 loop.epoch_start.offset);
+  const std::int64_t local = order.size(0), first = loop.epoch_start.first_batch;
   p.indices = [order, local, bs, first](std::int64_t b) {
     return order.slice(0, (b - first) * bs, std::min(local, (b - first + 1) * bs));
   };
@@ -56,7 +57,7 @@ void Trainer::Impl::cancelled(CancelScope scope) {
   ++(step ? stops.cancelled_steps : stops.cancelled_epochs);
   CancelInfo info{scope, step ? CancelReason::cancel_step : CancelReason::cancel_epoch,
                   dispatch.blame(step ? "CancelStep" : "CancelEpoch")};
-  if (in_step()) phase = LoopPhase::fit;
+  if (in_step()) loop.phase = LoopPhase::fit;
   stops.cancel = &info;
   dispatch.emit(Point::after_cancel);
   stops.cancel = nullptr;
@@ -65,17 +66,16 @@ void Trainer::Impl::cancelled(CancelScope scope) {
 bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   model->train();
   state.phase = Phase::train;
-  if (first_batch == 0) epoch_start = {};  // a resume's new dealing lasts for its epoch
+  if (first_batch == 0) loop.epoch_start = {};  // a resume's new dealing lasts for its epoch
   const std::int64_t nb = train_batches();
   state.batches_in_epoch = nb;
   state.batch_idx = first_batch;
   state.epoch_resumed = first_batch > 0;
   // Resumed mid-epoch: the epoch's earlier values (restored) count in its records as they
   // would have.
-  if (!(first_batch > 0 && resume.mid_epoch)) epoch.clear();
-  resume.mid_epoch = false;
+  if (!loop.resume.take_mid_epoch(first_batch)) epoch.clear();
   epoch.losses.reserve(static_cast<std::size_t>(nb));
-  pos = {state.epoch, first_batch};
+  loop.pos = {state.epoch, first_batch};
 
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
@@ -84,9 +84,9 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   times.epoch_micro0 = state.micro_step;
   // The state the data starts the epoch with (restored, or as the task made it), before any
   // loader thread moves it on.
-  if (train_ds->has_state() && !data_state) {
-    data_state = std::make_shared<StateDict>();
-    train_ds->save_state(*data_state);
+  if (train_ds->has_state() && !loop.data_state) {
+    loop.data_state = std::make_shared<StateDict>();
+    train_ds->save_state(*loop.data_state);
   }
   // max_steps is reached at the same step on every rank; other stop requests may come from
   // one rank alone, so data-parallel runs agree on them first.
@@ -96,34 +96,35 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
     return reached;
   };
   bool whole = true;
-  try {
-    dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
-    // Started after before_epoch (hooks there may change the data's state); its threads are
-    // joined on every way out of this block.
-    BatchLoader loader(train_plan(first_batch), opt.num_workers);
-    for (std::int64_t b = first_batch; b < nb; ++b) {
-      if (interrupt_requested()) throw Interrupted{};
-      // Resumed from a stop at max_steps with the same limit: no step past it.
-      if (max_reached()) {
-        whole = false;
-        break;
-      }
-      state.batch_idx = b;
-      try {
-        steps.train_step(loader);
-        if (flops.probe_due()) flops.probe(state.micro_step);
-      } catch (const CancelStep&) {
-        cancelled(CancelScope::step);
-        pos = {state.epoch, b + 1};
-      }
-      if (max_reached() || agreed_stop(false)) {
-        whole = b + 1 == nb;
-        break;
-      }
-    }
-  } catch (const CancelEpoch&) {
-    cancelled(CancelScope::epoch);
-  }
+  auto on_cancel = [this](CancelScope s) { cancelled(s); };
+  run_scope<CancelScope::epoch>(
+      [&] {
+        dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
+        // Started after before_epoch (hooks there may change the data's state); its threads
+        // are joined on every way out of this scope.
+        BatchLoader loader(train_plan(first_batch), opt.num_workers);
+        for (std::int64_t b = first_batch; b < nb; ++b) {
+          if (interrupt_requested()) throw Interrupted{};
+          // Resumed from a stop at max_steps with the same limit: no step past it.
+          if (max_reached()) {
+            whole = false;
+            break;
+          }
+          state.batch_idx = b;
+          const bool stepped = run_scope<CancelScope::step>(
+              [&] {
+                steps.train_step(loader);
+                if (flops.probe_due()) flops.probe(state.micro_step);
+              },
+              on_cancel);
+          if (!stepped) loop.pos = {state.epoch, b + 1};
+          if (max_reached() || agreed_stop(false)) {
+            whole = b + 1 == nb;
+            break;
+          }
+        }
+      },
+      on_cancel);
   // The epoch's losses are trusted before its validation, records and after_epoch hooks.
   steps.loss_check.verify();
   times.epoch_train_s = seconds_since(t0) - (flops.probe_seconds() - probe0);

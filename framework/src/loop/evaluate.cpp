@@ -1,6 +1,7 @@
 // The evaluator (evaluator.hpp), and the Trainer's evaluate and predict over a trained model
 // (its weights are loaded by final_weights.cpp): they touch nothing of the run but the
 // model's weights.
+#include "loop/scope.hpp"
 #include "loop/trainer_impl.hpp"
 
 #include <cstdint>
@@ -42,6 +43,41 @@ Dataset& split_data(Trainer::Impl& I, Split split) {
                       "finite data set");
   return *ds;
 }
+
+// A validation pass's sums on the device, weighted by batch size: the loss, the task's
+// metrics (in the order they first came) and the sample count.
+struct PassSums {
+  at::Tensor loss;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> values;
+  std::int64_t count = 0;
+
+  void add(const Output& out, std::int64_t m) {
+    const double w = static_cast<double>(m);
+    auto l = out.loss.detach().to(torch::kDouble) * w;
+    loss = loss.defined() ? loss + l : l;
+    for (const auto& [k, v] : out.metrics) {
+      std::size_t i = 0;
+      while (i < names.size() && names[i] != k) ++i;
+      auto x = v.detach().to(torch::kDouble) * w;
+      if (i == names.size()) {
+        names.push_back(k);
+        values.push_back(x);
+      } else {
+        values[i] = values[i] + x;
+      }
+    }
+    count += m;
+  }
+  // [loss, metrics..., count] as one float64 CPU vector: one device sync, one all-reduce.
+  at::Tensor packed() const {
+    std::vector<at::Tensor> parts;
+    parts.push_back(loss.defined() ? loss.reshape({1}).cpu() : torch::zeros({1}, torch::kDouble));
+    for (const auto& v : values) parts.push_back(v.reshape({1}).cpu());
+    parts.push_back(torch::full({1}, static_cast<double>(count), torch::kDouble));
+    return torch::cat(parts);
+  }
+};
 
 }  // namespace
 
@@ -90,65 +126,45 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
   p_.state.batches_in_epoch = plan.end;
   p_.state.batch_idx = 0;
 
-  at::Tensor loss_sum;
-  std::vector<std::string> names;
-  std::vector<at::Tensor> sums;
-  std::int64_t count = 0;
+  PassSums sums;
   for (auto& m : metrics_) m.metric->reset();
   // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
-  try {
-    p_.dispatch.emit(Point::before_valid);
-    BatchLoader loader(std::move(plan), p_.opt.num_workers);
-    for (std::int64_t b = 0; b < p_.state.batches_in_epoch; ++b) {
-      p_.state.batch_idx = b;
-      try {
-        const std::int64_t m = loader.size_of(b);
-        p_.state.batch_size = m;
-        p_.dispatch.emit(Point::before_step);
-        p_.dispatch.set_where(get_where);
-        p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
-        p_.steps.forward_and_loss();
-        auto l = p_.steps.output.loss.detach().to(torch::kDouble) * static_cast<double>(m);
-        loss_sum = loss_sum.defined() ? loss_sum + l : l;
-        for (const auto& [k, v] : p_.steps.output.metrics) {
-          std::size_t i = 0;
-          while (i < names.size() && names[i] != k) ++i;
-          auto x = v.detach().to(torch::kDouble) * static_cast<double>(m);
-          if (i == names.size()) {
-            names.push_back(k);
-            sums.push_back(x);
-          } else {
-            sums[i] = sums[i] + x;
-          }
+  run_scope<CancelScope::epoch>(
+      [&] {
+        p_.dispatch.emit(Point::before_valid);
+        BatchLoader loader(std::move(plan), p_.opt.num_workers);
+        for (std::int64_t b = 0; b < p_.state.batches_in_epoch; ++b) {
+          p_.state.batch_idx = b;
+          run_scope<CancelScope::step>(
+              [&] {
+                const std::int64_t m = loader.size_of(b);
+                p_.state.batch_size = m;
+                p_.dispatch.emit(Point::before_step);
+                p_.dispatch.set_where(get_where);
+                p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
+                p_.steps.forward_and_loss();
+                sums.add(p_.steps.output, m);
+                for (std::size_t i = 0; i < metrics_.size(); ++i) {
+                  p_.dispatch.set_where(places_[i].first);
+                  metrics_[i].metric->update(p_.steps.output.pred.detach(), p_.steps.batch.target);
+                }
+                p_.dispatch.emit(Point::after_step);
+              },
+              p_.cancelled);
         }
-        count += m;
-        for (std::size_t i = 0; i < metrics_.size(); ++i) {
-          p_.dispatch.set_where(places_[i].first);
-          metrics_[i].metric->update(p_.steps.output.pred.detach(), p_.steps.batch.target);
-        }
-        p_.dispatch.emit(Point::after_step);
-      } catch (const CancelStep&) {
-        p_.cancelled(CancelScope::step);
-      }
-    }
-  } catch (const CancelEpoch&) {
-    p_.cancelled(CancelScope::epoch);
-  }
+      },
+      p_.cancelled);
   // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
-  std::vector<at::Tensor> parts;
-  parts.push_back(loss_sum.defined() ? loss_sum.reshape({1}).cpu()
-                                     : torch::zeros({1}, torch::kDouble));
-  for (auto& s : sums) parts.push_back(s.reshape({1}).cpu());
-  parts.push_back(torch::full({1}, static_cast<double>(count), torch::kDouble));
-  auto packed = torch::cat(parts);
+  auto packed = sums.packed();
   p_.dp.all_reduce_sum(packed);
   auto acc = packed.accessor<double, 1>();
   const double total = acc[packed.size(0) - 1];
   res.samples = static_cast<std::int64_t>(total);
   if (total > 0) {
     res.values.emplace_back(prefix + "loss", acc[0] / total);
-    for (std::size_t k = 0; k < names.size(); ++k)
-      res.values.emplace_back(prefix + names[k], acc[static_cast<std::int64_t>(k) + 1] / total);
+    for (std::size_t k = 0; k < sums.names.size(); ++k)
+      res.values.emplace_back(prefix + sums.names[k],
+                              acc[static_cast<std::int64_t>(k) + 1] / total);
     compute_metrics(res, prefix);
   }
   p_.model->train();

@@ -31,7 +31,7 @@ void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
   if (!opt.save_model || !writes_outputs() || !lock.held()) return;
   // A failure inside a step may have left the weights half updated; nothing trained, nothing
   // to keep.
-  if (ended_in_step || (state.optimizer_step == 0 && !resume.resumed)) return;
+  if (ended_in_step || (state.optimizer_step == 0 && !loop.resume.resumed())) return;
   // Nor are weights that took steps from a non-finite loss (found now or earlier).
   if (steps.loss_check.failed()) return;
   steps.loss_check.verify();

@@ -141,8 +141,8 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
     s.stop_reason = res->stop_reason;
   }
   // Whole epochs: a fit stopped mid-epoch (max_steps) has not finished the one it was in.
-  s.epochs = res && res->status == FitResult::Status::completed ? pos.epoch : state.epoch;
-  if (resume.start.epoch >= opt.epochs) s.epochs = opt.epochs;
+  s.epochs = res && res->status == FitResult::Status::completed ? loop.pos.epoch : state.epoch;
+  if (loop.resume.first_epoch() >= opt.epochs) s.epochs = opt.epochs;
   s.optimizer_steps = state.optimizer_step;
   s.micro_steps = state.micro_step;
   s.samples_seen = state.samples_seen;

@@ -64,7 +64,7 @@ Batch StepEngine::to_device(Batch b) const {
 // The calls of a task's train_step under manual optimization, and of an optimizer_step
 // handler's second pass, each refused outside its place.
 void StepEngine::check_manual_call(const char* call) const {
-  if (!manual || !in_step(p_.phase) || !p_.state.training())
+  if (!manual || !in_step(p_.loop.phase) || !p_.state.training())
     throw std::logic_error(std::string("Context::") + call +
                            " is for a task's train_step under manual optimization "
                            "(Task::manual_optimization() returning true)");
@@ -84,7 +84,7 @@ void StepEngine::manual_zero_grad(std::string_view optimizer) {
   zero_grad_optimizer(optimizer_index(p_.optimizers, optimizer));
 }
 at::Tensor StepEngine::handler_recompute_loss() {
-  if (manual || p_.phase != LoopPhase::step || !p_.state.training())
+  if (manual || p_.loop.phase != LoopPhase::step || !p_.state.training())
     throw std::logic_error(
         "Context::recompute_loss is for an optimizer_step handler of a training step (not "
         "under manual optimization, not inside another recompute_loss)");
@@ -143,7 +143,7 @@ void StepEngine::forward_and_loss() {
   extras.clear();
   // The first training step's matrix products and convolutions (forward and loss; the
   // backward is counted as twice the forward, as is usual).
-  const bool count = in_step(p_.phase) && p_.flops.counting() && !manual;
+  const bool count = in_step(p_.loop.phase) && p_.flops.counting() && !manual;
   {
     PhaseTimer t(prof, Profiler::forward);
     std::optional<FlopCounter> c;
@@ -183,10 +183,10 @@ at::Tensor StepEngine::recompute_loss() {
     ~Restore() {
       e.output = std::move(first);
       e.extras = std::move(first_extras);
-      e.p_.phase = LoopPhase::step;
+      e.p_.loop.phase = LoopPhase::step;
     }
   } restore{*this, std::move(output), std::move(extras)};
-  p_.phase = LoopPhase::recompute;
+  p_.loop.phase = LoopPhase::recompute;
   forward_and_loss();
   at::Tensor loss = output.loss;
   {
@@ -202,7 +202,7 @@ void StepEngine::train_step(BatchLoader& loader) {
   const auto t_step = prof ? prof->step_start() : Profiler::StepStart{};
   p_.state.batch_size = loader.size_of(p_.state.batch_idx);
   p_.state.stepped = false;
-  p_.phase = LoopPhase::step;
+  p_.loop.phase = LoopPhase::step;
   if (p_.times.first_step_s < 0) p_.times.first_step_s = process_age_seconds();
   {
     PhaseTimer t(prof, Profiler::hooks);
@@ -213,7 +213,7 @@ void StepEngine::train_step(BatchLoader& loader) {
     PhaseTimer t(prof, Profiler::data);
     p_.dispatch.set_where("the training data's get()");
     Loaded got = loader.take(p_.state.batch_idx);
-    if (got.state) p_.data_state = std::move(got.state);
+    if (got.state) p_.loop.data_state = std::move(got.state);
     batch = to_device(std::move(got.batch));
   }
   skip_batch_ = false;
@@ -265,8 +265,8 @@ void StepEngine::train_step(BatchLoader& loader) {
     PhaseTimer t(prof, Profiler::records);
     p_.log_step_if_due();
   }
-  p_.phase = LoopPhase::fit;
-  p_.pos = {p_.state.epoch, p_.state.batch_idx + 1};
+  p_.loop.phase = LoopPhase::fit;
+  p_.loop.pos = {p_.state.epoch, p_.state.batch_idx + 1};
   {
     PhaseTimer t(prof, Profiler::hooks);
     p_.dispatch.emit(Point::after_step);

@@ -38,9 +38,7 @@ class StepEngine {
     const std::shared_ptr<Task>& task;
     std::vector<NamedOptimizer>& optimizers;
     StepState& state;
-    LoopPhase& phase;
-    Position& pos;                           // set when a step ends
-    std::shared_ptr<StateDict>& data_state;  // the training data's, after each batch drawn
+    LoopPlace& loop;  // phase: step inside; pos and the data's state when a step ends
     FlopMeter& flops;
     RunTimes& times;
     EpochValues& epoch;                     // the step's loss and metrics go there
@@ -86,7 +84,9 @@ class StepEngine {
   at::Tensor recompute_loss();
   // The profiler inside a training step (its phases), else null: validation steps share
   // forward_and_loss but are timed as a whole.
-  Profiler* step_profiler() const { return in_step(p_.phase) ? p_.dispatch.profiler() : nullptr; }
+  Profiler* step_profiler() const {
+    return in_step(p_.loop.phase) ? p_.dispatch.profiler() : nullptr;
+  }
 
   Parts p_;
   bool skip_batch_ = false;  // a non-finite loss under nan_policy "skip": no optimizer step

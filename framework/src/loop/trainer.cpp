@@ -2,11 +2,9 @@
 // accessors, and fit(): the orchestration of epochs, validation, records and the ways a fit
 // ends. The phases themselves live with their components (trainer_impl.hpp lists them).
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 
 #include "config/trainer_options.hpp"
-#include "cuda/cuda_support.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/config.hpp"
@@ -204,152 +202,24 @@ std::string Trainer::model_fingerprint() {
 
 // ---- the loop ----------------------------------------------------------------------------
 
+// A fit is three phases (fit_loop.cpp): its start (before_fit, a resume), its epochs and
+// after_fit, then its end, which runs however the first two ended.
 FitResult Trainer::fit() {
   auto& I = *impl_;
   FitResult res;
-  I.times.fit_start = Clock::now();
-  I.stops.requested = false;
-  I.phase = LoopPhase::fit;
+  CancelInfo ending;  // what ended the fit other than completion, for after_cancel
   clear_interrupt();
   StopSignalScope stop_signals;
-  I.dispatch.set_where("start");
-  // What ends the fit other than completion, and how after_cancel hears of it.
-  CancelInfo ending;
-  auto end_with = [&](FitResult::Status st, CancelReason why, std::string msg) {
-    res.status = st;
-    (st == FitResult::Status::failed ? res.error : res.stop_reason) = msg;
-    ending = {CancelScope::fit, why, std::move(msg)};
-  };
   std::shared_ptr<void> memory_counting;  // a profiled fit's peak memory per phase
   try {
-    I.lock_outputs();  // before anything in the output folder is written
-    connect();
-    if (auto* p = I.dispatch.profiler()) {
-      memory_counting = p->memory.start(cpu_tensor_bytes(*I.model));
-      // On a GPU the host only queues the steps' work: their phases are timed on the device.
-      if (I.device.is_cuda()) p->use_device_clock(cuda::event_clock(I.device));
-    }
-    warn_if_reference_blas();
-    I.open_outputs();
-    I.write_summary_file(nullptr);
-    I.dispatch.set_where("before_fit");
-    I.resume.rewind_records = -1;
-    I.phase = LoopPhase::before_fit;
-    I.dispatch.emit(Point::before_fit);
-    I.phase = LoopPhase::fit;
-    // "--resume auto" with nothing to resume from (a restart before the first checkpoint):
-    // a fresh start, so what the failed attempt logged is dropped.
-    const bool fresh_auto = I.run.resume == "auto" && !I.resume.resumed;
-    if (fresh_auto) {
-      I.resume.rewind_records = 0;
-      if (I.state.is_main_process())
-        std::fprintf(stderr,
-                     "wick: --resume auto: no checkpoint was restored (none yet, or no "
-                     "checkpoint hook); training from the start\n");
-    }
-    if (I.resume.rewind_records >= 0 && !I.opt.write_outputs)
-      I.records.set_count(I.resume.rewind_records);
-    if (I.resume.rewind_records >= 0 && I.opt.write_outputs) {
-      I.dispatch.set_where("rewinding the metrics records to the checkpoint");
-      I.records.rewind(fs::path(I.run.output_dir) / "metrics.jsonl", I.resume.rewind_records,
-                       /*truncate=*/I.state.is_main_process());
-    }
-    I.dp.check_fit();
-    if (!I.run.resume.empty() && !I.resume.resumed && !fresh_auto)
-      throw std::runtime_error("--resume " + I.run.resume +
-                               " was given but no hook restored a checkpoint; enable one with "
-                               "[[hooks]] plugin = \"checkpoint\"");
-    for (std::int64_t e = I.resume.start.epoch; e < I.opt.epochs; ++e) {
-      I.state.epoch = e;
-      const auto t_epoch = Clock::now();
-      const auto samples_before = I.times.samples_this_run;
-      const bool whole = I.train_epoch(e == I.resume.start.epoch ? I.resume.start.batch : 0);
-      if (interrupt_requested()) throw Interrupted{};
-      {
-        PhaseTimer t(I.dispatch.profiler(), Profiler::validation);
-        I.eval.last_valid = I.eval.validation(I.valid_ds.get());
-      }
-      // Stopped before the epoch's last batch (max_steps, a stop request): the epoch is not
-      // over. Its validation goes to the summary, but no epoch record is written and
-      // after_epoch does not fire; the position stays at the next batch, where a resume
-      // continues exactly, as after a SIGINT.
-      if (!whole) break;
-      I.write_epoch_record(t_epoch, samples_before);
-      I.pos = {e + 1, 0};
-      I.dispatch.emit(Point::after_epoch);
-      I.records.commit();  // with what hooks logged at after_epoch
-      I.state.batch_idx = 0;
-      // A Ctrl-C during validation or after_epoch (the last epoch's included) still counts.
-      if (interrupt_requested()) throw Interrupted{};
-      if (I.agreed_stop(true)) break;
-    }
+    memory_counting = I.start_fit();
+    I.run_epochs();
     I.dispatch.emit(Point::after_fit);
     res.stop_reason = I.stops.reason;
-  } catch (const CancelFit&) {
-    end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame("CancelFit"));
-  } catch (const Interrupted&) {
-    res.signal = interrupt_signal();
-    end_with(FitResult::Status::cancelled, CancelReason::interrupt, stop_signal_reason(res.signal));
-  } catch (const Cancel& c) {
-    // A CancelStep or CancelEpoch thrown outside its scope (e.g. in before_fit) ends the fit.
-    end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, I.dispatch.blame(c.what()));
-  } catch (const ConfigError& e) {
-    // Every configuration error exits 2, whichever layer finds it.
-    end_with(FitResult::Status::failed, CancelReason::failure, I.dispatch.blame(e.what()));
-    res.config_error = true;
-  } catch (const std::exception& e) {
-    end_with(FitResult::Status::failed, CancelReason::failure, I.dispatch.blame(e.what()));
   } catch (...) {
-    end_with(FitResult::Status::failed, CancelReason::failure,
-             I.dispatch.blame("an exception that is not a std::exception (a plugin threw a "
-                              "non-standard type)"));
+    I.fit_ended_by(std::current_exception(), res, ending);
   }
-  // A before_fit hook that threw leaves the loop out of before_fit: after_cancel restores nothing.
-  if (I.phase == LoopPhase::before_fit) I.phase = LoopPhase::fit;
-  if (res.status != FitResult::Status::completed) {
-    // after_cancel runs once on the way out; an error inside it is reported, not rethrown.
-    auto report = [&](const std::string& msg) {
-      res.error = res.error.empty() ? msg : res.error + "; then " + msg;
-      res.status = FitResult::Status::failed;
-    };
-    I.stops.cancel = &ending;
-    try {
-      // An epoch record still open (a cancel in after_epoch) is written first: a checkpoint
-      // saved at after_cancel counts it.
-      I.records.commit();
-      I.dispatch.emit(Point::after_cancel);
-    } catch (const std::exception& e) {
-      report(I.dispatch.blame(e.what()));
-    } catch (...) {
-      report(I.dispatch.blame("an exception that is not a std::exception"));
-    }
-    I.stops.cancel = nullptr;
-  }
-  I.dispatch.set_where("end");
-  try {
-    I.close_records();
-  } catch (const std::exception& e) {
-    res.status = FitResult::Status::failed;
-    res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
-  }
-  const bool ended_in_step = I.in_step();  // the weights may be half updated
-  I.phase = LoopPhase::outside;
-  try {
-    I.save_final_weights(res, ended_in_step);
-  } catch (const std::exception& e) {
-    // The trained weights could not be kept: the run must not look like a success.
-    res.status = FitResult::Status::failed;
-    res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
-  }
-  try {
-    I.write_summary_file(&res);
-  } catch (const std::exception& e) {
-    // The run's record of itself could not be written: it must not look like a success.
-    res.status = FitResult::Status::failed;
-    res.error = (res.error.empty() ? "" : res.error + "; then ") + e.what();
-    std::fprintf(stderr, "wick: %s\n", e.what());
-  }
-  I.lock.release();
+  I.end_fit(res, ending);
   return res;
 }
 

@@ -1,26 +1,28 @@
-// Private: the Trainer's state, by component, and the loop's phases. What each file of the
-// loop does with it:
-//   trainer.cpp       construction, accessors, fit(): the orchestration
-//   step.cpp          the step engine (StepEngine, step_engine.hpp): a training step, the
-//                     stage chains' defaults, backward and optimizer steps, recompute_loss
-//   epoch.cpp         a training epoch: its batches (the dealing of the order), cancellations
-//   evaluate.cpp      the evaluator (Evaluator, evaluator.hpp): validation with metric
-//                     reduction, evaluate, predict
+// Private: the Trainer's composition root. Impl holds what the run is (options, task, model,
+// optimizers, data, device), the counters every component shares (StepState), where the loop
+// is (LoopPlace: phase, position, resume point, the epoch's dealing, the data's state), and
+// the components, each owning its own state: the Dispatcher (dispatch.hpp), StepEngine
+// (step_engine.hpp, with its LossCheck), Evaluator (evaluator.hpp), EpochValues, StopRequests,
+// FlopMeter, RunTimes, RecordWriter and RunLock (records/), DataParallel (dist/). It builds
+// them, binds each to the parts of the others it works with, and runs the fit over them: the
+// orchestration is its only job, which is why the loop's files are its methods:
+//   trainer.cpp       construction, accessors, fit(): its three phases in order
+//   fit_loop.cpp      a fit's start (before_fit, a resume), its epochs, its end
+//   epoch.cpp         a training epoch: its batches (the dealing of the order), its steps
 //   run_outputs.cpp   the run folder: lock, metrics records, summary.json
 //   final_weights.cpp the weights a run leaves (model.pt) and loading them
 //   checkpoints.cpp   the run's checkpoints: save, inspect, restore (the CheckpointStore)
+// and the components' work is theirs: step.cpp (a training step, the stage chains' defaults,
+// backward and optimizer steps, recompute_loss), evaluate.cpp (validation with metric
+// reduction, evaluate, predict). Every cancellable scope runs through run_scope (scope.hpp).
 // The Context reaches the loop through Context::Host (context_host.hpp), a view of these
 // members, of the step engine and of the CheckpointStore that Impl implements.
-// The components with state of their own have files of their own: StepEngine
-// (step_engine.hpp) with its LossCheck (loss_check.hpp), Evaluator (evaluator.hpp), EpochValues
-// (epoch_values.hpp), StopRequests (stop_signals.hpp), FlopMeter (flop_meter.hpp), the Dispatcher
-// (dispatch.hpp), the loop's phase, resume point and clocks (loop_state.hpp), RecordWriter and
-// RunLock (records/).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,30 +55,22 @@ struct Trainer::Impl final : CheckpointStore {
   std::shared_ptr<Dataset> train_ds, valid_ds;
   torch::Device device{torch::kCPU};
 
-  // Where the loop is.
+  // Where the loop is (loop_state.hpp), and the run's name.
   StepState state;
-  LoopPhase phase = LoopPhase::outside;
-  Position pos;  // where the loop is between steps
-  ResumePoint resume;
+  LoopPlace loop;
   std::string run_id = new_run_id();  // RunIdentity::id; a resume adopts its checkpoint's
-  // The training data's state after the last batch the loop consumed (has_state()): what a
-  // checkpoint keeps, whatever the loader threads have loaded ahead.
-  std::shared_ptr<StateDict> data_state;
-  // Where this epoch's dealing of the order begins (data/sampler.hpp): saved in checkpoints,
-  // moved when a run resumes on another world size or batch size.
-  EpochStart epoch_start;
 
   // What plugins reach: the Context over a view of this state (context_host.hpp; it binds
   // members declared below), and the dispatcher that runs their hooks with it.
-  Context::Host host{state, run,     phase,    pos,   model, task, optimizers,
-                     steps, records, dispatch, times, stops, dp,   *this};
+  Context::Host host{state,   run,      loop,  model, task, optimizers, steps,
+                     records, dispatch, times, stops, dp,   *this};
   Context ctx{&host};
   Dispatcher dispatch{ctx};
 
   // The step engine, which owns the running step's values (after the dispatcher: they are
   // released before the hooks' libraries may be).
-  StepEngine steps{{opt, device, dispatch, ctx, task, optimizers, state, phase, pos, data_state,
-                    flops, times, epoch, [this] { log_step_if_due(); }}};
+  StepEngine steps{{opt, device, dispatch, ctx, task, optimizers, state, loop, flops, times, epoch,
+                    [this] { log_step_if_due(); }}};
 
   // The evaluator, which owns the [[metrics]] and the last validation's values.
   Evaluator eval{{opt, run, device, model, valid_ds, state, dispatch, steps, dp,
@@ -97,8 +91,20 @@ struct Trainer::Impl final : CheckpointStore {
   std::string weights_loaded;  // Trainer::weights_loaded()
   std::string threads_why;     // trainer.threads = "auto": why that count (wick::auto_threads)
 
-  bool in_step() const { return wick::in_step(phase); }
-  bool in_fit() const { return phase != LoopPhase::outside; }
+  bool in_step() const { return wick::in_step(loop.phase); }
+  bool in_fit() const { return loop.phase != LoopPhase::outside; }
+
+  // ---- the fit loop (fit_loop.cpp) ----
+  // Up to before_fit's end: the output folder, before_fit, a resume's records; returns what
+  // keeps a profiled fit's memory counted while it runs.
+  std::shared_ptr<void> start_fit();
+  // The epochs from the resume point: training, validation, records, after_epoch, stops.
+  void run_epochs();
+  // What ended the fit (a cancel, an interrupt, an error): into res and after_cancel's info.
+  void fit_ended_by(const std::exception_ptr& error, FitResult& res, CancelInfo& ending);
+  // However the fit ended: after_cancel if it did not complete, the last records, the final
+  // weights, summary.json, the output folder released. A failure here fails the run.
+  void end_fit(FitResult& res, const CancelInfo& ending);
 
   // ---- a training epoch (epoch.cpp) ----
   Sharding sharding() const;
