@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "data/epoch_start.hpp"
 #include "wick/state.hpp"
 
 namespace wick {
@@ -20,14 +21,6 @@ struct Sharding {
 std::uint64_t epoch_seed(std::int64_t seed, std::int64_t epoch);
 // The seed of the generator a Dataset::get receives for one batch.
 std::uint64_t fetch_seed(std::int64_t seed, Phase phase, std::int64_t epoch, std::int64_t batch);
-
-// Where the dealt part of an epoch's order begins: batches from first_batch on take the order's
-// samples from position offset on. (0, 0) but in the epoch a run resumed in on another world
-// size or batch size: it deals the samples not yet seen anew.
-struct EpochStart {
-  std::int64_t first_batch = 0;
-  std::int64_t offset = 0;
-};
 
 // Training: the epoch's permutation (or 0..n-1) from `offset` on, padded by wrapping to a
 // multiple of the world size and dealt round-robin (DistributedSampler: rank r takes r,

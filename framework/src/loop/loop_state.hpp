@@ -1,12 +1,12 @@
 // Private: where the loop is (its phase, position and dealing, the resume point), and the
-// fit's clocks.
+// fit's clocks. Torch-free.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 
-#include "data/sampler.hpp"  // EpochStart
+#include "data/epoch_start.hpp"
 #include "loop/clock.hpp"
 #include "wick/checkpoint.hpp"  // Position
 
