@@ -65,10 +65,10 @@ class ResumePoint {
   std::optional<std::int64_t> rewind_;
 };
 
-// Where the loop is. The fit loop (fit_loop.cpp) owns it and moves it between epochs, the
-// epoch loop (epoch.cpp) within an epoch, the step engine within a step; a checkpoint's
-// restore sets it and a snapshot saves it. The Context reads it (Context::position, the
-// phase that decides which services are open).
+// Where the loop is, one member of Trainer::Impl. The fit loop (fit_loop.cpp) moves it between
+// epochs, the epoch loop (epoch.cpp) within an epoch, the step engine within a step; a
+// checkpoint's restore sets it and a snapshot saves it. The Context reads it (Context::position,
+// the phase that decides which services are open).
 struct LoopPlace {
   LoopPhase phase = LoopPhase::outside;
   Position pos;  // where the loop is between steps
