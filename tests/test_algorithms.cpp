@@ -639,7 +639,7 @@ void killed_then_resumed(const std::string& hooks, int step) {
   TempDir ref;
   wick::test::write_file(ref / "cfg.toml", cnn_config(ref, hooks));
   auto r0 = wick::test::run_wick({"fit", (ref / "cfg.toml").string()});
-  INFO(r0.out << r0.err);
+  INFO(r0.err << r0.out);
   REQUIRE(r0.exit_code == 0);
 
   TempDir d;
@@ -649,11 +649,11 @@ void killed_then_resumed(const std::string& hooks, int step) {
                                            "step = " +
                                            std::to_string(step) + "\n"));
   auto r1 = wick::test::run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r1.out << r1.err);
+  INFO(r1.err << r1.out);
   REQUIRE(r1.exit_code == 128 + 9);
   auto r2 = wick::test::run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                                   "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.err.find("starts afresh") == std::string::npos);
   auto a = wick::test::read_json(ref / "run" / "summary.json");

@@ -8,7 +8,7 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   TempDir dir;
   const auto out = dir / "results.json";
   auto r = run({WICK_BENCH_BIN, "--smoke", "--out", out.string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto j = read_json(out);
   for (const char* key :

@@ -69,7 +69,7 @@ TEST_CASE("CancelStep skips the rest of that step and is counted") {
   TempDir dir;
   // The second training batch of epoch 0, before its forward pass.
   auto r = fit(dir, "point = \"before_step\"\nstep = 1\naction = \"cancel_step\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.summary["status"] == "completed");
   CHECK(r.summary["cancelled_steps"] == 1);
@@ -87,7 +87,7 @@ TEST_CASE("CancelStep skips the rest of that step and is counted") {
 TEST_CASE("CancelEpoch skips the rest of that epoch's training and is counted") {
   TempDir dir;
   auto r = fit(dir, "point = \"after_step\"\nstep = 0\naction = \"cancel_epoch\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.summary["status"] == "completed");
   CHECK(r.summary["cancelled_epochs"] == 1);
@@ -106,7 +106,7 @@ TEST_CASE("CancelEpoch skips the rest of that epoch's training and is counted") 
 TEST_CASE("CancelEpoch in before_epoch skips that epoch's training only") {
   TempDir dir;
   auto r = fit(dir, "point = \"before_epoch\"\nstep = 1\naction = \"cancel_epoch\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.summary["status"] == "completed");
   CHECK(r.summary["cancelled_epochs"] == 1);
@@ -118,7 +118,7 @@ TEST_CASE("CancelEpoch in before_epoch skips that epoch's training only") {
 TEST_CASE("CancelFit ends the run as cancelled after after_cancel") {
   TempDir dir;
   auto r = fit(dir, "point = \"after_step\"\nstep = 2\naction = \"cancel_fit\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);  // a hook's own decision, not a failure or an interrupt
   CHECK(r.summary["status"] == "cancelled");
   CHECK(r.summary["stop_reason"] ==
@@ -139,7 +139,7 @@ TEST_CASE("CancelFit ends the run as cancelled after after_cancel") {
 TEST_CASE("a stop request ends the run gracefully: completed, no after_cancel") {
   TempDir dir;
   auto r = fit(dir, "point = \"after_step\"\nstep = 0\naction = \"stop\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.summary["status"] == "completed");
   CHECK(r.summary["stop_reason"] == "thrower asked to stop");
@@ -157,7 +157,7 @@ TEST_CASE("a stop request ends the run gracefully: completed, no after_cancel") 
 TEST_CASE("an exception in a hook fails the run with the plugin and the point named") {
   TempDir dir;
   auto r = fit(dir, "point = \"after_loss\"\nstep = 3\naction = \"throw\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 1);
   const std::string msg =
       "plugin 'thrower' (instance 'thrower') at after_loss: thrower: injected failure";
@@ -173,7 +173,7 @@ TEST_CASE("an exception in a hook fails the run with the plugin and the point na
 TEST_CASE("SIGINT raised in a step: the run stops at the next step boundary with exit 130") {
   TempDir dir;
   auto r = fit(dir, "point = \"after_step\"\nstep = 1\naction = \"sigint\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 130);
   CHECK(r.summary["status"] == "cancelled");
   CHECK(r.summary["stop_reason"] == "interrupted (SIGINT)");
@@ -250,7 +250,7 @@ TEST_CASE("SIGINT during the last epoch's after_epoch is not lost: exit 130, not
   TempDir dir;
   // Second (last) after_epoch: the training loop is over, so only the epoch-end check sees it.
   auto r = fit(dir, "point = \"after_epoch\"\nstep = 1\naction = \"sigint\"\n");
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 130);
   CHECK(r.summary["status"] == "cancelled");
   CHECK(r.summary["stop_reason"] == "interrupted (SIGINT)");
@@ -303,7 +303,7 @@ TEST_CASE("one fit per output folder: a second is refused with the holder's pid,
   kill(pid, SIGINT);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
-  INFO(second.out << second.err);
+  INFO(second.err << second.out);
   CHECK(second.exit_code == 2);
   char host[256] = "";
   gethostname(host, sizeof host - 1);
@@ -333,7 +333,7 @@ TEST_CASE("one fit per output folder: a second is refused with the holder's pid,
     // Without the thrower, which would pause for a SIGINT (60 s) that this fit never gets.
     auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.epochs=1", "--set",
                        "hooks.thrower.enabled=false"});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 0);
     CHECK(r.err.find("wick: taking over '" + (dir / "run" / "wick.lock").string() +
                      "' from wick pid 999999 host gone, which ended without releasing it") !=

@@ -92,7 +92,7 @@ const Reference& reference() {
     TempDir d;
     write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n"));
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     return Reference{read_json(d / "run" / "summary.json")["model_fingerprint"], logged_values(d),
                      csv_rows(d)};
@@ -122,7 +122,7 @@ TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identic
   write_file(d / "cfg.toml",
              config(d, "every_n_steps = 4\n", fault("action = \"sigint\"\nstep = 13\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 130);
   auto s = read_json(d / "run" / "summary.json");
   CHECK(s["status"] == "cancelled");
@@ -132,7 +132,7 @@ TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identic
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("resumed from " + (ckpt_dir(d) / "ckpt-e0001-b0000005").string() +
                     " (epoch 1, batch 5, optimizer step 13)") != std::string::npos);
@@ -146,7 +146,7 @@ TEST_CASE("a stop at max_steps mid-epoch resumes at the next batch, exactly") {
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n",
                                     "[[hooks]]\nplugin = \"progress\"\nmode = \"plain\"\n"));
   auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.max_steps=11"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // The progress line does not call the unfinished epoch done.
   CHECK_THAT(r.out, Catch::Contains("epoch 1/3 done"));
@@ -168,12 +168,12 @@ TEST_CASE("a stop at max_steps mid-epoch resumes at the next batch, exactly") {
   // The same limit again trains no step past it.
   auto again = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "trainer.max_steps=11"});
-  INFO(again.out << again.err);
+  INFO(again.err << again.out);
   REQUIRE(again.exit_code == 0);
   CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 11);
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 1, batch 3, optimizer step 11)") != std::string::npos);
   check_matches_reference(d);
@@ -187,7 +187,7 @@ TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
                                     fault("action = \"" + action + "\"\nstep = 14\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == status);
   // Steps 4 and 8 (the end of epoch 1, before validation), epoch 1's end, step 12; not 14.
   CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004", "ckpt-e0000-b0000008",
@@ -195,7 +195,7 @@ TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
   check_matches_reference(d);
@@ -212,7 +212,7 @@ TEST_CASE("resume auto after a death before the first checkpoint starts afresh, 
   REQUIRE(!read_file(d / "run" / "metrics.jsonl").empty());
   auto r = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find(
             "wick: --resume auto: no checkpoint was restored (none yet, or no checkpoint hook); "
@@ -224,7 +224,7 @@ TEST_CASE("resume auto after a death before the first checkpoint starts afresh, 
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 128 + 9);
   auto r2 = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
   check_matches_reference(d);
@@ -239,7 +239,7 @@ TEST_CASE("resuming from the end-of-epoch checkpoint before validation is exact"
   REQUIRE(r.exit_code == 128 + 9);
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 0, batch 8, optimizer step 8)") != std::string::npos);
   check_matches_reference(d);
@@ -252,7 +252,7 @@ TEST_CASE(
              config(d, "every_n_steps = 4\n",
                     fault("action = \"throw\"\nstep = 10\nmessage = \"boom at ten\"\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 1);
   const std::string blame = "plugin 'fault' (instance 'fault') at after_step: boom at ten";
   CHECK(r.err.find(blame) != std::string::npos);
@@ -265,7 +265,7 @@ TEST_CASE(
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   check_matches_reference(d);
 }
@@ -276,7 +276,7 @@ TEST_CASE("an exception in the middle of a step writes no failure checkpoint") {
              config(d, "every_n_steps = 4\nkeep_last = 0\n",
                     fault("action = \"throw\"\nat = \"after_backward\"\nstep = 6\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 1);
   CHECK(r.err.find("plugin 'fault' (instance 'fault') at after_backward: injected fault") !=
         std::string::npos);
@@ -298,7 +298,7 @@ TEST_CASE("a NaN loss stops naming the step under policy error and is counted un
   write_file(d / "cfg.toml",
              config(d, "", fault("action = \"nan\"\nat = \"after_loss\"\nstep = 5\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 1);
   CHECK(r.err.find(") at epoch 0, batch 4, optimizer step 4; set trainer.nan_policy") !=
         std::string::npos);
@@ -307,7 +307,7 @@ TEST_CASE("a NaN loss stops naming the step under policy error and is counted un
   CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.nan_policy=skip"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   auto s = read_json(d / "run" / "summary.json");
   CHECK(s["skipped_steps"] == 1);
@@ -340,7 +340,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
     write_file(bad / "model.pt", bytes);
     auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", bad.string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("cannot resume from checkpoint '" + bad.string() +
                      "': model.pt does not match its sha256 in the manifest (corrupted)") !=
@@ -349,7 +349,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     CHECK(checkpoints(d).size() == 2);  // nothing written, nothing removed
 
     auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
-    INFO(r2.out << r2.err);
+    INFO(r2.err << r2.out);
     CHECK(r2.exit_code == 0);
     CHECK(r2.err.find("warning: skipping checkpoint '" + bad.string() +
                       "': model.pt does not "
@@ -366,7 +366,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
                      " bytes, the manifest says " + std::to_string(bytes.size()) +
                      " (truncated?)") != std::string::npos);
     auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
-    INFO(r2.out << r2.err);
+    INFO(r2.err << r2.out);
     CHECK(r2.exit_code == 0);
     CHECK(r2.err.find("skipping checkpoint '" + bad.string() + "'") != std::string::npos);
     check_matches_reference(d);
@@ -375,7 +375,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     fs::remove(bad / "manifest.json");
     fs::remove(good / "state.pt");
     auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("'" + bad.string() + "': no manifest.json (an unfinished write?)") !=
           std::string::npos);
@@ -392,12 +392,12 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
   };
   auto refused = [&](const std::string& why) {
     auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", bad.string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("cannot resume from checkpoint '" + bad.string() + "': " + why) !=
           std::string::npos);
     auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
-    INFO(r2.out << r2.err);
+    INFO(r2.err << r2.out);
     CHECK(r2.exit_code == 0);
     CHECK(r2.err.find("warning: skipping checkpoint '" + bad.string() + "': " + why) !=
           std::string::npos);
@@ -489,7 +489,7 @@ TEST_CASE("a resume into another model or data order is refused with the differe
 
   auto r = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "task.hidden=[48, 8]"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("does not match the model of this config") != std::string::npos);
   CHECK(r.err.find("0.weight: expected [48, 16] Float, found [32, 16] Float") != std::string::npos);
@@ -528,7 +528,7 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
                     fs::perm_options::remove);
     auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
     fs::permissions(ckpt_dir(d), fs::perms::owner_write, fs::perm_options::add);
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("plugin 'checkpoint' (instance 'checkpoint') at before_fit: the checkpoint "
                      "folder '" +
@@ -543,7 +543,7 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
     auto r = run_wick_unprivileged(
         {"fit", (d / "cfg.toml").string(), "--set", "trainer.output_dir=" + out.string()});
     fs::permissions(out, fs::perms::owner_all);
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     // The lock is the first file a fit writes.
     CHECK(r.err.find("cannot write '" + (out / "wick.lock").string() +
@@ -557,7 +557,7 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
                                       fault("action = \"readonly\"\nstep = 10\n")));
     auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
     fs::permissions(ckpt_dir(d), fs::perms::owner_write, fs::perm_options::add);
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("cannot save checkpoint '" + (ckpt_dir(d) / "ckpt-e0001-b0000004").string() +
                      "': cannot create") != std::string::npos);
@@ -577,7 +577,7 @@ TEST_CASE("a full disk at save time gives a clear error and earlier checkpoints 
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
                                     fault("action = \"fsize\"\nstep = 6\nbytes = 16384\n"), task));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("cannot save checkpoint '" + (ckpt_dir(d) / "ckpt-e0000-b0000008").string() +
                    "'") != std::string::npos);
@@ -588,7 +588,7 @@ TEST_CASE("a full disk at save time gives a clear error and earlier checkpoints 
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n", "", task));
   auto r2 = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "trainer.epochs=1"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   CHECK(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 0, batch 4, optimizer step 4)") != std::string::npos);
 }
@@ -600,7 +600,7 @@ TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") 
                     "every_n_steps = 2\nkeep_last = 2\nmonitor = \"valid/accuracy\"\n"
                     "mode = \"max\"\n"));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(checkpoints(d) ==
         std::vector<std::string>{"best", "ckpt-e0002-b0000008", "ckpt-e0003-b0000000"});
@@ -622,7 +622,7 @@ TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") 
   // A fresh run into the same folder moves the earlier run's checkpoints aside, so that
   // neither keep_last nor --resume latest mixes the two runs.
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   CHECK(r2.exit_code == 0);
   CHECK(r2.err.find("moved 3 checkpoint(s) of an earlier run aside to '" +
                     (ckpt_dir(d) / "superseded-").string()) != std::string::npos);

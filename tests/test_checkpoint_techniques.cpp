@@ -30,7 +30,7 @@ void interrupted_then_resumed(const std::string& action, int step, int exit_code
   TempDir ref;
   write_file(ref / "cfg.toml", config(ref, hooks, task));
   auto r0 = run_wick({"fit", (ref / "cfg.toml").string()});
-  INFO(r0.out << r0.err);
+  INFO(r0.err << r0.out);
   REQUIRE(r0.exit_code == 0);
 
   TempDir d;
@@ -39,11 +39,11 @@ void interrupted_then_resumed(const std::string& action, int step, int exit_code
                                         "\"\nstep = " + std::to_string(step) + "\n",
                                     task));
   auto r1 = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r1.out << r1.err);
+  INFO(r1.err << r1.out);
   REQUIRE(r1.exit_code == exit_code);
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   // Every stateful hook found its state in the checkpoint.
   CHECK(r2.err.find("starts afresh") == std::string::npos);

@@ -121,7 +121,7 @@ nlohmann::json fit(const TempDir& d, const std::string& run, const std::string& 
   std::vector<std::string> argv = {"fit", (d / (run + ".toml")).string()};
   argv.insert(argv.end(), args.begin(), args.end());
   auto r = run_wick(argv);
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   return read_json(d / run / "summary.json");
 }
@@ -248,7 +248,7 @@ TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "
   REQUIRE(k.exit_code == 128 + 9);
   auto r = run_wick({"fit", (d / "killed.toml").string(), "--resume", "latest", "--set",
                      "hooks.fault.enabled=false"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(read_json(d / "killed" / "summary.json")["model_fingerprint"] ==
         whole["model_fingerprint"]);
@@ -304,7 +304,7 @@ TEST_CASE("forward's extras reach loss in a replayed CUDA graph as in eager step
     cfg.replace(cfg.find(task), task.size(), "[task]\nplugin = \"extras_task\"\n");
     write_file(d / (name + ".toml"), cfg);
     auto r = run_wick({"fit", (d / (name + ".toml")).string(), "--set", "trainer.drop_last=true"});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     return read_json(d / name / "summary.json");
   };
@@ -320,7 +320,7 @@ TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside th
   // 250 samples in batches of 32: the last is 26.
   write_file(d / "ragged.toml", gpu_config(d, "ragged", "[[hooks]]\nplugin = \"cuda_graph\"\n"));
   auto ragged = run_wick({"fit", (d / "ragged.toml").string(), "--set", "task.samples=250"});
-  INFO(ragged.out << ragged.err);
+  INFO(ragged.err << ragged.out);
   CHECK(ragged.exit_code == 1);
   CHECK_THAT(ragged.err, Contains("cuda_graph: batch 7 has input [26, 16]") &&
                              Contains("set trainer.drop_last = true"));
@@ -331,7 +331,7 @@ TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside th
                         "[[hooks]]\nplugin = \"fault\"\nat = \"after_loss\"\naction = \"sync\"\n"
                         "step = 2\n"));
   auto sync = run_wick({"fit", (d / "sync.toml").string()});
-  INFO(sync.out << sync.err);
+  INFO(sync.err << sync.out);
   CHECK(sync.exit_code == 1);
   CHECK_THAT(sync.err, Contains("plugin 'fault'") && Contains("at after_loss") &&
                            Contains("cuda_graph cannot capture the step"));
@@ -347,7 +347,7 @@ TEST_CASE("cuda_graph refuses grad_accum windows and a device that is not CUDA",
     std::vector<std::string> argv = {"fit", (d / (name + ".toml")).string()};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_wick(argv);
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 1);
     return r.err;
   };

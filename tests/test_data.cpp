@@ -120,7 +120,7 @@ void check_kill_resume(const std::string& trainer_keys, const std::string& task_
   TempDir ref;
   write_file(ref / "cfg.toml", data_config(ref, trainer_keys, task_keys));
   auto r0 = run_wick({"fit", (ref / "cfg.toml").string()});
-  INFO(r0.out << r0.err);
+  INFO(r0.err << r0.out);
   REQUIRE(r0.exit_code == 0);
 
   TempDir d;
@@ -128,11 +128,11 @@ void check_kill_resume(const std::string& trainer_keys, const std::string& task_
              data_config(d, trainer_keys, task_keys,
                          "[[hooks]]\nplugin = \"fault\"\naction = \"kill\"\nstep = 11\n"));
   auto r1 = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r1.out << r1.err);
+  INFO(r1.err << r1.out);
   REQUIRE(r1.exit_code == 128 + 9);
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("optimizer step 9)") != std::string::npos);
   CHECK(fingerprint(d) == fingerprint(ref));
@@ -153,7 +153,7 @@ TEST_CASE("loader threads do not change what is trained") {
     write_file(d / "cfg.toml",
                data_config(d, "num_workers = " + std::to_string(w) + "\n", "kind = \"augment\"\n"));
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     fp[w / 2] = fingerprint(d);
   }
@@ -173,7 +173,7 @@ TEST_CASE("a stream resumes only with the batch size it was numbered by") {
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
   auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                      "trainer.batch_size=4", "--set", "trainer.epochs=2"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("batch_size: checkpoint 8, this run 4") != std::string::npos);
   CHECK(r.err.find("(a stream's samples are numbered by world size and batch size)") !=
@@ -186,7 +186,7 @@ TEST_CASE("a loader thread's exception fails the fit naming the samples, checkpo
   write_file(d / "cfg.toml", data_config(d, "shuffle = false\nnum_workers = 2\n",
                                          "kind = \"throw\"\nfail_at = 24\n", "", 1));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 1);
   CHECK(r.err.find("samples 24, 25, 26, 27, 28, ... (8 in all)") != std::string::npos);
   CHECK(r.err.find("bad record 24 in images.bin") != std::string::npos);
@@ -194,7 +194,7 @@ TEST_CASE("a loader thread's exception fails the fit naming the samples, checkpo
   // The last good checkpoint (after batch 3) is whole: a run without the fault resumes from it.
   auto r2 = run_wick(
       {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "task.fail_at=1000"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 0, batch 3, optimizer step 3)") != std::string::npos);
 }
@@ -203,14 +203,14 @@ TEST_CASE("num_workers < 0 and a stream without steps_per_epoch are config error
   TempDir d;
   write_file(d / "cfg.toml", data_config(d, "num_workers = -1\n", "kind = \"augment\"\n"));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find((d / "cfg.toml").string() + ":7:15: 'num_workers' in [trainer] must be >= 0") !=
         std::string::npos);
 
   write_file(d / "cfg.toml", data_config(d, "", "kind = \"stream\"\n"));
   auto r2 = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   CHECK(r2.exit_code == 2);
   CHECK(r2.err.find("set trainer.steps_per_epoch") != std::string::npos);
 }

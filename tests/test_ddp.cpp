@@ -44,10 +44,10 @@ std::string config(const fs::path& run, const std::string& extra_hooks = "") {
 std::pair<RunResult, RunResult> one_and_two_ranks(const TempDir& dir) {
   auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
                        "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
-  INFO(one.out << one.err);
+  INFO(one.err << one.out);
   REQUIRE(one.exit_code == 0);
   auto two = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
-  INFO(two.out << two.err);
+  INFO(two.err << two.out);
   REQUIRE(two.exit_code == 0);
   return {one, two};
 }
@@ -117,7 +117,7 @@ TEST_CASE("forward's extras reach loss on every rank: 2 ranks train like 1 proce
   auto plain = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "task.extras=false", "--set",
                          "trainer.batch_size=64", "--set",
                          "trainer.output_dir=\"" + (dir / "plain").string() + "\""});
-  INFO(plain.out << plain.err);
+  INFO(plain.err << plain.out);
   REQUIRE(plain.exit_code == 0);
   CHECK(max_abs_diff(read_numbers(dir / "one" / "params_rank0.txt"),
                      read_numbers(dir / "plain" / "params_rank0.txt")) <= 1e-6);
@@ -167,7 +167,7 @@ TEST_CASE("bucket all-reduces started during backward, after it, or by Gloo's ri
                        "--set", "trainer.output_dir=\"" + (dir / "one").string() + "\""});
   REQUIRE(one.exit_code == 0);
   auto early = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2"}, true));
-  INFO(early.out << early.err);
+  INFO(early.err << early.out);
   REQUIRE(early.exit_code == 0);
   // Two of the three buckets start from the gradient hooks, on every one of the 16 steps.
   CHECK(early.err.find(
@@ -181,12 +181,12 @@ TEST_CASE("bucket all-reduces started during backward, after it, or by Gloo's ri
         "--set",   "trainer.output_dir=\"" + (dir / out).string() + "\""};
   };
   auto late = run_wick(small_buckets(run_to("late"), false));
-  INFO(late.out << late.err);
+  INFO(late.err << late.out);
   REQUIRE(late.exit_code == 0);
   CHECK(late.err.find("48 gradient all-reduces (3 bucket(s) by exchange, 0.0 started") !=
         std::string::npos);
   auto ring = run_wick(small_buckets(run_to("ring"), true, false));
-  INFO(ring.out << ring.err);
+  INFO(ring.err << ring.out);
   REQUIRE(ring.exit_code == 0);
   CHECK(ring.err.find("48 gradient all-reduces (0 bucket(s) by exchange, 2.0 started") !=
         std::string::npos);
@@ -211,14 +211,14 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
   auto one = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.batch_size=64",
                        "--set", "hooks.grad_accum.steps=1", "--set",
                        "trainer.output_dir=\"" + (dir / "one").string() + "\""});
-  INFO(one.out << one.err);
+  INFO(one.err << one.out);
   REQUIRE(one.exit_code == 0);
   const auto reference = read_numbers(dir / "one" / "params_rank0.txt");
 
   SECTION("batch 16 x 2 micro-batches, one bucket") {
     auto two = run_wick(
         {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.batch_size=16"});
-    INFO(two.out << two.err);
+    INFO(two.err << two.out);
     REQUIRE(two.exit_code == 0);
     CHECK(read_json(dir / "run" / "summary.json")["optimizer_steps"] == 16);
     CHECK(two.err.find("16 all-reduced steps in 1 bucket(s) of 797 floats max, 16 gradient "
@@ -231,7 +231,7 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
     auto two = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set",
                                        "trainer.batch_size=8", "--set", "hooks.grad_accum.steps=4"},
                                       true));
-    INFO(two.out << two.err);
+    INFO(two.err << two.out);
     REQUIRE(two.exit_code == 0);
     CHECK(two.err.find("16 all-reduced steps in 3 bucket(s) of 400 floats max, 48 gradient "
                        "all-reduces (3 bucket(s) by exchange, 2.0 started") != std::string::npos);
@@ -256,7 +256,7 @@ TEST_CASE("a parameter without a gradient on one rank holds its bucket back, ran
                    (overlap ? "true" : "false") + (ring ? "\ntwo_rank_exchange_mb = 0" : "") +
                    "\n[[hooks]]\nplugin = \"ddp_probe\"\n" + test_plugins_toml());
     auto r = run_wick({"fit", f.string(), "--nproc", "2"});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     return r;
   };
@@ -289,13 +289,13 @@ TEST_CASE("two backward passes into the same gradients need overlap = false") {
   write_file(dir / "cfg.toml", config(dir / "run", "backward_twice = true\n"));
   // Overlapped, the first pass would already have sent the gradients the second one changes.
   auto early = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2"}, true));
-  INFO(early.out << early.err);
+  INFO(early.err << early.out);
   CHECK(early.exit_code != 0);
   CHECK(early.err.find("ddp: parameter '4.bias' received its gradient twice in one backward "
                        "stage") != std::string::npos);
   CHECK(early.err.find("set [hooks.ddp] overlap = false") != std::string::npos);
   auto late = run_wick(small_buckets({"fit", (dir / "cfg.toml").string(), "--nproc", "2"}, false));
-  INFO(late.out << late.err);
+  INFO(late.err << late.out);
   CHECK(late.exit_code == 0);
 }
 
@@ -311,7 +311,7 @@ TEST_CASE("ddp's parameters are checked before anything starts") {
   for (const auto& [set, message] : bad) {
     auto r =
         run_wick({"check", (dir / "cfg.toml").string(), "--set", std::string("hooks.ddp.") + set});
-    INFO(set << "\n" << r.out << r.err);
+    INFO(set << "\n" << r.err << r.out);
     CHECK(r.exit_code == 2);
     CHECK(r.err.find(message) != std::string::npos);
   }
@@ -321,7 +321,7 @@ TEST_CASE("validation metrics of a 2-rank run are reduced over all validation sa
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   auto full = read_json(dir / "run" / "full_eval.json");  // rank 0 alone, all 101 samples
@@ -348,7 +348,7 @@ TEST_CASE(
                (dir / "without").string());
   write_file(dir / "without.toml", text);
   auto r = run_wick({"fit", (dir / "without.toml").string(), "--nproc", "2"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("[rank 0] wick: WORLD_SIZE is 2 and " + (dir / "without.toml").string() +
                    " names no ddp hook: added [[hooks]] plugin = \"ddp\" with its defaults") !=
@@ -363,7 +363,7 @@ TEST_CASE("a stop requested by one rank stops every rank at the same step") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run", "stop_rank = 1\nstop_at_step = 5\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // Requested after step 5's all-reduce, so it rides on step 6's: both ranks end after 6.
   CHECK(read_numbers(dir / "run" / "steps_rank0.txt") == std::vector<double>{6, 6});
@@ -378,7 +378,7 @@ TEST_CASE("a stop requested by one rank at an epoch's end stops every rank after
   write_file(dir / "cfg.toml", config(dir / "run", "stop_rank = 0\nstop_after_epoch = 0\n"));
   auto r =
       run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=4"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(read_numbers(dir / "run" / "steps_rank0.txt") == std::vector<double>{8, 8});
   CHECK(read_numbers(dir / "run" / "steps_rank1.txt") == std::vector<double>{8, 8});
@@ -392,7 +392,7 @@ TEST_CASE("killing one rank mid-epoch makes wick launch fail promptly, naming th
   auto r = run_wick({"launch", "--nproc", "2", "--grace", "2", "--", WICK_BIN, "fit",
                      (dir / "cfg.toml").string(), "--set", "trainer.epochs=50"});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("wick launch: failed: rank 1 killed by signal 9 (SIGKILL)") !=
         std::string::npos);
@@ -409,7 +409,7 @@ TEST_CASE(
       config(dir / "run", "kill_rank = 1\nkill_at_step = 13\nkill_fresh_only = true\n" + ck));
   auto r = run_wick({"launch", "--nproc", "2", "--grace", "2", "--max-restarts", "1", "--",
                      WICK_BIN, "fit", (dir / "cfg.toml").string(), "--set", "trainer.epochs=3"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("wick launch: rank 1 (local rank 1, pid ") != std::string::npos);
   CHECK(r.err.find("wick launch: restart 1 of 1: starting every rank again with --resume "
@@ -431,14 +431,14 @@ TEST_CASE("a 2-rank run killed mid-epoch resumes from its last checkpoint and co
   write_file(dir / "cfg.toml", config(dir / "run", "kill_rank = 1\nkill_at_step = 13\n" + ck));
   auto killed =
       run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3"});
-  INFO(killed.out << killed.err);
+  INFO(killed.err << killed.out);
   REQUIRE(killed.exit_code != 0);
   CHECK(killed.err.find("failed: rank 1 killed by signal 9") != std::string::npos);
   // Same world size, the fault switched off: continues from step 12 (epoch 1, batch 4).
   auto resumed =
       run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3",
                 "--set", "hooks.ddp_probe.kill_rank=-1", "--resume", "latest"});
-  INFO(resumed.out << resumed.err);
+  INFO(resumed.err << resumed.out);
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed.out.find("[rank 1] wick: resumed from") != std::string::npos);
   auto s = read_json(dir / "run" / "summary.json");
@@ -448,7 +448,7 @@ TEST_CASE("a 2-rank run killed mid-epoch resumes from its last checkpoint and co
   write_file(dir / "clean.toml", config(dir / "clean", ck));
   auto clean =
       run_wick({"fit", (dir / "clean.toml").string(), "--nproc", "2", "--set", "trainer.epochs=3"});
-  INFO(clean.out << clean.err);
+  INFO(clean.err << clean.out);
   REQUIRE(clean.exit_code == 0);
   // The checkpoint hook waits for rank 0's writes on every rank: 6 step saves (every 4 of 24)
   // and 3 epoch saves, one barrier each.
@@ -462,7 +462,7 @@ TEST_CASE("ranks without the ddp hook refuse to train apart") {
   write_file(dir / "cfg.toml", "[trainer]\noutput_dir = \"" + (dir / "run").string() +
                                    "\"\n[task]\nplugin = \"synthetic\"\n");
   auto r = run_wick({"fit", (dir / "cfg.toml").string()}, {"WORLD_SIZE=2", "RANK=0"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 2);  // a configuration error, found at run time
   CHECK(r.err.find("plugin = \"ddp\"") != std::string::npos);
 }
@@ -485,7 +485,7 @@ TEST_CASE("srun tasks (SLURM's variables alone) train like wick launch's ranks")
   };
   auto t0 = task(0), t1 = task(1);
   auto r0 = t0.get(), r1 = t1.get();
-  INFO(r0.out << r0.err << r1.out << r1.err);
+  INFO(r0.err << r1.err << r0.out << r1.out);
   REQUIRE(r0.exit_code == 0);
   REQUIRE(r1.exit_code == 0);
   CHECK(r0.err.find("wick: SLURM job of 2 tasks: rendezvous at localhost:" +
@@ -546,7 +546,7 @@ TEST_CASE("torchrun --no_python wick fit: ranks from torchrun, and its restart r
                 "--set",
                 "trainer.epochs=3"},
                env);
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("wick: TORCHELASTIC_RESTART_COUNT is 1: resuming with --resume auto") !=
         std::string::npos);
@@ -615,13 +615,13 @@ TEST_CASE(
   TempDir dir;
   write_file(dir / "cfg.toml", regear_config(dir.path(), "kill_rank = 1\nkill_at_step = 7\n"));
   auto killed = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
-  INFO(killed.out << killed.err);
+  INFO(killed.err << killed.out);
   REQUIRE(killed.exit_code != 0);
   // The same global batch of 8, on one process: 56 samples left -> 7 batches (5 .. 11).
   auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--resume", "latest", "--set",
                      "hooks.ddp_probe.kill_rank=-1", "--set", "trainer.batch_size=8", "--set",
                      "task.log_samples=\"" + (dir / "resumed").string() + "\""});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("(epoch 0, batch 5, optimizer step 5)") != std::string::npos);
   CHECK(r.err.find("wick: resuming a checkpoint of 2 rank(s) x batch 4 on 1 rank(s) x batch 8 "
@@ -651,12 +651,12 @@ TEST_CASE("1 process -> 2 ranks -> 1 process within one epoch: each sample once"
   auto two = run_wick({"fit", cfg, "--nproc", "2", "--resume", "latest", "--set",
                        "hooks.ddp_probe.kill_rank=1", "--set", "hooks.ddp_probe.kill_at_step=16",
                        "--set", "task.log_samples=\"" + (dir / "two").string() + "\""});
-  INFO(two.out << two.err);
+  INFO(two.err << two.out);
   REQUIRE(two.exit_code != 0);
   CHECK(two.err.find("the 56 samples of epoch 0 not yet seen are dealt anew") != std::string::npos);
   auto one = run_wick({"fit", cfg, "--resume", "latest", "--set", "hooks.ddp_probe.kill_rank=-1",
                        "--set", "task.log_samples=\"" + (dir / "one").string() + "\""});
-  INFO(one.out << one.err);
+  INFO(one.err << one.out);
   REQUIRE(one.exit_code == 0);
   CHECK(one.out.find("(epoch 0, batch 15, optimizer step 15)") != std::string::npos);
   // 40 + 5 * 2 * 4 = 80 seen: 16 left, 4 batches (15 .. 18).
@@ -677,7 +677,7 @@ TEST_CASE("no communication note where computation outweighs the exchange") {
   write_file(dir / "cfg.toml", config(dir / "run", "slow_ms = 10\n"));
   auto r =
       run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.epochs=1"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("per step compute 1") != std::string::npos);  // >= 10 ms of sleep
   CHECK(r.err.find("communication took longer") == std::string::npos);
@@ -766,7 +766,7 @@ TEST_CASE(
   auto n0 = nodes->node(0, 29517, (dir / "cfg.toml").string());
   auto n1 = nodes->node(1, 29517, (dir / "cfg.toml").string());
   auto r0 = n0.get(), r1 = n1.get();
-  INFO(r0.out << r0.err << r1.out << r1.err);
+  INFO(r0.err << r1.err << r0.out << r1.out);
   REQUIRE(r0.exit_code == 0);
   REQUIRE(r1.exit_code == 0);
   CHECK(read_json(dir / "run" / "summary.json")["num_processes"] == 2);
@@ -794,7 +794,7 @@ TEST_CASE(
   auto d0 = k0.get();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   k1.get();
-  INFO(d0.out << d0.err);
+  INFO(d0.err << d0.out);
   CHECK(d0.exit_code == 1);
   CHECK(s < 5.0 + 3.0);  // timeout_s, and the launcher's own ending
   CHECK(d0.err.find("on rank 0 failed") != std::string::npos);

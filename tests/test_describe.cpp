@@ -20,7 +20,7 @@ TEST_CASE("wick describe prints the schedule table exactly") {
                  "\"\npoints = [\"after_step\", \"after_cancel\"]\n"
                  "stages = [\"optimizer_step\", \"zero_grad\"]\n");
   auto r = run_wick({"describe", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());
 
@@ -61,7 +61,7 @@ TEST_CASE("wick describe prints the schedule table exactly") {
                  "[[optimizers.discriminator.groups]]\nparams = \"discriminator.head.*\"\n"
                  "lr = 0.001\n");
   auto o = run_wick({"describe", (dir / "opt.toml").string()});
-  INFO(o.out << o.err);
+  INFO(o.err << o.out);
   REQUIRE(o.exit_code == 0);
   CHECK_THAT(o.out, Catch::Contains("| Optimizer | Over | Kind | lr | Groups |\n"
                                     "| --- | --- | --- | --- | --- |\n"

@@ -68,7 +68,7 @@ TEST_CASE(
 
   // The fit's own last validation, from the checkpoint written at its end and from best.
   auto ev = run_wick({"evaluate", cfg, "--json", (d / "ev.json").string()});
-  INFO(ev.out << ev.err);
+  INFO(ev.err << ev.out);
   REQUIRE(ev.exit_code == 0);
   CHECK(ev.out.find("| valid/f1_macro | ") != std::string::npos);
   const auto evj = read_json(d / "ev.json");
@@ -120,7 +120,7 @@ print(json.dumps({"shape": list(p.shape), "dtype": str(p.dtype),
   auto with = [&](std::vector<std::string> args) {
     args.insert(args.end(), one_thread.begin(), one_thread.end());
     auto r = run_wick(args);
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
   };
   with({"evaluate", cfg, "--json", (d / "ev1.json").string()});
@@ -180,7 +180,7 @@ np.save(f"{d}/text.npy", np.array(["a", "b"]))
     INFO(in);
     const auto out = d / (std::string(in) + ".out.npy");
     auto r = run_wick({"predict", cfg, "--input", (d / in).string(), "--output", out.string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     CHECK(read_file(out) == own);
   }
@@ -322,7 +322,7 @@ TEST_CASE(
   write_file(d / "cfg.toml", cfg_text);
   const std::string cfg = (d / "cfg.toml").string();
   auto fit = run_wick({"fit", cfg, "--set", "trainer.epochs=2"});
-  INFO(fit.out << fit.err);
+  INFO(fit.err << fit.out);
   REQUIRE(fit.exit_code == 0);
   CHECK(fit.out.find("wick: final weights (ema) in " + (run_dir / "model.pt").string()) !=
         std::string::npos);
@@ -348,7 +348,7 @@ TEST_CASE(
   // evaluate takes them (there is no checkpoint) and says which; the values are the fit's last
   // validation, which ran on the same (EMA) weights.
   auto ev = run_wick({"evaluate", cfg, "--json", (d / "ev.json").string()});
-  INFO(ev.out << ev.err);
+  INFO(ev.err << ev.out);
   REQUIRE(ev.exit_code == 0);
   CHECK(ev.err.find("wick: using the final weights (ema) of " + (run_dir / "model.pt").string()) !=
         std::string::npos);

@@ -44,7 +44,7 @@ TEST_CASE("fashion_mnist trains an MLP for one epoch on the first 512 real sampl
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir, "model = \"mlp\"\nlimit = 512\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("wick: completed: 1 epoch, 8 steps"));
 
@@ -79,7 +79,7 @@ TEST_CASE("fashion_mnist builds and trains the CNN with batch norm") {
                     "model = \"cnn\"\nbatch_norm = true\nchannels = [4, 8]\nhidden = [16]\n"
                     "limit = 128\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["optimizer_steps"] == 2);
@@ -124,7 +124,7 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
   if (!bad_file.empty() && !fs::exists(dir / "cfg.toml"))
     write_file(dir / "cfg.toml", config(dir, "data_dir = \"" + data.string() + "\"\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains(bad_file));
   CHECK_THAT(r.err, Catch::Contains(expect));
@@ -138,7 +138,7 @@ TEST_CASE("a well-formed data_dir of our own is read (all-zero images, label 3)"
   write_split(dir / "data", "t10k", 32);
   write_file(dir / "cfg.toml", config(dir, "data_dir = \"" + (dir / "data").string() + "\"\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["samples_seen"] == 64);
@@ -150,7 +150,7 @@ TEST_CASE("the embedding sample trains its own task with hooks from TOML") {
                 std::string(WICK_SOURCE_DIR) + "/samples/embed/hooks.toml", "--set",
                 "trainer.output_dir=\"" + (dir / "run").string() + "\"", "--set",
                 "hooks.progress.mode=\"plain\""});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // Its schedule shows the hooks from the file; progress and metrics_log really ran.
   CHECK_THAT(r.out, Catch::Contains("| after_step"));

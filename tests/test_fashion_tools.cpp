@@ -106,7 +106,7 @@ TEST_CASE("progress prints plain lines every N steps when stdout is not a termin
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir, "[[hooks]]\nplugin = \"progress\"\nevery = 3\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()}, {"TERM=xterm"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find('\r') == std::string::npos);
   CHECK(r.out.find('\033') == std::string::npos);
@@ -128,7 +128,7 @@ TEST_CASE("metrics_log writes metrics.csv with the records of metrics.jsonl") {
              config(dir, test_plugins_toml() + "[[hooks]]\nplugin = \"metrics_log\"\n"
                                                "[[hooks]]\nplugin = \"late_key\"\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto jsonl = read_jsonl(dir / "run" / "metrics.jsonl");
   auto lines = split(read_file(dir / "run" / "metrics.csv"), '\n');
@@ -182,7 +182,7 @@ TEST_CASE("wick plot draws a PNG of the requested size from a recorded run") {
   };
 
   auto r = run_wick({"plot", (dir / "run").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(png_size(dir / "run" / "curves.png") == std::make_pair(1200u, 800u));
   CHECK_THAT(r.out, Catch::Contains("curves.png (1200x800)"));

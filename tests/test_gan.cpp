@@ -26,7 +26,7 @@ TEST_CASE("the GAN sample trains two models, logs both losses, draws samples, re
   TempDir ref;
   write_file(ref / "cfg.toml", config(ref));
   auto r = run_wick({"fit", (ref / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(ref / "run" / "summary.json");
   CHECK(s["status"] == "completed");
@@ -49,7 +49,7 @@ TEST_CASE("the GAN sample trains two models, logs both losses, draws samples, re
   REQUIRE(k.exit_code == 128 + 9);
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
                       "hooks.fault.enabled=false"});
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 1, batch 0, optimizer step 8)") != std::string::npos);
   CHECK(read_json(d / "run" / "summary.json")["model_fingerprint"] == s["model_fingerprint"]);
@@ -63,7 +63,7 @@ TEST_CASE("optimizer tables that do not fit the model's modules are refused befo
     cfg.replace(cfg.find("[optimizers.discriminator]"), 26, "[optimizers.discriminatr]");
     write_file(d / "cfg.toml", cfg);
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 2);
     const auto line =
         std::count(cfg.begin(), cfg.begin() + cfg.find("[optimizers.discriminatr]"), '\n') + 1;
@@ -79,7 +79,7 @@ TEST_CASE("optimizer tables that do not fit the model's modules are refused befo
     cfg.erase(cfg.find(block), block.size());
     write_file(d / "cfg.toml", cfg);
     auto r = run_wick({"fit", (d / "cfg.toml").string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("module 'discriminator' has trainable parameters but no optimizer; add an "
                      "[optimizers.discriminator] table (or freeze it)") != std::string::npos);

@@ -15,7 +15,7 @@ void make_data(const TempDir& d) {
   if (!fs::exists(kText)) skip(kText.string() + " is missing (Debian's base-files has it)");
   auto r = run({kPython, (kSample / "tokenize.py").string(), kText.string(), "--out",
                 (d / "data").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // 35,149 bytes: the last 10% (3,514) to valid.bin.
   REQUIRE(fs::file_size(d / "data" / "train.bin") == 2 * 31635);
@@ -42,7 +42,7 @@ TEST_CASE("the GPT sample learns bytes of text and resumes exactly after kill -9
   TempDir ref;
   make_data(ref);
   auto r = run_wick(fit_args(ref, sample_config(ref)));
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(ref / "run" / "summary.json");
   CHECK(s["status"] == "completed");
@@ -73,7 +73,7 @@ TEST_CASE("the GPT sample learns bytes of text and resumes exactly after kill -9
   auto args = fit_args(d, cfg);
   args.insert(args.end(), {"--resume", "latest", "--set", "hooks.fault.enabled=false"});
   auto r2 = run_wick(args);
-  INFO(r2.out << r2.err);
+  INFO(r2.err << r2.out);
   REQUIRE(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 1, batch 40, optimizer step 50)") != std::string::npos);
   CHECK(read_json(d / "run" / "summary.json")["model_fingerprint"] == s["model_fingerprint"]);

@@ -39,7 +39,7 @@ struct Checked {
   }
   // The message after "wick: FILE:LINE:COL: ", checking the place.
   std::string at(int line, int col) const {
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 2);
     const std::string prefix =
         "wick: " + file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
@@ -244,7 +244,7 @@ TEST_CASE("a broken plugin info record is refused, naming the plugin and its fil
 
   // `wick plugins` lists them as skipped and goes on; nothing crashes.
   auto r = run_wick({"plugins", "--plugin-path", kBadRecord.string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 0);
   for (const char* name : {"bad_default", "too_many", "null_key", "bad_type", "wild_key"})
     CHECK(has(r.err, "wick: skipped: " + lead(name)));
@@ -316,7 +316,7 @@ TEST_CASE("an empty config file is refused by check as by fit, naming the file")
   write_file(d / "empty.toml", "");
   auto c = run_wick({"check", (d / "empty.toml").string()});
   auto f = run_wick({"fit", (d / "empty.toml").string()});
-  INFO(c.out << c.err << f.out << f.err);
+  INFO(c.err << f.err << c.out << f.out);
   CHECK(c.exit_code == 2);
   CHECK(f.exit_code == 2);
   CHECK_THAT(c.err, Catch::Contains((d / "empty.toml").string() + ": the config is empty"));
@@ -360,7 +360,7 @@ TEST_CASE("a failed start names the plugin and the step, and leaves no earlier s
                                   "[[hooks]]\nplugin = \"thrower\"\nname = \"evil\"\n"
                                   "action = \"connect\"\n");
   auto r = run_wick({"fit", (d / "evil.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 1);
   const std::string said =
       "plugin 'thrower' (instance 'evil') failed in connect(), at start while its hooks were "

@@ -56,7 +56,7 @@ TEST_CASE("wick plot: no metric name or run folder name becomes a gnuplot comman
   // The output path (-o) carries the same attempt.
   const fs::path out = dir / "out'\n`touch PWNED_OUT`.png";
   auto r = run_wick({"plot", run.string(), "-o", out.string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 0);
   CHECK(r.out.rfind("wick: plot " + out.string() + " (1200x800)\n", 0) == 0);
   CHECK(fs::file_size(out) > 1000);

@@ -62,7 +62,7 @@ TEST_CASE("launch sets torchrun's variables per rank and prefixes every output l
                "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE g=$GROUP_RANK "
                "a=$MASTER_ADDR p=$MASTER_PORT; echo oops >&2; printf tail"};
   auto c = run_launch(o);
-  INFO(c.out << c.err);
+  INFO(c.err << c.out);
   REQUIRE(c.res.exit_code == 0);
   CHECK(c.res.failed_rank == -1);
   REQUIRE(c.res.master_port > 0);
@@ -100,7 +100,7 @@ TEST_CASE("when one rank fails, launch ends the others and names the rank and ex
   o.grace_s = 1;
   o.command = {"sh", "-c", "if [ $RANK = 1 ]; then echo giving up; exit 3; fi; exec sleep 60"};
   auto c = run_launch(o);
-  INFO(c.out << c.err);
+  INFO(c.err << c.out);
   CHECK(c.res.exit_code == 3);
   CHECK(c.res.failed_rank == 1);
   CHECK(c.res.reason == "exit code 3");
@@ -126,7 +126,7 @@ TEST_CASE("max_restarts starts every rank again with --resume auto, up to N time
                "--resume",
                "PATH"};
   auto c = run_launch(o);
-  INFO(c.out << c.err);
+  INFO(c.err << c.out);
   CHECK(c.res.exit_code == 0);
   CHECK(c.res.restarts == 2);
   CHECK(c.err.find("wick launch: restart 1 of 2: starting every rank again with --resume "
@@ -158,7 +158,7 @@ TEST_CASE("a rank that ignores SIGTERM is killed after the grace period, signals
   o.command = {"sh", "-c",
                "if [ $RANK = 0 ]; then sleep 0.3; kill -9 $$; fi; trap '' TERM; sleep 60"};
   auto c = run_launch(o);
-  INFO(c.out << c.err);
+  INFO(c.err << c.out);
   CHECK(c.res.exit_code == 1);
   CHECK(c.res.failed_rank == 0);
   CHECK(c.res.reason == "killed by signal 9 (SIGKILL)");
@@ -186,7 +186,7 @@ TEST_CASE("a stop signal to the launcher reaches every rank, which exits 128 + t
       });
       auto c = run_launch(o);
       sender.join();
-      INFO(c.out << c.err);
+      INFO(c.err << c.out);
       const std::string name = sig == SIGTERM ? "TERM" : "USR1";
       CHECK(c.res.exit_code == 128 + sig);
       CHECK(c.res.failed_rank == -1);
@@ -219,12 +219,12 @@ TEST_CASE("launch rejects bad options with the option named") {
 
 TEST_CASE("wick launch runs a command per rank and reports a failing rank") {
   auto ok = run_wick({"launch", "--nproc", "2", "--", "sh", "-c", "echo hi $RANK"});
-  INFO(ok.out << ok.err);
+  INFO(ok.err << ok.out);
   CHECK(ok.exit_code == 0);
   CHECK(lines_of(ok.out) == std::vector<std::string>{"[rank 0] hi 0", "[rank 1] hi 1"});
   auto bad = run_wick({"launch", "--nproc", "2", "--grace", "1", "--", "sh", "-c",
                        "[ $RANK = 0 ] && exec sleep 60; exit 5"});
-  INFO(bad.out << bad.err);
+  INFO(bad.err << bad.out);
   CHECK(bad.exit_code == 5);
   CHECK(bad.err.find("rank 1") != std::string::npos);
   CHECK(bad.err.find("exit code 5") != std::string::npos);
@@ -361,7 +361,7 @@ TEST_CASE("wick launch under srun takes the nodes, its node index and the rendez
   auto r = run_wick({"launch", "--nproc", "2", "--", "sh", "-c",
                      "echo $RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"},
                     slurm);
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // Node 1 of 2 with 2 ranks each: ranks 2 and 3 of 4, the master on the job's first node.
   CHECK(r.out.find("[rank 2] 2 4 1 node4 14242") != std::string::npos);

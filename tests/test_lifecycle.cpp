@@ -458,7 +458,7 @@ TEST_CASE("wick fit runs plugin hooks at the same points in the same order") {
                                    "[[hooks]]\nplugin = \"recorder\"\nname = \"rec\"\npath = \"" +
                                    rec.string() + "\"\n");
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   std::vector<std::string> expected;
   for (const auto& l : kTwoEpochs) expected.push_back("rec " + l);
@@ -483,7 +483,7 @@ TEST_CASE("config order breaks ties and `order` overrides a plugin's default per
                  hook("r1", "") + hook("r2", "order = -5\n") + hook("r3", "") +
                  hook("r4", "order = 0\n") + hook("r5", "order = 7\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(read_file(rec) ==
         "r2 before_fit 0 0\nr1 before_fit 0 0\nr3 before_fit 0 0\nr4 before_fit 0 0\n"
@@ -493,7 +493,7 @@ TEST_CASE("config order breaks ties and `order` overrides a plugin's default per
 
   SECTION("--set overrides the order too") {
     auto r2 = run_wick({"describe", (dir / "cfg.toml").string(), "--set", "hooks.r5.order=-9"});
-    INFO(r2.out << r2.err);
+    INFO(r2.err << r2.out);
     REQUIRE(r2.exit_code == 0);
     CHECK(r2.out.find("| optimizer_step | r5(-9) -> r2(-5) -> r1(0) -> r3(0) -> r4(0) -> "
                       "default: optimizer.step() |") != std::string::npos);
@@ -518,7 +518,7 @@ TEST_CASE("a plugin handler that declines optimizer_step leaves the model as ini
   for (const auto& [name, epochs] : runs) {
     auto r =
         run_wick({"fit", (dir / (name + ".toml")).string(), "--set", "trainer.epochs=" + epochs});
-    INFO(name << r.out << r.err);
+    INFO(name << r.err << r.out);
     REQUIRE(r.exit_code == 0);
   }
   auto declined = read_json(dir / "declined" / "summary.json");

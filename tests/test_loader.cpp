@@ -68,7 +68,7 @@ TEST_CASE("a plugin built against another LibTorch is refused before it is loade
                          "2.5) and links libc10.so"));
   // `wick plugins` lists it as skipped, with the same reason, and goes on.
   auto r = run_wick({"plugins", "--plugin-path", (kBad / "other_torch").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 0);
   CHECK(has(r.err,
             "wick: skipped: '" + p + "' was built against LibTorch " WICK_OTHER_TORCH_VERSION));
@@ -209,7 +209,7 @@ TEST_CASE("`wick plugins` and `wick check` report bad libraries without crashing
   auto r =
       run_wick({"plugins", "--plugin-path", (kBad / "not_plugin").string(), "--plugin-path",
                 (kBad / "api_major").string(), "--plugin-path", (kBad / "no_factory").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 0);
   CHECK(has(r.err, "wick: skipped: '" + (kBad / "not_plugin" / "wick_not_plugin.so").string() +
                        "' is not a wick plugin"));

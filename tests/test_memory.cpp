@@ -206,10 +206,10 @@ TEST_CASE("activation_checkpointing trains bit-identical to the plain run and re
   write_file(ck / "cfg.toml",
              cfg(ck, "[[hooks]]\nplugin = \"activation_checkpointing\"\nmodules = [\"*\"]\n"));
   auto a = run_wick({"fit", (plain / "cfg.toml").string()});
-  INFO(a.out << a.err);
+  INFO(a.err << a.out);
   REQUIRE(a.exit_code == 0);
   auto b = run_wick({"fit", (ck / "cfg.toml").string(), "--profile"});
-  INFO(b.out << b.err);
+  INFO(b.err << b.out);
   REQUIRE(b.exit_code == 0);
   // "*" matches the three blocks, the head and everything inside the blocks: the outermost
   // are the segments.
@@ -288,7 +288,7 @@ TEST_CASE("wick describe prints the memory estimate for the ranks asked") {
              "[optimizer]\nname = \"adamw\"\n" +
                  test_plugins_toml());
   auto r = run_wick({"describe", (d / "cfg.toml").string(), "--ranks", "4"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("Memory per rank at 4 ranks") != std::string::npos);
   CHECK(r.out.find("| ddp, shard_optimizer + shard_gradients (ZeRO-2) |") != std::string::npos);

@@ -296,7 +296,7 @@ TEST_CASE(
   CHECK(described.out.find("Metrics (over the whole validation set):\n  valid/acc: accuracy (") !=
         std::string::npos);
   auto one = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(one.out << one.err);
+  INFO(one.err << one.out);
   REQUIRE(one.exit_code == 0);
   const auto records = read_jsonl(d / "one" / "metrics.jsonl");
   REQUIRE_FALSE(records.empty());
@@ -333,7 +333,7 @@ TEST_CASE(
   // of counts is skipped with the reason.
   write_file(d / "one" / "bad.csv", "true/predicted,0,1\n0,1,x\n");
   auto plot = run_wick({"plot", (d / "one").string()});
-  INFO(plot.out << plot.err);
+  INFO(plot.err << plot.out);
   CHECK(plot.exit_code == 0);
   CHECK(plot.out.find("wick: plot " + (d / "one" / "confusion_matrix.png").string() +
                       " (heatmap of confusion_matrix.csv)") != std::string::npos);
@@ -345,7 +345,7 @@ TEST_CASE(
   // Two ranks of 50 validation samples each: their summed states give the same values.
   write_file(d / "cfg.toml", fit_config(d, "two"));
   auto two = run_wick({"fit", (d / "cfg.toml").string(), "--nproc", "2"});
-  INFO(two.out << two.err);
+  INFO(two.err << two.out);
   REQUIRE(two.exit_code == 0);
   const auto epoch2 = read_jsonl(d / "two" / "metrics.jsonl").back();
   CHECK(epoch2["valid/f1_macro"].get<double>() == Approx(f1).epsilon(1e-12));

@@ -89,7 +89,7 @@ TEST_CASE(
   write_file(d / "cfg.toml",
              config(d, "[[hooks]]\nplugin = \"tensorboard\"\nhistograms_every = 4\nbins = 10\n"));
   auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.seed=3"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   const auto events = read_events(event_file(d));
   REQUIRE(!events.empty());
@@ -162,7 +162,7 @@ TEST_CASE(
   CHECK(scalars(before, "train/loss").size() == 11);
   write_file(d / "cfg.toml", config(d, hooks));
   auto resumed = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
-  INFO(resumed.out << resumed.err);
+  INFO(resumed.err << resumed.out);
   REQUIRE(resumed.exit_code == 0);
   const auto events = read_events(event_file(d));
   check_records_match(d, events);
@@ -177,7 +177,7 @@ TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases c
                     "[[hooks]]\nplugin = \"early_stopping\"\nmonitor = \"valid/loss\"\n",
                     3));
   auto r = run_wick({"fit", (d / "cfg.toml").string(), "--profile"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("wick: profile (rank 0)"));
   CHECK_THAT(r.err, Catch::Contains("their phases sum to"));
@@ -256,7 +256,7 @@ TEST_CASE("model summary: parameters per module, trainable or frozen, and bytes"
   TempDir d;
   write_file(d / "cfg.toml", config(d, "", 1));
   auto desc = run_wick({"describe", (d / "cfg.toml").string()});
-  INFO(desc.out << desc.err);
+  INFO(desc.err << desc.out);
   REQUIRE(desc.exit_code == 0);
   CHECK_THAT(desc.out, Catch::Contains("676 parameters (676 trainable, 0 frozen)"));
   auto fit = run_wick({"fit", (d / "cfg.toml").string()});
@@ -352,7 +352,7 @@ TEST_CASE(
                  "\"\n[task]\nplugin = \"fashion_mnist\"\nmodel = \"mlp\"\nhidden = [256, 128]\n"
                  "limit = 2560\n[[hooks]]\nplugin = \"progress\"\nmode = \"plain\"\n");
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // Shown as people read rates: "... 1.2 GFLOP/s  3.4% of peak", not raw doubles.
   const auto done = r.out.find("epoch 1/1 done");

@@ -85,7 +85,7 @@ TEST_CASE("a library of several plugins: each found by its name, listed with the
             "is a library of 2 plugins (parts_task, parts_probe)"));
 
   auto r = run_wick({"plugins", "--plugin-path", kParts.string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 0);
   CHECK(has(r.out, "parts_task 1.0.0 (task, SDK"));
   CHECK(has(r.out, "parts_probe 1.0.0 (hook, order 0, SDK"));
@@ -97,11 +97,11 @@ TEST_CASE("a config uses the task and the hook of one library, the hook reaches 
   TempDir dir;
   write_file(dir / "cfg.toml", parts_toml(dir.path(), ""));
   auto d = run_wick({"describe", (dir / "cfg.toml").string()});
-  INFO(d.out << d.err);
+  INFO(d.err << d.out);
   CHECK(d.exit_code == 0);
   CHECK(has(d.out, "task: " + fs::canonical(kParts / "wicklib_parts.so").string()));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto steps = step_records(dir);
   REQUIRE(steps.size() == 8);  // 2 epochs of 64 samples in batches of 16
@@ -156,7 +156,7 @@ TEST_CASE(
   const double initial = make_script(dir / "enc.pt");
   write_file(dir / "cfg.toml", parts_toml(dir.path(), "jit = \"enc.pt\""));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto steps = step_records(dir);
   REQUIRE(steps.size() == 8);
@@ -190,7 +190,7 @@ TEST_CASE(
   r = run_wick({"fit", (u / "cfg.toml").string(), "--set", "trainer.epochs=1"});
   REQUIRE(r.exit_code == 0);
   r = run_wick({"fit", (u / "cfg.toml").string(), "--resume", "latest"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(read_json(u / "run" / "summary.json")["model_fingerprint"] == whole);
 }
@@ -268,7 +268,7 @@ TEST_CASE(
   };
   const std::string trainable = "jit = \"enc.pt\"\njit_mode = \"trainable\"";
   auto ok = fit(trainable, "enc");
-  INFO(ok.out << ok.err);
+  INFO(ok.err << ok.out);
   CHECK(ok.exit_code == 0);
   CHECK(has(ok.err, "activation_checkpointing: 1 segment(s) recomputed in backward: enc"));
   // Inside the part: the graph calls fc itself.

@@ -60,7 +60,7 @@ TEST_CASE("the regression port fits its stream from its TOML") {
   auto r = run_wick({"fit", (kSamples / "regression" / "regression.toml").string(), "--plugin-path",
                      kPorts.string(), "--set", "trainer.epochs=3", "--set",
                      "trainer.output_dir=\"" + (dir / "run").string() + "\""});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["optimizer_steps"].get<int>() > 0);
@@ -97,13 +97,13 @@ TEST_CASE("the mnist port resumes exactly after kill -9") {
     return run_wick(args);
   };
   auto whole = fit("whole");
-  INFO(whole.out << whole.err);
+  INFO(whole.err << whole.out);
   REQUIRE(whole.exit_code == 0);
   auto cut = fit("cut");
-  INFO(cut.out << cut.err);
+  INFO(cut.err << cut.out);
   REQUIRE(cut.exit_code == 128 + 9);
   auto resumed = fit("cut", {"--resume", "latest", "--set", "hooks.fault.enabled=false"});
-  INFO(resumed.out << resumed.err);
+  INFO(resumed.err << resumed.out);
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed.out.find("optimizer step 8)") != std::string::npos);
   CHECK(fingerprint(dir / "cut") == fingerprint(dir / "whole"));
@@ -131,7 +131,7 @@ TEST_CASE("the custom-dataset port trains on listed PPM files with 2 loader thre
     return run_wick(args);
   };
   auto r = fit(list, "run", {"task.image_size=64"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["optimizer_steps"] == 2);  // 12 training images in batches of 8
@@ -180,7 +180,7 @@ TEST_CASE("the transfer-learning port trains a head over a frozen TorchScript ex
        "--set",         "optimizer.lr=0.1",
        "--set",         "trainer.threads=1",
        "--set",         "trainer.output_dir=\"" + (dir / "run").string() + "\""});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");

@@ -47,7 +47,7 @@ TEST_CASE("the minimal example stops the fit at its target and checks its parame
   write_file(dir / "cfg.toml",
              synthetic_toml(dir, 4) + "[[hooks]]\nplugin = \"minimal_hook\"\ntarget = 0.01\n");
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");
@@ -74,7 +74,7 @@ TEST_CASE("version rule: same major and an older or equal minor load, others are
   const int M = WICK_API_MAJOR, m = WICK_API_MINOR;
   const int older = m > 0 ? m - 1 : 0;  // at minor 0 the oldest minor is the host's own
   auto r = run_wick({"plugins", "--plugin-path", WICK_SDK_TEST_PLUGIN_DIR});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out,
              Catch::Contains("v_older_minor 1.0.0 (hook, order 0, SDK " + version(M, older)));
@@ -120,7 +120,7 @@ TEST_CASE("Params::get_path takes a relative value relative to the config file's
                                             "file = \"out/../out/probe.txt\"\n");
   // Run from another folder, so that a cwd-relative reading would write elsewhere.
   auto r = run_wick({"fit", (dir / "conf" / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   const auto expected = (dir / "conf" / "out" / "probe.txt").string();
   REQUIRE(fs::exists(expected));
@@ -138,7 +138,7 @@ TEST_CASE("param_choice: wick plugins lists the choices, and the plugin reads th
   // tests/plugins/choice.cpp: mode, one of "fast", "slow", "exact" (default "fast"); it logs
   // "choice/<mode>" = the index it found the value at.
   auto r = run_wick({"plugins", "--plugin-path", WICK_TEST_PLUGIN_DIR});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out,
              Catch::Contains("\n    mode               choice       \"fast\"           how to "
@@ -158,7 +158,7 @@ TEST_CASE("param_choice: wick plugins lists the choices, and the plugin reads th
                                      "--set",         "trainer.output_dir=" + out.string()};
     for (const auto& s : sets) args.insert(args.end(), {"--set", s});
     auto f = run_wick(args);
-    INFO(f.out << f.err);
+    INFO(f.err << f.out);
     REQUIRE(f.exit_code == 0);
     std::map<std::string, double> seen;
     for (const auto& l : read_jsonl(out / "metrics.jsonl"))
@@ -185,7 +185,7 @@ TEST_CASE("wick new-plugin checks the name and the folder, and writes the rename
   CHECK_FALSE(fs::exists(dir / "a"));
 
   r = run_wick({"new-plugin", "stop_early", "--dir", (dir / "a").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto expected = read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "examples" / "minimal_hook.cpp");
   for (auto [from, to] : {std::pair{std::string("minimal_hook"), std::string("stop_early")},
@@ -211,7 +211,7 @@ TEST_CASE("the minimal task template trains: model, TensorDataset, forward and l
                                    (dir / "run").string() +
                                    "\"\n[task]\nplugin = \"minimal_task\"\n" + sdk_plugins_toml());
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");
@@ -228,7 +228,7 @@ TEST_CASE("the minimal metric template: balanced accuracy over the whole validat
                  "lr = 1e-30\n[[metrics]]\nplugin = \"minimal_metric\"\n" +
                  "[[metrics]]\nplugin = \"recall\"\n" + sdk_plugins_toml());
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   // Balanced accuracy is the built-in recall's macro average when every class has samples.
@@ -239,7 +239,7 @@ TEST_CASE("the minimal metric template: balanced accuracy over the whole validat
 TEST_CASE("wick new-plugin --kind task and --kind metric write the renamed templates") {
   TempDir dir;
   auto r = run_wick({"new-plugin", "my_task", "--kind", "task", "--dir", (dir / "t").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto expected = read_file(fs::path(WICK_SOURCE_DIR) / "sdk" / "examples" / "minimal_task.cpp");
   for (auto [from, to] : {std::pair{std::string("minimal_task"), std::string("my_task")},

@@ -12,7 +12,7 @@ TEST_CASE("wick fit trains the synthetic task and writes summary.json and metric
                  "\"\n"
                  "[task]\nplugin = \"synthetic\"\nsamples = 256\n");
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   auto s = read_json(dir / "run" / "summary.json");
   CHECK(s["status"] == "completed");

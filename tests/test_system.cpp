@@ -73,7 +73,7 @@ std::string tiny_config(const TempDir& dir) {
 
 TEST_CASE("wick doctor prints the set-up") {
   auto r = run_wick({"doctor"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK((r.exit_code == 0 || r.exit_code == 1));
   // The LibTorch this build compiled against, and where it was loaded from.
   const auto sys = wick::system_report();
@@ -104,14 +104,14 @@ TEST_CASE("with the reference BLAS, wick fit warns and wick doctor says what to 
   // libblas.so.3 becomes the reference implementation.
   const std::vector<std::string> env = {std::string("LD_LIBRARY_PATH=") + kReferenceBlasDir};
   auto d = run_wick({"doctor"}, env);
-  INFO(d.out << d.err);
+  INFO(d.err << d.out);
   CHECK(d.exit_code == 1);
   CHECK_THAT(d.out, Contains("reference BLAS (slow): " + std::string(kReferenceBlasDir)));
   CHECK_THAT(d.out, Contains("libopenblas0-openmp"));
 
   TempDir dir;
   auto f = run_wick({"fit", tiny_config(dir)}, env);
-  INFO(f.out << f.err);
+  INFO(f.err << f.out);
   CHECK(f.exit_code == 0);
   CHECK_THAT(f.err, Contains("warning: LibTorch is using the reference BLAS"));
 }
@@ -121,7 +121,7 @@ TEST_CASE("with a fast BLAS, wick fit does not warn") {
     skip("this machine uses the reference BLAS itself; install libopenblas0-openmp");
   TempDir dir;
   auto f = run_wick({"fit", tiny_config(dir)});
-  INFO(f.out << f.err);
+  INFO(f.err << f.out);
   CHECK(f.exit_code == 0);
   CHECK_THAT(f.err, !Contains("reference BLAS"));
 }
@@ -132,7 +132,7 @@ TEST_CASE(
   const auto flags = cpu_flags();
   auto yes = [&](const char* f) { return flags.count(f) ? std::string("yes") : std::string("no"); };
   auto r = run_wick({"doctor"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK_THAT(r.out, Contains("AVX2 " + yes("avx2") + ", AVX-512 " + yes("avx512f") +
                              ", AVX512-BF16 " + yes("avx512_bf16") + ", AMX " + yes("amx_tile")));
   const bool native = flags.count("avx512_bf16") || flags.count("amx_bf16");
@@ -150,7 +150,7 @@ TEST_CASE(
   // avx512f hides every AVX-512 feature and AMX with it; doctor says what is hidden, and
   // LibTorch's own kernels follow (ATEN_CPU_CAPABILITY, set by wick at start).
   auto r = run_wick({"doctor"}, {"WICK_CPU_DISABLE=avx512f"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK_THAT(r.out, Contains("AVX-512 no, AVX512-BF16 no, AMX no"));
   CHECK_THAT(r.out, Contains("hidden by WICK_CPU_DISABLE: avx512f,avx512_bf16,amx_tile,amx_bf16"));
   CHECK_THAT(r.out, Contains("bf16 is not native"));
@@ -250,7 +250,7 @@ TEST_CASE("a CPU run never loads LibTorch's CUDA side, and asking for CUDA loads
 // shared among this machine's ranks.
 TEST_CASE("wick doctor says what trainer.threads = auto would take now") {
   auto r = run_wick({"doctor"}, {"OMP_NUM_THREADS=1"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK_THAT(r.out, Contains("trainer.threads = \"auto\" takes 1 now (OMP_NUM_THREADS)"));
   auto free = run_wick({"doctor"}, {"OMP_NUM_THREADS="});
   CHECK_THAT(free.out, Contains("cores free)"));
@@ -294,7 +294,7 @@ TEST_CASE("a fit records the threads it took and why: auto, OMP_NUM_THREADS or t
     std::vector<std::string> args = {"fit", cfg};
     for (const auto& s : set) args.insert(args.end(), {"--set", s});
     auto r = run_wick(args, env);
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     return read_json(dir / "run" / "summary.json");
   };
@@ -322,7 +322,7 @@ TEST_CASE("a fit records the threads it took and why: auto, OMP_NUM_THREADS or t
   CHECK(saved >= 1);
   auto args = std::vector<std::string>{"fit", cfg, "--resume", "latest"};
   auto resumed = run_wick(args, {"OMP_NUM_THREADS="});
-  INFO(resumed.out << resumed.err);
+  INFO(resumed.err << resumed.out);
   REQUIRE(resumed.exit_code == 0);
   const auto after = read_json(dir / "run" / "summary.json");
   CHECK(after["threads"] == 1);

@@ -773,7 +773,7 @@ TEST_CASE("wick describe shows the composed chains", "[techniques][compose][cli]
   TempDir dir;
   wick::test::write_file(dir / "c.toml", composed_config((dir / "run").string()));
   auto r = wick::test::run_wick({"describe", (dir / "c.toml").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // bf16 needs no loss scaling: mixed_precision wraps the forward only.
   CHECK_THAT(r.out, Catch::Contains("| forward        | mixed_precision(-5) -> "
@@ -788,7 +788,7 @@ TEST_CASE("wick describe shows the composed chains", "[techniques][compose][cli]
   // fp16 scales the loss in backward and unscales in optimizer_step, between the two.
   auto fp16 = wick::test::run_wick(
       {"describe", (dir / "c.toml").string(), "--set", "hooks.mixed_precision.dtype=\"fp16\""});
-  INFO(fp16.out << fp16.err);
+  INFO(fp16.err << fp16.out);
   REQUIRE(fp16.exit_code == 0);
   CHECK_THAT(fp16.out,
              Catch::Contains("| optimizer_step | grad_accum(-10) -> mixed_precision(-5) -> "

@@ -39,7 +39,7 @@ TEST_CASE(
   const std::string cfg = (d / "ts.toml").string();
   const std::string out_dir = "trainer.output_dir=\"" + (d / "run").string() + "\"";
   auto fit = run_wick({"fit", cfg, "--set", out_dir, "--set", "hooks.progress.mode=\"plain\""});
-  INFO(fit.out << fit.err);
+  INFO(fit.err << fit.out);
   REQUIRE(fit.exit_code == 0);
   const auto summary = read_json(d / "run" / "summary.json");
   const double wick_acc = summary["valid/accuracy"].get<double>();
@@ -53,7 +53,7 @@ TEST_CASE(
   CHECK(wick_acc > python_acc - 0.05);
 
   auto exported = run_wick({"export", (d / "run").string(), "--out", (d / "trained.pt").string()});
-  INFO(exported.out << exported.err);
+  INFO(exported.err << exported.out);
   REQUIRE(exported.exit_code == 0);
   auto loaded = run(
       {kPython, samples + "/accuracy.py", (d / "trained.pt").string(), (d / "valid.pt").string()});
@@ -158,7 +158,7 @@ TEST_CASE(
     INFO(name);
     write_file(d / (name + ".toml"), small_config(d, name, task));
     auto r = run_wick({"fit", (d / (name + ".toml")).string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     prints[name] = read_json(d / name / "summary.json")["model_fingerprint"];
   }
@@ -172,7 +172,7 @@ TEST_CASE(
   const std::string resumed = (d / "resumed.toml").string();
   REQUIRE(run_wick({"fit", resumed, "--set", "trainer.epochs=1"}).exit_code == 0);
   auto again = run_wick({"fit", resumed, "--resume", "latest"});
-  INFO(again.out << again.err);
+  INFO(again.err << again.out);
   REQUIRE(again.exit_code == 0);
   CHECK(read_json(d / "resumed" / "summary.json")["model_fingerprint"] == prints["dict"]);
 }
@@ -196,7 +196,7 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
       "[[metrics]]\nplugin = \"f1\"\n[[metrics]]\nplugin = \"auroc\"\n";
   write_file(d / "all.toml", small_config(d, "all", hooks));
   auto all = run_wick({"fit", (d / "all.toml").string()});
-  INFO(all.out << all.err);
+  INFO(all.err << all.out);
   REQUIRE(all.exit_code == 0);
   const auto s = read_json(d / "all" / "summary.json");
   CHECK(s["optimizer_steps"] == 6);  // 2 epochs of 6 batches, 2 per step
@@ -207,12 +207,12 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
                                           "train = \"dict.pt\"\nvalid = \"tuple.pt\"\n"
                                           "[[hooks]]\nplugin = \"ddp\"\n"));
   auto one = run_wick({"fit", (d / "one.toml").string()});
-  INFO(one.out << one.err);
+  INFO(one.err << one.out);
   REQUIRE(one.exit_code == 0);
   auto two =
       run_wick({"fit", (d / "one.toml").string(), "--nproc", "2", "--set", "trainer.batch_size=8",
                 "--set", "trainer.output_dir=\"" + (d / "two").string() + "\""});
-  INFO(two.out << two.err);
+  INFO(two.err << two.out);
   REQUIRE(two.exit_code == 0);
   auto no_ema = run_wick(
       {"export", (d / "one").string(), "--weights", "ema", "--out", (d / "x.pt").string()});
@@ -231,7 +231,7 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
                                           "[[hooks]]\nplugin = \"ema\"\ndecay = 0.9\n"));
   REQUIRE(run_wick({"fit", (d / "ema.toml").string()}).exit_code == 0);
   auto ema = run_wick({"export", (d / "ema").string(), "--out", (d / "ema.pt").string()});
-  INFO(ema.out << ema.err);
+  INFO(ema.err << ema.out);
   REQUIRE(ema.exit_code == 0);
   CHECK(ema.out.find("exported the ema weights of " + (d / "ema" / "checkpoints").string()) !=
         std::string::npos);
@@ -258,10 +258,10 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
                           "[[hooks]]\nplugin = \"weight_mean\"\n[plugins]\npath = [\"" +
                               std::string(WICK_TEST_PLUGIN_DIR) + "\"]\n"));
   auto mean_fit = run_wick({"fit", (d / "mean.toml").string()});
-  INFO(mean_fit.out << mean_fit.err);
+  INFO(mean_fit.err << mean_fit.out);
   REQUIRE(mean_fit.exit_code == 0);
   auto mean = run_wick({"export", (d / "mean").string(), "--out", (d / "mean.pt").string()});
-  INFO(mean.out << mean.err);
+  INFO(mean.err << mean.out);
   REQUIRE(mean.exit_code == 0);
   CHECK(mean.out.find("exported the polyak weights of " + (d / "mean" / "checkpoints").string()) !=
         std::string::npos);
@@ -289,7 +289,7 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
               .exit_code == 0);
   CHECK_FALSE(fs::exists(final_dir / "checkpoints"));
   auto fin = run_wick({"export", final_dir.string(), "--out", (d / "final.pt").string()});
-  INFO(fin.out << fin.err);
+  INFO(fin.err << fin.out);
   REQUIRE(fin.exit_code == 0);
   CHECK(fin.out.find("wick: exported the final weights (ema) of " +
                      (final_dir / "model.pt").string()) != std::string::npos);
@@ -309,7 +309,7 @@ TEST_CASE("the torchscript task refuses bad models and data with the file and th
     text.replace(text.find("linear.pt"), 9, model);
     write_file(d / "cfg.toml", text);
     auto r = run_wick({"check", (d / "cfg.toml").string()});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     CHECK(r.exit_code == 2);
     return r.err;
   };
@@ -374,7 +374,7 @@ for name, dtype, shape in (("input", "<f4", (rows, width)), ("target", "<i8", (r
   auto r = run({"/usr/bin/prlimit", "--data=" + std::to_string(limit), "--", WICK_BIN, "fit",
                 (d / "big.toml").string()},
                {"OMP_NUM_THREADS=1"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   CHECK(r.exit_code == 0);
   CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 20);
 }

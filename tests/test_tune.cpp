@@ -102,7 +102,7 @@ TEST_CASE("wick lr-find on the Fashion-MNIST MLP suggests a rate in [1e-4, 1e-2]
   auto r = run_wick({"lr-find", (dir / "mlp.toml").string(), "--set",
                      "trainer.output_dir=" + run.string(), "--set", "optimizer.fused=false",
                      "--set", "trainer.threads=1"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   // The shipped config's hooks that do not change a step are left out: the schedule would
   // fight the ramp, and a checkpoint would be the ramp's weights.
@@ -162,7 +162,7 @@ TEST_CASE("wick lr-find stops at the first batch whose smoothed loss diverged") 
   write_file(dir / "c.toml", synthetic(dir / "run", 1));
   // Without gnuplot (no PATH): the rate and the CSV, and a word on the missing plot.
   auto r = run_wick({"lr-find", (dir / "c.toml").string(), "--end", "1e38"}, {"PATH="});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("stopped: the smoothed loss diverged"));
   CHECK_THAT(r.err, Catch::Contains("no lr_find.png: gnuplot not found in PATH"));
@@ -198,7 +198,7 @@ TEST_CASE("trainer.batch_size = auto chooses the fastest power of two and trains
   write_file(dir / "auto.toml", synthetic(dir / "auto", 1));
   auto r = run_wick({"fit", (dir / "auto.toml").string(), "--set", "trainer.batch_size=auto",
                      "--set", "trainer.max_batch_size=100"});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("trainer.batch_size = \"auto\": "));
   const auto s = read_json(dir / "auto" / "summary.json");
@@ -328,7 +328,7 @@ TEST_CASE("wick sweep runs a grid two trials at a time and writes results and th
   auto r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param",
                      "optimizer.lr=[0.0001, 0.001, 0.01]", "--grid", "--jobs", "2", "--out",
                      (dir / "sweep").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   const auto rows = read_csv(dir / "sweep" / "results.csv");
   REQUIRE(rows.size() == 4);
@@ -382,7 +382,7 @@ TEST_CASE("wick sweep --halving stops the trials below the best at a rung") {
   auto r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param",
                      "optimizer.lr=[0.01, 0.00001, 0.000001]", "--grid", "--halving", "--eta", "2",
                      "--out", (dir / "sweep").string()});
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   const auto rows = read_csv(dir / "sweep" / "results.csv");
   REQUIRE(rows.size() == 4);
@@ -439,7 +439,7 @@ TEST_CASE("a sweep killed with SIGKILL resumes: finished trials kept, the unfini
 
   std::vector<std::string> again(args.begin() + 1, args.end());
   auto r = run_wick(again);
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("1 trial(s) kept, 1 resumed from checkpoints"));
   CHECK_THAT(r.out, Catch::Contains("[trial 2/3] resumed"));

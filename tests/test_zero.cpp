@@ -48,7 +48,7 @@ RunResult two_ranks(const fs::path& cfg, const fs::path& out, std::vector<std::s
     args.push_back(std::move(s));
   }
   auto r = run_wick(args);
-  INFO(r.out << r.err);
+  INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   return r;
 }
@@ -105,12 +105,12 @@ TEST_CASE("a sharded run's checkpoints hold the whole optimizer state and resume
   // Killed by the probe on rank 1 at step 6 (of 8), resumed sharded: as the uninterrupted run.
   auto killed = run_wick(
       {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", kStage1, "--set", kStage2});
-  INFO(killed.out << killed.err);
+  INFO(killed.err << killed.out);
   REQUIRE(killed.exit_code != 0);
   auto resumed =
       run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", kStage1, "--set",
                 kStage2, "--set", "hooks.ddp_probe.kill_rank=-1", "--resume", "latest"});
-  INFO(resumed.out << resumed.err);
+  INFO(resumed.err << resumed.out);
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed.out.find("[rank 1] wick: resumed from") != std::string::npos);
   write_file(dir / "clean.toml", config(dir / "clean", ck));
@@ -125,7 +125,7 @@ TEST_CASE("a sharded run's checkpoints hold the whole optimizer state and resume
   for (const char* run : {"clean", "plain"}) {
     auto r = run_wick({"fit", (dir / (std::string(run) + ".toml")).string(), "--resume", "latest",
                        "--set", "trainer.epochs=3", "--set", "trainer.batch_size=32"});
-    INFO(r.out << r.err);
+    INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     CHECK(r.err.find("resuming a checkpoint of 2 rank(s) x batch 16 on 1 rank(s) x batch 32") !=
           std::string::npos);

@@ -40,7 +40,8 @@ struct LaunchResult {
 // Throws std::invalid_argument on bad options (message names the option and the fix).
 void check_launch_options(const LaunchOptions& o);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
+// A TCP port that was free a moment ago, below the kernel's ephemeral range when it can be
+// (where no process's outgoing connection takes it before rank 0 listens on it).
 int pick_free_port();
 
 // Runs the ranks and waits for all of them (and restarts them, see max_restarts). Prefixed

@@ -13,9 +13,12 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iterator>
+#include <random>
 #include <stdexcept>
 
 namespace wick {
@@ -124,7 +127,47 @@ void check_launch_options(const LaunchOptions& o) {
         "wick launch --nproc 2 -- wick fit cfg.toml");
 }
 
+namespace {
+
+// The first port of the range the kernel draws from for bind(port 0) and for outgoing
+// connections (Gloo's pair sockets, TCPStore's clients); Linux's default when /proc cannot be
+// read.
+int first_ephemeral_port() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  return f >> low >> high && low > 0 && high >= low ? low : 32768;
+}
+
+// Whether a TCP server could listen on `port` now, on every address as rank 0's store does.
+bool can_listen(int port) {
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return false;
+  const int on = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // as the store sets it
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(s);
+  return ok;
+}
+
+}  // namespace
+
 int pick_free_port() {
+  // The port is free when picked and bound by rank 0 a second later. Inside the ephemeral
+  // range any process's next connection may take it meanwhile (on a busy machine, other
+  // ranks' Gloo sockets did: rank 0 then cannot listen); below it only explicit binds compete.
+  const int low = first_ephemeral_port();
+  constexpr int kFrom = 10000;
+  if (low - kFrom >= 1000) {
+    std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+    std::uniform_int_distribution<int> port(kFrom, low - 1);
+    for (int tries = 0; tries < 100; ++tries)
+      if (const int p = port(rng); can_listen(p)) return p;
+  }
+  // A small or unusual range: the kernel's choice.
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   sockaddr_in a{};
