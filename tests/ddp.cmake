@@ -14,6 +14,8 @@ if(TARGET test_ddp)
   target_compile_definitions(test_ddp PRIVATE
                              WICK_TORCHRUN_PYTHONPATH="${WICK_TORCHRUN_PYTHONPATH}")
 endif()
-# ZeRO stages 1 and 2 (ddp's shard_optimizer, shard_gradients) against plain ddp.
+# ZeRO stages 1 and 2 (ddp's shard_optimizer, shard_gradients) and the zero3 strategy against
+# plain ddp.
 wick_add_test(test_zero SOURCES test_zero.cpp
-              DEPENDS ddp synthetic grad_accum grad_clip lr_schedule mixed_precision checkpoint)
+              DEPENDS ddp zero3 synthetic grad_accum grad_clip lr_schedule mixed_precision
+                      checkpoint)

@@ -10,8 +10,10 @@
 #include <wick/jit.hpp>
 #include <wick/sharded_state.hpp>  // balanced_owners
 
+#include "in_process.hpp"
 #include "memory/memory_tracker.hpp"
 #include "support.hpp"
+#include "wick/data_parallel.hpp"
 #include "wick/memory_estimate.hpp"
 
 using namespace wick::test;
@@ -258,12 +260,20 @@ TEST_CASE("the memory estimate counts parameters, gradients and optimizer state 
   wick::OptimizerOptions adam, sgd, momentum;
   sgd.kind = momentum.kind = wick::OptimizerKind::sgd;
   momentum.momentum = 0.9;
-  auto rows = wick::estimate_memory(*net, {adam}, 2, false);
+  // Each strategy gives its own rows: ddp's three, zero3's one.
+  const auto hooks = load_hooks("[[hooks]]\nplugin = \"ddp\"\n[[hooks]]\nplugin = \"zero3\"\n");
+  REQUIRE(hooks.size() == 2);
+  const auto* ddp = dynamic_cast<const wick::DataParallelStrategy*>(hooks[0].hook.get());
+  const auto* zero3 = dynamic_cast<const wick::DataParallelStrategy*>(hooks[1].hook.get());
+  REQUIRE(ddp);
+  REQUIRE(zero3);
+  auto rows = wick::estimate_memory(*net, {adam}, 2, false, {ddp});
   REQUIRE(rows.size() == 4);
   CHECK(rows[0].setting == "1 process");
   CHECK(rows[0].parameters == 1132);
   CHECK(rows[0].gradients == 1120);
   CHECK(rows[0].optimizer_state == 2 * 1120);  // two moments
+  CHECK(rows[1].setting == "ddp");
   CHECK(rows[1].total() == 1132 + 1120 + 2240);
   // Sharded as ddp splits (last layer first, 140 floats a rank: rank 0 the last weight's 60,
   // the first bias's 20 and 60 of the first weight, rank 1 its other 140): the larger share.
@@ -271,14 +281,24 @@ TEST_CASE("the memory estimate counts parameters, gradients and optimizer state 
   CHECK(rows[2].gradients == 1120);
   // ZeRO-2: the gradients kept between steps; the split weight's stay on both ranks.
   CHECK(rows[3].gradients == (60 + 20 + 200) * 4);
-  CHECK(wick::estimate_memory(*net, {sgd}, 2, false)[1].optimizer_state == 0);
+  CHECK(wick::estimate_memory(*net, {sgd}, 2, false, {ddp})[1].optimizer_state == 0);
   // 3 ranks: 93, 93 and 94 floats of momentum.
-  CHECK(wick::estimate_memory(*net, {momentum}, 3, false)[2].optimizer_state == 94 * 4);
+  CHECK(wick::estimate_memory(*net, {momentum}, 3, false, {ddp})[2].optimizer_state == 94 * 4);
   CHECK(wick::balanced_owners({60, 20, 200}, 2) == std::vector<int>{0, 0, 1});
   CHECK(wick::balanced_owners({100, 100, 100, 100}, 2) == std::vector<int>{0, 0, 1, 1});
-  const auto bf16 = wick::estimate_memory(*net, {adam}, 2, true);
+  const auto bf16 = wick::estimate_memory(*net, {adam}, 2, true, {ddp});
   CHECK(bf16[0].parameters == 566);
   CHECK(bf16[0].optimizer_state == 1120);
+  // zero3 owns whole tensors (last layer first: rank 0 the last weight and the first bias, 80
+  // floats, rank 1 the first weight, 200): the larger share of parameters, gradients and
+  // state, and the frozen bias on every rank.
+  const auto z = wick::estimate_memory(*net, {adam}, 2, false, {zero3});
+  REQUIRE(z.size() == 2);
+  CHECK(z[1].setting == "zero3");
+  CHECK(z[1].parameters == 3 * 4 + 200 * 4);
+  CHECK(z[1].gradients == 200 * 4);
+  CHECK(z[1].optimizer_state == 2 * 200 * 4);
+  CHECK(wick::estimate_memory(*net, {adam}, 1, false, {zero3})[1].total() == rows[0].total());
 }
 
 TEST_CASE("wick describe prints the memory estimate for the ranks asked") {
@@ -291,7 +311,9 @@ TEST_CASE("wick describe prints the memory estimate for the ranks asked") {
   INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("Memory per rank at 4 ranks") != std::string::npos);
+  // The config enables no strategy: the rows of each of wick's.
   CHECK(r.out.find("| ddp, shard_optimizer + shard_gradients (ZeRO-2) |") != std::string::npos);
+  CHECK(r.out.find("| zero3 |") != std::string::npos);
   CHECK(run_wick({"describe", (d / "cfg.toml").string(), "--ranks", "0"}).exit_code != 0);
 }
 

@@ -10,6 +10,7 @@
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/context.hpp"
+#include "wick/data_parallel.hpp"
 #include "wick/loader.hpp"
 #include "wick/model_summary.hpp"
 #include "wick/outputs.hpp"
@@ -115,7 +116,7 @@ int cmd_describe(const ConfigArgs& a, int ranks) {
       // Building the model may need the task's data; the schedule stands without it.
       std::printf("\n");
       try {
-        std::fputs(wick::task_model_summary(cfg, finder, ranks).c_str(), stdout);
+        std::fputs(wick::task_model_summary(cfg, finder, ranks, hooks).c_str(), stdout);
       } catch (const std::exception& e) {
         std::printf("Model: not built (%s)\n", e.what());
       }
@@ -180,15 +181,16 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
 }
 
 // Ranks started for data-parallel training (wick launch, torchrun, --nproc) train together
-// even when the config names no data-parallel hook: [plugins] data_parallel's (ddp) is added
-// with its defaults, with a notice.
+// even when the config names no data-parallel hook (none that is [plugins] data_parallel's,
+// nor any other wick::DataParallelStrategy such as zero3): [plugins] data_parallel's (ddp)
+// is added with its defaults, with a notice.
 void add_ddp_if_ranks(const wick::Config& cfg, const wick::PluginFinder& finder,
                       wick::Trainer& trainer) {
   const int world = wick::job_ranks().world;
   if (world <= 1) return;
   const std::string& plugin = cfg.data_parallel_plugin();
   for (const auto& h : trainer.hooks())
-    if (h.plugin == plugin) return;
+    if (h.plugin == plugin || dynamic_cast<const wick::DataParallelStrategy*>(h.hook.get())) return;
   auto ddp = wick::Config::parse("[[hooks]]\nplugin = \"" + plugin + "\"\n", cfg.path(), {});
   for (auto& h : ddp.make_hooks(finder)) trainer.add_hook(std::move(h));
   if (trainer.run().is_main_process())

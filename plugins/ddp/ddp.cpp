@@ -4,8 +4,9 @@
 //
 // What it does, and where:
 // - before_fit: joins the process group, broadcasts rank 0's parameters and buffers, installs
-//   its wick::Collectives on the Context: the all-reduce (metrics), stop agreement and barrier
-//   (checkpoints) that the trainer and other hooks use.
+//   itself as the run's data-parallel strategy (wick/data_parallel.hpp): the all-reduce
+//   (metrics), stop agreement and barrier (checkpoints) that the trainer and other hooks use,
+//   the sharded optimizer state gathered for checkpoints, its rows of the memory estimate.
 // - Gradient buckets: the trainable parameters in reverse order (the order backward produces
 //   their gradients), cut into flat buckets as PyTorch's DDP does: a bucket closes once it
 //   holds first_bucket_mb (the first) or bucket_mb (the others). A small first bucket lets the
@@ -57,6 +58,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "buckets.hpp"
+#include "memory.hpp"
 #include "zero.hpp"
 
 #include <wick/rendezvous.hpp>
@@ -99,7 +101,7 @@ struct GradReady : torch::autograd::FunctionPostHook {
   std::size_t index;
 };
 
-class Ddp : public wick::Hook, public wick::Collectives {
+class Ddp : public wick::Hook, public wick::DataParallelStrategy {
  public:
   explicit Ddp(const wick::Params& p)
       : bucket_mb_(p.get_float("bucket_mb")),
@@ -249,7 +251,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
     barriers_ = all_reduces_ = 0;
     remove_grad_hooks();
     zero_.reset();
-    c.set_sharded_state(nullptr);
+    c.set_data_parallel(nullptr);
     if (world_ <= 1) return;  // one process: nothing to do, every hook stays cheap
     // Several optimizers ([optimizers.NAME]): every optimizer's step reduces the whole model's
     // gradients, after backward (no overlap: a batch may run several backward passes). Reducing
@@ -352,11 +354,22 @@ class Ddp : public wick::Hook, public wick::Collectives {
 
     device_ = dev;
     ctx_ = &c;
-    c.set_collectives(this);
-    if (zero_) c.set_sharded_state(zero_.get());
+    c.set_data_parallel(this);
   }
 
-  // ---- wick::Collectives, installed on the Context for the trainer and other hooks ----------
+  // ---- wick::DataParallelStrategy, installed on the Context for the trainer and other hooks
+  // The weights are replicated; sharded optimizer state is gathered to rank 0 for a save.
+  void gather_whole(Whole what) override {
+    if (what == Whole::training_state && zero_ && gathered_++ == 0) zero_->gather_for_save();
+  }
+  void release_whole(Whole what) noexcept override {
+    if (what == Whole::training_state && zero_ && --gathered_ == 0) zero_->release_after_save();
+  }
+  bool sharded() const override { return zero_ != nullptr; }
+  std::vector<wick::MemoryRow> memory_rows(const std::vector<wick::ParamBytes>& trainable,
+                                           std::int64_t other_bytes, int ranks) const override {
+    return wick_ddp::memory_rows(trainable, other_bytes, ranks);
+  }
   void all_reduce_sum(at::Tensor& t) override { sum_host_tensor(t); }
   void barrier() override {
     wait(pg_->barrier(), "barrier");
@@ -596,6 +609,7 @@ class Ddp : public wick::Hook, public wick::Collectives {
   std::int64_t max_bucket_numel_ = 0;
   bool shard_optimizer_, shard_gradients_;
   std::unique_ptr<wick_ddp::OptimizerShards> zero_;
+  int gathered_ = 0;                    // nested gather_whole(training_state) calls
   at::Tensor trailer_, trailer_host_;   // the last bucket's trailer, and a CPU double copy
   std::vector<at::Tensor> trailer_io_;  // {trailer_}, all-reduced alone with sharded gradients
   std::vector<double> rank_compute_;    // sum over steps of each rank's compute ms

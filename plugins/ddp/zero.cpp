@@ -118,11 +118,17 @@ std::vector<std::vector<Segment>> even_segments(const std::vector<std::int64_t>&
   return out;
 }
 
-OptimizerShards::OptimizerShards(Comm comm, const std::vector<at::Tensor>& params)
+OptimizerShards::OptimizerShards(Comm comm, const std::vector<at::Tensor>& params, Sharing sharing)
     : comm_(std::move(comm)) {
   std::vector<std::int64_t> numels;
   for (const auto& p : params) numels.push_back(p.numel());
-  const auto segs = even_segments(numels, comm_.world);
+  std::vector<std::vector<Segment>> segs;
+  if (sharing == Sharing::even_runs) {
+    segs = even_segments(numels, comm_.world);
+  } else {
+    const auto owners = wick::balanced_owners(numels, comm_.world);
+    for (std::size_t i = 0; i < params.size(); ++i) segs.push_back({{owners[i], 0, numels[i]}});
+  }
   for (std::size_t i = 0; i < params.size(); ++i)
     segments_[params[i].unsafeGetTensorImpl()] = segs[i];
 }
@@ -234,6 +240,17 @@ void OptimizerShards::after_step(torch::optim::Optimizer& opt) {
       write_slice(s.param, s.mine.start, s.piece.detach());
       s.piece.mutable_grad() = at::Tensor();
     }
+  broadcast_shares(opt);
+  // Its owners stepped it; zero_grad reaches only this rank's share (its optimizer's groups),
+  // so a gradient left here would add into the next step's.
+  for (auto& group : e.all)
+    for (auto& p : group)
+      if (whole_owner(p) != comm_.rank) p.mutable_grad() = at::Tensor();
+}
+
+void OptimizerShards::broadcast_shares(torch::optim::Optimizer& opt) {
+  auto& e = entry(opt);
+  torch::NoGradGuard no_grad;
   for (auto& sh : e.shares) {
     const bool mine = sh.owner == comm_.rank;
     if (mine)
@@ -248,11 +265,6 @@ void OptimizerShards::after_step(torch::optim::Optimizer& opt) {
         write_slice(sh.params[i], sh.segments[i].start,
                     sh.flat.narrow(0, sh.offsets[i], sh.segments[i].length));
   }
-  // Its owners stepped it; zero_grad reaches only this rank's share (its optimizer's groups),
-  // so a gradient left here would add into the next step's.
-  for (auto& group : e.all)
-    for (auto& p : group)
-      if (whole_owner(p) != comm_.rank) p.mutable_grad() = at::Tensor();
 }
 
 void OptimizerShards::send_bytes(const std::string& bytes, int to) {

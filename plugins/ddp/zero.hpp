@@ -1,15 +1,14 @@
 // Sharded optimizer state for ddp (ZeRO stage 1; stage 2 adds ddp's gradient reduction to
-// each parameter's owner). The trainable parameters, laid end to end (last layer first, as
-// ddp's buckets are), are cut into `world` equal runs of elements, rank r owning the r-th, as
-// DeepSpeed splits its flat buffer. A parameter inside one run belongs to that rank whole; one
-// that a cut crosses is split: each of its owners steps a piece of it (a tensor of its own in
-// the optimizer's groups, with its own moments). So each rank's optimizers keep state for an
-// equal share, and only that share is stepped. After each step every share is broadcast from
-// its owner, so all ranks hold the same weights again.
-// Checkpoints: around a save the owners send their state to rank 0, which writes it whole, as
-// an unsharded run would (a split parameter's pieces joined; wick/sharded_state.hpp); a
-// checkpoint resumes sharded or not, on any world size. The optimizers are sharded at their
-// first step, after a checkpoint restore.
+// each parameter's owner) and for zero3 (whole parameters, Sharing::whole_tensors). The trainable
+// parameters, laid end to end (last layer first, as ddp's buckets are), are cut into `world` equal
+// runs of elements, rank r owning the r-th, as DeepSpeed splits its flat buffer. A parameter inside
+// one run belongs to that rank whole; one that a cut crosses is split: each of its owners steps a
+// piece of it (a tensor of its own in the optimizer's groups, with its own moments). So each rank's
+// optimizers keep state for an equal share, and only that share is stepped. After each step every
+// share is broadcast from its owner, so all ranks hold the same weights again. Checkpoints: around
+// a save the owners send their state to rank 0, which writes it whole, as an unsharded run would (a
+// split parameter's pieces joined; wick/sharded_state.hpp); a checkpoint resumes sharded or not, on
+// any world size. The optimizers are sharded at their first step, after a checkpoint restore.
 #pragma once
 
 #include <torch/torch.h>
@@ -45,15 +44,23 @@ struct Segment {
 // of them laid end to end. A parameter that no cut crosses has one segment.
 std::vector<std::vector<Segment>> even_segments(const std::vector<std::int64_t>& numels, int world);
 
+// How the parameters are shared: ddp's even runs of elements, or each parameter whole, owned
+// as wick::balanced_owners deals them (zero3, which frees the others' parameters).
+enum class Sharing { even_runs, whole_tensors };
+
 class OptimizerShards : public wick::ShardedState {
  public:
   // `params` in the order of the split (ddp's: last layer first).
-  OptimizerShards(Comm comm, const std::vector<at::Tensor>& params);
+  OptimizerShards(Comm comm, const std::vector<at::Tensor>& params,
+                  Sharing sharing = Sharing::even_runs);
   // In the optimizer_step stage before `opt` steps; its first time, keeps this rank's share of
   // its groups (pieces of the split parameters) and drops the state of the others' share.
   void before_step(torch::optim::Optimizer& opt);
   // After `opt`'s step (taken or declined, on every rank alike): each share from its owner.
   void after_step(torch::optim::Optimizer& opt);
+  // Each share of `opt`'s parameters from its owner into every rank's (after_step's
+  // broadcast; zero3 gathers the parameters it freed with it).
+  void broadcast_shares(torch::optim::Optimizer& opt);
 
   // Which rank owns parameter `p` whole (ddp reduces its gradient there with shard_gradients),
   // or -1 when it is split (its gradient is all-reduced).

@@ -19,6 +19,7 @@ namespace wick {
 
 class Config;
 class PluginFinder;
+struct HookEntry;
 
 struct ModuleRow {
   std::string name;  // dotted path ("" for the model itself)
@@ -35,8 +36,11 @@ std::vector<ModuleRow> module_rows(const torch::nn::Module& model, int max_depth
 std::string model_summary(const torch::nn::Module& model, int max_depth = 2,
                           std::size_t max_rows = 40);
 // Builds the config's task as `wick fit` would (seeded) and summarises its model, with the
-// memory its training holds per rank at `ranks` ranks (wick/memory_estimate.hpp).
-std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks);
+// memory its training holds per rank at `ranks` ranks (wick/memory_estimate.hpp): in one
+// process and as each data-parallel strategy among `hooks` shares it; with none, as each of
+// wick's (ddp, zero3) would.
+std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks,
+                               const std::vector<HookEntry>& hooks);
 
 }  // namespace wick
 

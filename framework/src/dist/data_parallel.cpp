@@ -12,6 +12,22 @@ void DataParallel::all_reduce_sum(at::Tensor& t) const {
   if (distributed()) collectives_->all_reduce_sum(t);
 }
 
+DataParallel::WholeState::WholeState(const DataParallel& dp, Whole what) : dp_(dp), what_(what) {
+  if (dp_.strategy_)
+    dp_.strategy_->gather_whole(what_);
+  else if (dp_.sharded_ && what_ == Whole::training_state)
+    dp_.sharded_->gather_for_save();
+  ++dp_.gathered_;
+}
+
+DataParallel::WholeState::~WholeState() {
+  --dp_.gathered_;
+  if (dp_.strategy_)
+    dp_.strategy_->release_whole(what_);
+  else if (dp_.sharded_ && what_ == Whole::training_state)
+    dp_.sharded_->release_after_save();  // local work only; it does not throw
+}
+
 void DataParallel::check_fit() const {
   if (job_.world > 1 && !collectives_)
     throw ConfigError("WORLD_SIZE is " + std::to_string(job_.world) +

@@ -73,17 +73,9 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
   steps.loss_check.verify();
   auto parts = snapshot_parts();
   Manifest m = snapshot_manifest(parts, reason);
-  // Sharded optimizer state is gathered to rank 0 for the save, and released after it (on
-  // every process, whether rank 0's write succeeds or not).
-  struct Gathered {
-    ShardedState* s;
-    explicit Gathered(ShardedState* sh) : s(sh) {
-      if (s) s->gather_for_save();
-    }
-    ~Gathered() {
-      if (s) s->release_after_save();  // local work only; it does not throw
-    }
-  } gathered(dp.sharded_state());
+  // Sharded state is gathered to rank 0 for the save, and released after it (on every
+  // process, whether rank 0's write succeeds or not).
+  const auto whole = dp.whole(DataParallel::Whole::training_state);
   if (!state.is_main_process()) return checkpoint_info(dir, m, 0);  // replicas hold the same state
   const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(parts));
   return checkpoint_info(dir, m, bytes);

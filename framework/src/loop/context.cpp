@@ -128,6 +128,9 @@ void Context::set_collectives(Collectives* c) {
 void Context::set_sharded_state(ShardedState* s) {
   host_->dp.set_sharded_state(s);
 }
+void Context::set_data_parallel(DataParallelStrategy* s) {
+  host_->dp.set_strategy(s);
+}
 ShardedState* Context::sharded_state() const {
   return host_->dp.sharded_state();
 }

@@ -34,6 +34,15 @@ void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
   if (ended_in_step || (state.optimizer_step == 0 && !loop.resume.resumed())) return;
   // Nor are weights that took steps from a non-finite loss (found now or earlier).
   if (steps.loss_check.failed()) return;
+  // Sharded weights are gathered when a fit runs its course; a cancelled one keeps its last
+  // checkpoint instead.
+  if (!dp.weights_whole()) {
+    if (state.is_main_process())
+      std::fprintf(stderr,
+                   "wick: model.pt not written: the weights are sharded over the ranks and "
+                   "the fit did not run its course; its last checkpoint holds them whole\n");
+    return;
+  }
   steps.loss_check.verify();
   NamedTensors offered;
   const auto word = eval_weights(offered);

@@ -2,6 +2,7 @@
 
 #include "state/snapshot.hpp"
 #include "wick/config.hpp"
+#include "wick/data_parallel.hpp"
 #include "wick/memory_estimate.hpp"
 #include "wick/task.hpp"
 
@@ -98,13 +99,32 @@ std::string model_summary(const torch::nn::Module& model, int max_depth, std::si
   return o.str();
 }
 
-std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks) {
+std::string task_model_summary(const Config& cfg, const PluginFinder& finder, int ranks,
+                               const std::vector<HookEntry>& hooks) {
+  std::vector<HookEntry> builtins;
+  std::vector<const DataParallelStrategy*> strategies;
+  auto collect = [&](const std::vector<HookEntry>& from) {
+    for (const auto& h : from)
+      if (const auto* s = dynamic_cast<const DataParallelStrategy*>(h.hook.get()))
+        strategies.push_back(s);
+  };
+  collect(hooks);
+  if (strategies.empty()) {
+    // The config enables none: each of wick's, where installed, with its defaults.
+    for (const char* name : {"ddp", "zero3"}) try {
+        auto more = Config::parse("[[hooks]]\nplugin = \"" + std::string(name) + "\"\n", cfg.path())
+                        .make_hooks(finder);
+        builtins.insert(builtins.end(), more.begin(), more.end());
+      } catch (const std::exception&) {  // not installed where this config looks
+      }
+    collect(builtins);
+  }
   seed_generators(static_cast<std::uint64_t>(cfg.trainer().seed), /*cuda=*/false);
   const auto model = cfg.make_task(finder)->model();
   return model_summary(*model) +
          memory_estimate_markdown(
              *model, cfg.has_optimizer() ? cfg.optimizers() : std::vector<OptimizerOptions>{},
-             ranks);
+             ranks, strategies);
 }
 
 }  // namespace wick

@@ -3,6 +3,7 @@
 // ends. The phases themselves live with their components (trainer_impl.hpp lists them).
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 #include "config/trainer_options.hpp"
 #include "loop/model_parts.hpp"
@@ -211,9 +212,14 @@ FitResult Trainer::fit() {
   clear_interrupt();
   StopSignalScope stop_signals;
   std::shared_ptr<void> memory_counting;  // a profiled fit's peak memory per phase
+  // A fit that ran its course ends with the model whole on every rank: after_fit, the final
+  // weights and the fingerprint see it as one process would (gathering is collective: not
+  // after a failure, when a rank may be gone).
+  std::optional<DataParallel::WholeState> whole;
   try {
     memory_counting = I.start_fit();
     I.run_epochs();
+    whole.emplace(I.dp, DataParallel::Whole::weights);
     I.dispatch.emit(Point::after_fit);
     res.stop_reason = I.stops.reason;
   } catch (...) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "wick/config.hpp"
+#include "wick/data_parallel.hpp"
 #include "wick/params.hpp"
 #include "wick/schedule.hpp"
 
@@ -79,6 +80,15 @@ void check_capability_names(const std::vector<CapabilityUse>& uses, const char* 
 void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, ScheduleTable& table) {
   std::stable_sort(hooks.begin(), hooks.end(),
                    [](const HookEntry& a, const HookEntry& b) { return a.order < b.order; });
+  // Two data-parallel strategies would both rendezvous and reduce: one run has one.
+  const HookEntry* strategy = nullptr;
+  for (const auto& h : hooks) {
+    if (!dynamic_cast<const DataParallelStrategy*>(h.hook.get())) continue;
+    if (strategy)
+      throw ConfigError("hooks '" + strategy->instance + "' and '" + h.instance +
+                        "' are both data-parallel strategies; enable one of them");
+    strategy = &h;
+  }
   std::vector<CapabilityUse> provided, needed;
   for (const auto& h : hooks) {
     if (h.main_process_only && rank != 0) continue;

@@ -11,6 +11,7 @@
 
 #include "wick/checkpoint.hpp"
 #include "wick/collectives.hpp"
+#include "wick/data_parallel.hpp"
 #include "wick/metrics.hpp"
 #include "wick/profile.hpp"
 #include "wick/run.hpp"
@@ -162,8 +163,13 @@ class WICK_EXPORT Context {
   void barrier();
   // Since SDK 2.6: a plugin that shards optimizer state over processes installs it in
   // before_fit (wick/sharded_state.hpp; it keeps ownership). nullptr: nothing is sharded.
+  // With a strategy installed: a view of it when it shards (DataParallelStrategy::sharded).
   void set_sharded_state(ShardedState* s);
   ShardedState* sharded_state() const;
+  // Since SDK 2.11: a data-parallel strategy (wick/data_parallel.hpp) installs itself in
+  // before_fit; it is the run's collectives too, and the framework gathers the whole model
+  // through it. The plugin keeps ownership; nullptr uninstalls it.
+  void set_data_parallel(DataParallelStrategy* s);
 
   // ---- checkpoints (see wick/checkpoint.hpp) ------------------------------------------------
   // The position the loop is at. Meaningful between steps: at before_epoch, before_step
@@ -175,9 +181,9 @@ class WICK_EXPORT Context {
   // Writes a checkpoint of the run at position() into `folder` (absolute, or relative to
   // the run directory), atomically: a temporary folder, every file fsynced, renamed into
   // place (replacing an older folder of that name only once the new one is complete).
-  // Rank 0 writes; other ranks return at once. With optimizer state sharded over the ranks
-  // (wick/sharded_state.hpp) every rank must call it at the same point: the state is gathered
-  // to rank 0 first. Throws std::runtime_error naming the folder
+  // Rank 0 writes; other ranks return at once. With state sharded over the ranks (a sharding
+  // strategy, wick/sharded_state.hpp) every rank must call it at the same point: the state is
+  // gathered to rank 0 first. Throws std::runtime_error naming the folder
   // and the cause (full disk, permissions); earlier checkpoints are never touched.
   CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason);
   // Checks a checkpoint folder as untrusted input (manifest types, plain file names inside

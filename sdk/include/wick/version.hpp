@@ -19,10 +19,12 @@
 //   2.9  CpuFeatures::hidden and kCpuFeatureNames (WICK_CPU_DISABLE); float parameters finite
 //        and within float32's range, PluginDef::param_float_inf (ParamType::floating_inf)
 //   2.10 nccl_group (wick/rendezvous.hpp: NCCL from LibTorch's CUDA side, which wick loads)
+//   2.11 wick/data_parallel.hpp (DataParallelStrategy, Context::set_data_parallel: the whole
+//        model gathered through the strategy, its own rows of the memory estimate)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 10
+#define WICK_API_MINOR 11
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

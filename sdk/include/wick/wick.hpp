@@ -4,6 +4,7 @@
 #include "wick/checkpoint.hpp"
 #include "wick/collectives.hpp"
 #include "wick/context.hpp"
+#include "wick/data_parallel.hpp"
 #include "wick/files.hpp"
 #include "wick/hook.hpp"
 #include "wick/interrupt.hpp"
