@@ -302,10 +302,8 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
             "ddp: shard_gradients = true needs one optimizer (several optimizers reduce the same "
             "gradients once per step each, which reducing to owners cannot repeat); set "
             "shard_gradients = false (the optimizer state stays sharded)");
-      wick_ddp::Comm comm{
-          pg_, dev, rank_, world_,
-          [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
-      zero_ = std::make_unique<wick_ddp::OptimizerShards>(std::move(comm), params);
+      device_ = dev;
+      zero_ = std::make_unique<wick_ddp::OptimizerShards>(comm(), params);
       // A parameter split between owners has its gradient all-reduced (owner -1).
       for (const auto& t : params) owners.push_back(zero_->whole_owner(t));
     }
@@ -479,17 +477,12 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
         " s bounds how long ranks wait for each other)");
   }
 
-  // Sums a small CPU tensor over ranks (through the device when the backend needs it there).
-  void sum_host_tensor(at::Tensor& t) {
-    if (device_.is_cpu()) {
-      std::vector<at::Tensor> v{t};
-      wait(pg_->allreduce(v), "all-reduce");
-      return;
-    }
-    std::vector<at::Tensor> v{t.to(device_)};
-    wait(pg_->allreduce(v), "all-reduce");
-    t.copy_(v[0].cpu());
+  // How zero.hpp's code reaches the ranks: this hook's group and its wait.
+  wick_ddp::Comm comm() {
+    return {pg_, device_, rank_, world_,
+            [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
   }
+  void sum_host_tensor(at::Tensor& t) { wick_ddp::all_reduce_host(comm(), t); }
 
   void broadcast(std::vector<Bucket>& buckets) {
     for (auto& b : buckets) {

@@ -96,6 +96,17 @@ torch::optim::OptimizerParamState* state_of(torch::optim::Optimizer& opt, const 
 
 }  // namespace
 
+void all_reduce_host(const Comm& comm, at::Tensor& t) {
+  if (comm.device.is_cpu()) {
+    std::vector<at::Tensor> v{t};
+    comm.wait(comm.pg->allreduce(v), "all-reduce");
+    return;
+  }
+  std::vector<at::Tensor> v{t.to(comm.device)};
+  comm.wait(comm.pg->allreduce(v), "all-reduce");
+  t.copy_(v[0].cpu());
+}
+
 std::vector<std::vector<Segment>> even_segments(const std::vector<std::int64_t>& numels,
                                                 int world) {
   std::int64_t total = 0;

@@ -33,6 +33,10 @@ struct Comm {
   std::function<void(const c10::intrusive_ptr<c10d::Work>&, const char*)> wait;
 };
 
+// Sums a small CPU tensor over the ranks, in place (through the device when the backend needs
+// it there: NCCL).
+void all_reduce_host(const Comm& comm, at::Tensor& t);
+
 // A run of a parameter's elements (in row-major order) that one rank owns.
 struct Segment {
   int owner = 0;

@@ -72,16 +72,7 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
   }
 
   // ---- wick::DataParallelStrategy ---------------------------------------------------------
-  void all_reduce_sum(at::Tensor& t) override {
-    if (device_.is_cpu()) {
-      std::vector<at::Tensor> v{t};
-      wait(pg_->allreduce(v), "all-reduce");
-      return;
-    }
-    std::vector<at::Tensor> v{t.to(device_)};
-    wait(pg_->allreduce(v), "all-reduce");
-    t.copy_(v[0].cpu());
-  }
+  void all_reduce_sum(at::Tensor& t) override { wick_ddp::all_reduce_host(comm(), t); }
   void barrier() override { wait(pg_->barrier(), "barrier"); }
   bool agree_stop(bool local, bool /*epoch_end*/) override {
     auto flag = torch::full({1}, local ? 1.0 : 0.0, torch::kDouble);
@@ -137,10 +128,7 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     for (auto& p : c.model().parameters())
       if (p.requires_grad()) params_.push_back(p);
     std::reverse(params_.begin(), params_.end());  // last layer first, as ddp's split
-    wick_ddp::Comm comm{
-        pg_, device_, rank_, world_,
-        [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
-    zero_ = std::make_unique<wick_ddp::OptimizerShards>(std::move(comm), params_,
+    zero_ = std::make_unique<wick_ddp::OptimizerShards>(comm(), params_,
                                                         wick_ddp::Sharing::whole_tensors);
     held_ = total_numel_ = 0;
     for (const auto& p : params_) total_numel_ += p.numel();
@@ -216,6 +204,12 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
           p.mutable_grad() = sum * inv;
       }
     }
+  }
+
+  // How zero.hpp's code reaches the ranks: this hook's group and its wait.
+  wick_ddp::Comm comm() {
+    return {pg_, device_, rank_, world_,
+            [this](const c10::intrusive_ptr<c10d::Work>& w, const char* what) { wait(w, what); }};
   }
 
   void broadcast_from_0(const at::Tensor& t) {
