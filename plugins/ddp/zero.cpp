@@ -251,7 +251,7 @@ void OptimizerShards::after_step(torch::optim::Optimizer& opt) {
       write_slice(s.param, s.mine.start, s.piece.detach());
       s.piece.mutable_grad() = at::Tensor();
     }
-  broadcast_shares(opt);
+  broadcast_shares(opt, /*keep_buffers=*/true);
   // Its owners stepped it; zero_grad reaches only this rank's share (its optimizer's groups),
   // so a gradient left here would add into the next step's.
   for (auto& group : e.all)
@@ -259,11 +259,13 @@ void OptimizerShards::after_step(torch::optim::Optimizer& opt) {
       if (whole_owner(p) != comm_.rank) p.mutable_grad() = at::Tensor();
 }
 
-void OptimizerShards::broadcast_shares(torch::optim::Optimizer& opt) {
+void OptimizerShards::broadcast_shares(torch::optim::Optimizer& opt, bool keep_buffers) {
   auto& e = entry(opt);
   torch::NoGradGuard no_grad;
   for (auto& sh : e.shares) {
     const bool mine = sh.owner == comm_.rank;
+    // Freed after the last broadcast: allocated again (the tensor that sh.io holds).
+    if (sh.flat.numel() == 0) sh.flat.resize_({sh.offsets.back() + sh.segments.back().length});
     if (mine)
       for (std::size_t i = 0; i < sh.params.size(); ++i)
         sh.flat.narrow(0, sh.offsets[i], sh.segments[i].length)
@@ -275,6 +277,8 @@ void OptimizerShards::broadcast_shares(torch::optim::Optimizer& opt) {
       for (std::size_t i = 0; i < sh.params.size(); ++i)
         write_slice(sh.params[i], sh.segments[i].start,
                     sh.flat.narrow(0, sh.offsets[i], sh.segments[i].length));
+    // Its storage freed here, on this thread, whatever Gloo's work still holds of the tensor.
+    if (!keep_buffers) sh.flat.set_();
   }
 }
 

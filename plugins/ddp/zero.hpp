@@ -63,8 +63,9 @@ class OptimizerShards : public wick::ShardedState {
   // After `opt`'s step (taken or declined, on every rank alike): each share from its owner.
   void after_step(torch::optim::Optimizer& opt);
   // Each share of `opt`'s parameters from its owner into every rank's (after_step's
-  // broadcast; zero3 gathers the parameters it freed with it).
-  void broadcast_shares(torch::optim::Optimizer& opt);
+  // broadcast; zero3 gathers the parameters it freed with it). Without keep_buffers the
+  // buffers, one per share, are freed after it and made again by the next call.
+  void broadcast_shares(torch::optim::Optimizer& opt, bool keep_buffers);
 
   // Which rank owns parameter `p` whole (ddp reduces its gradient there with shard_gradients),
   // or -1 when it is split (its gradient is all-reduced).

@@ -125,6 +125,7 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     else
       pg_ = wick::gloo_group(store, rank_, world_, timeout_);
     params_.clear();
+    flats_.clear();
     for (auto& p : c.model().parameters())
       if (p.requires_grad()) params_.push_back(p);
     std::reverse(params_.begin(), params_.end());  // last layer first, as ddp's split
@@ -150,7 +151,7 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     for (auto& p : params_)
       if (zero_->whole_owner(p) != rank_)
         p.set_data(torch::empty(shapes_.at(p.unsafeGetTensorImpl()), p.options()));
-    zero_->broadcast_shares(*opt_);
+    zero_->broadcast_shares(*opt_, /*keep_buffers=*/false);
     freed_ = false;
   }
 
@@ -173,28 +174,39 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     }
   }
 
-  // The gradients summed over ranks and averaged, one flat buffer per dtype; a rank keeps its
-  // own parameters' (the others' owners step them).
+  // The gradients summed over ranks and averaged, in one flat buffer per dtype, freed after
+  // (set_(): on this thread, even while Gloo's finished work still holds the tensor); a rank
+  // keeps its own parameters' (the others' owners step them).
   void reduce_gradients() {
     torch::NoGradGuard no_grad;
-    std::map<at::ScalarType, std::vector<std::size_t>> by_dtype;
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      by_dtype[params_[i].scalar_type()].push_back(i);
-    const double inv = 1.0 / world_;
-    for (const auto& [dtype, ids] : by_dtype) {
-      std::vector<at::Tensor> parts;
-      for (auto i : ids) {
-        const auto& p = params_[i];
-        // A parameter without a gradient on this rank contributes nothing.
-        parts.push_back(p.grad().defined() ? p.grad().detach().reshape({-1})
-                                           : torch::zeros({p.numel()}, p.options()));
+    if (flats_.empty()) {
+      std::map<at::ScalarType, Flat> by_dtype;
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        auto& f = by_dtype[params_[i].scalar_type()];
+        f.ids.push_back(i);
+        f.numel += params_[i].numel();
       }
-      std::vector<at::Tensor> io{torch::cat(parts)};
-      wait(pg_->allreduce(io), "gradient all-reduce");
+      for (auto& [dtype, f] : by_dtype) flats_.push_back(std::move(f));
+    }
+    const double inv = 1.0 / world_;
+    for (auto& f : flats_) {
+      f.buf = torch::empty({f.numel}, params_[f.ids.front()].options());
       std::int64_t at = 0;
-      for (auto i : ids) {
+      for (auto i : f.ids) {
+        const auto& g = params_[i].grad();
+        auto slot = f.buf.narrow(0, at, params_[i].numel());
+        at += params_[i].numel();
+        if (g.defined())
+          slot.copy_(g.detach().reshape({-1}));
+        else
+          slot.zero_();  // a parameter without a gradient on this rank contributes nothing
+      }
+      std::vector<at::Tensor> io{f.buf};
+      wait(pg_->allreduce(io), "gradient all-reduce");
+      at = 0;
+      for (auto i : f.ids) {
         auto& p = params_[i];
-        const auto sum = io[0].narrow(0, at, p.numel()).view(p.sizes());
+        const auto sum = f.buf.narrow(0, at, p.numel()).view(p.sizes());
         at += p.numel();
         if (zero_->whole_owner(p) != rank_)
           p.mutable_grad() = at::Tensor();
@@ -203,6 +215,7 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
         else
           p.mutable_grad() = sum * inv;
       }
+      f.buf.set_();
     }
   }
 
@@ -241,6 +254,12 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
   c10::intrusive_ptr<wick::compat::CommBackend> pg_;
   torch::Device device_{torch::kCPU};
   std::vector<at::Tensor> params_;  // trainable, last layer first
+  struct Flat {
+    std::vector<std::size_t> ids;  // into params_
+    std::int64_t numel = 0;
+    at::Tensor buf;
+  };
+  std::vector<Flat> flats_;  // the gradient buffers, one per dtype, held during a step
   std::unique_ptr<wick_ddp::OptimizerShards> zero_;
   std::map<const c10::TensorImpl*, std::vector<std::int64_t>> shapes_;  // of freed parameters
   std::int64_t held_ = 0, total_numel_ = 0;
