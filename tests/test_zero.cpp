@@ -158,6 +158,13 @@ TEST_CASE("sharded gradients refuse several optimizers, naming the key") {
       {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", kStage1, "--set", kStage2});
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("ddp: shard_gradients = true needs one optimizer") != std::string::npos);
+  // zero3 steps each rank's own parameters with the one optimizer.
+  const std::string ddp = "plugin = \"ddp\"";
+  cfg.replace(cfg.find(ddp), ddp.size(), "plugin = \"zero3\"");
+  write_file(dir / "z3.toml", cfg);
+  r = run_wick({"fit", (dir / "z3.toml").string(), "--nproc", "2"});
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("zero3: one optimizer only") != std::string::npos);
 }
 
 TEST_CASE("sharding options are checked before anything starts") {
@@ -173,6 +180,14 @@ TEST_CASE("sharding options are checked before anything starts") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("hooks 'ddp' and 'zero3' are both data-parallel strategies; enable one of "
                    "them") != std::string::npos);
+  write_file(dir / "z3.toml", zero3_config(dir / "run"));
+  r = wick_check(dir / "z3.toml", {"hooks.zero3.timeout_s=0"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("timeout_s") != std::string::npos);
+  r = wick_check(dir / "z3.toml", {"trainer.nan_policy=\"skip\""});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("trainer.nan_policy = \"skip\" skips steps on one rank alone") !=
+        std::string::npos);
 }
 
 TEST_CASE("zero3 trains like ddp, each parameter kept by one rank") {
@@ -207,6 +222,10 @@ TEST_CASE("zero3 killed on 2 ranks resumes exactly on 4 ranks") {
   auto killed = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
   INFO(killed.err << killed.out);
   REQUIRE(killed.exit_code != 0);
+  // Rank 0 ended with its weights sharded: no model.pt, its checkpoints hold them.
+  CHECK(killed.err.find("model.pt not written: the weights are sharded over the ranks") !=
+        std::string::npos);
+  CHECK(!fs::exists(dir / "run" / "model.pt"));
   // The global batch stays 32: 4 ranks x 8, each owning other parameters than before.
   auto resumed =
       run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "4", "--set", "trainer.batch_size=8",
