@@ -158,7 +158,7 @@ bool can_listen(int port) {
 int pick_free_port() {
   // The port is free when picked and bound by rank 0 a second later. Inside the ephemeral
   // range any process's next connection may take it meanwhile (on a busy machine, other
-  // ranks' Gloo sockets did: rank 0 then cannot listen); below it only explicit binds compete.
+  // ranks' Gloo sockets can: rank 0 then cannot listen); below it only explicit binds compete.
   const int low = first_ephemeral_port();
   constexpr int kFrom = 10000;
   if (low - kFrom >= 1000) {

@@ -71,7 +71,7 @@ void Trainer::Impl::run_epochs() {
     if (interrupt_requested()) throw Interrupted{};
     {
       PhaseTimer t(dispatch.profiler(), Profiler::validation);
-      const auto whole = dp.whole(DataParallel::Whole::weights);  // a sharding strategy's gathered
+      const auto whole = dp.whole(DataParallel::Whole::weights);  // gathered when sharded
       eval.last_valid = eval.validation(valid_ds.get());
     }
     // Stopped before the epoch's last batch (max_steps, a stop request): the epoch is not
