@@ -159,7 +159,8 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
   // but an allocation of an empty tensor.
   void free_params() noexcept {
     stepped_ = true;
-    if (weights_held_ > 0) return;  // the framework reads the whole model now
+    // Already freed, or the framework reads the whole model now (its release frees them).
+    if (freed_ || weights_held_ > 0) return;
     try {
       for (auto& p : params_) {
         if (zero_->whole_owner(p) == rank_) continue;
