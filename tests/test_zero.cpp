@@ -222,7 +222,11 @@ TEST_CASE("zero3 killed on 2 ranks resumes exactly on 4 ranks") {
   auto killed = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
   INFO(killed.err << killed.out);
   REQUIRE(killed.exit_code != 0);
-  // Rank 0 ended with its weights sharded: no model.pt, its checkpoints hold them.
+  // Rank 0's collective failed, naming it and the likely cause; its weights were sharded:
+  // no model.pt, its checkpoints hold them.
+  CHECK(std::regex_search(killed.err, std::regex("zero3: [a-z -]+ on rank 0 failed: ")));
+  CHECK(killed.err.find("another rank died or stalled; timeout_s = 20 s bounds how long ranks "
+                        "wait for each other") != std::string::npos);
   CHECK(killed.err.find("model.pt not written: the weights are sharded over the ranks") !=
         std::string::npos);
   CHECK(!fs::exists(dir / "run" / "model.pt"));

@@ -264,6 +264,7 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
       pg_ = wick::nccl_group(store, rank_, world_, timeout_, "ddp");
     else
       pg_ = wick::gloo_group(store, rank_, world_, timeout_);
+    device_ = dev;
     exchange_ = exchange_mb_ > 0 && world_ == 2 && dev.is_cpu();
     exchanged_buckets_ = 0;
 
@@ -302,7 +303,6 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
             "ddp: shard_gradients = true needs one optimizer (several optimizers reduce the same "
             "gradients once per step each, which reducing to owners cannot repeat); set "
             "shard_gradients = false (the optimizer state stays sharded)");
-      device_ = dev;
       zero_ = std::make_unique<wick_ddp::OptimizerShards>(comm(), params);
       // A parameter split between owners has its gradient all-reduced (owner -1).
       for (const auto& t : params) owners.push_back(zero_->whole_owner(t));
@@ -350,7 +350,6 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
     }
     begin_step();
 
-    device_ = dev;
     ctx_ = &c;
     c.set_data_parallel(this);
   }

@@ -132,7 +132,11 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     zero_ = std::make_unique<wick_ddp::OptimizerShards>(comm(), params_,
                                                         wick_ddp::Sharing::whole_tensors);
     held_ = total_numel_ = 0;
-    for (const auto& p : params_) total_numel_ += p.numel();
+    shapes_.clear();
+    for (const auto& p : params_) {
+      total_numel_ += p.numel();
+      shapes_[p.unsafeGetTensorImpl()] = p.sizes().vec();  // what a freed one is gathered to
+    }
     // Every rank starts from rank 0's weights; the sharding itself starts at the first step,
     // after any checkpoint restore.
     for (auto& p : c.model().parameters()) broadcast_from_0(p);
@@ -164,7 +168,6 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     try {
       for (auto& p : params_) {
         if (zero_->whole_owner(p) == rank_) continue;
-        shapes_[p.unsafeGetTensorImpl()] = p.sizes().vec();
         p.mutable_grad() = at::Tensor();
         p.set_data(torch::empty({0}, p.options()));
       }
@@ -262,7 +265,7 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
   };
   std::vector<Flat> flats_;  // the gradient buffers, one per dtype, held during a step
   std::unique_ptr<wick_ddp::OptimizerShards> zero_;
-  std::map<const c10::TensorImpl*, std::vector<std::int64_t>> shapes_;  // of freed parameters
+  std::map<const c10::TensorImpl*, std::vector<std::int64_t>> shapes_;  // of the trainable
   std::int64_t held_ = 0, total_numel_ = 0;
   wick::Context* ctx_ = nullptr;
   torch::nn::Module* model_ = nullptr;
