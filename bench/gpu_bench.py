@@ -284,6 +284,61 @@ def gpt_peer_row(args, compiled, data, timeout):
             "loss": j["loss"]}
 
 
+def gpt_profiles(args, work, data, t_start):
+    """Where the time goes, printed into the log (stderr): wick's GPT run with the profiler
+    (its phases, timed with CUDA events, and a table of the GPU kernels of 5 steps),
+    gpt2.py's kernel table of 5 steps in the same format, and wick's on the Fashion-MNIST MLP
+    (50 steps), whose GPU busy share says how much of its step is the host's. Each is skipped
+    when under 20 s of the budget are left; a failure is reported and the bench goes on."""
+    kernel_rows = 25
+    for name in ("wick", "pytorch", "wick mlp"):
+        left = args.budget_s - (time.time() - t_start)
+        if left < GPT_MIN_ROW_S:
+            print(f"gpu_bench: profile of {name} skipped: {left:.0f} s of the budget left",
+                  file=sys.stderr)
+            continue
+        try:
+            if name == "wick":
+                text = open(args.gpt_config).read() + (
+                    f'\n[[hooks]]\nplugin = "profiler"\nkernels = {kernel_rows}\n'
+                    f"kernel_after = {args.gpt_warmup}\nkernel_steps = 5\n")
+                out = os.path.join(work, "gpt2-profile")
+                shutil.rmtree(out, ignore_errors=True)
+                sets = ['trainer.device="cuda"', f'task.data="{data}"',
+                        f'trainer.output_dir="{out}"',
+                        f"trainer.steps_per_epoch={args.gpt_warmup + 10}", "trainer.epochs=1",
+                        f"trainer.batch_size={args.gpt_batch}", "trainer.save_model=false"]
+                r = run_limited(wick_command(args, text, sets, "", out), left)
+                shown = [l for l in r.stderr.splitlines()
+                         if not l.startswith(("[", "epoch"))]  # progress lines
+                text_out = "\n".join(shown[-80:])
+            elif name == "wick mlp":  # the Fashion-MNIST MLP, eager fp32: a small step
+                shipped = os.path.join(ROOT, "samples", "fashion_mnist", "mlp.toml")
+                text = open(shipped).read() + (
+                    f'\n[[hooks]]\nplugin = "profiler"\nkernels = {kernel_rows}\n'
+                    "kernel_after = 100\nkernel_steps = 50\n")
+                out = os.path.join(work, "mlp-profile")
+                shutil.rmtree(out, ignore_errors=True)
+                sets = ['trainer.device="cuda"', "trainer.epochs=1", f'trainer.output_dir="{out}"']
+                if re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M):
+                    sets.append("hooks.mixed_precision.enabled=false")
+                r = run_limited(wick_command(args, text, sets, "", out), left)
+                text_out = "\n".join(r.stderr.splitlines()[-80:])
+            else:
+                cmd = [args.python, os.path.join(PEERS, "gpt2.py"), "--data", data,
+                       "--device", "cuda", "--batch-size", str(args.gpt_batch), "--steps", "5",
+                       "--warmup", str(args.gpt_warmup), "--profile-kernels", str(kernel_rows)]
+                r = run_limited(cmd, left)
+                lines = r.stderr.splitlines()
+                start = next((i for i, l in enumerate(lines) if l.startswith("gpt2: GPU kernels")),
+                             max(len(lines) - 30, 0))
+                text_out = "\n".join(lines[start:start + kernel_rows + 3])
+            print(f"gpu_bench: profile of {name} (exit {r.returncode}):\n{text_out}",
+                  file=sys.stderr, flush=True)
+        except (RuntimeError, OSError) as e:
+            print(f"gpu_bench: profile of {name} failed: {e}", file=sys.stderr)
+
+
 def gpt_rows(args, work, t_start):
     """The GPT rows, once: row name -> result dict, or {"failed": ...} / {"skipped": ...}."""
     got = {}
@@ -297,6 +352,12 @@ def gpt_rows(args, work, t_start):
     except OSError as e:
         return {name: {"failed": f"writing the tokens: {e}"} for name, _, _ in GPT_ROWS}
     for name, kind, variant in GPT_ROWS:
+        if name == "pytorch compile":
+            if args.gpt_profile == "on":
+                gpt_profiles(args, work, data, t_start)  # before the compile, which may take the rest
+            if args.gpt_compile == "off":
+                got[name] = {"skipped": "--gpt-compile off"}
+                continue
         left = args.budget_s - (time.time() - t_start)
         if left < GPT_MIN_ROW_S:
             got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left"}
@@ -380,6 +441,11 @@ def main():
     ap.add_argument("--gpt-warmup", type=int, default=10, help="untimed steps (>= 1)")
     ap.add_argument("--gpt-steps", type=int, default=30, help="timed steps")
     ap.add_argument("--gpt-batch", type=int, default=16)
+    ap.add_argument("--gpt-compile", choices=("on", "off"), default="on",
+                    help="the pytorch compile row (off: a shorter run)")
+    ap.add_argument("--gpt-profile", choices=("on", "off"), default="on",
+                    help="print where the GPT step's time goes into the log (wick's profiler "
+                    "with its kernel table, gpt2.py's kernel table)")
     args = ap.parse_args()
     if args.gpt_warmup < 1 or args.gpt_steps < 1 or args.gpt_batch < 1:
         ap.error("--gpt-warmup, --gpt-steps and --gpt-batch must be >= 1")

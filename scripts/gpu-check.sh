@@ -17,7 +17,9 @@
 #                                    test or a bench row failed
 #
 # Without a GPU it builds, then stops (exit 0) saying what it would have run. WICK_GPU_PYTHON
-# names another python3; WICK_GPU_JOBS the build's parallel jobs (default: every core). For a
+# names another python3; WICK_GPU_JOBS the build's parallel jobs (default: every core);
+# WICK_GPU_BUDGET_S the seconds the whole run may take (default 540: the bench stops adding
+# rows 30 s before). For a
 # second, shorter run after fixes: WICK_GPU_TARGETS builds only those targets (and what they
 # need), WICK_GPU_TESTS runs only the tests whose names match that ctest -R regex, and
 # WICK_GPU_BENCH adds arguments to bench/gpu_bench.py ("--gpt off", "--rounds 1"; "skip" skips
@@ -30,6 +32,7 @@ gpu_dir=.gpu
 build=build-gpu
 python=${WICK_GPU_PYTHON:-python3}
 jobs=${WICK_GPU_JOBS:-$(nproc)}
+budget=${WICK_GPU_BUDGET_S:-540}  # seconds for the whole run; the bench takes what is left
 
 # What the build needs beside LibTorch, as Debian bookworm packages (their libraries, headers,
 # CMake files), and the Fashion-MNIST data the tests and the bench train on.
@@ -158,7 +161,7 @@ if [ "$gpus" = "0" ]; then
 fi
 
 say "running the $tests tests"
-(cd "$build" && ctest -j "$(((jobs + 1) / 2))" --timeout 300 --output-on-failure "${select[@]}") \
+(cd "$build" && ctest -j "$(((3 * jobs + 3) / 4))" --timeout 300 --output-on-failure "${select[@]}") \
   >"$out/ctest.log" 2>&1 || true
 # The counts, then each test that did not pass with the first lines of its output (ctest
 # prints a failing test's output after its result line).
@@ -202,7 +205,7 @@ else
   say "running the GPU bench ${WICK_GPU_BENCH:-}"
   # shellcheck disable=SC2086  # WICK_GPU_BENCH holds several arguments
   "$python" bench/gpu_bench.py --wick "$build/bin/wick" --python "$python" --out "$out" \
-    --work "$root/$build/bench-runs" --budget-s $((9 * 60 - 30 - ($(date +%s) - start))) \
+    --work "$root/$build/bench-runs" --budget-s $((budget - 30 - ($(date +%s) - start))) \
     ${WICK_GPU_BENCH:-} >"$out/bench.log" 2>&1 ||
     { bench_ok=0; say "the GPU bench had a failed row (bench.md, bench.log)"; }
 fi

@@ -7,6 +7,8 @@
 #include <torch/version.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <sstream>
 
 #ifdef WICK_TEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -211,6 +213,35 @@ TEST_CASE("a profiled fit on the GPU: steps and phases timed on the device's tim
       }
     }
   CHECK(phases <= p.step_s * 1.001 + 1e-4);  // event times are rounded to 0.5 us
+}
+
+TEST_CASE("the profiler's kernel table lists the GPU kernels of its window of steps", "[cuda]") {
+  need_gpu();
+  TempDir d;
+  write_file(d / "k.toml", gpu_config(d, "k",
+                                      "[[hooks]]\nplugin = \"profiler\"\nkernels = 5\n"
+                                      "kernel_after = 3\nkernel_steps = 4\n"));
+  auto r = run_wick({"fit", (d / "k.toml").string()});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("GPU kernels of batches 4 to 7") != std::string::npos);
+  // The header's busy time, then at most 5 kernel rows, the first with the largest share.
+  const auto table = r.err.substr(r.err.find("GPU kernels of batches"));
+  CHECK(table.find("ms of wall time per step, the GPU busy") != std::string::npos);
+  std::istringstream lines(table.substr(table.find("calls/step  kernel\n") + 19));
+  int rows = 0;
+  double first_share = 0;
+  std::string line;
+  while (std::getline(lines, line) && rows < 6) {
+    double ms = 0, share = 0;
+    if (std::sscanf(line.c_str(), " %lf %lf%%", &ms, &share) != 2) break;
+    if (rows == 0) first_share = share;
+    CHECK(share <= first_share);
+    ++rows;
+  }
+  CHECK(first_share > 0);
+  CHECK(rows >= 1);
+  CHECK(rows <= 5);
 }
 
 TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in order", "[cuda]") {

@@ -215,6 +215,36 @@ def since_boot() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+# ---- where the GPU time goes ----------------------------------------------------------------
+
+def print_kernels(train_step, steps, top):
+    """Traces `steps` training steps' CUDA kernels (and copies) and prints the `top` by GPU time
+    per step on stderr, with the GPU's busy share of the window's wall time: the format of
+    wick's profiler (plugins/profiler/kernel_trace.cpp), for a side-by-side reading."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            train_step()
+        torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    kernels = {}
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(e.name(), [0, 0])
+            k[0] += e.duration_ns()
+            k[1] += 1
+    busy_ms = sum(k[0] for k in kernels.values()) / 1e6
+    print(f"gpt2: GPU kernels of {steps} steps after the timed ones\n"
+          f"  {steps} steps: {wall_ms / steps:.3f} ms of wall time per step, the GPU busy "
+          f"{busy_ms / steps:.3f} ms of it ({100 * busy_ms / wall_ms:.1f}%) in {len(kernels)} "
+          "kernels and copies\n  ms/step   share  calls/step  kernel", file=sys.stderr)
+    for name, (ns, calls) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"  {ns / 1e6 / steps:8.3f}  {100 * ns / 1e6 / busy_ms:5.1f}%  "
+              f"{calls / steps:10.1f}  {name[:110]}", file=sys.stderr)
+
+
 # ---- the run ------------------------------------------------------------------------------
 
 def parse_args() -> argparse.Namespace:
@@ -234,6 +264,11 @@ def parse_args() -> argparse.Namespace:
                     help="auto: bf16 autocast on CUDA, fp32 on the CPU")
     ap.add_argument("--compile", action="store_true", help="torch.compile(model)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-kernels", type=int, default=0, metavar="N",
+                    help="after the timed steps, trace --kernel-steps more on CUDA and print "
+                    "the N kernels with the most GPU time on stderr, as wick's profiler "
+                    "(hooks.profiler.kernels) does")
+    ap.add_argument("--kernel-steps", type=int, default=5)
     a = ap.parse_args()
     if min(a.layers, a.heads, a.width, a.context, a.vocab, a.batch_size, a.steps) < 1:
         ap.error("--layers, --heads, --width, --context, --vocab, --batch-size and --steps "
@@ -279,11 +314,9 @@ def main():
     first_step = since_boot()
     x, y = data.batch_xy()
     first_loss = loss = None
-    t0 = time.perf_counter()
-    for step in range(a.warmup + a.steps):
-        if step == a.warmup:
-            sync()
-            t0 = time.perf_counter()
+
+    def train_step():
+        nonlocal x, y
         with amp:
             loss = step_model(x, y)
         x, y = data.batch_xy()  # the next batch, while the GPU runs this forward
@@ -291,10 +324,20 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    t0 = time.perf_counter()
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            sync()
+            t0 = time.perf_counter()
+        loss = train_step()
         if step == 0:
             first_loss = loss.detach()
     sync()
     timed_s = time.perf_counter() - t0
+    if a.profile_kernels > 0 and cuda:
+        print_kernels(train_step, a.kernel_steps, a.profile_kernels)
 
     tokens_per_s = a.steps * a.batch_size * a.context / timed_s
     fpt = flops_per_token(params, a.layers, a.heads, a.width, a.context)

@@ -3,12 +3,16 @@
 // optimizer, hooks, records; validation as a whole). At the end of the fit (completed or not)
 // it prints the table sorted by total time and writes profile.json; summary.json carries the
 // same under "profile". Then the peak memory of each phase (summary.json's "memory"). Without
-// this hook nothing is timed or counted.
+// this hook nothing is timed or counted. On CUDA, `kernels` adds a table of the GPU kernels
+// that a window of steps ran (kernel_trace.hpp).
 #include <wick/wick.hpp>
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
+
+#include "kernel_trace.hpp"
 
 namespace {
 
@@ -16,9 +20,19 @@ namespace fs = std::filesystem;
 
 class Profiler : public wick::Hook {
  public:
-  explicit Profiler(const wick::Params& p) : file_(p.get_string("file")), top_(p.get_int("top")) {
+  explicit Profiler(const wick::Params& p)
+      : file_(p.get_string("file")),
+        top_(p.get_int("top")),
+        kernels_(p.get_int("kernels")),
+        kernel_after_(p.get_int("kernel_after")),
+        kernel_steps_(p.get_int("kernel_steps")) {
     if (file_.empty()) throw p.error("file", "must not be empty");
     if (top_ < 0) throw p.error("top", "must be >= 0 (0: every row)");
+    if (kernels_ < 0) throw p.error("kernels", "must be >= 0 (0: no kernel table)");
+    if (kernel_after_ < 0) throw p.error("kernel_after", "must be >= 0");
+    if (kernel_steps_ < 1) throw p.error("kernel_steps", "must be >= 1");
+    if (kernels_ > 0 && !wick_profiler::KernelTrace::available())
+      throw p.error("kernels", "needs LibTorch 2.x; set it to 0");
   }
 
   void connect(wick::Registrar& r) override {
@@ -27,10 +41,41 @@ class Profiler : public wick::Hook {
     r.on(wick::Point::after_cancel, [this](wick::Context& c) {
       if (c.cancellation()->ends_fit()) report(c);
     });
+    if (kernels_ == 0) return;
+    r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      if (!c.run().device.is_cuda())
+        std::fprintf(stderr,
+                     "wick: profiler: kernels = %lld: the run is not on CUDA, so no kernel "
+                     "table\n",
+                     static_cast<long long>(kernels_));
+    });
+    r.on(wick::Point::before_step, [this](wick::Context& c) {
+      if (c.run().device.is_cuda() && c.state().micro_step == kernel_after_) start_trace();
+    });
+    r.on(wick::Point::after_step, [this](wick::Context& c) {
+      if (trace_.running() && c.state().micro_step >= kernel_after_ + kernel_steps_)
+        print_trace(c, kernel_steps_);
+    });
   }
 
  private:
+  void start_trace() {
+    try {
+      trace_.start();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "wick: profiler: %s\n", e.what());
+    }
+  }
+  void print_trace(wick::Context& c, std::int64_t steps) {
+    std::fprintf(stderr, "wick: GPU kernels of batches %lld to %lld (rank %lld)\n%s",
+                 static_cast<long long>(kernel_after_ + 1),
+                 static_cast<long long>(kernel_after_ + steps),
+                 static_cast<long long>(c.run().rank), trace_.stop(steps, kernels_).c_str());
+  }
+
   void report(wick::Context& c) {
+    // A fit shorter than the window: the batches it ran.
+    if (trace_.running()) print_trace(c, c.state().micro_step - kernel_after_);
     const auto p = c.profile();
     if (!p.enabled) return;
     std::fprintf(stderr, "wick: profile (rank %lld)\n%s", static_cast<long long>(c.run().rank),
@@ -45,7 +90,8 @@ class Profiler : public wick::Hook {
   }
 
   std::string file_;
-  std::int64_t top_;
+  std::int64_t top_, kernels_, kernel_after_, kernel_steps_;
+  wick_profiler::KernelTrace trace_;
 };
 
 }  // namespace
@@ -57,4 +103,10 @@ WICK_PLUGIN(Profiler,
                 .order(1000)
                 .main_process_only()
                 .param_string("file", "profile.json", "JSON file, relative to the run directory")
-                .param_int("top", 25, "rows of the printed table (0: every row)"))
+                .param_int("top", 25, "rows of the printed table (0: every row)")
+                .param_int("kernels", 0,
+                           "CUDA runs: rows of a table of the GPU kernels run by batches "
+                           "kernel_after + 1 to kernel_after + kernel_steps, by GPU time, with "
+                           "the GPU's busy share of the window (0: no table; LibTorch 2.x)")
+                .param_int("kernel_after", 10, "batches run before the kernel window")
+                .param_int("kernel_steps", 5, "batches in the kernel window"))
