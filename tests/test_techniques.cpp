@@ -583,6 +583,34 @@ TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 af
             .scalar_type() == at::kFloat);
 }
 
+TEST_CASE("mixed_precision float_prediction = false: the loss gets the bf16 prediction itself",
+          "[techniques][amp]") {
+  // LinearTask's loss casts to float itself, so both ways train alike, bit for bit; only the
+  // dtype that hooks and the loss see differs.
+  auto run = [](const std::string& extra) {
+    auto task = std::make_shared<LinearTask>(64, 16);
+    Trainer t(options(16, 2), task, optimizer("adam", 0.05));
+    for (auto& h :
+         load_hooks("[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"bf16\"\n" + extra))
+      t.add_hook(std::move(h));
+    std::vector<at::ScalarType> seen;
+    auto probe = std::make_shared<Probe>();
+    probe->stages = false;
+    probe->points[Point::after_pred] = [&](Context& c) {
+      seen.push_back(c.output().pred.scalar_type());
+    };
+    t.add_hook(entry(probe, "probe", 50));
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    REQUIRE_FALSE(seen.empty());
+    return std::make_pair(seen.front(), t.model().parameters()[0].clone());
+  };
+  const auto [cast, w_cast] = run("");
+  const auto [kept, w_kept] = run("float_prediction = false\n");
+  CHECK(cast == at::kFloat);
+  CHECK(kept == at::kBFloat16);
+  CHECK(torch::equal(w_cast, w_kept));
+}
+
 // ---- checkpoint state ---------------------------------------------------------------------
 
 TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume",

@@ -1,5 +1,7 @@
 // Mixed precision. bf16: autocast around the forward pass (a forward-stage handler; the
-// prediction leaves it as float32, so the task's loss is computed in full precision), on the CPU
+// prediction leaves it as float32, so the task's loss is computed in full precision, unless
+// float_prediction = false: then a large prediction, a language model's logits, is not copied,
+// and the task's loss computes in float itself, e.g. log_softmax(..., float)), on the CPU
 // or CUDA (wick/torch_compat.hpp: the switches differ between LibTorch 1.13 and 2.x), no loss
 // scaling.
 // fp16: autocast on CUDA plus dynamic loss scaling: the backward loss is multiplied by the
@@ -25,7 +27,8 @@ class MixedPrecision : public wick::Hook {
  public:
   explicit MixedPrecision(const wick::Params& p)
       : scaler_(p.get_float("init_scale"), p.get_float("growth_factor"),
-                p.get_float("backoff_factor"), p.get_int("growth_interval")) {
+                p.get_float("backoff_factor"), p.get_int("growth_interval")),
+        float_prediction_(p.get_bool("float_prediction")) {
     const auto dtype = p.get_string("dtype");
     fp16_ = dtype == "fp16" || dtype == "float16";
     auto_ = dtype == "auto";
@@ -47,7 +50,7 @@ class MixedPrecision : public wick::Hook {
       autocast_on();
       const bool r = next();
       auto& pred = c.output().pred;
-      if (pred.defined() &&
+      if (float_prediction_ && pred.defined() &&
           (pred.scalar_type() == at::kBFloat16 || pred.scalar_type() == at::kHalf))
         pred = pred.to(at::kFloat);
       return r;
@@ -151,6 +154,7 @@ class MixedPrecision : public wick::Hook {
   wick::amp::LossScaler scaler_;
   bool fp16_ = false, cuda_ = false, active_ = false, set_up_ = false;
   bool auto_ = false, fp32_ = false;  // dtype = "auto" and its choice
+  bool float_prediction_ = true;
   bool prev_enabled_ = false;
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
@@ -166,6 +170,11 @@ WICK_PLUGIN(MixedPrecision,
                               "auto: bf16 where the CPU (AVX512-BF16, AMX) or GPU runs it "
                               "natively, else fp32; bf16: autocast, CPU or CUDA; fp16: autocast "
                               "on CUDA + dynamic loss scaling")
+                .param_bool("float_prediction", true,
+                            "the prediction leaves the forward as float32 (false: as autocast "
+                            "made it, bf16/fp16, for a task whose loss computes in float itself; "
+                            "saves a float copy of a large output such as a language model's "
+                            "logits)")
                 .param_float("init_scale", 65536.0, "fp16: initial loss scale")
                 .param_float("growth_factor", 2.0,
                              "fp16: scale multiplier after growth_interval "

@@ -201,12 +201,14 @@ class GptTask : public wick::Task {
   at::Tensor forward(wick::Context&, const wick::Batch& b) override {
     return net_->forward(b.input);
   }
-  // Next-token cross entropy over every position of every window.
+  // Next-token cross entropy over every position of every window, in float whatever the
+  // logits' dtype (bf16 ones under mixed_precision float_prediction = false are read as they
+  // are, without a float copy: what autocast does for cross_entropy).
   wick::Output loss(wick::Context&, const at::Tensor& logits, const wick::Batch& b) override {
     const auto V = logits.size(-1);
     return {logits,
-            torch::nn::functional::cross_entropy(logits.reshape({-1, V}),
-                                                 b.target.reshape({-1}).to(torch::kLong)),
+            at::nll_loss(at::log_softmax(logits.reshape({-1, V}), -1, at::kFloat),
+                         b.target.reshape({-1}).to(torch::kLong)),
             {}};
   }
 
