@@ -89,6 +89,7 @@ void KernelTrace::start() {
   }
   since_ = std::chrono::steady_clock::now();
 #else
+  started_ = false;
   throw std::runtime_error("the CUDA kernel table needs LibTorch 2.x");
 #endif
 }
