@@ -54,6 +54,11 @@ whose Triton cache starts empty) for little. Compilation is outside the timed wi
 is left of --budget-s (the command is killed past it, the row marked failed, the others go
 on), a row with under 20 s left is skipped, and "pytorch compile" runs last so that a slow
 compile costs only its own row. The extra MLP/CNN rounds then go on while they fit.
+
+Before the compile row (--gpt-profile on), where the time goes, into the log (stderr): wick's
+GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
+5 steps with the GPU's busy share of their wall time), gpt2.py --profile-kernels (the same
+table from torch.profiler), and wick's profiler on the Fashion-MNIST MLP (50 steps).
 """
 import argparse
 import array
@@ -284,6 +289,15 @@ def gpt_peer_row(args, compiled, data, timeout):
             "loss": j["loss"]}
 
 
+def wick_tables(stderr):
+    """A profiled wick run's tables: from its kernel table (or, failing that, the last 80
+    lines) to the end, at most 150 lines."""
+    lines = stderr.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("wick: GPU kernels")),
+                 max(len(lines) - 80, 0))
+    return "\n".join(lines[start:start + 150])
+
+
 def gpt_profiles(args, work, data, t_start):
     """Where the time goes, printed into the log (stderr): wick's GPT run with the profiler
     (its phases, timed with CUDA events, and a table of the GPU kernels of 5 steps),
@@ -309,9 +323,7 @@ def gpt_profiles(args, work, data, t_start):
                         f"trainer.steps_per_epoch={args.gpt_warmup + 10}", "trainer.epochs=1",
                         f"trainer.batch_size={args.gpt_batch}", "trainer.save_model=false"]
                 r = run_limited(wick_command(args, text, sets, "", out), left)
-                shown = [l for l in r.stderr.splitlines()
-                         if not l.startswith(("[", "epoch"))]  # progress lines
-                text_out = "\n".join(shown[-80:])
+                text_out = wick_tables(r.stderr)
             elif name == "wick mlp":  # the Fashion-MNIST MLP, eager fp32: a small step
                 shipped = os.path.join(ROOT, "samples", "fashion_mnist", "mlp.toml")
                 text = open(shipped).read() + (
@@ -323,7 +335,7 @@ def gpt_profiles(args, work, data, t_start):
                 if re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M):
                     sets.append("hooks.mixed_precision.enabled=false")
                 r = run_limited(wick_command(args, text, sets, "", out), left)
-                text_out = "\n".join(r.stderr.splitlines()[-80:])
+                text_out = wick_tables(r.stderr)
             else:
                 cmd = [args.python, os.path.join(PEERS, "gpt2.py"), "--data", data,
                        "--device", "cuda", "--batch-size", str(args.gpt_batch), "--steps", "5",
