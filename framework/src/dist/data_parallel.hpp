@@ -7,6 +7,8 @@
 // through here.
 #pragma once
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
 #include <cstdint>
 #include <memory>
 
@@ -21,7 +23,8 @@ class Tensor;
 
 namespace wick {
 
-class DataParallel {
+WICK_PUBLIC_BEGIN  // exported for the white-box tests
+    class DataParallel {
  public:
   explicit DataParallel(JobRanks job = job_ranks()) : job_(job) {}
 
@@ -98,5 +101,6 @@ class DataParallel {
   mutable int gathered_ = 0;          // live WholeState guards
   std::unique_ptr<Collectives> own_;  // join_if_needed's (dist/ranks.hpp)
 };
+WICK_PUBLIC_END
 
 }  // namespace wick

@@ -3,6 +3,8 @@
 // records whose code runs, so that an error names its plugin and point.
 #pragma once
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
 #include <array>
 #include <boost/signals2.hpp>
 #include <cstdint>
@@ -38,7 +40,8 @@ struct Next::Chain {
   std::function<bool(Context&)> terminal;
 };
 
-class Dispatcher {
+WICK_PUBLIC_BEGIN  // exported for the white-box tests
+    class Dispatcher {
  public:
   explicit Dispatcher(Context& ctx) : ctx_(ctx) {}
   ~Dispatcher();
@@ -120,5 +123,6 @@ class Dispatcher {
   std::unique_ptr<Profiler> profiler_;
   std::array<std::size_t, kNumStages> default_ids_{};  // the chains' defaults in profiler_
 };
+WICK_PUBLIC_END
 
 }  // namespace wick

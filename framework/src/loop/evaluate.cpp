@@ -141,12 +141,11 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
                 p_.state.batch_size = m;
                 p_.dispatch.emit(Point::before_step);
                 p_.dispatch.set_where(get_where);
-                p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
-                p_.steps.forward_and_loss();
-                sums.add(p_.steps.output, m);
+                const Output& out = p_.pass.run_batch(loader.take(b).batch, /*with_loss=*/true);
+                sums.add(out, m);
                 for (std::size_t i = 0; i < metrics_.size(); ++i) {
                   p_.dispatch.set_where(places_[i].first);
-                  metrics_[i].metric->update(p_.steps.output.pred.detach(), p_.steps.batch.target);
+                  metrics_[i].metric->update(out.pred.detach(), p_.pass.running_batch().target);
                 }
                 p_.dispatch.emit(Point::after_step);
               },
@@ -289,11 +288,7 @@ at::Tensor Evaluator::prediction(Dataset& ds, const char* what, const ProgressFn
       const std::int64_t m = loader.size_of(b);
       p_.state.batch_size = m;
       p_.dispatch.set_where("predict");
-      p_.steps.batch = p_.steps.to_device(loader.take(b).batch);
-      p_.steps.output = Output{};
-      p_.steps.extras.clear();
-      p_.dispatch.run_stage(Stage::forward);
-      const auto& pred = p_.steps.output.pred;
+      const auto& pred = p_.pass.run_batch(loader.take(b).batch, /*with_loss=*/false).pred;
       if (!pred.defined() || pred.dim() == 0 || pred.size(0) != m)
         throw std::runtime_error("the task's forward() gave " +
                                  (pred.defined() ? "a prediction of shape " + shape_of(pred.sizes())

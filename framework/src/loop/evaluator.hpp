@@ -5,6 +5,8 @@
 // the [[metrics]] and what the last validation gave; the rest is the trainer's, bound once.
 #pragma once
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
 #include <torch/torch.h>
 
 #include <functional>
@@ -17,13 +19,15 @@
 #include "data/sampler.hpp"
 #include "dist/data_parallel.hpp"
 #include "loop/dispatch.hpp"
-#include "loop/step_engine.hpp"
+#include "loop/forward_pass.hpp"
+#include "loop/loop_state.hpp"
 #include "wick/options.hpp"
 #include "wick/results.hpp"
 
 namespace wick {
 
-class Evaluator {
+WICK_PUBLIC_BEGIN  // exported for the white-box tests
+    class Evaluator {
  public:
   // What a pass works with, owned by the trainer.
   struct Parts {
@@ -33,8 +37,8 @@ class Evaluator {
     const std::shared_ptr<torch::nn::Module>& model;
     const std::shared_ptr<Dataset>& valid_ds;
     StepState& state;
-    Dispatcher& dispatch;
-    StepEngine& steps;
+    Dispatcher& dispatch;  // the points of a validation (its batches run their stages)
+    ForwardPass& pass;     // the step engine's forward and loss
     DataParallel& dp;
     std::function<void(CancelScope)> cancelled;  // a CancelStep or CancelEpoch was caught
     std::function<bool()> writes_metric_files;   // in a fit that holds the run folder
@@ -72,5 +76,6 @@ class Evaluator {
   // dispatcher keeps a view, so these strings stay put once the fit starts).
   std::vector<std::pair<std::string, std::string>> places_;
 };
+WICK_PUBLIC_END
 
 }  // namespace wick

@@ -61,6 +61,18 @@ Batch StepEngine::to_device(Batch b) const {
   return b;
 }
 
+const Output& StepEngine::run_batch(Batch b, bool with_loss) {
+  batch = to_device(std::move(b));
+  if (with_loss) {
+    forward_and_loss();
+  } else {
+    output = Output{};
+    extras.clear();
+    p_.dispatch.run_stage(Stage::forward);
+  }
+  return output;
+}
+
 // The calls of a task's train_step under manual optimization, and of an optimizer_step
 // handler's second pass, each refused outside its place.
 void StepEngine::check_manual_call(const char* call) const {

@@ -19,6 +19,7 @@
 #include "loop/dispatch.hpp"
 #include "loop/epoch_values.hpp"
 #include "loop/flop_meter.hpp"
+#include "loop/forward_pass.hpp"
 #include "loop/loop_state.hpp"
 #include "loop/loss_check.hpp"
 #include "optim/optimizers.hpp"
@@ -27,7 +28,7 @@
 
 namespace wick {
 
-class StepEngine {
+class StepEngine : public ForwardPass {
  public:
   // What a step works with, owned by the trainer (bound before some of it is constructed).
   struct Parts {
@@ -66,6 +67,9 @@ class StepEngine {
   // The forward stage, after_pred, the task's loss, after_loss (validation shares them).
   void forward_and_loss();
   Batch to_device(Batch b) const;
+  // An evaluation pass's batch (ForwardPass).
+  const Output& run_batch(Batch b, bool with_loss) override;
+  const Batch& running_batch() const override { return batch; }
 
   // The Context's calls, each refused outside its place: backward, step and zero_grad of a
   // task's train_step under manual optimization; recompute_loss of an optimizer_step handler.

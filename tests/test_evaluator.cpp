@@ -1,0 +1,138 @@
+// The evaluator in-process, without a Trainer or the CLI (white-box: framework/src/loop): a
+// validation pass over batches of unequal size gives sample-weighted values and puts the
+// loop's position back, a cancelled batch is left out, and prediction returns every sample's
+// row in sample order. The forward is a hand-written ForwardPass of a boring model.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dist/data_parallel.hpp"
+#include "loop/dispatch.hpp"
+#include "loop/evaluator.hpp"
+#include "support.hpp"
+
+using namespace wick;
+
+namespace {
+
+// pred = 2 x; loss = the batch's mean of pred; a per-batch value "first" = its first input.
+// cancel_at: the batch (by its first input) whose forward throws CancelStep; short_rows: a
+// prediction one row short.
+class Doubling : public ForwardPass {
+ public:
+  const Output& run_batch(Batch b, bool with_loss) override {
+    batch_ = std::move(b);
+    out_ = Output{};
+    if (batch_.input[0][0].item<double>() == cancel_at) throw CancelStep();
+    out_.pred = batch_.input * 2;
+    if (short_rows) out_.pred = out_.pred.slice(0, 1);
+    if (with_loss) {
+      out_.loss = out_.pred.mean();
+      out_.metrics = {{"first", batch_.input[0][0]}};
+      ++with_loss_calls;
+    }
+    ++calls;
+    return out_;
+  }
+  const Batch& running_batch() const override { return batch_; }
+
+  int calls = 0, with_loss_calls = 0;
+  double cancel_at = -1;
+  bool short_rows = false;
+
+ private:
+  Batch batch_;
+  Output out_;
+};
+
+// What an Evaluator works with, as a trainer would own it: samples 0, 1, ..., n - 1 (inputs
+// [n, 1]), validation batches of bs, one process.
+struct Rig {
+  explicit Rig(std::int64_t n, std::int64_t bs) {
+    run.valid_batch_size = bs;
+    x = torch::arange(n, torch::kFloat).unsqueeze(1);
+    valid = std::make_shared<TensorDataset>(x, x);
+  }
+  TrainerOptions opt;
+  RunInfo run;
+  torch::Device device{torch::kCPU};
+  std::shared_ptr<torch::nn::Module> model = std::make_shared<torch::nn::Module>();
+  at::Tensor x;
+  std::shared_ptr<Dataset> valid;
+  StepState state;
+  Context ctx{nullptr};  // no hook reaches it: the dispatcher has none
+  Dispatcher dispatch{ctx};
+  Doubling pass;
+  DataParallel dp{JobRanks{}};
+  std::vector<CancelScope> cancels;
+  Evaluator eval{{opt, run, device, model, valid, state, dispatch, pass, dp,
+                  [this](CancelScope s) { cancels.push_back(s); }, [] { return false; }}};
+
+  double value(const ValidResult& r, const std::string& name) const {
+    for (const auto& [k, v] : r.values)
+      if (k == name) return v;
+    FAIL("no value " << name);
+    return 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("evaluator: validation weighs each batch by its samples and puts the loop back") {
+  Rig rig(10, 4);  // batches of 4, 4 and 2
+  rig.state.batch_idx = 7;
+  rig.state.batches_in_epoch = 20;
+  const auto r = rig.eval.validation(rig.valid.get());
+  CHECK(r.samples == 10);
+  CHECK(rig.pass.with_loss_calls == 3);
+  // The mean of 2 x over 0..9, whatever the batches: 9. "first": the batches' first inputs 0,
+  // 4 and 8, weighted 4, 4 and 2: (0 + 16 + 16) / 10.
+  CHECK(rig.value(r, "valid/loss") == Approx(9.0));
+  CHECK(rig.value(r, "valid/first") == Approx(3.2));
+  CHECK(rig.state.batch_idx == 7);
+  CHECK(rig.state.batches_in_epoch == 20);
+  CHECK(rig.state.phase == Phase::train);
+  CHECK(rig.model->is_training());
+  CHECK(rig.cancels.empty());
+  // Another split's prefix; no data, no values.
+  CHECK(rig.eval.validation(rig.valid.get(), "train/").values.front().first == "train/loss");
+  CHECK(rig.eval.validation(nullptr).values.empty());
+}
+
+TEST_CASE("evaluator: a batch cancelled with CancelStep is left out of the values") {
+  Rig rig(10, 4);
+  rig.pass.cancel_at = 4;  // the second batch, samples 4..7
+  const auto r = rig.eval.validation(rig.valid.get());
+  REQUIRE(rig.cancels.size() == 1);
+  CHECK(rig.cancels[0] == CancelScope::step);
+  CHECK(r.samples == 6);
+  // 2 x over samples 0..3 and 8, 9: (0 + 2 + 4 + 6 + 16 + 18) / 6.
+  CHECK(rig.value(r, "valid/loss") == Approx(46.0 / 6));
+}
+
+TEST_CASE("evaluator: prediction gives every sample's row in order, one row per sample") {
+  Rig rig(10, 4);
+  const auto rows = rig.eval.prediction(*rig.valid, "the validation data", nullptr);
+  CHECK(rig.pass.calls == 3);
+  CHECK(rig.pass.with_loss_calls == 0);  // the forward stage alone
+  REQUIRE(rows.sizes() == at::IntArrayRef({10, 1}));
+  CHECK(torch::equal(rows, rig.x * 2));
+  CHECK(rig.model->is_training());
+
+  rig.pass.short_rows = true;
+  CHECK_THROWS_WITH(rig.eval.prediction(*rig.valid, "the validation data", nullptr),
+                    Catch::Matchers::Contains("predict needs one output row per sample"));
+}
+
+TEST_CASE("evaluator: an evaluation plan cuts the order into batches of valid_batch_size") {
+  Rig rig(10, 4);
+  const auto order = torch::arange(10, torch::kLong);
+  const auto plan = rig.eval.eval_plan(*rig.valid, order, "the validation data");
+  CHECK(plan.end == 3);
+  CHECK(torch::equal(plan.indices(2), torch::tensor({8, 9}, torch::kLong)));
+  CHECK(plan.phase == Phase::valid);
+}
