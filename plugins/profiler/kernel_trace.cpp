@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <set>
