@@ -8,10 +8,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "dist/data_parallel.hpp"
-#include "loop/dispatch.hpp"
 #include "loop/evaluator.hpp"
 #include "support.hpp"
 
@@ -49,8 +48,17 @@ class Doubling : public ForwardPass {
   Output out_;
 };
 
+// The points a pass emits, in order; one process.
+struct Recorded : Evaluator::Events, Evaluator::Ranks {
+  void emit(Point p) override { points.emplace_back(to_string(p)); }
+  void set_where(std::string_view) override {}
+  bool distributed() const override { return false; }
+  void all_reduce_sum(at::Tensor&) const override {}
+  std::vector<std::string> points;
+};
+
 // What an Evaluator works with, as a trainer would own it: samples 0, 1, ..., n - 1 (inputs
-// [n, 1]), validation batches of bs, one process.
+// [n, 1]), validation batches of bs.
 struct Rig {
   explicit Rig(std::int64_t n, std::int64_t bs) {
     run.valid_batch_size = bs;
@@ -64,12 +72,10 @@ struct Rig {
   at::Tensor x;
   std::shared_ptr<Dataset> valid;
   StepState state;
-  Context ctx{nullptr};  // no hook reaches it: the dispatcher has none
-  Dispatcher dispatch{ctx};
+  Recorded host;
   Doubling pass;
-  DataParallel dp{JobRanks{}};
   std::vector<CancelScope> cancels;
-  Evaluator eval{{opt, run, device, model, valid, state, dispatch, pass, dp,
+  Evaluator eval{{opt, run, device, model, valid, state, host, pass, host,
                   [this](CancelScope s) { cancels.push_back(s); }, [] { return false; }}};
 
   double value(const ValidResult& r, const std::string& name) const {
@@ -98,6 +104,10 @@ TEST_CASE("evaluator: validation weighs each batch by its samples and puts the l
   CHECK(rig.state.phase == Phase::train);
   CHECK(rig.model->is_training());
   CHECK(rig.cancels.empty());
+  const std::vector<std::string> points = {"before_valid", "before_step", "after_step",
+                                           "before_step",  "after_step",  "before_step",
+                                           "after_step"};
+  CHECK(rig.host.points == points);
   // Another split's prefix; no data, no values.
   CHECK(rig.eval.validation(rig.valid.get(), "train/").values.front().first == "train/loss");
   CHECK(rig.eval.validation(nullptr).values.empty());

@@ -7,8 +7,6 @@
 // through here.
 #pragma once
 
-#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
-
 #include <cstdint>
 #include <memory>
 
@@ -23,8 +21,7 @@ class Tensor;
 
 namespace wick {
 
-WICK_PUBLIC_BEGIN  // exported for the white-box tests
-    class DataParallel {
+class DataParallel {
  public:
   explicit DataParallel(JobRanks job = job_ranks()) : job_(job) {}
 
@@ -101,6 +98,5 @@ WICK_PUBLIC_BEGIN  // exported for the white-box tests
   mutable int gathered_ = 0;          // live WholeState guards
   std::unique_ptr<Collectives> own_;  // join_if_needed's (dist/ranks.hpp)
 };
-WICK_PUBLIC_END
 
 }  // namespace wick

@@ -3,8 +3,6 @@
 // records whose code runs, so that an error names its plugin and point.
 #pragma once
 
-#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
-
 #include <array>
 #include <boost/signals2.hpp>
 #include <cstdint>
@@ -40,8 +38,7 @@ struct Next::Chain {
   std::function<bool(Context&)> terminal;
 };
 
-WICK_PUBLIC_BEGIN  // exported for the white-box tests
-    class Dispatcher {
+class Dispatcher {
  public:
   explicit Dispatcher(Context& ctx) : ctx_(ctx) {}
   ~Dispatcher();
@@ -123,6 +120,5 @@ WICK_PUBLIC_BEGIN  // exported for the white-box tests
   std::unique_ptr<Profiler> profiler_;
   std::array<std::size_t, kNumStages> default_ids_{};  // the chains' defaults in profiler_
 };
-WICK_PUBLIC_END
 
 }  // namespace wick

@@ -131,7 +131,7 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
   // CancelStep skips one validation batch, CancelEpoch the rest of this validation.
   run_scope<CancelScope::epoch>(
       [&] {
-        p_.dispatch.emit(Point::before_valid);
+        p_.events.emit(Point::before_valid);
         BatchLoader loader(std::move(plan), p_.opt.num_workers);
         for (std::int64_t b = 0; b < p_.state.batches_in_epoch; ++b) {
           p_.state.batch_idx = b;
@@ -139,15 +139,15 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
               [&] {
                 const std::int64_t m = loader.size_of(b);
                 p_.state.batch_size = m;
-                p_.dispatch.emit(Point::before_step);
-                p_.dispatch.set_where(get_where);
+                p_.events.emit(Point::before_step);
+                p_.events.set_where(get_where);
                 const Output& out = p_.pass.run_batch(loader.take(b).batch, /*with_loss=*/true);
                 sums.add(out, m);
                 for (std::size_t i = 0; i < metrics_.size(); ++i) {
-                  p_.dispatch.set_where(places_[i].first);
+                  p_.events.set_where(places_[i].first);
                   metrics_[i].metric->update(out.pred.detach(), p_.pass.running_batch().target);
                 }
-                p_.dispatch.emit(Point::after_step);
+                p_.events.emit(Point::after_step);
               },
               p_.cancelled);
         }
@@ -155,7 +155,7 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
       p_.cancelled);
   // One device sync for the whole validation; one all-reduce across ranks when data-parallel.
   auto packed = sums.packed();
-  p_.dp.all_reduce_sum(packed);
+  p_.ranks.all_reduce_sum(packed);
   auto acc = packed.accessor<double, 1>();
   const double total = acc[packed.size(0) - 1];
   res.samples = static_cast<std::int64_t>(total);
@@ -188,14 +188,14 @@ void Evaluator::compute_metrics(ValidResult& res, const std::string& prefix) {
     if (e.api_minor >= 2)
       if (auto* r = e.metric->rows())
         for (auto& t : *r) rows.push_back(&t);
-  if (p_.dp.distributed()) {
+  if (p_.ranks.distributed()) {
     auto packed = at::cat(flat);
     // Ranks whose states differ in shape cannot be summed: say so, not garble the sum. The
     // sizes agree when the sum of their squares is world * size²; every rank sees the same
     // sums, so all of them decide alike (none is left waiting in the next all-reduce).
     const double n = static_cast<double>(packed.numel()), r = static_cast<double>(rows.size());
     auto sizes = at::tensor({n, n * n, r, r * r}, at::kDouble);
-    p_.dp.all_reduce_sum(sizes);
+    p_.ranks.all_reduce_sum(sizes);
     const double w = static_cast<double>(p_.state.num_processes);
     if (sizes[1].item<double>() * w != sizes[0].item<double>() * sizes[0].item<double>() ||
         sizes[3].item<double>() * w != sizes[2].item<double>() * sizes[2].item<double>())
@@ -203,7 +203,7 @@ void Evaluator::compute_metrics(ValidResult& res, const std::string& prefix) {
           "the ranks' metric states differ in size (a rank saw other prediction shapes, or no "
           "validation sample), so they cannot be summed; every rank must see the same "
           "prediction shapes, and at least one validation sample");
-    p_.dp.all_reduce_sum(packed);
+    p_.ranks.all_reduce_sum(packed);
     std::int64_t off = 0;
     for (auto& e : metrics_)
       for (auto& t : e.metric->state()) {
@@ -215,7 +215,7 @@ void Evaluator::compute_metrics(ValidResult& res, const std::string& prefix) {
   }
   for (std::size_t i = 0; i < metrics_.size(); ++i) {
     auto& e = metrics_[i];
-    p_.dispatch.set_where(places_[i].second);
+    p_.events.set_where(places_[i].second);
     if (e.metric->state().empty())
       throw std::runtime_error(
           "it has no state after the validation's updates (a bug in the "
@@ -241,7 +241,7 @@ at::Tensor Evaluator::join_rows(const at::Tensor& mine) {
     h[world + i] = d;
     h[world + kDims + i] = d * d;
   }
-  p_.dp.all_reduce_sum(head);
+  p_.ranks.all_reduce_sum(head);
   const auto sum = head.slice(0, world, world + kDims);
   const auto squares = head.slice(0, world + kDims);
   if (mine.dim() == 0 || mine.dim() > kDims ||
@@ -260,7 +260,7 @@ at::Tensor Evaluator::join_rows(const at::Tensor& mine) {
   shape[0] = total;
   auto all = at::zeros(shape, at::kDouble);
   all.slice(0, offset, offset + mine.size(0)).copy_(mine.to(at::kCPU, at::kDouble));
-  p_.dp.all_reduce_sum(all);
+  p_.ranks.all_reduce_sum(all);
   return all.to(mine.scalar_type());
 }
 
@@ -287,7 +287,7 @@ at::Tensor Evaluator::prediction(Dataset& ds, const char* what, const ProgressFn
       p_.state.batch_idx = b;
       const std::int64_t m = loader.size_of(b);
       p_.state.batch_size = m;
-      p_.dispatch.set_where("predict");
+      p_.events.set_where("predict");
       const auto& pred = p_.pass.run_batch(loader.take(b).batch, /*with_loss=*/false).pred;
       if (!pred.defined() || pred.dim() == 0 || pred.size(0) != m)
         throw std::runtime_error("the task's forward() gave " +
@@ -303,7 +303,7 @@ at::Tensor Evaluator::prediction(Dataset& ds, const char* what, const ProgressFn
   p_.model->train();
   p_.state.phase = Phase::train;
   at::Tensor rows = outs.empty() ? at::Tensor() : at::cat(outs);
-  if (!p_.dp.distributed()) return rows;
+  if (!p_.ranks.distributed()) return rows;
   // The shards are contiguous and in rank order (valid_order): joined, they are in order. A
   // rank without samples (fewer samples than ranks) joins too, so that all ranks stop alike.
   return join_rows(rows.defined() ? rows : at::empty({0}));

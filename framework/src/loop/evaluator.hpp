@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,11 +25,34 @@
 #include "wick/options.hpp"
 #include "wick/results.hpp"
 
+// Evaluator is exported for the white-box tests (tests/test_evaluator.cpp); its Events and
+// Ranks adapters below are not.
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
-WICK_PUBLIC_BEGIN  // exported for the white-box tests
-    class Evaluator {
+class Evaluator {
  public:
+  // The points a validation emits and the place an error is blamed on (the dispatcher's).
+  class Events {
+   public:
+    virtual void emit(Point p) = 0;
+    // Kept as a view: literals and strings that stay put.
+    virtual void set_where(std::string_view where) = 0;
+
+   protected:
+    ~Events() = default;
+  };
+  // Sums across the job's ranks (the data-parallel strategy's collectives).
+  class Ranks {
+   public:
+    virtual bool distributed() const = 0;
+    virtual void all_reduce_sum(at::Tensor& t) const = 0;
+
+   protected:
+    ~Ranks() = default;
+  };
+
   // What a pass works with, owned by the trainer.
   struct Parts {
     const TrainerOptions& opt;  // seed, num_workers
@@ -37,9 +61,9 @@ WICK_PUBLIC_BEGIN  // exported for the white-box tests
     const std::shared_ptr<torch::nn::Module>& model;
     const std::shared_ptr<Dataset>& valid_ds;
     StepState& state;
-    Dispatcher& dispatch;  // the points of a validation (its batches run their stages)
-    ForwardPass& pass;     // the step engine's forward and loss
-    DataParallel& dp;
+    Events& events;
+    ForwardPass& pass;  // the step engine's forward and loss
+    const Ranks& ranks;
     std::function<void(CancelScope)> cancelled;  // a CancelStep or CancelEpoch was caught
     std::function<bool()> writes_metric_files;   // in a fit that holds the run folder
   };
@@ -76,6 +100,31 @@ WICK_PUBLIC_BEGIN  // exported for the white-box tests
   // dispatcher keeps a view, so these strings stay put once the fit starts).
   std::vector<std::pair<std::string, std::string>> places_;
 };
+
+}  // namespace wick
+
 WICK_PUBLIC_END
+
+namespace wick {
+
+// The trainer's side of an Evaluator's Events and Ranks.
+class DispatcherEvents final : public Evaluator::Events {
+ public:
+  explicit DispatcherEvents(Dispatcher& d) : d_(d) {}
+  void emit(Point p) override { d_.emit(p); }
+  void set_where(std::string_view where) override { d_.set_where(where); }
+
+ private:
+  Dispatcher& d_;
+};
+class DataParallelRanks final : public Evaluator::Ranks {
+ public:
+  explicit DataParallelRanks(const DataParallel& dp) : dp_(dp) {}
+  bool distributed() const override { return dp_.distributed(); }
+  void all_reduce_sum(at::Tensor& t) const override { dp_.all_reduce_sum(t); }
+
+ private:
+  const DataParallel& dp_;
+};
 
 }  // namespace wick

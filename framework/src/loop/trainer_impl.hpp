@@ -73,7 +73,9 @@ struct Trainer::Impl final : CheckpointStore {
                     [this] { log_step_if_due(); }}};
 
   // The evaluator, which owns the [[metrics]] and the last validation's values.
-  Evaluator eval{{opt, run, device, model, valid_ds, state, dispatch, steps, dp,
+  DispatcherEvents eval_events{dispatch};
+  DataParallelRanks eval_ranks{dp};
+  Evaluator eval{{opt, run, device, model, valid_ds, state, eval_events, steps, eval_ranks,
                   [this](CancelScope s) { cancelled(s); },
                   [this] { return in_fit() && writes_outputs() && lock.held(); }}};
 
