@@ -404,6 +404,10 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
       {"[[hooks]]\nplugin = \"profiler\"\nfile = \"\"\n", "file", "[hooks.profiler]",
        "must not be empty"},
       {"[[hooks]]\nplugin = \"profiler\"\ntop = -2\n", "top", "[hooks.profiler]", "must be >= 0"},
+      {"[[hooks]]\nplugin = \"profiler\"\nkernels = -1\n", "kernels", "[hooks.profiler]",
+       "must be >= 0"},
+      {"[[hooks]]\nplugin = \"profiler\"\nkernel_steps = 0\n", "kernel_steps", "[hooks.profiler]",
+       "must be >= 1"},
   };
   for (const auto& c : cases) {
     write_file(d / "cfg.toml", config(d, c.extra));
