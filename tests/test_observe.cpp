@@ -1,6 +1,7 @@
 // Seeing inside a run (issue 18): the tensorboard plugin's event files read back by an
 // independent reader, the profiler, the model summary, FLOPs counted from shapes.
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <csignal>
@@ -396,7 +397,7 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
   struct Bad {
     std::string extra, key, section, say;
   };
-  const std::vector<Bad> cases = {
+  std::vector<Bad> cases = {
       {"[[hooks]]\nplugin = \"tensorboard\"\nhistograms_every = -1\n", "histograms_every",
        "[hooks.tensorboard]", "must be >= 0"},
       {"[[hooks]]\nplugin = \"tensorboard\"\nbins = 0\n", "bins", "[hooks.tensorboard]",
@@ -408,7 +409,12 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
        "must be >= 0"},
       {"[[hooks]]\nplugin = \"profiler\"\nkernel_steps = 0\n", "kernel_steps", "[hooks.profiler]",
        "must be >= 1"},
+      {"[[hooks]]\nplugin = \"profiler\"\nkernel_after = -1\n", "kernel_after", "[hooks.profiler]",
+       "must be >= 0"},
   };
+  if (TORCH_VERSION_MAJOR < 2)  // no kernel table on LibTorch 1.13
+    cases.push_back({"[[hooks]]\nplugin = \"profiler\"\nkernels = 5\n", "kernels",
+                     "[hooks.profiler]", "needs LibTorch 2.x; set it to 0"});
   for (const auto& c : cases) {
     write_file(d / "cfg.toml", config(d, c.extra));
     auto r = run_wick({"check", (d / "cfg.toml").string()});
