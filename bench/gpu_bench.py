@@ -109,14 +109,19 @@ def stderr_summary(err):
     return "\n".join(named[:6] + ["..."] + lines[-12:])[-3000:]
 
 
+def enables_amp(text):
+    """Whether a config has a mixed_precision [[hooks]] entry (its line, not a comment that
+    names the plugin: mlp.toml has one)."""
+    return re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M) is not None
+
+
 def wick_row(args, model, variant, out):
     """Trains one wick variant; returns samples/s (summary.json's train_samples_per_s)."""
     shipped = os.path.join(ROOT, "samples", "fashion_mnist", f"{model}.toml")
     text = open(shipped).read()
     sets = ["trainer.device=\"cuda\"", f"trainer.epochs={args.epochs}",
             f"trainer.output_dir=\"{out}\""]
-    # A [[hooks]] entry's line, not a comment that names the plugin (mlp.toml has one).
-    has_amp = re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M) is not None
+    has_amp = enables_amp(text)
     if variant == "bf16":
         if not has_amp:
             text += '\n[[hooks]]\nplugin = "mixed_precision"\n'
@@ -298,6 +303,18 @@ def wick_tables(stderr):
     return "\n".join(lines[start:start + 150])
 
 
+def profiled_wick(args, config, sets, out, after, steps, rows, timeout):
+    """One epoch of `config` on CUDA, fp32 unless it is the GPT's, with the profiler and its
+    kernel table (`rows` kernels of batches after + 1 to after + steps)."""
+    text = open(config).read() + (f'\n[[hooks]]\nplugin = "profiler"\nkernels = {rows}\n'
+                                  f"kernel_after = {after}\nkernel_steps = {steps}\n")
+    shutil.rmtree(out, ignore_errors=True)
+    sets = ['trainer.device="cuda"', "trainer.epochs=1", f'trainer.output_dir="{out}"'] + sets
+    if config != args.gpt_config and enables_amp(text):
+        sets.append("hooks.mixed_precision.enabled=false")
+    return run_limited(wick_command(args, text, sets, "", out), timeout)
+
+
 def gpt_profiles(args, work, data, t_start):
     """Where the time goes, printed into the log (stderr): wick's GPT run with the profiler
     (its phases, timed with CUDA events, and a table of the GPU kernels of 5 steps),
@@ -313,28 +330,15 @@ def gpt_profiles(args, work, data, t_start):
             continue
         try:
             if name == "wick":
-                text = open(args.gpt_config).read() + (
-                    f'\n[[hooks]]\nplugin = "profiler"\nkernels = {kernel_rows}\n'
-                    f"kernel_after = {args.gpt_warmup}\nkernel_steps = 5\n")
-                out = os.path.join(work, "gpt2-profile")
-                shutil.rmtree(out, ignore_errors=True)
-                sets = ['trainer.device="cuda"', f'task.data="{data}"',
-                        f'trainer.output_dir="{out}"',
-                        f"trainer.steps_per_epoch={args.gpt_warmup + 10}", "trainer.epochs=1",
+                sets = [f'task.data="{data}"', f"trainer.steps_per_epoch={args.gpt_warmup + 10}",
                         f"trainer.batch_size={args.gpt_batch}", "trainer.save_model=false"]
-                r = run_limited(wick_command(args, text, sets, "", out), left)
+                r = profiled_wick(args, args.gpt_config, sets, os.path.join(work, "gpt2-profile"),
+                                  args.gpt_warmup, 5, kernel_rows, left)
                 text_out = wick_tables(r.stderr)
             elif name == "wick mlp":  # the Fashion-MNIST MLP, eager fp32: a small step
-                shipped = os.path.join(ROOT, "samples", "fashion_mnist", "mlp.toml")
-                text = open(shipped).read() + (
-                    f'\n[[hooks]]\nplugin = "profiler"\nkernels = {kernel_rows}\n'
-                    "kernel_after = 100\nkernel_steps = 50\n")
-                out = os.path.join(work, "mlp-profile")
-                shutil.rmtree(out, ignore_errors=True)
-                sets = ['trainer.device="cuda"', "trainer.epochs=1", f'trainer.output_dir="{out}"']
-                if re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M):
-                    sets.append("hooks.mixed_precision.enabled=false")
-                r = run_limited(wick_command(args, text, sets, "", out), left)
+                r = profiled_wick(args, os.path.join(ROOT, "samples", "fashion_mnist", "mlp.toml"),
+                                  [], os.path.join(work, "mlp-profile"), 100, 50, kernel_rows,
+                                  left)
                 text_out = wick_tables(r.stderr)
             else:
                 cmd = [args.python, os.path.join(PEERS, "gpt2.py"), "--data", data,
