@@ -20,9 +20,10 @@ wick_add_test(test_loop SOURCES test_loop.cpp TORCH DEPENDS synthetic checkpoint
 if(TARGET test_loop)  # not in the sanitizer subset
   target_include_directories(test_loop PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
 endif()
-# The evaluator in process, with a hand-written forward (private headers of framework/src).
-wick_add_test(test_evaluator SOURCES test_evaluator.cpp TORCH SANITIZE)
-target_include_directories(test_evaluator PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
+# The evaluator and the step engine in process, each given hand-written parts (private headers
+# of framework/src); one program, one link.
+wick_add_test(test_loop_parts SOURCES test_evaluator.cpp test_step_engine.cpp TORCH SANITIZE)
+target_include_directories(test_loop_parts PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
 wick_add_test(test_describe SOURCES test_describe.cpp)
 # SHA-256 (nettle) against the NIST example vectors.
 wick_add_test(test_sha256 SOURCES test_sha256.cpp SANITIZE)

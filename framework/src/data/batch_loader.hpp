@@ -44,7 +44,19 @@ struct Loaded {
 // names the batch, its first sample indices and the dataset's message.
 Loaded load_batch(const LoadPlan& plan, std::int64_t b, const at::Tensor& indices);
 
-class BatchLoader {
+// Where a training step takes its batch from: a BatchLoader, or a unit test's own.
+class BatchSource {
+ public:
+  // The number of samples of batch b (known without loading it).
+  virtual std::int64_t size_of(std::int64_t b) const = 0;
+  // Batch b; b never goes back.
+  virtual Loaded take(std::int64_t b) = 0;
+
+ protected:
+  ~BatchSource() = default;
+};
+
+class BatchLoader final : public BatchSource {
  public:
   // Starts `workers` threads (0: none; take() loads on the calling thread) that keep up to
   // 2 * workers batches ready ahead of the one take() waits for.
@@ -54,11 +66,10 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // The number of samples of batch b (known without loading it).
-  std::int64_t size_of(std::int64_t b) const;
-  // Batch b; b never goes back, and batches skipped over (a cancelled step) are dropped.
-  // Rethrows a worker's failure of batch b.
-  Loaded take(std::int64_t b);
+  std::int64_t size_of(std::int64_t b) const override;
+  // Batches skipped over (a cancelled step) are dropped; a worker's failure of batch b is
+  // rethrown.
+  Loaded take(std::int64_t b) override;
 
  private:
   struct Slot {

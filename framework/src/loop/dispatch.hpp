@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loop/loop_events.hpp"
 #include "loop/profiler.hpp"
 #include "wick/context.hpp"
 #include "wick/hook.hpp"
@@ -119,6 +120,22 @@ class Dispatcher {
   std::string_view where_ = "start";
   std::unique_ptr<Profiler> profiler_;
   std::array<std::size_t, kNumStages> default_ids_{};  // the chains' defaults in profiler_
+};
+
+// The dispatcher as the loop's components see it (loop_events.hpp).
+class DispatcherPort final : public StageRunner {
+ public:
+  explicit DispatcherPort(Dispatcher& d) : d_(d) {}
+  void emit(Point p) override { d_.emit(p); }
+  void set_where(std::string_view where) override { d_.set_where(where); }
+  void set_terminal(Stage s, std::function<bool(Context&)> fn) override {
+    d_.set_terminal(s, std::move(fn));
+  }
+  bool run_stage(Stage s) override { return d_.run_stage(s); }
+  Profiler* profiler() const override { return d_.profiler(); }
+
+ private:
+  Dispatcher& d_;
 };
 
 }  // namespace wick

@@ -19,14 +19,14 @@
 #include "data/batch_loader.hpp"
 #include "data/sampler.hpp"
 #include "dist/data_parallel.hpp"
-#include "loop/dispatch.hpp"
 #include "loop/forward_pass.hpp"
+#include "loop/loop_events.hpp"
 #include "loop/loop_state.hpp"
 #include "wick/options.hpp"
 #include "wick/results.hpp"
 
-// Evaluator is exported for the white-box tests (tests/test_evaluator.cpp); its Events and
-// Ranks adapters below are not.
+// Evaluator is exported for the white-box tests (tests/test_evaluator.cpp); its Ranks adapter
+// below is not.
 WICK_PUBLIC_BEGIN
 
 namespace wick {
@@ -34,15 +34,7 @@ namespace wick {
 class Evaluator {
  public:
   // The points a validation emits and the place an error is blamed on (the dispatcher's).
-  class Events {
-   public:
-    virtual void emit(Point p) = 0;
-    // Kept as a view: literals and strings that stay put.
-    virtual void set_where(std::string_view where) = 0;
-
-   protected:
-    ~Events() = default;
-  };
+  using Events = LoopEvents;
   // Sums across the job's ranks (the data-parallel strategy's collectives).
   class Ranks {
    public:
@@ -107,16 +99,7 @@ WICK_PUBLIC_END
 
 namespace wick {
 
-// The trainer's side of an Evaluator's Events and Ranks.
-class DispatcherEvents final : public Evaluator::Events {
- public:
-  explicit DispatcherEvents(Dispatcher& d) : d_(d) {}
-  void emit(Point p) override { d_.emit(p); }
-  void set_where(std::string_view where) override { d_.set_where(where); }
-
- private:
-  Dispatcher& d_;
-};
+// The trainer's side of an Evaluator's Ranks (its Events: DispatcherPort, dispatch.hpp).
 class DataParallelRanks final : public Evaluator::Ranks {
  public:
   explicit DataParallelRanks(const DataParallel& dp) : dp_(dp) {}

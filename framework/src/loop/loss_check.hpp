@@ -12,6 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+// Exported with the step engine, for its unit tests.
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 class LossCheck {
@@ -34,3 +39,5 @@ class LossCheck {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

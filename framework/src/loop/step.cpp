@@ -27,25 +27,25 @@ bool loss_is_finite(const at::Tensor& loss) {
 // The defaults at the end of each stage chain.
 void StepEngine::install_stage_defaults() {
   StepEngine* e = this;
-  p_.dispatch.set_terminal(Stage::forward, [e](Context& c) {
+  p_.stages.set_terminal(Stage::forward, [e](Context& c) {
     e->output.pred = e->p_.task->forward(c, e->batch);
     return true;
   });
-  p_.dispatch.set_terminal(Stage::backward, [](Context& c) {
-    c.backward_loss().backward();
+  p_.stages.set_terminal(Stage::backward, [e](Context&) {
+    e->backward_loss.backward();
     return true;
   });
-  p_.dispatch.set_terminal(Stage::gradients, [e](Context&) {
+  p_.stages.set_terminal(Stage::gradients, [e](Context&) {
     e->forward_and_loss();
     e->backward(e->output.loss, 0);
     return true;
   });
-  p_.dispatch.set_terminal(Stage::optimizer_step, [e](Context&) {
+  p_.stages.set_terminal(Stage::optimizer_step, [e](Context&) {
     e->optim().step();
     return true;
   });
   // Gradients are set to none rather than zeroed: less memory traffic, same result.
-  p_.dispatch.set_terminal(Stage::zero_grad, [e](Context&) {
+  p_.stages.set_terminal(Stage::zero_grad, [e](Context&) {
     for (auto& group : e->optim().param_groups())
       for (auto& p : group.params()) p.mutable_grad() = at::Tensor();
     return true;
@@ -68,7 +68,7 @@ const Output& StepEngine::run_batch(Batch b, bool with_loss) {
   } else {
     output = Output{};
     extras.clear();
-    p_.dispatch.run_stage(Stage::forward);
+    p_.stages.run_stage(Stage::forward);
   }
   return output;
 }
@@ -122,11 +122,11 @@ void StepEngine::backward(const at::Tensor& loss, std::size_t i) {
   backward_loss = loss;
   {
     PhaseTimer t(step_profiler(), Profiler::backward);
-    p_.dispatch.run_stage(Stage::backward);
+    p_.stages.run_stage(Stage::backward);
   }
   {
     PhaseTimer t(step_profiler(), Profiler::hooks);
-    p_.dispatch.emit(Point::after_backward);
+    p_.stages.emit(Point::after_backward);
   }
   current_opt = 0;
 }
@@ -134,8 +134,8 @@ void StepEngine::backward(const at::Tensor& loss, std::size_t i) {
 bool StepEngine::step_optimizer(std::size_t i) {
   PhaseTimer t(step_profiler(), Profiler::optimizer);
   current_opt = i;
-  const bool stepped = !skip_batch_ && p_.dispatch.run_stage(Stage::optimizer_step);
-  p_.dispatch.run_stage(Stage::zero_grad);
+  const bool stepped = !skip_batch_ && p_.stages.run_stage(Stage::optimizer_step);
+  p_.stages.run_stage(Stage::zero_grad);
   current_opt = 0;
   return stepped;
 }
@@ -143,7 +143,7 @@ bool StepEngine::step_optimizer(std::size_t i) {
 void StepEngine::zero_grad_optimizer(std::size_t i) {
   PhaseTimer t(step_profiler(), Profiler::optimizer);
   current_opt = i;
-  p_.dispatch.run_stage(Stage::zero_grad);
+  p_.stages.run_stage(Stage::zero_grad);
   current_opt = 0;
 }
 
@@ -160,20 +160,20 @@ void StepEngine::forward_and_loss() {
     PhaseTimer t(prof, Profiler::forward);
     std::optional<FlopCounter> c;
     if (count) c.emplace();
-    p_.dispatch.run_stage(Stage::forward);
+    p_.stages.run_stage(Stage::forward);
     if (c) p_.flops.take(*c);
   }
   if (!output.pred.defined())
     throw std::runtime_error("the task's forward() returned no prediction");
   {
     PhaseTimer t(prof, Profiler::hooks);
-    p_.dispatch.emit(Point::after_pred);
+    p_.stages.emit(Point::after_pred);
   }
   {
     PhaseTimer t(prof, Profiler::loss);
     std::optional<FlopCounter> c;
     if (count) c.emplace();
-    p_.dispatch.set_where("the task's loss()");
+    p_.stages.set_where("the task's loss()");
     at::Tensor pred = output.pred;
     Output o = p_.task->loss(p_.ctx, pred, batch);
     output.loss = std::move(o.loss);
@@ -183,7 +183,7 @@ void StepEngine::forward_and_loss() {
   if (count) p_.flops.step_counted(/*with_backward=*/true, p_.state.micro_step + 1);
   if (!output.loss.defined()) throw std::runtime_error("the task's loss() returned no loss");
   PhaseTimer t(prof, Profiler::hooks);
-  p_.dispatch.emit(Point::after_loss);
+  p_.stages.emit(Point::after_loss);
 }
 
 // A second pass for an optimizer_step handler (SAM): the step's output is put back after it.
@@ -203,14 +203,14 @@ at::Tensor StepEngine::recompute_loss() {
   at::Tensor loss = output.loss;
   {
     PhaseTimer t(step_profiler(), Profiler::backward);
-    p_.dispatch.set_where("the backward pass of Context::recompute_loss()");
+    p_.stages.set_where("the backward pass of Context::recompute_loss()");
     loss.backward();
   }
   return loss.detach();
 }
 
-void StepEngine::train_step(BatchLoader& loader) {
-  Profiler* prof = p_.dispatch.profiler();
+void StepEngine::train_step(BatchSource& loader) {
+  Profiler* prof = p_.stages.profiler();
   const auto t_step = prof ? prof->step_start() : Profiler::StepStart{};
   p_.state.batch_size = loader.size_of(p_.state.batch_idx);
   p_.state.stepped = false;
@@ -218,12 +218,12 @@ void StepEngine::train_step(BatchLoader& loader) {
   if (p_.times.first_step_s < 0) p_.times.first_step_s = process_age_seconds();
   {
     PhaseTimer t(prof, Profiler::hooks);
-    p_.dispatch.emit(Point::before_step);
+    p_.stages.emit(Point::before_step);
   }
   {
     // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
     PhaseTimer t(prof, Profiler::data);
-    p_.dispatch.set_where("the training data's get()");
+    p_.stages.set_where("the training data's get()");
     Loaded got = loader.take(p_.state.batch_idx);
     if (got.state) p_.loop.data_state = std::move(got.state);
     batch = to_device(std::move(got.batch));
@@ -235,7 +235,7 @@ void StepEngine::train_step(BatchLoader& loader) {
     // Profiled, its time less its backward and steps (phases of their own) counts as forward.
     {
       PhaseTimer t(prof, Profiler::forward);
-      p_.dispatch.set_where("the task's train_step()");
+      p_.stages.set_where("the task's train_step()");
       // Under manual optimization the first step's ops are counted as the task runs them,
       // its backward included.
       std::optional<FlopCounter> c;
@@ -248,10 +248,10 @@ void StepEngine::train_step(BatchLoader& loader) {
       }
     }
     PhaseTimer t(prof, Profiler::hooks);
-    p_.dispatch.emit(Point::after_pred);
-    p_.dispatch.emit(Point::after_loss);
+    p_.stages.emit(Point::after_pred);
+    p_.stages.emit(Point::after_loss);
   } else {
-    p_.dispatch.run_stage(Stage::gradients);
+    p_.stages.run_stage(Stage::gradients);
     // One backward, then each optimizer's step (several: one per module) through its chain.
     for (std::size_t i = 0; i < p_.optimizers.size(); ++i)
       if (step_optimizer(i)) p_.state.stepped = true;
@@ -281,7 +281,7 @@ void StepEngine::train_step(BatchLoader& loader) {
   p_.loop.pos = {p_.state.epoch, p_.state.batch_idx + 1};
   {
     PhaseTimer t(prof, Profiler::hooks);
-    p_.dispatch.emit(Point::after_step);
+    p_.stages.emit(Point::after_step);
   }
   if (prof) prof->add_step(t_step);
 }

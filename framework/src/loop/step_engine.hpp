@@ -3,7 +3,11 @@
 // optimization), Context::recompute_loss's second pass, and the forward and loss that
 // validation shares. It owns the running step's values; what it works with (the options,
 // hooks, task, optimizers, the loop's counters and measures) is the trainer's, bound once.
+// The hooks come through a StageRunner and the batches through a BatchSource, so that its unit
+// tests (tests/test_step_engine.cpp) give their own.
 #pragma once
+
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 #include <torch/torch.h>
 
@@ -16,15 +20,19 @@
 #include <vector>
 
 #include "data/batch_loader.hpp"
-#include "loop/dispatch.hpp"
 #include "loop/epoch_values.hpp"
 #include "loop/flop_meter.hpp"
 #include "loop/forward_pass.hpp"
+#include "loop/loop_events.hpp"
 #include "loop/loop_state.hpp"
 #include "loop/loss_check.hpp"
+#include "loop/profiler.hpp"
 #include "optim/optimizers.hpp"
 #include "wick/options.hpp"
 #include "wick/task.hpp"
+
+// Exported for its unit tests, as the Evaluator is.
+WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -34,8 +42,8 @@ class StepEngine : public ForwardPass {
   struct Parts {
     const TrainerOptions& opt;  // nan_policy
     const torch::Device& device;
-    Dispatcher& dispatch;
-    Context& ctx;
+    StageRunner& stages;  // the hooks' points and stage chains (the dispatcher's)
+    Context& ctx;         // what the task and the stages' defaults are given
     const std::shared_ptr<Task>& task;
     std::vector<NamedOptimizer>& optimizers;
     StepState& state;
@@ -63,7 +71,7 @@ class StepEngine : public ForwardPass {
 
   // The stage chains' defaults: the task's forward, backward, the optimizer's step, zero_grad.
   void install_stage_defaults();
-  void train_step(BatchLoader& loader);
+  void train_step(BatchSource& loader);
   // The forward stage, after_pred, the task's loss, after_loss (validation shares them).
   void forward_and_loss();
   Batch to_device(Batch b) const;
@@ -89,7 +97,7 @@ class StepEngine : public ForwardPass {
   // The profiler inside a training step (its phases), else null: validation steps share
   // forward_and_loss but are timed as a whole.
   Profiler* step_profiler() const {
-    return in_step(p_.loop.phase) ? p_.dispatch.profiler() : nullptr;
+    return in_step(p_.loop.phase) ? p_.stages.profiler() : nullptr;
   }
 
   Parts p_;
@@ -98,3 +106,5 @@ class StepEngine : public ForwardPass {
 };
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -69,13 +69,13 @@ struct Trainer::Impl final : CheckpointStore {
 
   // The step engine, which owns the running step's values (after the dispatcher: they are
   // released before the hooks' libraries may be).
-  StepEngine steps{{opt, device, dispatch, ctx, task, optimizers, state, loop, flops, times, epoch,
-                    [this] { log_step_if_due(); }}};
+  DispatcherPort dispatch_port{dispatch};  // the dispatcher as the components see it
+  StepEngine steps{{opt, device, dispatch_port, ctx, task, optimizers, state, loop, flops, times,
+                    epoch, [this] { log_step_if_due(); }}};
 
   // The evaluator, which owns the [[metrics]] and the last validation's values.
-  DispatcherEvents eval_events{dispatch};
   DataParallelRanks eval_ranks{dp};
-  Evaluator eval{{opt, run, device, model, valid_ds, state, eval_events, steps, eval_ranks,
+  Evaluator eval{{opt, run, device, model, valid_ds, state, dispatch_port, steps, eval_ranks,
                   [this](CancelScope s) { cancelled(s); },
                   [this] { return in_fit() && writes_outputs() && lock.held(); }}};
 
