@@ -4,6 +4,8 @@ samples/fashion_mnist/{mlp,cnn}.toml (batch 64, Adam lr 1e-3) on one GPU, traine
   wick fp32        the shipped config, mixed_precision off
   wick bf16        mixed_precision dtype = "bf16"
   wick cuda_graph  fp32, the step captured once and replayed (cuda_graph; drop_last = true)
+  wick on device   fp32, trainer.data_on_device = true: the training set copied to the GPU once,
+                   each batch gathered there (no host gather, pinning and copy per step)
   python loop      a plain PyTorch loop (bench/peers/plain.py), fp32
   lightning        PyTorch Lightning (bench/peers/lightning_peer.py), fp32, no progress bar
 
@@ -128,6 +130,8 @@ def wick_row(args, model, variant, out):
         sets.append("hooks.mixed_precision.dtype=\"bf16\"")
     elif has_amp:
         sets.append("hooks.mixed_precision.enabled=false")
+    if variant == "on_device":
+        sets.append("trainer.data_on_device=true")
     r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
                        text=True)
     if r.returncode != 0:
@@ -149,8 +153,8 @@ def peer_row(args, model, script, extra):
 
 
 ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
-        ("wick cuda_graph", "wick", "cuda_graph"), ("python loop", "plain.py", []),
-        ("lightning", "lightning_peer.py", ["--progress", "off"])]
+        ("wick cuda_graph", "wick", "cuda_graph"), ("wick on device", "wick", "on_device"),
+        ("python loop", "plain.py", []), ("lightning", "lightning_peer.py", ["--progress", "off"])]
 
 
 # ---- GPT-2 124M -----------------------------------------------------------------------------

@@ -128,6 +128,26 @@ nlohmann::json fit(const TempDir& d, const std::string& run, const std::string& 
   return read_json(d / run / "summary.json");
 }
 
+#ifdef WICK_TEST_CUDA
+// From before_step to after_step, any CUDA call that waits for the device (an item(), a copy to
+// the host, a stream or device synchronize) throws.
+class NoSyncInSteps : public Hook {
+ public:
+  int steps = 0;
+  void connect(Registrar& r) override {
+    r.on(Point::before_step, [](Context& c) {
+      if (c.state().training())
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    });
+    r.on(Point::after_step, [this](Context& c) {
+      if (!c.state().training()) return;
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+      ++steps;
+    });
+  }
+};
+#endif
+
 }  // namespace
 
 TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim::Adam", "[cuda]") {
@@ -154,24 +174,7 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim:
 TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: error)", "[cuda]") {
   need_gpu();
 #ifdef WICK_TEST_CUDA
-  // From before_step to after_step, any CUDA call that waits for the device (an item(), a
-  // copy to the host, a stream or device synchronize) throws. nan_policy is "error" (the
-  // default), whose check reads the losses outside the steps.
-  class NoSyncInSteps : public Hook {
-   public:
-    int steps = 0;
-    void connect(Registrar& r) override {
-      r.on(Point::before_step, [](Context& c) {
-        if (c.state().training())
-          c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
-      });
-      r.on(Point::after_step, [this](Context& c) {
-        if (!c.state().training()) return;
-        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-        ++steps;
-      });
-    }
-  };
+  // nan_policy is "error" (the default), whose check reads the losses outside the steps.
   auto guard = std::make_shared<NoSyncInSteps>();
   Trainer t(on_gpu(2), std::make_shared<Linear>(), adam(0.01, true));
   t.add_hook(entry(guard, "no_sync", 0));
@@ -260,6 +263,32 @@ TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in
   const auto inline_run = fit(d, "inline", "", {"--set", "trainer.num_workers=0"});
   const auto threaded = fit(d, "threaded", "", {"--set", "trainer.num_workers=2"});
   CHECK(inline_run["model_fingerprint"] == threaded["model_fingerprint"]);
+}
+
+TEST_CASE("trainer.data_on_device: batches gathered on the GPU train as copied ones, no step waits",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  auto task = std::make_shared<Linear>();
+  auto run = [&](bool on_device) {
+    TrainerOptions o = on_gpu(2);
+    o.data_on_device = on_device;
+    // Loader threads are not used for a set on the device: its batches are cut on the main
+    // thread, on its stream.
+    o.num_workers = on_device ? 2 : 0;
+    Trainer t(o, task, adam(0.01, true));
+    auto guard = std::make_shared<NoSyncInSteps>();
+    t.add_hook(entry(guard, "no_sync", 0));
+    const auto res = t.fit();
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    INFO(res.error);
+    REQUIRE(res.status == FitResult::Status::completed);
+    CHECK(guard->steps == 32);
+    return cpu_params(t);
+  };
+  const auto copied = run(false), gathered = run(true);
+  CHECK(max_diff(copied, gathered) == 0);
+#endif
 }
 
 TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "[cuda]") {

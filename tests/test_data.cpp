@@ -57,13 +57,20 @@ class RecordTask : public wick::Task {
   torch::nn::Linear net_{nullptr};
 };
 
-std::shared_ptr<RecordTask> train(std::shared_ptr<wick::Dataset> ds, std::int64_t workers) {
+wick::TrainerOptions record_options(std::int64_t workers) {
   wick::TrainerOptions o;
   o.epochs = 2;
   o.batch_size = 6;  // 4 batches, the last short
   o.log_every = 0;
   o.num_workers = workers;
   o.write_outputs = false;
+  return o;
+}
+
+std::shared_ptr<RecordTask> train(std::shared_ptr<wick::Dataset> ds, std::int64_t workers,
+                                  bool on_device = false) {
+  auto o = record_options(workers);
+  o.data_on_device = on_device;
   auto task = std::make_shared<RecordTask>(std::move(ds));
   wick::Trainer t(o, task);
   auto res = t.fit();
@@ -92,6 +99,25 @@ TEST_CASE("a torch::data dataset with Normalize gives the TensorDataset's batche
       CHECK(torch::equal(t->targets[i], reference->targets[i]));
     }
   }
+}
+
+// On a GPU, tests/test_cuda.cpp trains with the set on the device against the copied batches.
+TEST_CASE(
+    "trainer.data_on_device: a set that loads its samples is refused naming the key, a tensor set "
+    "trains alike") {
+  auto task = std::make_shared<RecordTask>(wick::from_torch_dataset(Images()));
+  auto o = record_options(0);
+  o.data_on_device = true;
+  CHECK_THROWS_WITH(wick::Trainer(o, task),
+                    Catch::Contains("trainer.data_on_device = true needs a training set held in "
+                                    "tensors (wick::TensorDataset)") &&
+                        Catch::Contains("set trainer.data_on_device = false"));
+  // On the CPU the tensors are where they are: the same batches either way.
+  auto held = std::make_shared<wick::TensorDataset>(raw_images(), raw_labels());
+  auto plain = train(held, 2), kept = train(held, 2, /*on_device=*/true);
+  REQUIRE(kept->inputs.size() == plain->inputs.size());
+  for (std::size_t i = 0; i < plain->inputs.size(); ++i)
+    CHECK(torch::equal(kept->inputs[i], plain->inputs[i]));
 }
 
 TEST_CASE("wick::fetch_generator outside a get() is an error") {

@@ -37,7 +37,10 @@ struct TrainerOptions {
   // the cores free at its start, shared among this machine's ranks, or OMP_NUM_THREADS.
   std::int64_t threads = 0;
   bool auto_threads = true;
-  std::int64_t num_workers = 0;      // threads loading batches ahead of the step (0: none)
+  std::int64_t num_workers = 0;  // threads loading batches ahead of the step (0: none)
+  // A training set held in tensors (wick::TensorDataset) is copied to the CUDA device once and
+  // each batch gathered there on the main thread (num_workers does not apply to it).
+  bool data_on_device = false;
   std::int64_t steps_per_epoch = 0;  // batches per epoch (0: from the data; needed by streams)
   Device device;                     // cpu, cuda, cuda:N
   bool auto_device = false;          // "auto": cuda when available, else cpu (overrides device)

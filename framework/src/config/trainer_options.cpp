@@ -135,6 +135,9 @@ std::vector<TrainerOption> make_options() {
        }},
       plain("num_workers", &TrainerOptions::num_workers, "threads loading batches ahead (0: none)",
             at_least(0, "must be >= 0 (0: load on the main thread)")),
+      plain("data_on_device", &TrainerOptions::data_on_device,
+            "keep a training set held in tensors on the CUDA device: batches gathered there, "
+            "no copy per step"),
       plain("steps_per_epoch", &TrainerOptions::steps_per_epoch,
             "batches per epoch (0: from the data)", at_least(0, "must be >= 0 (0: from the data)")),
       {{"device", ParamType::string, quoted(d.auto_device ? "auto" : d.device.str()),

@@ -80,6 +80,7 @@ at::Tensor pinned(const at::Tensor& host) {
 }
 
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
+  if (host.defined() && host.device() == device) return host;  // gathered there already
   if (!device.is_cuda()) return host.defined() ? host.to(device, /*non_blocking=*/true) : host;
   return module().to_device_async(host, device);
 }

@@ -1,5 +1,6 @@
 // A training epoch: its batches (this rank's share of the epoch's order, or a stream's running
 // numbers), the steps over them, the stop checks between steps, and cancellations.
+#include "cuda/cuda_support.hpp"
 #include "loop/scope.hpp"
 #include "loop/trainer_impl.hpp"
 
@@ -44,6 +45,13 @@ LoadPlan Trainer::Impl::train_plan(std::int64_t first_batch) {
   }
   at::Tensor order = train_order(opt.seed, state.epoch, train_ds->size(), opt.shuffle, sharding(),
                                  loop.epoch_start.offset);
+  if (train_on_device) {
+    // The batches are cut from the tensors on the device, by the epoch's order copied there
+    // once (asynchronously: no step waits for it).
+    p.ds = train_on_device.get();
+    p.pin = false;
+    order = cuda::to_device_async(cuda::pinned(order), device);
+  }
   const std::int64_t local = order.size(0), first = loop.epoch_start.first_batch;
   p.indices = [order, local, bs, first](std::int64_t b) {
     return order.slice(0, (b - first) * bs, std::min(local, (b - first + 1) * bs));
@@ -102,7 +110,8 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
         dispatch.emit(Point::before_epoch);  // a CancelEpoch here skips this epoch's training
         // Started after before_epoch (hooks there may change the data's state); its threads
         // are joined on every way out of this scope.
-        BatchLoader loader(train_plan(first_batch), opt.num_workers);
+        // Batches gathered on the device are cut on the main thread, on its stream.
+        BatchLoader loader(train_plan(first_batch), train_on_device ? 0 : opt.num_workers);
         for (std::int64_t b = first_batch; b < nb; ++b) {
           if (interrupt_requested()) throw Interrupted{};
           // Resumed from a stop at max_steps with the same limit: no step past it.

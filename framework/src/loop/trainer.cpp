@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "config/trainer_options.hpp"
+#include "data/device_data.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/config.hpp"
@@ -109,6 +110,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
         " are fewer than trainer.batch_size = " + std::to_string(I.opt.batch_size) +
         " with drop_last = true; lower batch_size or set drop_last = false");
   }
+  if (I.opt.data_on_device) I.train_on_device = on_device(I.train_ds, I.device, cfg_at);
   I.optimizers = make_optimizers(I.optim_specs, *I.model);
   I.steps.manual = I.task->manual_optimization();
   I.state.epochs = I.opt.epochs;

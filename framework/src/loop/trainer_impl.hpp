@@ -53,6 +53,7 @@ struct Trainer::Impl final : CheckpointStore {
   std::shared_ptr<torch::nn::Module> model;
   std::vector<NamedOptimizer> optimizers;
   std::shared_ptr<Dataset> train_ds, valid_ds;
+  std::shared_ptr<TensorDataset> train_on_device;  // trainer.data_on_device on CUDA, else null
   torch::Device device{torch::kCPU};
 
   // Where the loop is (loop_state.hpp), and the run's name.
