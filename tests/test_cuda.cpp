@@ -174,15 +174,27 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim:
 TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: error)", "[cuda]") {
   need_gpu();
 #ifdef WICK_TEST_CUDA
-  // nan_policy is "error" (the default), whose check reads the losses outside the steps.
-  auto guard = std::make_shared<NoSyncInSteps>();
-  Trainer t(on_gpu(2), std::make_shared<Linear>(), adam(0.01, true));
-  t.add_hook(entry(guard, "no_sync", 0));
-  const auto res = t.fit();
-  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-  INFO(res.error);
-  REQUIRE(res.status == FitResult::Status::completed);
-  CHECK(guard->steps == 32);
+  // nan_policy is "error" (the default), whose check reads the losses outside the steps. With
+  // trainer.data_on_device the batches are gathered on the GPU instead of copied: the same
+  // training, bit for bit.
+  auto task = std::make_shared<Linear>();
+  auto run = [&](bool on_device) {
+    TrainerOptions o = on_gpu(2);
+    o.data_on_device = on_device;
+    // Not used for a set on the device: its batches are cut on the main thread, on its stream.
+    o.num_workers = on_device ? 2 : 0;
+    Trainer t(o, task, adam(0.01, true));
+    auto guard = std::make_shared<NoSyncInSteps>();
+    t.add_hook(entry(guard, "no_sync", 0));
+    const auto res = t.fit();
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    INFO(res.error);
+    REQUIRE(res.status == FitResult::Status::completed);
+    CHECK(guard->steps == 32);
+    return cpu_params(t);
+  };
+  const auto copied = run(false), gathered = run(true);
+  CHECK(max_diff(copied, gathered) == 0);
 #endif
 }
 
@@ -263,32 +275,6 @@ TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in
   const auto inline_run = fit(d, "inline", "", {"--set", "trainer.num_workers=0"});
   const auto threaded = fit(d, "threaded", "", {"--set", "trainer.num_workers=2"});
   CHECK(inline_run["model_fingerprint"] == threaded["model_fingerprint"]);
-}
-
-TEST_CASE("trainer.data_on_device: batches gathered on the GPU train as copied ones, no step waits",
-          "[cuda]") {
-  need_gpu();
-#ifdef WICK_TEST_CUDA
-  auto task = std::make_shared<Linear>();
-  auto run = [&](bool on_device) {
-    TrainerOptions o = on_gpu(2);
-    o.data_on_device = on_device;
-    // Loader threads are not used for a set on the device: its batches are cut on the main
-    // thread, on its stream.
-    o.num_workers = on_device ? 2 : 0;
-    Trainer t(o, task, adam(0.01, true));
-    auto guard = std::make_shared<NoSyncInSteps>();
-    t.add_hook(entry(guard, "no_sync", 0));
-    const auto res = t.fit();
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-    INFO(res.error);
-    REQUIRE(res.status == FitResult::Status::completed);
-    CHECK(guard->steps == 32);
-    return cpu_params(t);
-  };
-  const auto copied = run(false), gathered = run(true);
-  CHECK(max_diff(copied, gathered) == 0);
-#endif
 }
 
 TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "[cuda]") {

@@ -101,7 +101,7 @@ TEST_CASE("a torch::data dataset with Normalize gives the TensorDataset's batche
   }
 }
 
-// On a GPU, tests/test_cuda.cpp trains with the set on the device against the copied batches.
+// On a GPU, tests/test_cuda.cpp trains with the set on the device against copied batches.
 TEST_CASE(
     "trainer.data_on_device: a set that loads its samples is refused naming the key, a tensor set "
     "trains alike") {
