@@ -6,13 +6,13 @@
 // batches a hand-written BatchSource, the model a single weight.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -102,9 +102,8 @@ struct Rig {
   torch::Device device{torch::kCPU};
   Context ctx{nullptr};
   Hooks hooks{ctx};
-  std::shared_ptr<LineTask> line_task = std::make_shared<LineTask>();
-  std::shared_ptr<Task> task_ = line_task;
-  LineTask* task = line_task.get();
+  std::shared_ptr<Task> task_ = std::make_shared<LineTask>();  // the engine's binding
+  LineTask* task = static_cast<LineTask*>(task_.get());
   std::vector<NamedOptimizer> optimizers;
   StepState state;
   LoopPlace loop;
@@ -198,7 +197,9 @@ TEST_CASE(
     CHECK(std::isnan(rig.w()));  // nothing waited for the loss
     CHECK_FALSE(rig.engine.loss_check.failed());
     REQUIRE_THROWS_WITH(rig.engine.loss_check.verify(),
-                        Catch::Contains("non-finite loss (nan) at epoch 2, batch 3"));
+                        Catch::Contains("non-finite loss (") &&
+                            // "nan" or "-nan": the sign of a NaN is the CPU kernels' choice
+                            Catch::Contains("nan) at epoch 2, batch 3"));
     CHECK(rig.engine.loss_check.failed());
   }
   SECTION("ignore: nothing checked") {
