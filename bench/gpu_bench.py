@@ -6,6 +6,11 @@ samples/fashion_mnist/{mlp,cnn}.toml (batch 64, Adam lr 1e-3) on one GPU, traine
   wick cuda_graph  fp32, the step captured once and replayed (cuda_graph; drop_last = true)
   wick on device   fp32, trainer.data_on_device = true: the training set copied to the GPU once,
                    each batch gathered there (no host gather, pinning and copy per step)
+  libtorch loop    bench/hand_loop.cpp --device cuda (wick_hand_loop beside --wick): the same
+                   model, data and Adam in a hand-written LibTorch loop, the training set on the
+                   GPU, nothing read back in the epoch; LibTorch's own floor on this machine.
+                   Its host milliseconds per step (forward + loss, backward, optimizer) go to
+                   the log
   python loop      a plain PyTorch loop (bench/peers/plain.py), fp32
   lightning        PyTorch Lightning (bench/peers/lightning_peer.py), fp32, no progress bar
 
@@ -152,9 +157,25 @@ def peer_row(args, model, script, extra):
     return j["samples_per_s"], j.get("valid_accuracy")
 
 
+def hand_row(args, model):
+    """The hand-written LibTorch loop on the GPU; its host times per phase go to the log."""
+    cmd = [os.path.join(os.path.dirname(args.wick), "wick_hand_loop"), "--workload", model,
+           "--epochs", str(args.epochs), "--batch-size", "64", "--threads", str(args.threads),
+           "--device", "cuda"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"wick_hand_loop {model}: exit {r.returncode}\n"
+                           f"{stderr_summary(r.stderr)}")
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    host = ", ".join(f"{k} {v:.3f}" for k, v in j.get("host_ms", {}).items())
+    print(f"gpu_bench: {model} libtorch loop: host ms per step: {host}", file=sys.stderr)
+    return j["samples_per_s"], j.get("valid_accuracy")
+
+
 ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
         ("wick cuda_graph", "wick", "cuda_graph"), ("wick on device", "wick", "on_device"),
-        ("python loop", "plain.py", []), ("lightning", "lightning_peer.py", ["--progress", "off"])]
+        ("libtorch loop", "hand", None), ("python loop", "plain.py", []),
+        ("lightning", "lightning_peer.py", ["--progress", "off"])]
 
 
 # ---- GPT-2 124M -----------------------------------------------------------------------------
@@ -490,6 +511,8 @@ def main():
                     if kind == "wick":
                         out = os.path.join(work, f"{model}-{extra}-{rnd}")
                         got[name] = wick_row(args, model, extra, out)
+                    elif kind == "hand":
+                        got[name] = hand_row(args, model)
                     else:
                         got[name] = peer_row(args, model, kind, extra)
                     # As it comes: a run cut short still shows the rows it finished.

@@ -3,13 +3,20 @@
 // as wick's workloads and the Python peers (bench/peers/). Prints one JSON line like theirs.
 //
 //   wick_hand_loop --workload mlp|cnn|transformer|gan [--epochs N] [--batch-size 64]
-//                  [--threads 1] [--max-steps N] [--data DIR]
+//                  [--threads 1] [--max-steps N] [--data DIR] [--device cpu|cuda]
 //
 // mlp and cnn: Fashion-MNIST from Debian's dataset-fashion-mnist, normalised as the
 // fashion_mnist task does, the models of samples/fashion_mnist/{mlp,cnn}.toml; transformer:
 // the TorchScript model and data samples/torchscript/make.py writes into --data; gan: the
 // DCGAN of samples/gan (images in [-1, 1]). Adam (lr 1e-3; the GAN 2e-4, betas 0.5, 0.999),
 // shuffled batches, the last short batch kept; fp32.
+//
+// --device cuda (mlp and cnn; bench/gpu_bench.py's "libtorch loop" row): the data set is copied
+// to the GPU once and each batch gathered there, nothing is read back inside the epoch, so the
+// loop is LibTorch's own floor on that machine: forward, loss, backward and torch::optim::Adam,
+// each a host thread dispatching kernels. "host_ms" adds the host's milliseconds per step in
+// forward + loss, backward and zero_grad + step (host clocks: on a GPU that outruns the host,
+// where the step's time goes).
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -35,6 +42,7 @@ namespace {
 struct Args {
   std::string workload, data;
   long epochs = 1, batch = 64, threads = 1, max_steps = 0;
+  bool cuda = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -57,12 +65,16 @@ Args parse(int argc, char** argv) {
       a.max_steps = std::stol(value());
     else if (k == "--data")
       a.data = value();
+    else if (k == "--device")
+      a.cuda = value() == "cuda";
     else
       throw std::runtime_error("unknown argument " + k);
   }
   if (a.workload != "mlp" && a.workload != "cnn" && a.workload != "transformer" &&
       a.workload != "gan")
     throw std::runtime_error("--workload mlp|cnn|transformer|gan");
+  if (a.cuda && a.workload != "mlp" && a.workload != "cnn")
+    throw std::runtime_error("--device cuda: the mlp and cnn workloads only");
   return a;
 }
 
@@ -143,8 +155,11 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
     Meter m;
     m.max_steps = a.max_steps;
+    if (a.cuda && !torch::cuda::is_available())
+      throw std::runtime_error("--device cuda: no CUDA device here");
+    const torch::Device device = a.cuda ? torch::kCUDA : torch::kCPU;
     nlohmann::json out = {{"framework", "libtorch-hand"}, {"version", TORCH_VERSION},
-                          {"workload", a.workload},       {"device", "cpu"},
+                          {"workload", a.workload},       {"device", device.str()},
                           {"precision", "fp32"},          {"threads", a.threads},
                           {"epochs", a.epochs},           {"batch_size", a.batch}};
 
@@ -222,25 +237,43 @@ int main(int argc, char** argv) {
       } else {
         std::tie(x, y) = fashion("train", false);
         std::tie(vx, vy) = fashion("t10k", false);
+        for (auto* t : {&x, &y, &vx, &vy}) *t = t->to(device);
         net = classifier(a.workload == "cnn");
+        net->to(device);
         params = net->parameters();
         forward = [&](const at::Tensor& in) { return net->forward(in); };
         train_mode = [&](bool on) { net->train(on); };
       }
       torch::optim::Adam opt(params, torch::optim::AdamOptions(1e-3));
       train_mode(true);
+      double host_forward = 0, host_backward = 0, host_step = 0;  // after the first step
       for (long e = 0; e < a.epochs && !m.done(); ++e) {
-        const auto order = torch::randperm(x.size(0));
+        const auto order = torch::randperm(x.size(0)).to(device);
         for (std::int64_t i = 0; i < x.size(0) && !m.done(); i += a.batch) {
           m.begin();
+          const auto t0 = Clock::now();
           const auto idx = order.narrow(0, i, std::min<std::int64_t>(a.batch, x.size(0) - i));
-          opt.zero_grad();
           auto loss =
               torch::cross_entropy_loss(forward(x.index_select(0, idx)), y.index_select(0, idx));
+          const auto t1 = Clock::now();
           loss.backward();
+          const auto t2 = Clock::now();
           opt.step();
+          opt.zero_grad();
+          if (m.steps >= 1) {
+            host_forward += std::chrono::duration<double>(t1 - t0).count();
+            host_backward += std::chrono::duration<double>(t2 - t1).count();
+            host_step += wick::bench::seconds_since(t2);
+          }
+          if (a.cuda && (m.done() || i + a.batch >= x.size(0))) torch::cuda::synchronize();
           m.end(idx.size(0));
         }
+      }
+      if (m.steps > 1) {
+        const double n = static_cast<double>(m.steps - 1) / 1000;
+        out["host_ms"] = {{"forward_and_loss", host_forward / n},
+                          {"backward", host_backward / n},
+                          {"optimizer", host_step / n}};
       }
       train_mode(false);
       out["valid_accuracy"] = accuracy(forward, vx, vy);

@@ -1,5 +1,6 @@
-// The training-algorithm plugins (label_smoothing, mixup, cutmix, sam, swa, freeze) and the
-// speed plugins (channels_last, mixed_precision dtype = "auto") on tiny classifiers, checked
+// wick::cross_entropy (wick/losses.hpp) on the CPU, the training-algorithm plugins
+// (label_smoothing, mixup, cutmix, sam, swa, freeze) and the speed plugins (channels_last,
+// mixed_precision dtype = "auto") on tiny classifiers, checked
 // against references computed here from the closed forms; then exact resume with each on,
 // through `wick fit`.
 #include <ATen/autocast_mode.h>
@@ -14,6 +15,7 @@
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
 #include <wick/loader.hpp>
+#include <wick/losses.hpp>
 #include <wick/task.hpp>
 #include <wick/trainer.hpp>
 
@@ -229,6 +231,47 @@ Mix recover_mixup(const at::Tensor& m, const at::Tensor& x) {
 }  // namespace
 
 // ---- label_smoothing ----------------------------------------------------------------------
+
+TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ignored rows out",
+          "[algorithms][losses]") {
+  // Rows [0, 1, 2] -> target 2, [1, 1, 1] -> ignored (-100), [3, 0, -1] -> target 0.
+  const auto logits =
+      torch::tensor({0.0, 1.0, 2.0, 1.0, 1.0, 1.0, 3.0, 0.0, -1.0}, torch::kFloat).reshape({3, 3});
+  const auto target = torch::tensor({2, -100, 0}, torch::kInt);
+  auto lse = [](std::vector<double> x) {
+    double s = 0;
+    for (double v : x) s += std::exp(v);
+    return std::log(s);
+  };
+  const double l0 = lse({0, 1, 2}), l2 = lse({3, 0, -1});
+  const double want = ((l0 - 2) + (l2 - 3)) / 2;
+
+  auto x = logits.clone().requires_grad_(true);
+  const auto loss = wick::cross_entropy(x, target);
+  CHECK(loss.scalar_type() == torch::kFloat);
+  CHECK(std::abs(loss.item<double>() - want) < 1e-6);
+  loss.backward();
+  // d/dx: (softmax - onehot) / 2 on the two rows counted, 0 on the ignored one.
+  const std::vector<std::vector<double>> rows = {{0, 1, 2}, {1, 1, 1}, {3, 0, -1}};
+  const std::vector<double> l = {l0, 0, l2};
+  const std::vector<int> t = {2, -1, 0};
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 3; ++c) {
+      const double g = r == 1 ? 0 : (std::exp(rows[r][c] - l[r]) - (c == t[r] ? 1 : 0)) / 2;
+      INFO("row " << r << ", class " << c);
+      CHECK(std::abs(x.grad()[r][c].item<double>() - g) < 1e-6);
+    }
+
+  // Leading dimensions [2, 1, 3] and bf16 logits: the loss still in float.
+  const auto bf =
+      wick::cross_entropy(logits.reshape({3, 1, 3}).to(torch::kBFloat16), target.reshape({3, 1}));
+  CHECK(bf.scalar_type() == torch::kFloat);
+  CHECK(std::abs(bf.item<double>() - want) < 2e-2 * want);
+  CHECK_THROWS_WITH(wick::cross_entropy(logits, torch::tensor({0, 1}, torch::kLong)),
+                    Contains("logits [..., classes] and integer targets [...]") &&
+                        Contains("[3, 3]") && Contains("[2]"));
+  CHECK_THROWS_WITH(wick::cross_entropy(logits, torch::zeros({3})), Contains("Float targets"));
+}
 
 TEST_CASE("label_smoothing: training loss (1 - eps) CE + eps mean(-log p), validation plain CE",
           "[algorithms][label_smoothing]") {

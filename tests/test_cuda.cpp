@@ -1,11 +1,13 @@
-// What wick does on a CUDA device: training there, fused Adam's CUDA kernel, batches copied from
-// pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss scaling's CUDA
-// path, NCCL, and the cuda_graph plugin. Each test needs a GPU and reports itself skipped
-// (ctest: Skipped) without one, or in a build against a CPU-only LibTorch. The refusals of
-// cuda_graph that need no GPU run wherever the plugin is built (a CUDA LibTorch).
+// What wick does on a CUDA device: training there, fused Adam's and cross-entropy's CUDA
+// kernels, batches copied from pinned memory on a side stream, the CUDA generator in
+// checkpoints, fp16 loss scaling's CUDA path, NCCL, and the cuda_graph plugin. Each test needs a
+// GPU and reports itself skipped (ctest: Skipped) without one, or in a build against a CPU-only
+// LibTorch. The refusals of cuda_graph that need no GPU run wherever the plugin is built (a CUDA
+// LibTorch).
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <sstream>
@@ -18,6 +20,7 @@
 #include "cuda/cuda_support.hpp"
 #endif
 
+#include <wick/losses.hpp>
 #include <wick/profile.hpp>
 #include <wick/rendezvous.hpp>
 #include <wick/task.hpp>
@@ -169,6 +172,60 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim:
     CHECK(max_diff(fused.second, plain.second) < 1e-5);
     CHECK(max_diff(fused.second, fused.first) > 1e-2);
   }
+}
+
+TEST_CASE("wick::cross_entropy's CUDA kernels: LibTorch's loss and gradient, no host wait",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  REQUIRE(cuda::load().empty());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  // 1000 classes: read 16 bytes at a time; 1001: one element at a time; 50304: GPT-2's, with
+  // the most threads per row.
+  for (const auto type : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (const std::int64_t classes : {1000, 1001, 50304}) {
+      INFO(type << ", " << classes << " classes");
+      const auto logits = (4 * torch::randn({37, classes}, gen)).to(type);
+      auto target = torch::randint(classes, {37}, gen, torch::kLong);
+      target[3] = -100;
+      target[20] = -100;
+      // The reference: LibTorch's log-softmax and NLL in double, on the same values.
+      auto xd = logits.to(torch::kDouble).requires_grad_(true);
+      const auto want = at::nll_loss(at::log_softmax(xd, -1), target, {}, at::Reduction::Mean);
+      (3 * want).backward();
+
+      auto x = logits.to(torch::kCUDA).requires_grad_(true);
+      const auto on_gpu = target.to(torch::kCUDA);
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+      at::Tensor loss;
+      try {
+        loss = wick::cross_entropy(x, on_gpu);
+        (3 * loss).backward();
+      } catch (...) {
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+        throw;
+      }
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+      REQUIRE(loss.scalar_type() == torch::kFloat);
+      CHECK(std::abs(loss.item<double>() - want.item<double>()) < 1e-5 * want.item<double>());
+      const auto got = x.grad().cpu();
+      CHECK(got.scalar_type() == type);
+      const auto ref = xd.grad();
+      // Written in the logits' type: within its rounding of the largest gradient.
+      const double tol = (type == torch::kFloat ? 1e-5 : 8e-3) * ref.abs().max().item<double>();
+      CHECK((got.to(torch::kDouble) - ref).abs().max().item<double>() <= tol);
+      CHECK(got[3].abs().max().item<double>() == 0);
+    }
+  // Leading dimensions, and a class id outside the classes: NaN, not a device-side assert.
+  const auto x = torch::randn({2, 3, 8}, gen).to(torch::kCUDA);
+  const auto t = torch::tensor({0, 1, 2, 3, 4, 8}, torch::kLong).reshape({2, 3});
+  CHECK(std::isnan(wick::cross_entropy(x, t.to(torch::kCUDA)).item<double>()));
+  const auto ok = torch::tensor({0, 1, 2, 3, 4, 7}, torch::kLong).reshape({2, 3});
+  const double plain =
+      at::cross_entropy_loss(x.cpu().reshape({6, 8}), ok.reshape({6})).item<double>();
+  CHECK(std::abs(wick::cross_entropy(x, ok.to(torch::kCUDA)).item<double>() - plain) <
+        1e-5 * plain);
+#endif
 }
 
 TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: error)", "[cuda]") {

@@ -4,6 +4,7 @@
 // `transformer.` prefix and with `blocks` for its `h`:
 //   wte [vocab, width], wpe [context, width], blocks.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2,
 //   mlp.c_fc, mlp.c_proj}, ln_f; logits = x wte^T (tied embeddings, no lm_head parameter).
+#include <wick/losses.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 #include <wick/torch_compat.hpp>  // TORCH_VERSION_MAJOR
@@ -210,17 +211,13 @@ class GptTask : public wick::Task {
   at::Tensor forward(wick::Context&, const wick::Batch& b) override {
     return net_->forward(b.input);
   }
-  // Next-token cross entropy over every position of every window. bf16 logits (mixed_precision
-  // float_prediction = false) as PyTorch's autocast treats cross_entropy: log-softmax in the
-  // logits' dtype (float inside the kernel), the loss over them in float. A float log-softmax
-  // of bf16 logits would first copy them to float (only fp16 has a converting kernel): on an
-  // H100 that was 9 ms of a 60 ms GPT-2 step against PyTorch's 4.
+  // Next-token cross entropy over every position of every window, on bf16 logits
+  // (mixed_precision float_prediction = false) as PyTorch's autocast treats cross_entropy: in
+  // float inside the kernels. wick::cross_entropy fuses it on a GPU: with LibTorch's
+  // log-softmax and NLL (a float log-softmax even copies the bf16 logits to float first),
+  // the loss was 9 ms of a 60 ms GPT-2 step on an H100.
   wick::Output loss(wick::Context&, const at::Tensor& logits, const wick::Batch& b) override {
-    const auto V = logits.size(-1);
-    return {logits,
-            at::nll_loss(at::log_softmax(logits.reshape({-1, V}), -1).to(at::kFloat),
-                         b.target.reshape({-1}).to(torch::kLong)),
-            {}};
+    return {logits, wick::cross_entropy(logits, b.target), {}};
   }
 
  private:

@@ -6,7 +6,9 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "loop/device_clock.hpp"
 #include "wick/torch_compat.hpp"  // compat::CommBackend
@@ -23,6 +25,12 @@ struct Module {
   at::Tensor (*to_device_async)(const at::Tensor& host, const at::Device& device);
   void (*adam_step)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                     float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+  std::pair<at::Tensor, at::Tensor> (*cross_entropy_rows)(const at::Tensor& logits,
+                                                          const at::Tensor& target,
+                                                          std::int64_t ignore_index);
+  at::Tensor (*cross_entropy_grad)(const at::Tensor& logits, const at::Tensor& target,
+                                   const at::Tensor& lse, const at::Tensor& scale,
+                                   std::int64_t ignore_index);
   std::unique_ptr<DeviceClock> (*event_clock)(const at::Device& device);
   c10::intrusive_ptr<compat::CommBackend> (*nccl_group)(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,

@@ -9,11 +9,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "cuda/adam_kernel.hpp"
+#include "cuda/cross_entropy_kernel.hpp"
 
 namespace wick::cuda {
 namespace {
@@ -64,6 +67,60 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
               c10::cuda::getCurrentCUDAStream().stream());
 }
 
+LogitType logit_type(const at::Tensor& logits) {
+  switch (logits.scalar_type()) {
+    case at::kFloat:
+      return LogitType::f32;
+    case at::kBFloat16:
+      return LogitType::bf16;
+    case at::kHalf:
+      return LogitType::f16;
+    default:
+      throw std::logic_error("cuda::cross_entropy: logits must be float32, bf16 or fp16");
+  }
+}
+
+void check_cross_entropy(const at::Tensor& logits, const at::Tensor& target) {
+  if (!logits.is_cuda() || logits.dim() != 2 || !logits.is_contiguous() ||
+      target.device() != logits.device() || target.scalar_type() != at::kLong ||
+      !target.is_contiguous() || target.dim() != 1 || target.size(0) != logits.size(0))
+    throw std::logic_error(
+        "cuda::cross_entropy: contiguous logits [rows, vocab] and int64 targets [rows] on one "
+        "GPU");
+}
+
+std::pair<at::Tensor, at::Tensor> cross_entropy_rows(const at::Tensor& logits,
+                                                     const at::Tensor& target,
+                                                     std::int64_t ignore_index) {
+  check_cross_entropy(logits, target);
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const auto rows = logits.size(0);
+  auto loss = at::empty({rows}, logits.options().dtype(at::kFloat));
+  auto lse = at::empty({rows}, logits.options().dtype(at::kFloat));
+  launch_cross_entropy_forward(logits.data_ptr(), logit_type(logits), target.data_ptr<int64_t>(),
+                               rows, logits.size(1), ignore_index, loss.data_ptr<float>(),
+                               lse.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+  return {loss, lse};
+}
+
+at::Tensor cross_entropy_grad(const at::Tensor& logits, const at::Tensor& target,
+                              const at::Tensor& lse, const at::Tensor& scale,
+                              std::int64_t ignore_index) {
+  check_cross_entropy(logits, target);
+  if (scale.scalar_type() != at::kFloat || scale.numel() != 1 ||
+      scale.device() != logits.device() || lse.scalar_type() != at::kFloat ||
+      !lse.is_contiguous() || lse.numel() != logits.size(0))
+    throw std::logic_error("cuda::cross_entropy_grad: float lse [rows] and scale [1] on the GPU");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  auto grad = at::empty_like(logits, at::MemoryFormat::Contiguous);
+  const auto k = scale.contiguous();
+  launch_cross_entropy_backward(logits.data_ptr(), grad.data_ptr(), logit_type(logits),
+                                target.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                k.data_ptr<float>(), logits.size(0), logits.size(1), ignore_index,
+                                c10::cuda::getCurrentCUDAStream().stream());
+  return grad;
+}
+
 class EventClock final : public DeviceClock {
  public:
   explicit EventClock(const at::Device& device) : device_(device) {}
@@ -100,7 +157,9 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, o);
 }
 
-const Module kModule{capturing, pinned, to_device_async, adam_step, event_clock, nccl_group};
+const Module kModule{
+    capturing,          pinned,      to_device_async, adam_step, cross_entropy_rows,
+    cross_entropy_grad, event_clock, nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

@@ -12,6 +12,7 @@
 #endif
 
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
@@ -88,6 +89,18 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                float beta2, float step_size, float bc2_sqrt, float eps, float decay) {
   module().adam_step(p, g, m, v, beta1, beta2, step_size, bc2_sqrt, eps, decay);
+}
+
+std::pair<at::Tensor, at::Tensor> cross_entropy_rows(const at::Tensor& logits,
+                                                     const at::Tensor& target,
+                                                     std::int64_t ignore_index) {
+  return module().cross_entropy_rows(logits, target, ignore_index);
+}
+
+at::Tensor cross_entropy_grad(const at::Tensor& logits, const at::Tensor& target,
+                              const at::Tensor& lse, const at::Tensor& scale,
+                              std::int64_t ignore_index) {
+  return module().cross_entropy_grad(logits, target, lse, scale, ignore_index);
 }
 
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {

@@ -11,7 +11,9 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "cuda/cuda_load.hpp"
 #include "loop/device_clock.hpp"
@@ -44,6 +46,17 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 // fused_adam.cpp's CPU pass (decay > 0: L2 weight decay added to the gradient), one kernel.
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
                float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+
+// wick::cross_entropy's kernels (cross_entropy_kernel.hpp) on the current stream, for
+// contiguous float32 / bf16 / fp16 logits [rows, vocab] and int64 targets [rows] on one GPU.
+// The rows' losses and log-sum-exps, in float:
+std::pair<at::Tensor, at::Tensor> cross_entropy_rows(const at::Tensor& logits,
+                                                     const at::Tensor& target,
+                                                     std::int64_t ignore_index);
+// and the gradient of sum(losses) x scale (a float scalar on the GPU) in the logits' type.
+at::Tensor cross_entropy_grad(const at::Tensor& logits, const at::Tensor& target,
+                              const at::Tensor& lse, const at::Tensor& scale,
+                              std::int64_t ignore_index);
 
 // A DeviceClock of CUDA events on `device`'s current stream (the profiler's clock on a GPU).
 // Marks made while the stream captures a CUDA graph are not recorded and time nothing.

@@ -21,10 +21,11 @@
 //   2.10 nccl_group (wick/rendezvous.hpp: NCCL from LibTorch's CUDA side, which wick loads)
 //   2.11 wick/data_parallel.hpp (DataParallelStrategy, Context::set_data_parallel: the whole
 //        model gathered through the strategy, its own rows of the memory estimate)
+//   2.12 wick/losses.hpp (cross_entropy: one fused CUDA kernel each way on a GPU)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 11
+#define WICK_API_MINOR 12
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

@@ -1,0 +1,28 @@
+// Losses with a fused GPU path (since SDK 2.12). This header includes LibTorch's ATen.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "wick/version.hpp"
+
+WICK_PUBLIC_BEGIN
+
+namespace wick {
+
+// The mean cross-entropy of `logits` [..., classes] (float32, bf16 or fp16) against class ids
+// `target` [...] (any integer type), leaving out positions whose target is `ignore_index`; a
+// float32 scalar, differentiable with respect to the logits. What
+// at::nll_loss(at::log_softmax(logits, -1).to(float), target) gives (PyTorch's autocast
+// cross_entropy), on a GPU in one pass over the logits forward and one backward, without
+// writing log-probabilities: for a language model's 16 x 1024 x 50304 bf16 logits on an H100,
+// about a third of the time of LibTorch's log-softmax and NLL. On the CPU, and for other
+// floating types, it is that composition. A target outside [0, classes) gives NaN on the GPU
+// (LibTorch's kernels raise a device-side assert); no position left gives NaN, as LibTorch.
+WICK_EXPORT at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                     std::int64_t ignore_index = -100);
+
+}  // namespace wick
+
+WICK_PUBLIC_END
