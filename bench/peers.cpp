@@ -124,8 +124,11 @@ Measure run_wick(const Settings& s, const Workload& w, bool fp32, const fs::path
 
 Measure from_line(const ChildResult& r, const std::string& what) {
   if (r.exit_code != 0) throw std::runtime_error("peers: " + what + ": " + r.err);
-  const auto last = r.out.substr(r.out.rfind('{'));
-  const auto j = json::parse(last);
+  // The last line that opens an object: the result, whose values may hold objects too.
+  auto start = r.out.rfind("\n{");
+  start = start == std::string::npos ? r.out.find('{') : start + 1;
+  if (start == std::string::npos) throw std::runtime_error("peers: " + what + " printed no result");
+  const auto j = json::parse(r.out.substr(start, r.out.find('\n', start) - start));
   Measure m;
   m.samples_per_s = j.value("samples_per_s", 0.0);
   if (j.contains("valid_accuracy") && j["valid_accuracy"].is_number())

@@ -48,11 +48,12 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
   const auto lead =
       logits.dim() > 0 ? logits.sizes().slice(0, logits.dim() - 1) : at::IntArrayRef{};
   if (logits.dim() < 1 || target.sizes() != lead ||
-      !at::isIntegralType(target.scalar_type(), false)) {
+      !at::isIntegralType(target.scalar_type(), false) || target.device() != logits.device()) {
     std::ostringstream m;
     m << "wick::cross_entropy: logits [..., classes] and integer targets [...] of the same "
-         "leading shape, got logits "
-      << logits.sizes() << " and " << target.scalar_type() << " targets " << target.sizes();
+         "leading shape on one device, got logits "
+      << logits.sizes() << " on " << logits.device() << " and " << target.scalar_type()
+      << " targets " << target.sizes() << " on " << target.device();
     throw std::invalid_argument(m.str());
   }
   const auto classes = logits.size(-1);
