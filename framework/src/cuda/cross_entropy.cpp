@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 
