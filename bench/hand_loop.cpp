@@ -65,9 +65,11 @@ Args parse(int argc, char** argv) {
       a.max_steps = std::stol(value());
     else if (k == "--data")
       a.data = value();
-    else if (k == "--device")
-      a.cuda = value() == "cuda";
-    else
+    else if (k == "--device") {
+      const auto d = value();
+      if (d != "cpu" && d != "cuda") throw std::runtime_error("--device cpu|cuda, not " + d);
+      a.cuda = d == "cuda";
+    } else
       throw std::runtime_error("unknown argument " + k);
   }
   if (a.workload != "mlp" && a.workload != "cnn" && a.workload != "transformer" &&

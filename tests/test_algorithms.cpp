@@ -230,7 +230,7 @@ Mix recover_mixup(const at::Tensor& m, const at::Tensor& x) {
 
 }  // namespace
 
-// ---- label_smoothing ----------------------------------------------------------------------
+// ---- wick::cross_entropy ------------------------------------------------------------------
 
 TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ignored rows out",
           "[algorithms][losses]") {
@@ -273,6 +273,8 @@ TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ig
                         Contains("[3, 3]") && Contains("[2]"));
   CHECK_THROWS_WITH(wick::cross_entropy(logits, torch::zeros({3})), Contains("Float targets"));
 }
+
+// ---- label_smoothing ----------------------------------------------------------------------
 
 TEST_CASE("label_smoothing: training loss (1 - eps) CE + eps mean(-log p), validation plain CE",
           "[algorithms][label_smoothing]") {
