@@ -1,4 +1,5 @@
-// wick::cross_entropy (wick/losses.hpp) on the CPU, the training-algorithm plugins
+// wick::cross_entropy (wick/losses.hpp) and wick::gelu_tanh (wick/activations.hpp) on the CPU,
+// the training-algorithm plugins
 // (label_smoothing, mixup, cutmix, sam, swa, freeze) and the speed plugins (channels_last,
 // mixed_precision dtype = "auto") on tiny classifiers, checked
 // against references computed here from the closed forms; then exact resume with each on,
@@ -12,6 +13,7 @@
 #include <functional>
 #include <numeric>
 
+#include <wick/activations.hpp>
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
 #include <wick/loader.hpp>
@@ -272,6 +274,62 @@ TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ig
                              "leading shape on one device") &&
                         Contains("[3, 3]") && Contains("[2]"));
   CHECK_THROWS_WITH(wick::cross_entropy(logits, torch::zeros({3})), Contains("Float targets"));
+}
+
+namespace {
+
+// GELU's tanh approximation and its derivative in double, from the formula.
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+double gelu_tanh_slope(double x) {
+  const double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+}  // namespace
+
+// [cpu-path]: the kernel is compiled for AVX-512, AVX2 and the baseline and picks by the CPU;
+// ctest runs this again as an AVX2-only CPU and as one without AVX2.
+TEST_CASE("wick::gelu_tanh matches GELU's tanh formula and its derivative",
+          "[algorithms][activations][cpu-path]") {
+  // A sweep over [-12, 12] (both tails, where the kernel's exponential clamps), a length that
+  // leaves a remainder past any vector width, and the edges: 0, -0, huge, infinite, NaN.
+  const std::int64_t n = 4099;
+  auto x = torch::linspace(-12, 12, n, torch::kFloat);
+  x = torch::cat({x, torch::tensor({0.f, -0.f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN})});
+  auto xg = x.clone().requires_grad_(true);
+  const auto y = wick::gelu_tanh(xg);
+  const auto dy = torch::linspace(-1, 1, x.numel(), torch::kFloat);
+  y.backward(dy);
+  const auto xs = x.accessor<float, 1>(), ys = y.accessor<float, 1>(),
+             gs = xg.grad().accessor<float, 1>(), dys = dy.accessor<float, 1>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = xs[i], want = gelu_tanh_ref(v), slope = gelu_tanh_slope(v);
+    INFO("x = " << v);
+    CHECK(std::abs(ys[i] - want) <= 2e-6 * std::max(1.0, std::abs(want)));
+    CHECK(std::abs(gs[i] - dys[i] * slope) <= 4e-6 * std::max(1.0, std::abs(dys[i] * slope)));
+  }
+  // 0 and -0 map to 0, 1e30 and infinity to themselves with slope 1, -1e30 to 0 with slope 0;
+  // -infinity gives NaN as in at::gelu (-inf x 0) with slope 0, and NaN stays NaN.
+  const std::vector<float> want = {0, 0, 1e30f, 0, INFINITY};
+  const std::vector<float> slope = {0.5f, 0.5f, 1, 0, 1, 0};
+  for (std::size_t k = 0; k < slope.size(); ++k) {
+    const auto i = n + static_cast<std::int64_t>(k);
+    INFO("x = " << xs[i]);
+    if (k < want.size()) CHECK(ys[i] == want[k]);
+    CHECK(std::abs(gs[i] - dys[i] * slope[k]) <= 1e-6 * std::abs(dys[i]));
+  }
+  CHECK(std::isnan(ys[n + 5]));
+  CHECK(std::isnan(ys[n + 6]));
+  CHECK(std::isnan(gs[n + 6]));
+  // Not contiguous: the values of the contiguous copy. Other types: at::gelu itself.
+  const auto wide = torch::randn({64, 6}, torch::kFloat);
+  CHECK(torch::equal(wick::gelu_tanh(wide.t()), wick::gelu_tanh(wide.t().contiguous())));
+  const auto half = wide.to(torch::kBFloat16);
+  CHECK(torch::equal(wick::gelu_tanh(half), at::gelu(half, "tanh")));
+  const auto dbl = wide.to(torch::kDouble);
+  CHECK(torch::equal(wick::gelu_tanh(dbl), at::gelu(dbl, "tanh")));
 }
 
 // ---- label_smoothing ----------------------------------------------------------------------

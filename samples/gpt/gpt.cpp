@@ -4,6 +4,7 @@
 // `transformer.` prefix and with `blocks` for its `h`:
 //   wte [vocab, width], wpe [context, width], blocks.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2,
 //   mlp.c_fc, mlp.c_proj}, ln_f; logits = x wte^T (tied embeddings, no lm_head parameter).
+#include <wick/activations.hpp>
 #include <wick/losses.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
@@ -75,9 +76,8 @@ struct MlpImpl : nn::Module {
     c_proj = register_module("c_proj", nn::Linear(4 * s.width, s.width));
   }
   at::Tensor forward(const at::Tensor& x) {
-    // GPT-2's GELU is the tanh approximation.
-    return torch::dropout(linear(c_proj, at::gelu(linear(c_fc, x), "tanh")), dropout,
-                          is_training());
+    // GPT-2's GELU is the tanh approximation: wick's kernel on the CPU, at::gelu elsewhere.
+    return torch::dropout(linear(c_proj, wick::gelu_tanh(linear(c_fc, x))), dropout, is_training());
   }
   double dropout;
   nn::Linear c_fc{nullptr}, c_proj{nullptr};

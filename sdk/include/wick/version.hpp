@@ -22,10 +22,11 @@
 //   2.11 wick/data_parallel.hpp (DataParallelStrategy, Context::set_data_parallel: the whole
 //        model gathered through the strategy, its own rows of the memory estimate)
 //   2.12 wick/losses.hpp (cross_entropy: one fused CUDA kernel each way on a GPU)
+//   2.13 wick/activations.hpp (gelu_tanh: a vectorised kernel of wick's own on the CPU)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 12
+#define WICK_API_MINOR 13
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
