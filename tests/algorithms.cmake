@@ -9,7 +9,7 @@ wick_add_test(test_algorithms SOURCES test_algorithms.cpp TORCH CPU_PATHS
                       grad_clip grad_accum checkpoint fashion_mnist)
 # wick's CPU kernels as a CPU without AVX2 runs them (the baseline loops; [cpu-path] covers
 # AVX-512 and AVX2).
-add_test(NAME test_algorithms_cpu_kernels_baseline COMMAND test_algorithms "[activations]"
+add_test(NAME test_algorithms_cpu_kernels_baseline COMMAND test_algorithms "[cpu-kernels]"
          --warn NoTests)
 set_tests_properties(test_algorithms_cpu_kernels_baseline PROPERTIES
   ENVIRONMENT "WICK_CPU_DISABLE=avx2" SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "unit;cpu-path")

@@ -234,8 +234,10 @@ Mix recover_mixup(const at::Tensor& m, const at::Tensor& x) {
 
 // ---- wick::cross_entropy ------------------------------------------------------------------
 
+// Float32 on the CPU runs wick's kernel, compiled for AVX-512, AVX2 and the baseline: ctest
+// runs this again as an AVX2-only CPU and as one without AVX2 ([cpu-path], [cpu-kernels]).
 TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ignored rows out",
-          "[algorithms][losses]") {
+          "[algorithms][losses][cpu-kernels][cpu-path]") {
   // Rows [0, 1, 2] -> target 2, [1, 1, 1] -> ignored (-100), [3, 0, -1] -> target 0.
   const auto logits =
       torch::tensor({0.0, 1.0, 2.0, 1.0, 1.0, 1.0, 3.0, 0.0, -1.0}, torch::kFloat).reshape({3, 3});
@@ -274,6 +276,23 @@ TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ig
                              "leading shape on one device") &&
                         Contains("[3, 3]") && Contains("[2]"));
   CHECK_THROWS_WITH(wick::cross_entropy(logits, torch::zeros({3})), Contains("Float targets"));
+  CHECK_THROWS_WITH(wick::cross_entropy(logits, torch::tensor({2, 3, 0})),
+                    Contains("target 3 at position 1 is not a class id in [0, 3)"));
+
+  // Wide rows (a remainder past any vector width), logits far from 0, an ignored row: against
+  // the log-softmax and NLL composition in double.
+  torch::manual_seed(3);
+  const auto wide = torch::randn({5, 1001}, torch::kFloat) * 8 + 40;
+  const auto ids = torch::tensor({7, 1000, -100, 0, 500});
+  auto w = wide.clone().requires_grad_(true);
+  auto wd = wide.to(torch::kDouble).requires_grad_(true);
+  const auto got = wick::cross_entropy(w, ids);
+  const auto ref = at::nll_loss(at::log_softmax(wd, -1), ids, {}, at::Reduction::Mean, -100);
+  CHECK(std::abs(got.item<double>() - ref.item<double>()) < 1e-5 * ref.item<double>());
+  got.backward();
+  ref.backward();
+  CHECK((w.grad().to(torch::kDouble) - wd.grad()).abs().max().item<double>() < 2e-7);
+  CHECK(w.grad()[2].abs().max().item<float>() == 0);
 }
 
 namespace {
@@ -290,9 +309,9 @@ double gelu_tanh_slope(double x) {
 }  // namespace
 
 // [cpu-path]: the kernel is compiled for AVX-512, AVX2 and the baseline and picks by the CPU;
-// ctest runs this again as an AVX2-only CPU and as one without AVX2.
+// ctest runs this again as an AVX2-only CPU and as one without AVX2 ([cpu-kernels]).
 TEST_CASE("wick::gelu_tanh matches GELU's tanh formula and its derivative",
-          "[algorithms][activations][cpu-path]") {
+          "[algorithms][activations][cpu-kernels][cpu-path]") {
   // A sweep over [-12, 12] (both tails, where the kernel's exponential clamps), a length that
   // leaves a remainder past any vector width, and the edges: 0, -0, huge, infinite, NaN.
   const std::int64_t n = 4099;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "cpu/isa.hpp"
 #include "cpu/vec_math.hpp"
 
 namespace wick::cpu {

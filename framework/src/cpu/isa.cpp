@@ -1,6 +1,6 @@
 #include "wick/hardware.hpp"
 
-#include "cpu/vec_math.hpp"
+#include "cpu/isa.hpp"
 
 namespace wick::cpu {
 

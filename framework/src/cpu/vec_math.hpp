@@ -1,57 +1,77 @@
 // Branch-free float math for wick's own CPU kernels: loops written with it vectorise (it calls
-// nothing in libm), and WICK_CPU_DISPATCH compiles such a loop for AVX-512 and for AVX2 beside
-// the build's baseline and runs the best the CPU has, so the build assumes nothing of the
-// machine. Files that use it are compiled with -fno-trapping-math (framework/CMakeLists.txt):
-// without it GCC will not vectorise a float compare-and-select; LibTorch runs with
-// floating-point traps off, so no result changes.
+// nothing in libm; cpu/isa.hpp compiles them for each instruction set). Files that use it are
+// compiled with -fno-trapping-math (framework/CMakeLists.txt): without it GCC will not vectorise
+// a float compare-and-select; LibTorch runs with floating-point traps off, so no result changes.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
-#define WICK_ALWAYS_INLINE inline __attribute__((always_inline))
+#include "cpu/isa.hpp"  // WICK_ALWAYS_INLINE
 
 namespace wick::cpu {
 
-WICK_ALWAYS_INLINE float bits_to_float(std::int32_t i) {
-  float f;
-  std::memcpy(&f, &i, sizeof f);
-  return f;
+// 16 floats (and 16 int32s) as one value: what a row reduction accumulates in, so that it
+// vectorises without reassociating a float sum (which compilers do not do on their own). The
+// compiler lowers it to one AVX-512 register, two AVX2 ones or four SSE ones.
+typedef float Floats16 __attribute__((vector_size(64)));
+typedef std::int32_t Ints16 __attribute__((vector_size(64)));
+
+template <class F>
+struct IntsOf {
+  using type = std::int32_t;
+};
+template <>
+struct IntsOf<Floats16> {
+  using type = Ints16;
+};
+
+// The same bits read as the other type (float <-> int32, Floats16 <-> Ints16).
+template <class To, class From>
+WICK_ALWAYS_INLINE To bit_cast(From from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
 }
 
-WICK_ALWAYS_INLINE std::int32_t float_to_bits(float f) {
-  std::int32_t i;
-  std::memcpy(&i, &f, sizeof i);
-  return i;
+// c in every lane of F (float or Floats16).
+template <class F>
+WICK_ALWAYS_INLINE F splat(float c) {
+  return F{} + c;
 }
 
-WICK_ALWAYS_INLINE float clamp(float z, float lo, float hi) {
-  z = z < lo ? lo : z;
-  return z > hi ? hi : z;
+template <class F>
+WICK_ALWAYS_INLINE F clamp(F z, float lo, float hi) {
+  z = z < splat<F>(lo) ? splat<F>(lo) : z;
+  return z > splat<F>(hi) ? splat<F>(hi) : z;
 }
 
 // e^z within 2 ulp for z in [-87, 88] (the normal floats' range: e^-87 is 1.6e-38, e^88
 // 1.7e38), 0 below and infinity above; NaN stays NaN. z = n ln 2 + r with |r| <= ln 2 / 2 (ln 2
 // in two parts, so that r stays exact), e^r by its Taylor series to r^6 (error below
-// r^7 / 7! = 1.2e-7), 2^n built in the exponent's bits.
-WICK_ALWAYS_INLINE float exp(float z) {
-  const float zc = clamp(z, -87.f, 88.f);
+// r^7 / 7! = 1.2e-7), 2^n built in the exponent's bits. F: float, or Floats16 for 16 at once.
+template <class F>
+WICK_ALWAYS_INLINE F exp(F z) {
+  using I = typename IntsOf<F>::type;
+  const F zc = clamp(z, -87.f, 88.f);
   constexpr float round_shift = 12582912.f;  // 1.5 x 2^23: adding it rounds to an integer
-  float t = zc * 1.44269504f + round_shift;
-  const std::int32_t n = float_to_bits(t) - float_to_bits(round_shift);
+  F t = zc * 1.44269504f + round_shift;
+  const I n = bit_cast<I>(t) - bit_cast<std::int32_t>(round_shift);
   t -= round_shift;
-  float r = zc - t * 0.693145752f;
+  F r = zc - t * 0.693145752f;
   r -= t * 1.42860677e-6f;
-  float p = 1.f / 720;
+  F p = splat<F>(1.f / 720);
   p = p * r + 1.f / 120;
   p = p * r + 1.f / 24;
   p = p * r + 1.f / 6;
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  const float e = p * bits_to_float((n + 127) << 23);
-  return z < -87.f ? 0.f : z > 88.f ? std::numeric_limits<float>::infinity() : e;
+  const F e = p * bit_cast<F>((n + 127) << 23);
+  const F zero = splat<F>(0.f), inf = splat<F>(std::numeric_limits<float>::infinity());
+  return z < splat<F>(-87.f) ? zero : z > splat<F>(88.f) ? inf : e;
 }
 
 // 1 / (1 + e^-z), 0 and 1 at the ends.
@@ -59,39 +79,11 @@ WICK_ALWAYS_INLINE float sigmoid(float z) {
   return 1.f / (1.f + exp(-z));
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-enum class Isa { baseline, avx2, avx512 };
-// The best of the three this CPU runs, as wick::cpu_features() sees it: WICK_CPU_DISABLE=avx512f
-// runs the AVX2 loops, =avx2 the baseline ones (README: CPU paths).
-Isa cpu_isa();
-
-// Defines `void name params`, which runs `loop args` (an always-inline function holding the
-// kernel's loop) compiled for the best instruction set the CPU has.
-#define WICK_CPU_DISPATCH(name, loop, params, args)                              \
-  __attribute__((target("avx512f,avx2,fma"))) static void name##_avx512 params { \
-    loop args;                                                                   \
-  }                                                                              \
-  __attribute__((target("avx2,fma"))) static void name##_avx2 params {           \
-    loop args;                                                                   \
-  }                                                                              \
-  static void name##_baseline params {                                           \
-    loop args;                                                                   \
-  }                                                                              \
-  void name params {                                                             \
-    switch (::wick::cpu::cpu_isa()) {                                            \
-      case ::wick::cpu::Isa::avx512:                                             \
-        return name##_avx512 args;                                               \
-      case ::wick::cpu::Isa::avx2:                                               \
-        return name##_avx2 args;                                                 \
-      default:                                                                   \
-        return name##_baseline args;                                             \
-    }                                                                            \
-  }
-#else
-#define WICK_CPU_DISPATCH(name, loop, params, args) \
-  void name params {                                \
-    loop args;                                      \
-  }
-#endif
+// Floats16 from 16 floats at `p` (any alignment).
+WICK_ALWAYS_INLINE Floats16 load16(const float* p) {
+  Floats16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
 
 }  // namespace wick::cpu

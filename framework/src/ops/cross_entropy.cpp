@@ -1,14 +1,19 @@
-// wick::cross_entropy (wick/losses.hpp): on a GPU, an autograd function over the CUDA module's
-// kernels (cross_entropy_kernel.cu); elsewhere LibTorch's log-softmax and NLL.
+// wick::cross_entropy (wick/losses.hpp): an autograd function over wick's kernels, the CUDA
+// module's (cuda/cross_entropy_kernel.cu) on a GPU, cpu/cross_entropy_kernel.cpp's for float32
+// on the CPU; elsewhere LibTorch's log-softmax and NLL.
 #include "wick/losses.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
+#include "cpu/cross_entropy_kernel.hpp"
 #include "cuda/cuda_support.hpp"
 
 namespace wick {
@@ -16,13 +21,48 @@ namespace {
 
 namespace ag = torch::autograd;
 
+// Rows per task on LibTorch's threads.
+constexpr std::int64_t kRowGrain = 64;
+
+// The CPU side of the CUDA module's two calls (cuda/cuda_support.hpp): float32 logits [rows,
+// classes] and int64 ids, both contiguous; every id a class or ignore_index. The rows'
+// log-sum-exps come as [rows, 2] (maximum, log of the shifted sum).
+std::pair<at::Tensor, at::Tensor> cpu_rows(const at::Tensor& logits, const at::Tensor& target,
+                                           std::int64_t ignore_index) {
+  const auto rows = logits.size(0), classes = logits.size(1);
+  auto loss = at::empty({rows}, logits.options()), lse = at::empty({rows, 2}, logits.options());
+  const float* x = logits.data_ptr<float>();
+  const std::int64_t* t = target.data_ptr<std::int64_t>();
+  float *l = loss.data_ptr<float>(), *s = lse.data_ptr<float>();
+  at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
+    cpu::cross_entropy_rows(x + b * classes, t + b, e - b, classes, ignore_index, l + b, s + 2 * b);
+  });
+  return {loss, lse};
+}
+
+at::Tensor cpu_grad(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& lse,
+                    const at::Tensor& scale, std::int64_t ignore_index) {
+  const auto rows = logits.size(0), classes = logits.size(1);
+  auto grad = at::empty_like(logits);
+  const float *x = logits.data_ptr<float>(), *s = lse.data_ptr<float>();
+  const std::int64_t* t = target.data_ptr<std::int64_t>();
+  float* g = grad.data_ptr<float>();
+  const float k = scale.item<float>();
+  at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
+    cpu::cross_entropy_grad(x + b * classes, t + b, s + 2 * b, e - b, classes, ignore_index, k,
+                            g + b * classes);
+  });
+  return grad;
+}
+
 // Saves the logits (as LibTorch's log-softmax saves its output: the same size) and the rows'
-// log-sum-exps; the mean's count stays on the device, so nothing waits for the GPU.
+// log-sum-exps; on a GPU the mean's count stays on the device, so nothing waits for it.
 class FusedCrossEntropy : public ag::Function<FusedCrossEntropy> {
  public:
   static at::Tensor forward(ag::AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& target, std::int64_t ignore_index) {
-    auto [rows, lse] = cuda::cross_entropy_rows(logits, target, ignore_index);
+    auto [rows, lse] = logits.is_cuda() ? cuda::cross_entropy_rows(logits, target, ignore_index)
+                                        : cpu_rows(logits, target, ignore_index);
     const auto count = target.ne(ignore_index).sum().to(at::kFloat);
     ctx->save_for_backward({logits, target, lse, count});
     ctx->saved_data["ignore_index"] = ignore_index;
@@ -32,11 +72,24 @@ class FusedCrossEntropy : public ag::Function<FusedCrossEntropy> {
   static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto scale = grads[0].to(at::kFloat) / saved[3];
-    return {cuda::cross_entropy_grad(saved[0], saved[1], saved[2], scale,
-                                     ctx->saved_data["ignore_index"].toInt()),
+    const auto ignore_index = ctx->saved_data["ignore_index"].toInt();
+    return {saved[0].is_cuda()
+                ? cuda::cross_entropy_grad(saved[0], saved[1], saved[2], scale, ignore_index)
+                : cpu_grad(saved[0], saved[1], saved[2], scale, ignore_index),
             at::Tensor(), at::Tensor()};
   }
 };
+
+// A CPU target that is neither a class nor ignore_index stops the call, as in LibTorch.
+void check_targets(const at::Tensor& ids, std::int64_t classes, std::int64_t ignore_index) {
+  const auto bad = ids.ne(ignore_index).logical_and(ids.lt(0).logical_or(ids.ge(classes)));
+  if (!bad.any().item<bool>()) return;
+  const auto at = bad.nonzero()[0][0].item<std::int64_t>();
+  throw std::invalid_argument(
+      "wick::cross_entropy: target " + std::to_string(ids[at].item<std::int64_t>()) +
+      " at position " + std::to_string(at) + " is not a class id in [0, " +
+      std::to_string(classes) + ") nor ignore_index (" + std::to_string(ignore_index) + ")");
+}
 
 bool fused_type(at::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
@@ -62,6 +115,10 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
   const auto ids = target.reshape({-1}).to(at::kLong);
   if (logits.is_cuda() && fused_type(logits.scalar_type()))
     return FusedCrossEntropy::apply(flat.contiguous(), ids.contiguous(), ignore_index);
+  if (logits.device().is_cpu() && logits.scalar_type() == at::kFloat) {
+    check_targets(ids, classes, ignore_index);
+    return FusedCrossEntropy::apply(flat.contiguous(), ids.contiguous(), ignore_index);
+  }
   return at::nll_loss(at::log_softmax(flat, -1).to(at::kFloat), ids, {}, at::Reduction::Mean,
                       ignore_index);
 }

@@ -22,7 +22,8 @@
 //   2.11 wick/data_parallel.hpp (DataParallelStrategy, Context::set_data_parallel: the whole
 //        model gathered through the strategy, its own rows of the memory estimate)
 //   2.12 wick/losses.hpp (cross_entropy: one fused CUDA kernel each way on a GPU)
-//   2.13 wick/activations.hpp (gelu_tanh: a vectorised kernel of wick's own on the CPU)
+//   2.13 wick/activations.hpp (gelu_tanh: a vectorised kernel of wick's own on the CPU), and
+//        cross_entropy's own CPU kernel for float32
 #pragma once
 
 #define WICK_API_MAJOR 2

@@ -1,0 +1,19 @@
+// Cross-entropy over rows of float32 logits, forward and backward, each one vectorised pass
+// over a row (vec_math.hpp). wick::cross_entropy (ops/cross_entropy.cpp) runs them on the CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace wick::cpu {
+
+// For `rows` rows of `classes` logits: each row's log-sum-exp into lse[r] and its loss (lse
+// minus its target's logit; 0 where the target is ignore_index) into loss[r]. The targets are
+// class ids or ignore_index (the caller checks).
+void cross_entropy_rows(const float* logits, const std::int64_t* target, std::int64_t rows,
+                        std::int64_t classes, std::int64_t ignore_index, float* loss, float* lse);
+// The rows' gradient: (softmax - one-hot) x scale, 0 on a row whose target is ignore_index.
+void cross_entropy_grad(const float* logits, const std::int64_t* target, const float* lse,
+                        std::int64_t rows, std::int64_t classes, std::int64_t ignore_index,
+                        float scale, float* grad);
+
+}  // namespace wick::cpu
