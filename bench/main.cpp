@@ -672,9 +672,12 @@ int main(int argc, char** argv) {
   r["meta"]["load_after"] = load_average();
   // --only re-measures some sections: the others stay as the last full run wrote them (said
   // in the notes, with that run's date), so results.md keeps every table.
-  if (!only.empty() && fs::exists(out)) {
+  // --peers-workloads re-measures some of the peers' workloads: the others' tables stay too.
+  const bool some_peers = !s.peers_workloads.empty() && r.contains("peers");
+  if ((!only.empty() || some_peers) && fs::exists(out)) {
     try {
       const auto old = json::parse(read_text(out));
+      const std::string date = old["meta"].value("date", "?");
       std::string kept;
       for (const auto& [k, v] : old.items())
         if (k != "meta" && k != "targets" && !r.contains(k)) {
@@ -682,8 +685,16 @@ int main(int argc, char** argv) {
           kept += (kept.empty() ? "" : ", ") + k;
         }
       if (!kept.empty())
-        s.notes.push_back("measured by an earlier run (" + old["meta"].value("date", "?") +
-                          "), kept: " + kept);
+        s.notes.push_back("measured by an earlier run (" + date + "), kept: " + kept);
+      std::string kept_peers;
+      if (some_peers && old.contains("peers"))
+        for (const auto& [k, v] : old["peers"].items())
+          if (v.is_object() && v.contains("rows") && !r["peers"].contains(k)) {
+            r["peers"][k] = v;
+            kept_peers += (kept_peers.empty() ? "" : ", ") + k;
+          }
+      if (!kept_peers.empty())
+        s.notes.push_back("peers: measured by an earlier run (" + date + "), kept: " + kept_peers);
     } catch (const std::exception& e) {
       s.notes.push_back(std::string("the earlier ") + out + " is unreadable: " + e.what());
     }
