@@ -30,21 +30,21 @@ constexpr std::int64_t kRowGrain = 64;
 std::pair<at::Tensor, at::Tensor> cpu_rows(const at::Tensor& logits, const at::Tensor& target,
                                            std::int64_t ignore_index) {
   const auto rows = logits.size(0), classes = logits.size(1);
-  auto loss = at::empty({rows}, logits.options()), lse = at::empty({rows, 2}, logits.options());
+  auto loss = at::empty({rows}, logits.options()), stats = at::empty({rows, 2}, logits.options());
   const float* x = logits.data_ptr<float>();
   const std::int64_t* t = target.data_ptr<std::int64_t>();
-  float *l = loss.data_ptr<float>(), *s = lse.data_ptr<float>();
+  float *l = loss.data_ptr<float>(), *s = stats.data_ptr<float>();
   at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
     cpu::cross_entropy_rows(x + b * classes, t + b, e - b, classes, ignore_index, l + b, s + 2 * b);
   });
-  return {loss, lse};
+  return {loss, stats};
 }
 
-at::Tensor cpu_grad(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& lse,
+at::Tensor cpu_grad(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& stats,
                     const at::Tensor& scale, std::int64_t ignore_index) {
   const auto rows = logits.size(0), classes = logits.size(1);
   auto grad = at::empty_like(logits);
-  const float *x = logits.data_ptr<float>(), *s = lse.data_ptr<float>();
+  const float *x = logits.data_ptr<float>(), *s = stats.data_ptr<float>();
   const std::int64_t* t = target.data_ptr<std::int64_t>();
   float* g = grad.data_ptr<float>();
   const float k = scale.item<float>();
@@ -84,10 +84,10 @@ class FusedCrossEntropy : public ag::Function<FusedCrossEntropy> {
 void check_targets(const at::Tensor& ids, std::int64_t classes, std::int64_t ignore_index) {
   const auto bad = ids.ne(ignore_index).logical_and(ids.lt(0).logical_or(ids.ge(classes)));
   if (!bad.any().item<bool>()) return;
-  const auto at = bad.nonzero()[0][0].item<std::int64_t>();
+  const auto pos = bad.nonzero()[0][0].item<std::int64_t>();
   throw std::invalid_argument(
-      "wick::cross_entropy: target " + std::to_string(ids[at].item<std::int64_t>()) +
-      " at position " + std::to_string(at) + " is not a class id in [0, " +
+      "wick::cross_entropy: target " + std::to_string(ids[pos].item<std::int64_t>()) +
+      " at position " + std::to_string(pos) + " is not a class id in [0, " +
       std::to_string(classes) + ") nor ignore_index (" + std::to_string(ignore_index) + ")");
 }
 
