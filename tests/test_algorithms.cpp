@@ -1,5 +1,6 @@
-// wick::cross_entropy (wick/losses.hpp) and wick::gelu_tanh (wick/activations.hpp) on the CPU,
-// the training-algorithm plugins
+// wick::cross_entropy (wick/losses.hpp), wick::gelu_tanh (wick/activations.hpp) and
+// wick::scaled_dot_product_attention (wick/attention.hpp) on the CPU, the training-algorithm
+// plugins
 // (label_smoothing, mixup, cutmix, sam, swa, freeze) and the speed plugins (channels_last,
 // mixed_precision dtype = "auto") on tiny classifiers, checked
 // against references computed here from the closed forms; then exact resume with each on,
@@ -14,6 +15,7 @@
 #include <numeric>
 
 #include <wick/activations.hpp>
+#include <wick/attention.hpp>
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
 #include <wick/loader.hpp>
@@ -349,6 +351,75 @@ TEST_CASE("wick::gelu_tanh matches GELU's tanh formula and its derivative",
   CHECK(torch::equal(wick::gelu_tanh(half), at::gelu(half, "tanh")));
   const auto dbl = wide.to(torch::kDouble);
   CHECK(torch::equal(wick::gelu_tanh(dbl), at::gelu(dbl, "tanh")));
+}
+
+namespace {
+
+// Attention in double from its formula: softmax(q k^T / sqrt(E), keys past the query masked
+// when causal) v.
+at::Tensor attention_ref(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         bool causal) {
+  auto s = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  if (causal)
+    s = s.masked_fill(torch::ones({q.size(-2), k.size(-2)}, torch::kBool).triu(1), -INFINITY);
+  return at::matmul(s.softmax(-1), v);
+}
+
+}  // namespace
+
+// [cpu-path]: float32 [batch, heads, L, 16] with L up to 256 runs wick's kernel, compiled per
+// instruction set ([cpu-kernels] runs it without AVX2 too).
+TEST_CASE("wick::scaled_dot_product_attention matches the formula and its gradient",
+          "[algorithms][attention][cpu-kernels][cpu-path]") {
+  torch::manual_seed(11);
+  struct Shape {
+    std::int64_t batch, heads, tokens, width;
+  };
+  // One token; partial 16-key chunks; the longest the kernel takes; shapes it leaves to
+  // LibTorch (E = 32, E = 8, L = 257).
+  const std::vector<Shape> shapes = {{2, 3, 1, 16},   {2, 2, 17, 16}, {1, 2, 40, 16},
+                                     {1, 1, 256, 16}, {1, 2, 20, 32}, {1, 2, 9, 8},
+                                     {1, 1, 257, 16}};
+  for (const auto& sh : shapes)
+    for (const bool causal : {true, false}) {
+      INFO("[" << sh.batch << ", " << sh.heads << ", " << sh.tokens << ", " << sh.width
+               << "], causal " << causal);
+      // q, k, v as heads split off one packed projection [B, L, 3 heads E], as a model has them.
+      const auto packed = torch::randn({sh.batch, sh.tokens, 3 * sh.heads * sh.width});
+      auto x = packed.clone().requires_grad_(true);
+      auto xd = packed.to(torch::kDouble).requires_grad_(true);
+      auto heads_of = [&](const at::Tensor& t) {
+        auto parts = t.split(sh.heads * sh.width, 2);
+        for (auto& part : parts)
+          part = part.view({sh.batch, sh.tokens, sh.heads, sh.width}).transpose(1, 2);
+        return parts;
+      };
+      const auto h = heads_of(x), hd = heads_of(xd);
+      const auto y = wick::scaled_dot_product_attention(h[0], h[1], h[2], 0.0, causal);
+      const auto want = attention_ref(hd[0], hd[1], hd[2], causal);
+      CHECK((y.to(torch::kDouble) - want).abs().max().item<double>() < 2e-6);
+      // The output's gradient not contiguous: [B, L, heads, E] transposed back.
+      const auto dy = torch::randn({sh.batch, sh.tokens, sh.heads, sh.width}).transpose(1, 2);
+      y.backward(dy);
+      want.backward(dy.to(torch::kDouble));
+      CHECK((x.grad().to(torch::kDouble) - xd.grad()).abs().max().item<double>() < 1e-5);
+      // Without autograd: the same values.
+      torch::NoGradGuard no_grad;
+      CHECK(torch::equal(wick::scaled_dot_product_attention(h[0], h[1], h[2], 0.0, causal), y));
+    }
+  // The kernel's output is [B, L, heads, E] in memory: transposed back it is contiguous.
+  const auto q = torch::randn({2, 4, 8, 16});
+  CHECK(wick::scaled_dot_product_attention(q, q, q, 0.0, true).transpose(1, 2).is_contiguous());
+  // Dropout and other types take LibTorch's attention.
+  const auto half = q.to(torch::kBFloat16);
+  const auto got = wick::scaled_dot_product_attention(half, half, half, 0.0, true);
+  CHECK(got.scalar_type() == torch::kBFloat16);
+  CHECK((got.to(torch::kDouble) -
+         attention_ref(q.to(torch::kDouble), q.to(torch::kDouble), q.to(torch::kDouble), true))
+            .abs()
+            .max()
+            .item<double>() < 5e-2);
+  CHECK(wick::scaled_dot_product_attention(q, q, q, 0.5, true).sizes() == q.sizes());
 }
 
 // ---- label_smoothing ----------------------------------------------------------------------

@@ -5,14 +5,13 @@
 //   wte [vocab, width], wpe [context, width], blocks.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2,
 //   mlp.c_fc, mlp.c_proj}, ln_f; logits = x wte^T (tied embeddings, no lm_head parameter).
 #include <wick/activations.hpp>
+#include <wick/attention.hpp>
 #include <wick/losses.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
-#include <wick/torch_compat.hpp>  // TORCH_VERSION_MAJOR
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,17 +48,10 @@ struct CausalSelfAttentionImpl : nn::Module {
     auto q = qkv[0].view({B, T, heads, hd}).transpose(1, 2);  // [B, heads, T, hd]
     auto k = qkv[1].view({B, T, heads, hd}).transpose(1, 2);
     auto v = qkv[2].view({B, T, heads, hd}).transpose(1, 2);
-#if TORCH_VERSION_MAJOR >= 2
-    auto y = at::scaled_dot_product_attention(q, k, v, {}, is_training() ? dropout : 0.0,
-                                              /*is_causal=*/true);
-#else
-    // LibTorch 1.13 has no fused attention: the same computation spelled out.
-    auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    const auto future =
-        torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
-    att = att.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1);
-    auto y = at::matmul(torch::dropout(att, dropout, is_training()), v);
-#endif
+    // wick's kernel on the CPU for these shapes (no copy of the heads, which stay views of the
+    // projection), LibTorch's flash attention elsewhere.
+    auto y = wick::scaled_dot_product_attention(q, k, v, is_training() ? dropout : 0.0,
+                                                /*is_causal=*/true);
     y = y.transpose(1, 2).contiguous().view({B, T, C});
     return torch::dropout(linear(c_proj, y), dropout, is_training());
   }

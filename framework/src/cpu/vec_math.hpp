@@ -86,4 +86,41 @@ WICK_ALWAYS_INLINE Floats16 load16(const float* p) {
   return v;
 }
 
+// The sum and the maximum of the 16 lanes: halves folded onto each other, four steps.
+WICK_ALWAYS_INLINE float lanes_sum(Floats16 x) {
+#if defined(__has_builtin) && __has_builtin(__builtin_shufflevector)
+  x += __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  x += __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  x += __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  x += __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  return x[0];
+#else
+  float s = 0;
+  for (int l = 0; l < 16; ++l) s += x[l];
+  return s;
+#endif
+}
+
+WICK_ALWAYS_INLINE float lanes_max(Floats16 x) {
+#if defined(__has_builtin) && __has_builtin(__builtin_shufflevector)
+  Floats16 y = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  x = y > x ? y : x;
+  y = __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  x = y > x ? y : x;
+  y = __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  x = y > x ? y : x;
+  y = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  x = y > x ? y : x;
+  return x[0];
+#else
+  float m = x[0];
+  for (int l = 1; l < 16; ++l) m = x[l] > m ? x[l] : m;
+  return m;
+#endif
+}
+
+WICK_ALWAYS_INLINE void store16(float* p, Floats16 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 }  // namespace wick::cpu

@@ -24,10 +24,12 @@
 //   2.12 wick/losses.hpp (cross_entropy: one fused CUDA kernel each way on a GPU)
 //   2.13 wick/activations.hpp (gelu_tanh: a vectorised kernel of wick's own on the CPU), and
 //        cross_entropy's own CPU kernel for float32
+//   2.14 wick/attention.hpp (scaled_dot_product_attention: a kernel of wick's own on the CPU
+//        for short sequences)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 13
+#define WICK_API_MINOR 14
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
