@@ -67,7 +67,8 @@ cpu::AttentionHead head_of(const at::Tensor& q, const at::Tensor& k, const at::T
   return a;
 }
 
-// Runs `body(head, scratch)` for every head, a task's scratch shared by its heads.
+// Runs `body(b, h, n, scratch)` for every head (b, h), the n-th of batch x heads; a task's
+// scratch is shared by its heads.
 template <class Body>
 void for_each_head(const at::Tensor& q, const Body& body) {
   const auto heads = q.size(1);
