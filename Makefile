@@ -37,11 +37,13 @@ $(BUILD)/build.ninja:
 # with the other compiler: clang (Debian's clang 14; the default build is GCC's), at -O1
 # (with Release's NDEBUG); a torch source compiles in about half GCC's time. It also compiles
 # each SDK header alone (WICK_HEADER_ALONE: a property of the headers, not of the LibTorch,
-# checked once).
+# checked once), and leaves the out-of-tree build of the built-in plugin folders to the default
+# build (WICK_TEST_PLUGIN_FOLDERS, likewise).
 $(OTHER_BUILD)/build.ninja:
 	cmake -S . -B $(OTHER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-	  -DWICK_BUILD_BENCH=OFF -DWICK_HEADER_ALONE=ON $(call torch_flag,$(OTHER))
+	  -DWICK_BUILD_BENCH=OFF -DWICK_HEADER_ALONE=ON -DWICK_TEST_PLUGIN_FOLDERS=OFF \
+	  $(call torch_flag,$(OTHER))
 
 configure: deps $(BUILD)/build.ninja
 

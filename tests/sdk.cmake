@@ -30,7 +30,7 @@ wick_add_test(test_sdk SOURCES test_sdk.cpp)
 target_compile_definitions(test_sdk PRIVATE
   WICK_SDK_TEST_PLUGIN_DIR="${WICK_SDK_TEST_PLUGIN_DIR}")
 
-# Slow (~1 min: installs, then configures and builds two plugin projects against the
+# Slow (~1 min: installs, then configures and builds plugin projects against the
 # install): label "slow", still part of `make test`.
 add_executable(test_sdk_install test_sdk_install.cpp)
 target_link_libraries(test_sdk_install PRIVATE wick_test_main)
@@ -46,7 +46,8 @@ target_compile_definitions(test_sdk_install PRIVATE
   WICK_OUTER_PREFIX_PATH="${outer_prefix_path}" WICK_OUTER_CXX_FLAGS="${CMAKE_CXX_FLAGS}"
   WICK_CMAKE="${CMAKE_COMMAND}" WICK_CCACHE_PROGRAM="${ccache}" WICK_READELF="${CMAKE_READELF}"
   WICK_TORCH_LIB_DIR="${TORCH_INSTALL_PREFIX}/lib" WICK_TORCH_CXX_FLAGS="${TORCH_CXX_FLAGS}"
-  WICK_BUILT_WITH_CUDA=$<BOOL:${WICK_CUDA}>)
+  WICK_BUILT_WITH_CUDA=$<BOOL:${WICK_CUDA}>
+  WICK_TEST_PLUGIN_FOLDERS=$<BOOL:${WICK_TEST_PLUGIN_FOLDERS}>)
 # `cmake --install` needs everything it installs to be built.
 get_property(builtin GLOBAL PROPERTY WICK_BUILTIN_PLUGINS)
 add_dependencies(test_sdk_install wick_cli ${builtin})
