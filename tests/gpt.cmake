@@ -5,4 +5,4 @@ if(WICK_SANITIZE_SUBSET)
   return()
 endif()
 wick_add_test(test_gpt SOURCES test_gpt.cpp DEPENDS gpt checkpoint grad_accum grad_clip
-              lr_schedule progress)
+              lr_schedule mixed_precision progress)

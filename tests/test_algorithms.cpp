@@ -236,6 +236,20 @@ Mix recover_mixup(const at::Tensor& m, const at::Tensor& x) {
 
 // ---- wick::cross_entropy ------------------------------------------------------------------
 
+namespace {
+
+// The largest error of a bf16 result against a double reference, in half units in the last
+// place of bf16 (2^-8 relative), less float's own error (2e-6 of the largest value): 1 or less
+// for results computed in float and rounded to nearest once; truncation reaches 2.
+double bf16_error(const at::Tensor& got, const at::Tensor& want) {
+  const auto w = want.to(torch::kDouble);
+  const auto half_ulp = at::exp2(at::floor(at::log2(w.abs().clamp_min(1e-30))) - 8);
+  const auto err = (got.to(torch::kDouble) - w).abs() - 2e-6 * w.abs().max();
+  return (err / half_ulp).max().item<double>();
+}
+
+}  // namespace
+
 // Float32 on the CPU runs wick's kernel, compiled for AVX-512, AVX2 and the baseline: ctest
 // runs this again as an AVX2-only CPU and as one without AVX2 ([cpu-path], [cpu-kernels]).
 TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ignored rows out",
@@ -295,6 +309,19 @@ TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ig
   ref.backward();
   CHECK((w.grad().to(torch::kDouble) - wd.grad()).abs().max().item<double>() < 2e-7);
   CHECK(w.grad()[2].abs().max().item<float>() == 0);
+
+  // bf16 logits (as a bf16-autocast model hands them over): computed in float, the loss in
+  // float, the gradient in bf16 rounded once.
+  auto wb = wide.to(torch::kBFloat16).requires_grad_(true);
+  auto wbd = wb.detach().to(torch::kDouble).requires_grad_(true);
+  const auto got_b = wick::cross_entropy(wb, ids);
+  const auto ref_b = at::nll_loss(at::log_softmax(wbd, -1), ids, {}, at::Reduction::Mean, -100);
+  CHECK(got_b.scalar_type() == torch::kFloat);
+  CHECK(std::abs(got_b.item<double>() - ref_b.item<double>()) < 1e-5 * ref_b.item<double>());
+  got_b.backward();
+  ref_b.backward();
+  CHECK(wb.grad().scalar_type() == torch::kBFloat16);
+  CHECK(bf16_error(wb.grad(), wbd.grad()) <= 1);
 }
 
 namespace {
@@ -344,11 +371,27 @@ TEST_CASE("wick::gelu_tanh matches GELU's tanh formula and its derivative",
   CHECK(std::isnan(ys[n + 5]));
   CHECK(std::isnan(ys[n + 6]));
   CHECK(std::isnan(gs[n + 6]));
+  // bf16 (under bf16 autocast): computed in float from the exact bf16 inputs, each result
+  // rounded to nearest once; NaN stays NaN. The sweep without the edges, whose limits above
+  // hold alike.
+  auto xb = x.to(torch::kBFloat16).requires_grad_(true);
+  const auto yb = wick::gelu_tanh(xb);
+  yb.backward(dy.to(torch::kBFloat16));
+  const auto sweep = xb.detach().to(torch::kDouble).slice(0, 0, n);
+  const auto dyb = dy.to(torch::kBFloat16).to(torch::kDouble).slice(0, 0, n);
+  auto want_y = sweep.clone(), want_g = sweep.clone();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = sweep[i].item<double>();
+    want_y[i] = gelu_tanh_ref(v);
+    want_g[i] = dyb[i].item<double>() * gelu_tanh_slope(v);
+  }
+  CHECK(yb.scalar_type() == torch::kBFloat16);
+  CHECK(bf16_error(yb.slice(0, 0, n), want_y) <= 1);
+  CHECK(bf16_error(xb.grad().slice(0, 0, n), want_g) <= 1);
+  CHECK(std::isnan(yb[n + 6].item<float>()));
   // Not contiguous: the values of the contiguous copy. Other types: at::gelu itself.
   const auto wide = torch::randn({64, 6}, torch::kFloat);
   CHECK(torch::equal(wick::gelu_tanh(wide.t()), wick::gelu_tanh(wide.t().contiguous())));
-  const auto half = wide.to(torch::kBFloat16);
-  CHECK(torch::equal(wick::gelu_tanh(half), at::gelu(half, "tanh")));
   const auto dbl = wide.to(torch::kDouble);
   CHECK(torch::equal(wick::gelu_tanh(dbl), at::gelu(dbl, "tanh")));
 }
@@ -404,8 +447,24 @@ TEST_CASE("wick::scaled_dot_product_attention matches the formula and its gradie
       want.backward(dy.to(torch::kDouble));
       CHECK((x.grad().to(torch::kDouble) - xd.grad()).abs().max().item<double>() < 1e-5);
       // Without autograd: the same values.
-      torch::NoGradGuard no_grad;
-      CHECK(torch::equal(wick::scaled_dot_product_attention(h[0], h[1], h[2], 0.0, causal), y));
+      {
+        torch::NoGradGuard no_grad;
+        CHECK(torch::equal(wick::scaled_dot_product_attention(h[0], h[1], h[2], 0.0, causal), y));
+      }
+      // bf16 heads (a bf16-autocast model's), for the shapes the kernel takes: computed in float
+      // from the exact bf16 inputs, the output and the gradients rounded to nearest once.
+      if (sh.width != 16 || sh.tokens > 256) continue;
+      auto xb = packed.to(torch::kBFloat16).requires_grad_(true);
+      auto xbd = xb.detach().to(torch::kDouble).requires_grad_(true);
+      const auto hb = heads_of(xb), hbd = heads_of(xbd);
+      const auto yb = wick::scaled_dot_product_attention(hb[0], hb[1], hb[2], 0.0, causal);
+      const auto want_b = attention_ref(hbd[0], hbd[1], hbd[2], causal);
+      CHECK(yb.scalar_type() == torch::kBFloat16);
+      CHECK(bf16_error(yb, want_b) <= 1);
+      const auto dyb = dy.to(torch::kBFloat16);
+      yb.backward(dyb);
+      want_b.backward(dyb.to(torch::kDouble));
+      CHECK(bf16_error(xb.grad(), xbd.grad()) <= 1);
     }
   // The kernel's output is [B, L, heads, E] in memory: transposed back it is contiguous.
   const auto q = torch::randn({2, 4, 8, 16});

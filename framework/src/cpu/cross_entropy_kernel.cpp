@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "cpu/isa.hpp"
 #include "cpu/vec_math.hpp"
@@ -68,16 +69,48 @@ WICK_ALWAYS_INLINE void grad_loop(const float* logits, const std::int64_t* targe
   }
 }
 
+// Bfloat16 logits: each row widened into a float buffer, then the float loops; the gradient
+// narrowed from one.
+WICK_ALWAYS_INLINE void rows_loop(const Bf16* logits, const std::int64_t* target, std::int64_t rows,
+                                  std::int64_t classes, std::int64_t ignore_index, float* loss,
+                                  float* stats) {
+  std::vector<float> x(static_cast<std::size_t>(classes));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    widen(logits + r * classes, x.data(), classes);
+    rows_loop(x.data(), target + r, 1, classes, ignore_index, loss + r, stats + 2 * r);
+  }
+}
+
+WICK_ALWAYS_INLINE void grad_loop(const Bf16* logits, const std::int64_t* target,
+                                  const float* stats, std::int64_t rows, std::int64_t classes,
+                                  std::int64_t ignore_index, float scale, Bf16* grad) {
+  std::vector<float> x(static_cast<std::size_t>(classes)), g(x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    widen(logits + r * classes, x.data(), classes);
+    grad_loop(x.data(), target + r, stats + 2 * r, 1, classes, ignore_index, scale, g.data());
+    narrow(g.data(), grad + r * classes, classes);
+  }
+}
+
 }  // namespace
 
 WICK_CPU_DISPATCH(cross_entropy_rows, rows_loop,
                   (const float* logits, const std::int64_t* target, std::int64_t rows,
                    std::int64_t classes, std::int64_t ignore_index, float* loss, float* stats),
                   (logits, target, rows, classes, ignore_index, loss, stats))
+WICK_CPU_DISPATCH(cross_entropy_rows, rows_loop,
+                  (const Bf16* logits, const std::int64_t* target, std::int64_t rows,
+                   std::int64_t classes, std::int64_t ignore_index, float* loss, float* stats),
+                  (logits, target, rows, classes, ignore_index, loss, stats))
 WICK_CPU_DISPATCH(cross_entropy_grad, grad_loop,
                   (const float* logits, const std::int64_t* target, const float* stats,
                    std::int64_t rows, std::int64_t classes, std::int64_t ignore_index, float scale,
                    float* grad),
+                  (logits, target, stats, rows, classes, ignore_index, scale, grad))
+WICK_CPU_DISPATCH(cross_entropy_grad, grad_loop,
+                  (const Bf16* logits, const std::int64_t* target, const float* stats,
+                   std::int64_t rows, std::int64_t classes, std::int64_t ignore_index, float scale,
+                   Bf16* grad),
                   (logits, target, stats, rows, classes, ignore_index, scale, grad))
 
 }  // namespace wick::cpu

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/bf16.hpp"
 #include "cpu/isa.hpp"  // WICK_ALWAYS_INLINE
 
 namespace wick::cpu {
@@ -75,7 +76,8 @@ WICK_ALWAYS_INLINE F exp(F z) {
 }
 
 // 1 / (1 + e^-z), 0 and 1 at the ends.
-WICK_ALWAYS_INLINE float sigmoid(float z) {
+template <class F>
+WICK_ALWAYS_INLINE F sigmoid(F z) {
   return 1.f / (1.f + exp(-z));
 }
 
@@ -121,6 +123,28 @@ WICK_ALWAYS_INLINE float lanes_max(Floats16 x) {
 
 WICK_ALWAYS_INLINE void store16(float* p, Floats16 v) {
   std::memcpy(p, &v, sizeof v);
+}
+
+// Bfloat16 values (cpu/bf16.hpp): the kernels compute in float, loaded values widen exactly,
+// results round to nearest even once, as LibTorch's conversion does.
+WICK_ALWAYS_INLINE float to_float(Bf16 x) {
+  return bit_cast<float>(static_cast<std::uint32_t>(x.bits) << 16);
+}
+
+// A NaN stays a quiet NaN. The NaN test is on the bits, an integer select: a float compare
+// would make it a branch, and the loop would not vectorise.
+WICK_ALWAYS_INLINE Bf16 to_bf16(float x) {
+  const auto u = bit_cast<std::uint32_t>(x);
+  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return Bf16{static_cast<std::uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded)};
+}
+
+// n values as floats, and back.
+WICK_ALWAYS_INLINE void widen(const Bf16* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = to_float(x[i]);
+}
+WICK_ALWAYS_INLINE void narrow(const float* x, Bf16* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
 }
 
 }  // namespace wick::cpu

@@ -1,6 +1,6 @@
 // wick::cross_entropy (wick/losses.hpp): an autograd function over wick's kernels, the CUDA
 // module's (cuda/cross_entropy_kernel.cu) on a GPU, cpu/cross_entropy_kernel.cpp's for float32
-// on the CPU; elsewhere LibTorch's log-softmax and NLL.
+// and bfloat16 on the CPU; elsewhere LibTorch's log-softmax and NLL.
 #include "wick/losses.hpp"
 
 #include <ATen/ATen.h>
@@ -15,6 +15,7 @@
 
 #include "cpu/cross_entropy_kernel.hpp"
 #include "cuda/cuda_support.hpp"
+#include "ops/cpu_data.hpp"
 
 namespace wick {
 namespace {
@@ -24,18 +25,22 @@ namespace ag = torch::autograd;
 // Rows per task on LibTorch's threads.
 constexpr std::int64_t kRowGrain = 64;
 
-// The CPU side of the CUDA module's two calls (cuda/cuda_support.hpp): float32 logits [rows,
-// classes] and int64 ids, both contiguous; every id a class or ignore_index. The rows'
-// log-sum-exps come as [rows, 2] (maximum, log of the shifted sum).
+// The CPU side of the CUDA module's two calls (cuda/cuda_support.hpp): float32 or bfloat16
+// logits [rows, classes] and int64 ids, both contiguous; every id a class or ignore_index. The
+// rows' losses and log-sum-exps ([rows, 2]: maximum, log of the shifted sum) come in float32.
 std::pair<at::Tensor, at::Tensor> cpu_rows(const at::Tensor& logits, const at::Tensor& target,
                                            std::int64_t ignore_index) {
   const auto rows = logits.size(0), classes = logits.size(1);
-  auto loss = at::empty({rows}, logits.options()), stats = at::empty({rows, 2}, logits.options());
-  const float* x = logits.data_ptr<float>();
+  const auto options = logits.options().dtype(at::kFloat);
+  auto loss = at::empty({rows}, options), stats = at::empty({rows, 2}, options);
   const std::int64_t* t = target.data_ptr<std::int64_t>();
   float *l = loss.data_ptr<float>(), *s = stats.data_ptr<float>();
-  at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
-    cpu::cross_entropy_rows(x + b * classes, t + b, e - b, classes, ignore_index, l + b, s + 2 * b);
+  with_cpu_type(logits.scalar_type(), [&](auto type) {
+    const auto* x = cpu_data<decltype(type)>(logits);
+    at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
+      cpu::cross_entropy_rows(x + b * classes, t + b, e - b, classes, ignore_index, l + b,
+                              s + 2 * b);
+    });
   });
   return {loss, stats};
 }
@@ -44,13 +49,17 @@ at::Tensor cpu_grad(const at::Tensor& logits, const at::Tensor& target, const at
                     const at::Tensor& scale, std::int64_t ignore_index) {
   const auto rows = logits.size(0), classes = logits.size(1);
   auto grad = at::empty_like(logits);
-  const float *x = logits.data_ptr<float>(), *s = stats.data_ptr<float>();
+  const float* s = stats.data_ptr<float>();
   const std::int64_t* t = target.data_ptr<std::int64_t>();
-  float* g = grad.data_ptr<float>();
   const float k = scale.item<float>();
-  at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
-    cpu::cross_entropy_grad(x + b * classes, t + b, s + 2 * b, e - b, classes, ignore_index, k,
-                            g + b * classes);
+  with_cpu_type(logits.scalar_type(), [&](auto type) {
+    using T = decltype(type);
+    const T* x = cpu_data<T>(logits);
+    T* g = cpu_data<T>(grad);
+    at::parallel_for(0, rows, kRowGrain, [&](std::int64_t b, std::int64_t e) {
+      cpu::cross_entropy_grad(x + b * classes, t + b, s + 2 * b, e - b, classes, ignore_index, k,
+                              g + b * classes);
+    });
   });
   return grad;
 }
@@ -115,7 +124,7 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
   const auto ids = target.reshape({-1}).to(at::kLong);
   if (logits.is_cuda() && fused_type(logits.scalar_type()))
     return FusedCrossEntropy::apply(flat.contiguous(), ids.contiguous(), ignore_index);
-  if (logits.device().is_cpu() && logits.scalar_type() == at::kFloat) {
+  if (logits.device().is_cpu() && cpu_kernel_type(logits.scalar_type())) {
     check_targets(ids, classes, ignore_index);
     return FusedCrossEntropy::apply(flat.contiguous(), ids.contiguous(), ignore_index);
   }

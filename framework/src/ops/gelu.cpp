@@ -1,5 +1,5 @@
-// wick::gelu_tanh (wick/activations.hpp): for float32 on the CPU, an autograd function over
-// wick's kernels (cpu/gelu_kernel.cpp); elsewhere at::gelu.
+// wick::gelu_tanh (wick/activations.hpp): for float32 and bfloat16 on the CPU, an autograd
+// function over wick's kernels (cpu/gelu_kernel.cpp); elsewhere at::gelu.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cpu/gelu_kernel.hpp"
+#include "ops/cpu_data.hpp"
 #include "wick/activations.hpp"
 
 namespace wick {
@@ -21,10 +22,13 @@ class CpuGeluTanh : public ag::Function<CpuGeluTanh> {
  public:
   static at::Tensor forward(ag::AutogradContext* ctx, const at::Tensor& x) {
     auto y = at::empty_like(x);
-    const float* in = x.data_ptr<float>();
-    float* out = y.data_ptr<float>();
-    at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
-      cpu::gelu_tanh_forward(in + b, out + b, e - b);
+    with_cpu_type(x.scalar_type(), [&](auto type) {
+      using T = decltype(type);
+      const T* in = cpu_data<T>(x);
+      T* out = cpu_data<T>(y);
+      at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
+        cpu::gelu_tanh_forward(in + b, out + b, e - b);
+      });
     });
     ctx->save_for_backward({x});
     return y;
@@ -32,12 +36,15 @@ class CpuGeluTanh : public ag::Function<CpuGeluTanh> {
 
   static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list grads) {
     const auto x = ctx->get_saved_variables()[0];
-    const auto dy = grads[0].contiguous();
+    const auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = at::empty_like(x);
-    const float *g = dy.data_ptr<float>(), *in = x.data_ptr<float>();
-    float* out = dx.data_ptr<float>();
-    at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
-      cpu::gelu_tanh_backward(g + b, in + b, out + b, e - b);
+    with_cpu_type(x.scalar_type(), [&](auto type) {
+      using T = decltype(type);
+      const T *g = cpu_data<T>(dy), *in = cpu_data<T>(x);
+      T* out = cpu_data<T>(dx);
+      at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
+        cpu::gelu_tanh_backward(g + b, in + b, out + b, e - b);
+      });
     });
     return {dx};
   }
@@ -46,7 +53,7 @@ class CpuGeluTanh : public ag::Function<CpuGeluTanh> {
 }  // namespace
 
 at::Tensor gelu_tanh(const at::Tensor& x) {
-  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.layout() == at::kStrided)
+  if (x.device().is_cpu() && cpu_kernel_type(x.scalar_type()) && x.layout() == at::kStrided)
     return CpuGeluTanh::apply(x.contiguous());
   return at::gelu(x, "tanh");
 }
