@@ -76,8 +76,7 @@ WICK_ALWAYS_INLINE F exp(F z) {
 }
 
 // 1 / (1 + e^-z), 0 and 1 at the ends.
-template <class F>
-WICK_ALWAYS_INLINE F sigmoid(F z) {
+WICK_ALWAYS_INLINE float sigmoid(float z) {
   return 1.f / (1.f + exp(-z));
 }
 
