@@ -131,7 +131,8 @@ void for_each_head(const at::Tensor& q, int matrices, const Body& body) {
   });
 }
 
-// The output, of `type`, and the probabilities into `probs` [batch x heads, L, padded L] when defined.
+// The output, of `type`, and the probabilities into `probs` [batch x heads, L, padded L] when
+// defined.
 at::Tensor forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                          at::Tensor probs, at::ScalarType type) {
   auto out = new_rows(q, type);

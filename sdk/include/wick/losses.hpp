@@ -19,9 +19,9 @@ namespace wick {
 // writing log-probabilities: for a language model's 16 x 1024 x 50304 bf16 logits on an H100,
 // 2.0 ms forward and backward against 3.7 for LibTorch's bf16 log-softmax alone (8.8 in
 // float). For float32 (since 2.13) and bf16 logits on the CPU it is a vectorised kernel of
-// wick's own, one pass each way, in float; for other types there, that composition. A target that is not a class id gives NaN
-// on the GPU (LibTorch's kernels raise a device-side assert) and std::invalid_argument on the
-// CPU; no position left gives NaN, as in LibTorch.
+// wick's own, one pass each way, in float; for other types there, that composition. A target
+// that is not a class id gives NaN on the GPU (LibTorch's kernels raise a device-side assert)
+// and std::invalid_argument on the CPU; no position left gives NaN, as in LibTorch.
 WICK_EXPORT at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
                                      std::int64_t ignore_index = -100);
 
