@@ -20,7 +20,9 @@
 #include <wick/hardware.hpp>
 #include <wick/loader.hpp>
 #include <wick/losses.hpp>
+#include <wick/normalization.hpp>
 #include <wick/task.hpp>
+#include <wick/torch_compat.hpp>
 #include <wick/trainer.hpp>
 
 #include "in_process.hpp"
@@ -476,6 +478,142 @@ TEST_CASE("wick::scaled_dot_product_attention matches the formula and its gradie
   CHECK(got.scalar_type() == torch::kDouble);
   CHECK((got - attention_ref(qd, qd, qd, true)).abs().max().item<double>() < 1e-12);
   CHECK(wick::scaled_dot_product_attention(q, q, q, 0.5, true).sizes() == q.sizes());
+}
+
+// ---- wick::layer_norm, wick::add_layer_norm ----------------------------------------------
+
+namespace {
+
+// The largest difference relative to the largest reference value.
+double rel_diff(const at::Tensor& got, const at::Tensor& want) {
+  return max_diff(got, want) / want.abs().max().item<double>();
+}
+
+// Turns bf16 autocast on for the CPU while alive.
+struct CpuBf16Autocast {
+  CpuBf16Autocast()
+      : was_on(wick::compat::autocast_enabled(c10::DeviceType::CPU)),
+        was(wick::compat::autocast_dtype(c10::DeviceType::CPU)) {
+    wick::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+    wick::compat::set_autocast_dtype(c10::DeviceType::CPU, at::kBFloat16);
+  }
+  ~CpuBf16Autocast() {
+    wick::compat::set_autocast_enabled(c10::DeviceType::CPU, was_on);
+    wick::compat::set_autocast_dtype(c10::DeviceType::CPU, was);
+  }
+  bool was_on;
+  at::ScalarType was;
+};
+
+}  // namespace
+
+// [cpu-path]: float32 and bf16 rows run wick's kernel, compiled per instruction set.
+TEST_CASE("wick::layer_norm and add_layer_norm: the layer norm and its gradients, in one pass",
+          "[algorithms][normalization][cpu-kernels][cpu-path]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  // A width with a remainder past 16 lanes and GPT-2's; 130 rows: more than one task's 64.
+  for (const std::int64_t width : {100, 768})
+    for (const auto type : {torch::kFloat, torch::kBFloat16}) {
+      INFO(type << ", width " << width);
+      const auto x = (3 * torch::randn({2, 65, width}, gen) + 1).to(type);
+      const auto w = torch::randn({width}, gen), b = torch::randn({width}, gen);
+      const auto dy = torch::randn({2, 65, width}, gen).to(type);
+      auto xg = x.clone().requires_grad_(true), wg = w.clone().requires_grad_(true),
+           bg = b.clone().requires_grad_(true);
+      const auto y = wick::layer_norm(xg, wg, bg);
+      y.backward(dy);
+      auto xd = x.to(torch::kDouble).requires_grad_(true),
+           wd = w.to(torch::kDouble).requires_grad_(true),
+           bd = b.to(torch::kDouble).requires_grad_(true);
+      const auto yd = at::layer_norm(xd, {width}, wd, bd, 1e-5);
+      yd.backward(dy.to(torch::kDouble));
+      CHECK(y.scalar_type() == type);
+      CHECK(xg.grad().scalar_type() == type);
+      if (type == torch::kFloat) {
+        CHECK(rel_diff(y, yd) < 2e-6);
+        CHECK(rel_diff(xg.grad(), xd.grad()) < 2e-6);
+      } else {  // computed in float from the exact bf16 values, rounded once
+        CHECK(bf16_error(y, yd) <= 1);
+        CHECK(bf16_error(xg.grad(), xd.grad()) <= 1);
+      }
+      CHECK(rel_diff(wg.grad(), wd.grad()) < 2e-6);
+      CHECK(rel_diff(bg.grad(), bd.grad()) < 2e-6);
+    }
+
+  // The residual step: a float32 stream and a float32 or bf16 branch (bf16 autocast's).
+  const std::int64_t width = 768;
+  const auto w = torch::randn({width}, gen), b = torch::randn({width}, gen);
+  const auto r = 2 * torch::randn({130, width}, gen);
+  const auto cs = torch::randn({130, width}, gen), cy = torch::randn({130, width}, gen);
+  for (const auto btype : {torch::kFloat, torch::kBFloat16}) {
+    INFO("branch " << btype);
+    const auto br = torch::randn({130, width}, gen).to(btype);
+    auto rg = r.clone().requires_grad_(true), brg = br.clone().requires_grad_(true),
+         wg = w.clone().requires_grad_(true), bg = b.clone().requires_grad_(true);
+    const auto [s, y] = wick::add_layer_norm(rg, brg, wg, bg);
+    CHECK(torch::equal(s, r + br));  // the sum as `residual + branch` gives it
+    CHECK(y.scalar_type() == torch::kFloat);
+    ((s * cs).sum() + (y * cy).sum()).backward();
+    auto rd = r.to(torch::kDouble).requires_grad_(true),
+         brd = br.to(torch::kDouble).requires_grad_(true),
+         wd = w.to(torch::kDouble).requires_grad_(true),
+         bd = b.to(torch::kDouble).requires_grad_(true);
+    const auto sd = rd + brd;
+    const auto yd = at::layer_norm(sd, {width}, wd, bd, 1e-5);
+    ((sd * cs).sum() + (yd * cy).sum()).backward();
+    CHECK(rel_diff(y, yd) < 2e-6);
+    CHECK(rel_diff(rg.grad(), rd.grad()) < 2e-6);
+    REQUIRE(brg.grad().scalar_type() == btype);
+    if (btype == torch::kFloat)
+      CHECK(rel_diff(brg.grad(), brd.grad()) < 2e-6);
+    else
+      CHECK(bf16_error(brg.grad(), brd.grad()) <= 1);
+    CHECK(rel_diff(wg.grad(), wd.grad()) < 2e-6);
+    CHECK(rel_diff(bg.grad(), bd.grad()) < 2e-6);
+    // The last block's sum goes nowhere but its normalisation: the same gradients as a zero
+    // gradient of s. And a sum whose normalisation goes nowhere passes its gradient through.
+    auto r2 = r.clone().requires_grad_(true), w2 = w.clone().requires_grad_(true);
+    const auto only_y = wick::add_layer_norm(r2, br, w2, b);
+    (only_y.second * cy).sum().backward();
+    auto r3 = r.clone().requires_grad_(true), w3 = w.clone().requires_grad_(true);
+    const auto both = wick::add_layer_norm(r3, br, w3, b);
+    ((both.first * 0).sum() + (both.second * cy).sum()).backward();
+    CHECK(torch::equal(r2.grad(), r3.grad()));
+    CHECK(torch::equal(w2.grad(), w3.grad()));
+    auto r4 = r.clone().requires_grad_(true), w4 = w.clone().requires_grad_(true);
+    (wick::add_layer_norm(r4, br, w4, b).first * cs).sum().backward();
+    CHECK(torch::equal(r4.grad(), cs));
+    CHECK(w4.grad().abs().max().item<double>() == 0);
+  }
+
+  // Under bf16 autocast the normalised rows come in bf16, as the matrix product that follows
+  // would cast them: rounded once from float.
+  {
+    const CpuBf16Autocast autocast;
+    const auto br = torch::randn({130, width}, gen).to(torch::kBFloat16);
+    const auto [s, y] = wick::add_layer_norm(r, br, w, b);
+    CHECK(s.scalar_type() == torch::kFloat);
+    REQUIRE(y.scalar_type() == torch::kBFloat16);
+    const auto sd = r.to(torch::kDouble) + br.to(torch::kDouble);
+    CHECK(bf16_error(y, at::layer_norm(sd, {width}, w.to(torch::kDouble), b.to(torch::kDouble),
+                                       1e-5)) <= 1);
+    CHECK(wick::layer_norm(r, w, b).scalar_type() == torch::kBFloat16);
+  }
+
+  // Not contiguous: the contiguous copy's values. Other types, no weight and bias, or a bf16
+  // stream: LibTorch's layer norm (after the sum).
+  const auto xt = torch::randn({width, 7}, gen).t();
+  CHECK(torch::equal(wick::layer_norm(xt, w, b), wick::layer_norm(xt.contiguous(), w, b)));
+  const auto xd = torch::randn({5, 8}, gen, torch::kDouble),
+             wd = torch::randn({8}, gen, torch::kDouble);
+  CHECK(torch::equal(wick::layer_norm(xd, wd, wd), at::layer_norm(xd, {8}, wd, wd, 1e-5)));
+  const auto xf = xd.to(torch::kFloat);
+  CHECK(torch::equal(wick::layer_norm(xf, {}, {}), at::layer_norm(xf, {8}, {}, {}, 1e-5)));
+  const auto rb = r.to(torch::kBFloat16), bb = cs.to(torch::kBFloat16);
+  const auto [sb, yb] = wick::add_layer_norm(rb, bb, w, b);
+  CHECK(torch::equal(sb, rb + bb));
+  CHECK(torch::equal(yb, wick::layer_norm(rb + bb, w, b)));
+  CHECK_THROWS_AS(wick::add_layer_norm(r, cs.t(), w, b), std::invalid_argument);
 }
 
 // ---- label_smoothing ----------------------------------------------------------------------

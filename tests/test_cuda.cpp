@@ -1,5 +1,5 @@
-// What wick does on a CUDA device: training there, fused Adam's and cross-entropy's CUDA
-// kernels, batches copied from pinned memory on a side stream, the CUDA generator in
+// What wick does on a CUDA device: training there, fused Adam's, cross-entropy's and layer
+// norm's CUDA kernels, batches copied from pinned memory on a side stream, the CUDA generator in
 // checkpoints, fp16 loss scaling's CUDA path, NCCL, and the cuda_graph plugin. Each test needs a
 // GPU and reports itself skipped (ctest: Skipped) without one, or in a build against a CPU-only
 // LibTorch. The refusals of cuda_graph that need no GPU run wherever the plugin is built (a CUDA
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 #ifdef WICK_TEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -21,9 +22,11 @@
 #endif
 
 #include <wick/losses.hpp>
+#include <wick/normalization.hpp>
 #include <wick/profile.hpp>
 #include <wick/rendezvous.hpp>
 #include <wick/task.hpp>
+#include <wick/torch_compat.hpp>
 #include <wick/trainer.hpp>
 
 #include "../plugins/mixed_precision/loss_scaler.hpp"
@@ -225,6 +228,88 @@ TEST_CASE("wick::cross_entropy's CUDA kernels: LibTorch's loss and gradient, no 
       at::cross_entropy_loss(x.cpu().reshape({6, 8}), ok.reshape({6})).item<double>();
   CHECK(std::abs(wick::cross_entropy(x, ok.to(torch::kCUDA)).item<double>() - plain) <
         1e-5 * plain);
+#endif
+}
+
+TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients, no host wait",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  REQUIRE(cuda::load().empty());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+  const auto rel = [](const at::Tensor& got, const at::Tensor& want) {
+    return (got.cpu().to(torch::kDouble) - want).abs().max().item<double>() /
+           want.abs().max().item<double>();
+  };
+  // 1000 rows: more than one chunk of the weight gradient's sums; widths past and at 32 lanes.
+  for (const std::int64_t width : {100, 768})
+    for (const auto btype : {torch::kFloat, torch::kBFloat16})
+      for (const bool autocast : {false, true}) {
+        INFO("width " << width << ", branch " << btype << ", autocast " << autocast);
+        const auto r = 2 * torch::randn({1000, width}, gen);
+        const auto br = torch::randn({1000, width}, gen).to(btype);
+        const auto w = torch::randn({width}, gen), b = torch::randn({width}, gen);
+        const auto cs = torch::randn({1000, width}, gen), cy = torch::randn({1000, width}, gen);
+        const auto on = [](const at::Tensor& t) { return t.to(torch::kCUDA).requires_grad_(true); };
+        auto rg = on(r), brg = on(br), wg = on(w), bg = on(b);
+        const auto ycut = cy.to(torch::kCUDA), scut = cs.to(torch::kCUDA);
+        // Forward and backward under the sync debug mode set to error.
+        const auto run = [&] {
+          wick::compat::set_autocast_enabled(c10::DeviceType::CUDA, autocast);
+          wick::compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
+          c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+          const auto restore = [] {
+            c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+            wick::compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
+          };
+          try {
+            auto out = wick::add_layer_norm(rg, brg, wg, bg);
+            ((out.first * scut).sum() + (out.second.to(torch::kFloat) * ycut).sum()).backward();
+            restore();
+            return out;
+          } catch (...) {
+            restore();
+            throw;
+          }
+        };
+        const auto [s, y] = run();
+        auto rd = r.to(torch::kDouble).requires_grad_(true),
+             brd = br.to(torch::kDouble).requires_grad_(true),
+             wd = w.to(torch::kDouble).requires_grad_(true),
+             bd = b.to(torch::kDouble).requires_grad_(true);
+        const auto sd = rd + brd;
+        const auto yd = at::layer_norm(sd, {width}, wd, bd, 1e-5);
+        ((sd * cs).sum() + (yd * cy).sum()).backward();
+        CHECK(torch::equal(s.cpu(), r + br));
+        REQUIRE(y.scalar_type() == (autocast ? torch::kBFloat16 : torch::kFloat));
+        // Computed in float; bf16 values rounded once (a relative 2^-9): y under autocast, and
+        // then y's gradient too, which every other gradient takes in.
+        const double tol = autocast ? 4e-3 : 2e-6;
+        CHECK(rel(y, yd) < tol);
+        CHECK(rel(rg.grad(), rd.grad()) < tol);
+        REQUIRE(brg.grad().scalar_type() == btype);
+        CHECK(rel(brg.grad(), brd.grad()) < (btype == torch::kFloat ? tol : 4e-3));
+        CHECK(rel(wg.grad(), wd.grad()) < 5 * tol);
+        CHECK(rel(bg.grad(), bd.grad()) < 5 * tol);
+        // The weight gradient is summed in a fixed order: the same bits every time.
+        const auto first = wg.grad().clone();
+        for (auto* t : {&rg, &brg, &wg, &bg}) t->mutable_grad().reset();
+        run();
+        CHECK(torch::equal(wg.grad(), first));
+      }
+  // wick::layer_norm of bf16 rows, without autocast: in bf16.
+  const auto x = torch::randn({300, 256}, gen).to(torch::kBFloat16);
+  const auto w = torch::randn({256}, gen), b = torch::randn({256}, gen);
+  auto xg = x.to(torch::kCUDA).requires_grad_(true);
+  const auto y = wick::layer_norm(xg, w.to(torch::kCUDA), b.to(torch::kCUDA));
+  REQUIRE(y.scalar_type() == torch::kBFloat16);
+  const auto dy = torch::randn({300, 256}, gen).to(torch::kBFloat16);
+  y.backward(dy.to(torch::kCUDA));
+  auto xd = x.to(torch::kDouble).requires_grad_(true);
+  const auto yd = at::layer_norm(xd, {256}, w.to(torch::kDouble), b.to(torch::kDouble), 1e-5);
+  yd.backward(dy.to(torch::kDouble));
+  CHECK(rel(y, yd) < 4e-3);
+  CHECK(rel(xg.grad(), xd.grad()) < 4e-3);
 #endif
 }
 

@@ -7,6 +7,7 @@
 #include <wick/activations.hpp>
 #include <wick/attention.hpp>
 #include <wick/losses.hpp>
+#include <wick/normalization.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
@@ -14,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "token_file.hpp"
@@ -76,7 +79,19 @@ struct MlpImpl : nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// Pre-norm residual block.
+// ln(x), or ln(x + branch) beside x + branch: wick's kernels, one pass each way, where
+// nn::LayerNorm would be a residual add, a normalisation and, under bf16 autocast, a cast for
+// the matrix product that follows.
+std::pair<at::Tensor, at::Tensor> add_norm(const nn::LayerNorm& ln, const at::Tensor& x,
+                                           const at::Tensor& branch) {
+  const double eps = ln->options.eps();
+  if (!branch.defined()) return {x, wick::layer_norm(x, ln->weight, ln->bias, eps)};
+  return wick::add_layer_norm(x, branch, ln->weight, ln->bias, eps);
+}
+
+// Pre-norm residual block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Each residual add is done by
+// the normalisation after it, so the block takes the previous block's MLP output (`pending`,
+// undefined for the first) and returns the stream without its own.
 struct BlockImpl : nn::Module {
   explicit BlockImpl(const GptShape& s) {
     ln_1 = register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({s.width})));
@@ -84,9 +99,11 @@ struct BlockImpl : nn::Module {
     ln_2 = register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({s.width})));
     mlp = register_module("mlp", Mlp(s));
   }
-  at::Tensor forward(at::Tensor x) {
-    x = x + attn(ln_1(x));
-    return x + mlp(ln_2(x));
+  // {stream, pending} -> {stream, this block's pending MLP output}.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& pending) {
+    auto [s, h] = add_norm(ln_1, x, pending);
+    auto [s2, h2] = add_norm(ln_2, s, attn(h));
+    return {s2, mlp(h2)};
   }
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
@@ -115,8 +132,10 @@ struct GptImpl : nn::Module {
     const auto pos =
         torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
     auto x = torch::dropout(wte(tokens) + wpe(pos), dropout, is_training());
-    for (auto& b : blocks) x = b(x);
-    return at::linear(ln_f(x), wte->weight);  // tied: the output layer is the token embedding
+    at::Tensor pending;
+    for (auto& b : blocks) std::tie(x, pending) = b(x, pending);
+    // Tied: the output layer is the token embedding.
+    return at::linear(add_norm(ln_f, x, pending).second, wte->weight);
   }
 
   // GPT-2's: N(0, 0.02) for linear and embedding weights, zero biases, unit LayerNorms, and

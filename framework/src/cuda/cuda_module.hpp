@@ -31,6 +31,15 @@ struct Module {
   at::Tensor (*cross_entropy_grad)(const at::Tensor& logits, const at::Tensor& target,
                                    const at::Tensor& lse, const at::Tensor& scale,
                                    std::int64_t ignore_index);
+  void (*layer_norm_forward)(const at::Tensor& x, const at::Tensor& branch,
+                             const at::Tensor& weight, const at::Tensor& bias, float eps,
+                             const at::Tensor& s, const at::Tensor& y, const at::Tensor& mean,
+                             const at::Tensor& rstd);
+  void (*layer_norm_backward)(const at::Tensor& s, const at::Tensor& dy, const at::Tensor& ds,
+                              const at::Tensor& weight, const at::Tensor& mean,
+                              const at::Tensor& rstd, const at::Tensor& dx,
+                              const at::Tensor& d_branch, const at::Tensor& dw,
+                              const at::Tensor& db);
   std::unique_ptr<DeviceClock> (*event_clock)(const at::Device& device);
   c10::intrusive_ptr<compat::CommBackend> (*nccl_group)(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -17,6 +18,7 @@
 
 #include "cuda/adam_kernel.hpp"
 #include "cuda/cross_entropy_kernel.hpp"
+#include "cuda/layer_norm_kernel.hpp"
 
 namespace wick::cuda {
 namespace {
@@ -121,6 +123,66 @@ at::Tensor cross_entropy_grad(const at::Tensor& logits, const at::Tensor& target
   return grad;
 }
 
+// The layer norm kernels' row type of t (checked: float32 or bf16; undefined: f32, unused).
+RowType row_type(const at::Tensor& t) {
+  return t.defined() && t.scalar_type() == at::kBFloat16 ? RowType::bf16 : RowType::f32;
+}
+
+// Rows (where defined) float32 or bf16 [rows, width] as x is, columns float32 [width], per
+// row float32 [rows]: every one contiguous on x's GPU.
+void check_layer_norm(const at::Tensor& x, std::initializer_list<const at::Tensor*> rows,
+                      std::initializer_list<const at::Tensor*> columns,
+                      std::initializer_list<const at::Tensor*> per_row) {
+  const auto on = [&](const at::Tensor& t, std::int64_t numel) {
+    return t.device() == x.device() && t.is_contiguous() && t.numel() == numel;
+  };
+  const auto floats = [&](const at::Tensor& t, std::int64_t numel) {
+    return t.defined() && t.scalar_type() == at::kFloat && on(t, numel);
+  };
+  bool ok = x.is_cuda() && x.dim() == 2;
+  for (const auto* t : rows)
+    ok = ok && (!t->defined() || (on(*t, x.numel()) && (t->scalar_type() == at::kFloat ||
+                                                        t->scalar_type() == at::kBFloat16)));
+  for (const auto* t : columns) ok = ok && floats(*t, x.size(1));
+  for (const auto* t : per_row) ok = ok && floats(*t, x.size(0));
+  if (!ok)
+    throw std::logic_error(
+        "cuda::layer_norm: contiguous float32 or bf16 rows [rows, width], float32 weight and "
+        "bias [width], mean and rstd [rows], on one GPU");
+}
+
+void layer_norm_forward(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                        const at::Tensor& bias, float eps, const at::Tensor& s, const at::Tensor& y,
+                        const at::Tensor& mean, const at::Tensor& rstd) {
+  check_layer_norm(x, {&x, &branch, &s, &y}, {&weight, &bias}, {&mean, &rstd});
+  if (branch.defined() && (x.scalar_type() != at::kFloat || s.scalar_type() != at::kFloat))
+    throw std::logic_error("cuda::layer_norm_forward: a branch comes with float32 x and s");
+  const c10::cuda::CUDAGuard guard(x.device());
+  launch_layer_norm_forward(
+      x.data_ptr(), row_type(x), branch.defined() ? branch.data_ptr() : nullptr, row_type(branch),
+      branch.defined() ? s.data_ptr<float>() : nullptr, y.data_ptr(), row_type(y),
+      weight.data_ptr<float>(), bias.data_ptr<float>(), eps, x.size(0), x.size(1),
+      mean.data_ptr<float>(), rstd.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+}
+
+void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Tensor& ds,
+                         const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
+                         const at::Tensor& dx, const at::Tensor& d_branch, const at::Tensor& dw,
+                         const at::Tensor& db) {
+  check_layer_norm(s, {&s, &dy, &ds, &dx, &d_branch}, {&weight, &dw, &db}, {&mean, &rstd});
+  const auto rows = s.size(0), width = s.size(1);
+  if ((ds.defined() && ds.scalar_type() != s.scalar_type()) || dx.scalar_type() != s.scalar_type())
+    throw std::logic_error("cuda::layer_norm_backward: ds and dx in s's type");
+  const c10::cuda::CUDAGuard guard(s.device());
+  auto partial = at::empty({layer_norm_partials(rows, width)}, weight.options());
+  launch_layer_norm_backward(s.data_ptr(), row_type(s), dy.data_ptr(), row_type(dy),
+                             ds.defined() ? ds.data_ptr() : nullptr, weight.data_ptr<float>(),
+                             mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, width,
+                             dx.data_ptr(), d_branch.defined() ? d_branch.data_ptr() : nullptr,
+                             row_type(d_branch), dw.data_ptr<float>(), db.data_ptr<float>(),
+                             partial.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+}
+
 class EventClock final : public DeviceClock {
  public:
   explicit EventClock(const at::Device& device) : device_(device) {}
@@ -157,9 +219,11 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, o);
 }
 
-const Module kModule{
-    capturing,          pinned,      to_device_async, adam_step, cross_entropy_rows,
-    cross_entropy_grad, event_clock, nccl_group};
+const Module kModule{capturing,          pinned,
+                     to_device_async,    adam_step,
+                     cross_entropy_rows, cross_entropy_grad,
+                     layer_norm_forward, layer_norm_backward,
+                     event_clock,        nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

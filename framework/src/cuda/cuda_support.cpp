@@ -103,6 +103,19 @@ at::Tensor cross_entropy_grad(const at::Tensor& logits, const at::Tensor& target
   return module().cross_entropy_grad(logits, target, lse, scale, ignore_index);
 }
 
+void layer_norm_forward(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                        const at::Tensor& bias, float eps, const at::Tensor& s, const at::Tensor& y,
+                        const at::Tensor& mean, const at::Tensor& rstd) {
+  module().layer_norm_forward(x, branch, weight, bias, eps, s, y, mean, rstd);
+}
+
+void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Tensor& ds,
+                         const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
+                         const at::Tensor& dx, const at::Tensor& d_branch, const at::Tensor& dw,
+                         const at::Tensor& db) {
+  module().layer_norm_backward(s, dy, ds, weight, mean, rstd, dx, d_branch, dw, db);
+}
+
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
   return module().event_clock(device);
 }

@@ -58,6 +58,20 @@ at::Tensor cross_entropy_grad(const at::Tensor& logits, const at::Tensor& target
                               const at::Tensor& lse, const at::Tensor& scale,
                               std::int64_t ignore_index);
 
+// wick::layer_norm's kernels (layer_norm_kernel.hpp) on the current stream, for contiguous
+// rows [rows, width] on one GPU, float32 or bf16 (a branch comes with a float32 x), weight and
+// bias float32 [width], mean and rstd float32 [rows]. Forward: s = x + branch (float32, when
+// the branch is defined), y in its own type, and the rows' mean and rstd:
+void layer_norm_forward(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                        const at::Tensor& bias, float eps, const at::Tensor& s, const at::Tensor& y,
+                        const at::Tensor& mean, const at::Tensor& rstd);
+// and backward: dx (in s's type; ds, when defined, added) and d_branch (when defined, in its
+// own type), dw and db (float32 [width]).
+void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Tensor& ds,
+                         const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
+                         const at::Tensor& dx, const at::Tensor& d_branch, const at::Tensor& dw,
+                         const at::Tensor& db);
+
 // A DeviceClock of CUDA events on `device`'s current stream (the profiler's clock on a GPU).
 // Marks made while the stream captures a CUDA graph are not recorded and time nothing.
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device);

@@ -26,10 +26,12 @@
 //        cross_entropy's own CPU kernel for float32
 //   2.14 wick/attention.hpp (scaled_dot_product_attention: a kernel of wick's own on the CPU
 //        for short sequences)
+//   2.15 wick/normalization.hpp (layer_norm, add_layer_norm: kernels of wick's own on the CPU
+//        and on a GPU, the residual add in the same pass)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 14
+#define WICK_API_MINOR 15
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

@@ -1,0 +1,226 @@
+// Layer normalisation, one warp per row: the row's sums are warp reductions, its values read
+// from global memory on each pass (a row of GPT-2 small is 3 KB: the later passes find it in
+// the caches). The weight and bias gradients are column sums over the rows: per chunk of rows,
+// then over the chunks in order, so that they do not depend on the order blocks run in.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/layer_norm_kernel.hpp"
+
+namespace wick::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;                 // rows per block of the row kernels
+constexpr int kColumns = 256;             // columns per block of the weight and bias sums
+constexpr std::int64_t kMaxChunks = 512;  // chunks of rows those are first summed over
+
+__device__ __forceinline__ float load(const float* p, std::int64_t i) {
+  return p[i];
+}
+__device__ __forceinline__ float load(const __nv_bfloat16* p, std::int64_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ void store(float* p, std::int64_t i, float v) {
+  p[i] = v;
+}
+__device__ __forceinline__ void store(__nv_bfloat16* p, std::int64_t i, float v) {
+  p[i] = __float2bfloat16(v);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// s's value at i: the sum written in the first pass (each lane reads back only its own
+// writes), or x itself.
+template <class X>
+__device__ __forceinline__ float row_value(const X* x, const float* s, bool summed,
+                                           std::int64_t i) {
+  return summed ? s[i] : load(x, i);
+}
+
+template <class X, class B, class Y>
+__global__ void forward_kernel(const X* x, const B* branch, float* s, Y* y, const float* w,
+                               const float* bias, float eps, std::int64_t rows, std::int64_t width,
+                               float* mean, float* rstd) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp: its row is past the end
+  const int lane = threadIdx.x % 32;
+  const std::int64_t base = row * width;
+  const bool summed = branch != nullptr;
+  float sum = 0;
+  for (std::int64_t j = lane; j < width; j += 32) {
+    float v = load(x, base + j);
+    if (summed) {
+      v += load(branch, base + j);
+      s[base + j] = v;
+    }
+    sum += v;
+  }
+  const float inv_n = 1.f / static_cast<float>(width);
+  const float m = warp_sum(sum) * inv_n;
+  float sq = 0;
+  for (std::int64_t j = lane; j < width; j += 32) {
+    const float d = row_value(x, s, summed, base + j) - m;
+    sq += d * d;
+  }
+  const float rs = 1.f / sqrtf(warp_sum(sq) * inv_n + eps);
+  for (std::int64_t j = lane; j < width; j += 32)
+    store(y, base + j, (row_value(x, s, summed, base + j) - m) * rs * w[j] + bias[j]);
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+template <class S, class G, class B>
+__global__ void backward_kernel(const S* s, const G* dy, const S* ds, const float* w,
+                                const float* mean, const float* rstd, std::int64_t rows,
+                                std::int64_t width, S* dx, B* d_branch) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t base = row * width;
+  const float m = mean[row], rs = rstd[row];
+  float sum_g = 0, sum_gx = 0;
+  for (std::int64_t j = lane; j < width; j += 32) {
+    const float g = load(dy, base + j) * w[j];
+    sum_g += g;
+    sum_gx += g * ((load(s, base + j) - m) * rs);
+  }
+  const float inv_n = 1.f / static_cast<float>(width);
+  const float a = warp_sum(sum_g) * inv_n, c = warp_sum(sum_gx) * inv_n;
+  for (std::int64_t j = lane; j < width; j += 32) {
+    const float xh = (load(s, base + j) - m) * rs;
+    float v = rs * (load(dy, base + j) * w[j] - a - xh * c);
+    if (ds) v += load(ds, base + j);
+    store(dx, base + j, v);
+    if (d_branch) store(d_branch, base + j, v);
+  }
+}
+
+// One thread per column and chunk of rows: that chunk's sums of dy xhat and dy, into
+// partial[chunk][0 or 1][column]. Neighbouring threads read neighbouring columns.
+template <class S, class G>
+__global__ void param_partials_kernel(const S* s, const G* dy, const float* mean, const float* rstd,
+                                      std::int64_t rows, std::int64_t width,
+                                      std::int64_t chunk_rows, float* partial) {
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * kColumns + threadIdx.x;
+  if (j >= width) return;
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.y) * chunk_rows;
+  const std::int64_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+  float dw = 0, db = 0;
+  for (std::int64_t i = begin; i < end; ++i) {
+    const float g = load(dy, i * width + j);
+    dw += g * ((load(s, i * width + j) - mean[i]) * rstd[i]);
+    db += g;
+  }
+  partial[2 * blockIdx.y * width + j] = dw;
+  partial[(2 * blockIdx.y + 1) * width + j] = db;
+}
+
+__global__ void param_sum_kernel(const float* partial, std::int64_t chunks, std::int64_t width,
+                                 float* dw, float* db) {
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * kColumns + threadIdx.x;
+  if (j >= width) return;
+  float a = 0, b = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    a += partial[2 * c * width + j];
+    b += partial[(2 * c + 1) * width + j];
+  }
+  dw[j] = a;
+  db[j] = b;
+}
+
+// Rows per chunk of the weight and bias sums.
+std::int64_t chunk_rows(std::int64_t rows) {
+  const std::int64_t r = (rows + kMaxChunks - 1) / kMaxChunks;
+  return r > 0 ? r : 1;
+}
+
+// body(T{}) with T the CUDA type of t.
+template <class Body>
+void with_type(RowType t, const Body& body) {
+  if (t == RowType::bf16)
+    body(__nv_bfloat16{});
+  else
+    body(float{});
+}
+
+void check_launch(const char* what) {
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    throw std::runtime_error(std::string("wick: the CUDA layer norm ") + what +
+                             " kernel failed to launch: " + cudaGetErrorString(e));
+}
+
+int row_blocks(std::int64_t rows) {
+  return static_cast<int>((rows + kWarps - 1) / kWarps);
+}
+
+}  // namespace
+
+std::int64_t layer_norm_partials(std::int64_t rows, std::int64_t width) {
+  const std::int64_t per = chunk_rows(rows);
+  return 2 * ((rows + per - 1) / per) * width;
+}
+
+void launch_layer_norm_forward(const void* x, RowType x_type, const void* branch,
+                               RowType branch_type, float* s, void* y, RowType y_type,
+                               const float* w, const float* bias, float eps, std::int64_t rows,
+                               std::int64_t width, float* mean, float* rstd, void* stream) {
+  if (rows <= 0 || width <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  with_type(x_type, [&](auto xt) {
+    with_type(branch_type, [&](auto bt) {
+      with_type(y_type, [&](auto yt) {
+        using X = decltype(xt);
+        using B = decltype(bt);
+        using Y = decltype(yt);
+        forward_kernel<X, B, Y><<<row_blocks(rows), kWarps * 32, 0, st>>>(
+            static_cast<const X*>(x), static_cast<const B*>(branch), s, static_cast<Y*>(y), w, bias,
+            eps, rows, width, mean, rstd);
+      });
+    });
+  });
+  check_launch("forward");
+}
+
+void launch_layer_norm_backward(const void* s, RowType s_type, const void* dy, RowType dy_type,
+                                const void* ds, const float* w, const float* mean,
+                                const float* rstd, std::int64_t rows, std::int64_t width, void* dx,
+                                void* d_branch, RowType branch_type, float* dw, float* db,
+                                float* partial, void* stream) {
+  if (rows <= 0 || width <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  const std::int64_t per = chunk_rows(rows), chunks = (rows + per - 1) / per;
+  const dim3 column_grid(static_cast<unsigned>((width + kColumns - 1) / kColumns),
+                         static_cast<unsigned>(chunks));
+  with_type(s_type, [&](auto stype) {
+    with_type(dy_type, [&](auto gtype) {
+      using S = decltype(stype);
+      using G = decltype(gtype);
+      with_type(branch_type, [&](auto btype) {
+        using B = decltype(btype);
+        backward_kernel<S, G, B><<<row_blocks(rows), kWarps * 32, 0, st>>>(
+            static_cast<const S*>(s), static_cast<const G*>(dy), static_cast<const S*>(ds), w, mean,
+            rstd, rows, width, static_cast<S*>(dx), static_cast<B*>(d_branch));
+      });
+      check_launch("backward");
+      param_partials_kernel<S, G>
+          <<<column_grid, kColumns, 0, st>>>(static_cast<const S*>(s), static_cast<const G*>(dy),
+                                             mean, rstd, rows, width, per, partial);
+      check_launch("weight gradient");
+    });
+  });
+  const unsigned column_blocks = static_cast<unsigned>((width + kColumns - 1) / kColumns);
+  param_sum_kernel<<<column_blocks, kColumns, 0, st>>>(partial, chunks, width, dw, db);
+  check_launch("weight gradient sum");
+}
+
+}  // namespace wick::cuda
