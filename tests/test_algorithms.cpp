@@ -586,6 +586,20 @@ TEST_CASE("wick::layer_norm and add_layer_norm: the layer norm and its gradients
     CHECK(w4.grad().abs().max().item<double>() == 0);
   }
 
+  // The gain's gradient is summed per 64 rows, then over those in order: the same bits on any
+  // number of threads.
+  {
+    const auto gain_grad = [&](int threads) {
+      const int was = at::get_num_threads();
+      at::set_num_threads(threads);
+      auto wt = w.clone().requires_grad_(true);
+      (wick::add_layer_norm(r, cs, wt, b).second * cy).sum().backward();
+      at::set_num_threads(was);
+      return wt.grad();
+    };
+    CHECK(torch::equal(gain_grad(1), gain_grad(3)));
+  }
+
   // Under bf16 autocast the normalised rows come in bf16, as the matrix product that follows
   // would cast them: rounded once from float.
   {
