@@ -670,31 +670,53 @@ int main(int argc, char** argv) {
     rc = 1;
   }
   r["meta"]["load_after"] = load_average();
-  // --only re-measures some sections: the others stay as the last full run wrote them (said
-  // in the notes, with that run's date), so results.md keeps every table.
-  // --peers-workloads re-measures some of the peers' workloads: the others' tables stay too.
+  // --only re-measures some sections, --peers-workloads some of the peers' workloads: the others
+  // stay as the run that measured them wrote them, so results.md keeps every table. Each
+  // section's and workload's date goes from file to file in meta.measured and
+  // meta.measured_peers; a file written before those were kept gives only an upper bound.
+  const std::string now = r["meta"]["date"];
+  for (const auto& [k, v] : r.items())
+    if (k != "meta" && k != "error") r["meta"]["measured"][k] = now;
+  if (r.contains("peers"))
+    for (const auto& [k, v] : r["peers"].items())
+      if (v.is_object() && v.contains("rows")) r["meta"]["measured_peers"][k] = now;
   const bool some_peers = !s.peers_workloads.empty() && r.contains("peers");
   if ((!only.empty() || some_peers) && fs::exists(out)) {
     try {
       const auto old = json::parse(read_text(out));
-      const std::string date = old["meta"].value("date", "?");
-      std::string kept;
+      const std::string bound = "on or before " + old["meta"].value("date", "?");
+      const auto date_in = [&](const char* table, const std::string& k,
+                               const std::string& or_else) {
+        const json& m = old["meta"];
+        return m.contains(table) && m[table].contains(k) ? m[table][k].get<std::string>() : or_else;
+      };
+      // A workload of the peers measured with the whole section has the section's date.
+      const std::string peers_date = date_in("measured", "peers", bound);
+      const auto keep = [&](const char* table, const std::string& k,
+                            std::map<std::string, std::string>& by_date) {
+        const std::string d =
+            date_in(table, k, std::string(table) == "measured_peers" ? peers_date : bound);
+        r["meta"][table][k] = d;
+        auto& names = by_date[d];
+        names += (names.empty() ? "" : ", ") + k;
+      };
+      // Names kept, by the date they were measured on, for the notes.
+      std::map<std::string, std::string> kept, kept_peers;
       for (const auto& [k, v] : old.items())
         if (k != "meta" && k != "targets" && !r.contains(k)) {
           r[k] = v;
-          kept += (kept.empty() ? "" : ", ") + k;
+          keep("measured", k, kept);
         }
-      if (!kept.empty())
-        s.notes.push_back("measured by an earlier run (" + date + "), kept: " + kept);
-      std::string kept_peers;
       if (some_peers && old.contains("peers"))
         for (const auto& [k, v] : old["peers"].items())
           if (v.is_object() && v.contains("rows") && !r["peers"].contains(k)) {
             r["peers"][k] = v;
-            kept_peers += (kept_peers.empty() ? "" : ", ") + k;
+            keep("measured_peers", k, kept_peers);
           }
-      if (!kept_peers.empty())
-        s.notes.push_back("peers: measured by an earlier run (" + date + "), kept: " + kept_peers);
+      for (const auto& [d, names] : kept)
+        s.notes.push_back("measured by an earlier run (" + d + "), kept: " + names);
+      for (const auto& [d, names] : kept_peers)
+        s.notes.push_back("peers: measured by an earlier run (" + d + "), kept: " + names);
     } catch (const std::exception& e) {
       s.notes.push_back(std::string("the earlier ") + out + " is unreadable: " + e.what());
     }

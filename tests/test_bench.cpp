@@ -114,3 +114,27 @@ TEST_CASE("wick_bench --smoke runs every section and writes its results") {
   CHECK(md.find("| Measure |") != std::string::npos);
   CHECK(r.out == md);  // the same table on stdout
 }
+
+// --only re-measures one section; the others stay, each with the date it was measured on,
+// carried from the file before (or "on or before" that file's date where it gave none).
+TEST_CASE("wick_bench --only keeps the other sections with the dates they were measured on") {
+  TempDir dir;
+  const auto out = dir / "results.json";
+  write_file(out, R"({"meta": {"date": "2026-01-02 03:04 UTC",
+                               "measured": {"old_a": "2025-12-31 23:59 UTC"}},
+                      "old_a": {"x": 1}, "old_b": {"y": 2}})");
+  auto r = run({WICK_BENCH_BIN, "--smoke", "--only", "startup", "--out", out.string()});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  const auto j = read_json(out);
+  CHECK(j["old_a"]["x"] == 1);
+  CHECK(j["old_b"]["y"] == 2);
+  const auto& measured = j["meta"]["measured"];
+  CHECK(measured["startup"] == j["meta"]["date"]);
+  CHECK(measured["old_a"] == "2025-12-31 23:59 UTC");
+  CHECK(measured["old_b"] == "on or before 2026-01-02 03:04 UTC");
+  const auto notes = j["meta"]["notes"].dump();
+  CHECK(notes.find("measured by an earlier run (2025-12-31 23:59 UTC), kept: old_a") !=
+        std::string::npos);
+  CHECK(notes.find("(on or before 2026-01-02 03:04 UTC), kept: old_b") != std::string::npos);
+}
