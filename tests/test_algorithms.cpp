@@ -627,7 +627,12 @@ TEST_CASE("wick::layer_norm and add_layer_norm: the layer norm and its gradients
   const auto [sb, yb] = wick::add_layer_norm(rb, bb, w, b);
   CHECK(torch::equal(sb, rb + bb));
   CHECK(torch::equal(yb, wick::layer_norm(rb + bb, w, b)));
-  CHECK_THROWS_AS(wick::add_layer_norm(r, cs.t(), w, b), std::invalid_argument);
+  CHECK_THROWS_WITH(wick::add_layer_norm(r, cs.t(), w, b),
+                    Catch::Matchers::Contains("wick::add_layer_norm: residual and branch of one "
+                                              "shape on one device, got [130, 768]"));
+  CHECK_THROWS_WITH(wick::layer_norm(torch::tensor(1.f), w, b),
+                    Catch::Matchers::Contains("wick::layer_norm: a tensor [..., width]") &&
+                        Catch::Matchers::Contains("got a 0-dimensional tensor"));
 }
 
 // ---- label_smoothing ----------------------------------------------------------------------

@@ -230,7 +230,8 @@ bool own_kernel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
 void check_rows(const char* fn, const at::Tensor& x) {
   if (x.defined() && x.dim() >= 1) return;
   throw std::invalid_argument(std::string("wick::") + fn +
-                              ": a tensor [..., width] to normalise over its last dimension");
+                              ": a tensor [..., width] to normalise over its last dimension, got " +
+                              (x.defined() ? "a 0-dimensional tensor" : "an undefined tensor"));
 }
 
 }  // namespace
