@@ -1,4 +1,5 @@
-// wick::cross_entropy (wick/losses.hpp), wick::gelu_tanh (wick/activations.hpp) and
+// wick::cross_entropy (wick/losses.hpp), wick::gelu_tanh and wick::gelu_mlp
+// (wick/activations.hpp) and
 // wick::scaled_dot_product_attention (wick/attention.hpp) on the CPU, the training-algorithm
 // plugins
 // (label_smoothing, mixup, cutmix, sam, swa, freeze) and the speed plugins (channels_last,
@@ -26,6 +27,7 @@
 #include <wick/trainer.hpp>
 
 #include "in_process.hpp"
+#include "ops/gelu_mlp.hpp"
 #include "support.hpp"
 
 using namespace wick;
@@ -396,6 +398,54 @@ TEST_CASE("wick::gelu_tanh matches GELU's tanh formula and its derivative",
   CHECK(torch::equal(wick::gelu_tanh(wide.t()), wick::gelu_tanh(wide.t().contiguous())));
   const auto dbl = wide.to(torch::kDouble);
   CHECK(torch::equal(wick::gelu_tanh(dbl), at::gelu(dbl, "tanh")));
+}
+
+// gelu_mlp's autograd function is what a GPU in bf16 takes, with cuBLASLt's epilogues there
+// (test_cuda); here its own backward (four products, GELU's derivative, the bias sums) is
+// checked on the CPU against autograd through the three operations in double.
+TEST_CASE("wick::gelu_mlp's autograd function: linear, GELU, linear and their gradients",
+          "[algorithms][activations]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto x = torch::randn({2, 5, 16}, gen), w1 = torch::randn({24, 16}, gen) / 4,
+             b1 = torch::randn({24}, gen), w2 = torch::randn({8, 24}, gen) / 5,
+             b2 = torch::randn({8}, gen), dy = torch::randn({2, 5, 8}, gen);
+  std::vector<at::Tensor> want;
+  {
+    std::vector<at::Tensor> in;
+    for (const auto& t : {x, w1, b1, w2, b2}) in.push_back(t.to(torch::kDouble).requires_grad_());
+    const auto y = at::linear(at::gelu(at::linear(in[0], in[1], in[2]), "tanh"), in[3], in[4]);
+    y.backward(dy.to(torch::kDouble));
+    want.push_back(y.detach());
+    for (const auto& t : in) want.push_back(t.grad());
+  }
+  const auto rel = [](const at::Tensor& got, const at::Tensor& w) {
+    return (got.to(torch::kDouble) - w).abs().max().item<double>() / w.abs().max().item<double>();
+  };
+  for (const auto type : {torch::kFloat, torch::kBFloat16}) {
+    INFO("computed in " << type);
+    std::vector<at::Tensor> in;
+    for (const auto& t : {x, w1, b1, w2, b2}) in.push_back(t.clone().requires_grad_());
+    const auto y = gelu_mlp_in(type, in[0], in[1], in[2], in[3], in[4]);
+    REQUIRE(y.sizes() == want[0].sizes());
+    CHECK(y.scalar_type() == type);
+    CHECK_FALSE(y.is_view());  // changeable in place, as at::linear's result
+    y.backward(dy.to(type));
+    // bf16: the inputs, both products and the GELU rounded to bf16 (2^-8 each).
+    const double tol = type == torch::kFloat ? 1e-5 : 3e-2;
+    CHECK(rel(y, want[0]) < tol);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      INFO("the gradient of input " << i);
+      CHECK(in[i].grad().scalar_type() == torch::kFloat);  // each in its input's type
+      CHECK(rel(in[i].grad(), want[i + 1]) < tol);
+    }
+  }
+  // An input without a gradient gets none; the others are those above.
+  auto w2g = w2.clone().requires_grad_();
+  gelu_mlp_in(torch::kFloat, x, w1, b1, w2g, b2).backward(dy);
+  CHECK(rel(w2g.grad(), want[4]) < 1e-5);
+  // wick::gelu_mlp on the CPU: the three operations, gelu_tanh's kernel among them.
+  CHECK(torch::equal(wick::gelu_mlp(x, w1, b1, w2, b2),
+                     at::linear(wick::gelu_tanh(at::linear(x, w1, b1)), w2, b2)));
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "cuda/cuda_support.hpp"
 #endif
 
+#include <wick/activations.hpp>
 #include <wick/losses.hpp>
 #include <wick/normalization.hpp>
 #include <wick/profile.hpp>
@@ -152,6 +153,31 @@ class NoSyncInSteps : public Hook {
     });
   }
 };
+
+// The largest |got - want| over want's largest magnitude (want: double, on the CPU).
+double rel(const at::Tensor& got, const at::Tensor& want) {
+  return (got.cpu().to(torch::kDouble) - want).abs().max().item<double>() /
+         want.abs().max().item<double>();
+}
+
+// f() with CUDA's bf16 autocast on or off and the sync debug mode set to error (any wait for
+// the GPU throws); both as they were again afterwards, whether f returns or throws.
+template <class F>
+auto without_host_wait(bool autocast, F&& f) {
+  struct Restore {
+    bool on = wick::compat::autocast_enabled(c10::DeviceType::CUDA);
+    at::ScalarType type = wick::compat::autocast_dtype(c10::DeviceType::CUDA);
+    ~Restore() {
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+      wick::compat::set_autocast_enabled(c10::DeviceType::CUDA, on);
+      wick::compat::set_autocast_dtype(c10::DeviceType::CUDA, type);
+    }
+  } restore;
+  wick::compat::set_autocast_enabled(c10::DeviceType::CUDA, autocast);
+  wick::compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  return f();
+}
 #endif
 
 }  // namespace
@@ -237,10 +263,6 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
 #ifdef WICK_TEST_CUDA
   REQUIRE(cuda::load().empty());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
-  const auto rel = [](const at::Tensor& got, const at::Tensor& want) {
-    return (got.cpu().to(torch::kDouble) - want).abs().max().item<double>() /
-           want.abs().max().item<double>();
-  };
   // 1001 rows: a last block of one warp, and chunks of the weight gradient's sums the last of
   // which is short; widths past and at 32 lanes.
   for (const std::int64_t width : {100, 768})
@@ -256,25 +278,11 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
         const auto ycut = cy.to(torch::kCUDA), scut = cs.to(torch::kCUDA);
         // Forward and backward under the sync debug mode set to error.
         const auto run = [&] {
-          const bool was_on = wick::compat::autocast_enabled(c10::DeviceType::CUDA);
-          const auto was = wick::compat::autocast_dtype(c10::DeviceType::CUDA);
-          wick::compat::set_autocast_enabled(c10::DeviceType::CUDA, autocast);
-          wick::compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
-          c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
-          const auto restore = [&] {
-            c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-            wick::compat::set_autocast_enabled(c10::DeviceType::CUDA, was_on);
-            wick::compat::set_autocast_dtype(c10::DeviceType::CUDA, was);
-          };
-          try {
+          return without_host_wait(autocast, [&] {
             auto out = wick::add_layer_norm(rg, brg, wg, bg);
             ((out.first * scut).sum() + (out.second.to(torch::kFloat) * ycut).sum()).backward();
-            restore();
             return out;
-          } catch (...) {
-            restore();
-            throw;
-          }
+          });
         };
         const auto [s, y] = run();
         auto rd = r.to(torch::kDouble).requires_grad_(true),
@@ -321,6 +329,67 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
   CHECK(rel(xg.grad(), xd.grad()) < 8e-3);
   CHECK(rel(wg.grad(), wd.grad()) < 1e-5);
   CHECK(rel(bg.grad(), bd.grad()) < 1e-5);
+#endif
+}
+
+TEST_CASE("wick::gelu_mlp on the GPU: GELU and its gradient in cuBLASLt's epilogues, no host wait",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  REQUIRE(cuda::load().empty());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  const auto bf16 = [](const at::Tensor& t) { return t.to(torch::kCUDA, torch::kBFloat16); };
+  // The epilogues themselves, against double from the same bf16 values: 1001 rows, 64 in, 96
+  // hidden, 40 out (multiples of 8; the rows need not be).
+  const auto x = torch::randn({1001, 64}, gen), w1 = torch::randn({96, 64}, gen) / 8,
+             b1 = torch::randn({96}, gen), w2 = torch::randn({40, 96}, gen) / 10,
+             dy = torch::randn({1001, 40}, gen);
+  const auto xd = bf16(x).cpu().to(torch::kDouble), w1d = bf16(w1).cpu().to(torch::kDouble),
+             b1d = bf16(b1).cpu().to(torch::kDouble), w2d = bf16(w2).cpu().to(torch::kDouble),
+             dyd = bf16(dy).cpu().to(torch::kDouble);
+  auto out = bf16(torch::empty({1001, 96})), pre = torch::empty_like(out);
+  REQUIRE(cuda::gelu_gemm_forward(bf16(x), bf16(w1), bf16(b1), out, pre));
+  const auto pre_d = at::addmm(b1d, xd, w1d.t());
+  CHECK(rel(pre, pre_d) < 8e-3);
+  CHECK(rel(out, at::gelu(pre_d, "tanh")) < 8e-3);
+  auto d_pre = torch::empty_like(pre), d_bias = bf16(torch::empty({96}));
+  REQUIRE(cuda::gelu_gemm_backward(bf16(dy), bf16(w2), pre, d_pre, d_bias));
+  const auto d_pre_d = at::gelu_backward(at::mm(dyd, w2d), pre.cpu().to(torch::kDouble), "tanh");
+  CHECK(rel(d_pre, d_pre_d) < 8e-3);
+  CHECK(rel(d_bias, d_pre_d.sum(0)) < 8e-3);
+  // Sizes the epilogues cannot take (60 is not a multiple of 8): refused, nothing written.
+  auto out60 = bf16(torch::zeros({1001, 96}));
+  CHECK_FALSE(cuda::gelu_gemm_forward(bf16(x.slice(1, 0, 60)).contiguous(),
+                                      bf16(w1.slice(1, 0, 60)).contiguous(), bf16(b1), out60,
+                                      torch::empty_like(out60)));
+  CHECK(out60.abs().sum().item<float>() == 0);
+  // wick::gelu_mlp under bf16 autocast with float parameters, as samples/gpt trains, and under
+  // the sync debug mode set to error: the result in bf16, every gradient in float.
+  const auto b2 = torch::randn({40}, gen), x3 = torch::randn({7, 143, 64}, gen);
+  std::vector<at::Tensor> in;
+  for (const auto& t : {x3, w1, b1, w2, b2}) in.push_back(t.to(torch::kCUDA).requires_grad_(true));
+  const auto dy3 = torch::randn({7, 143, 40}, gen);
+  const auto dy3_gpu = dy3.to(torch::kCUDA, torch::kBFloat16);  // before the debug mode
+  const auto y = without_host_wait(true, [&] {
+    auto out = wick::gelu_mlp(in[0], in[1], in[2], in[3], in[4]);
+    out.backward(dy3_gpu);
+    return out;
+  });
+  // Not a view: the caller may change it in place, as at::linear's result.
+  CHECK_FALSE(y.is_view());
+  REQUIRE(y.scalar_type() == torch::kBFloat16);
+  std::vector<at::Tensor> ref;
+  for (const auto& t : {x3, w1, b1, w2, b2})
+    ref.push_back(t.to(torch::kDouble).requires_grad_(true));
+  const auto yd = at::linear(at::gelu(at::linear(ref[0], ref[1], ref[2]), "tanh"), ref[3], ref[4]);
+  yd.backward(dy3.to(torch::kBFloat16).to(torch::kDouble));
+  // Every input, product and the GELU rounded to bf16 once: within 3e-2 of the largest value.
+  CHECK(rel(y, yd) < 3e-2);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    INFO("the gradient of input " << i);
+    REQUIRE(in[i].grad().scalar_type() == torch::kFloat);
+    CHECK(rel(in[i].grad(), ref[i].grad()) < 3e-2);
+  }
 #endif
 }
 

@@ -71,8 +71,10 @@ struct MlpImpl : nn::Module {
     c_proj = register_module("c_proj", nn::Linear(4 * s.width, s.width));
   }
   at::Tensor forward(const at::Tensor& x) {
-    // GPT-2's GELU is the tanh approximation: wick's kernel on the CPU, at::gelu elsewhere.
-    return torch::dropout(linear(c_proj, wick::gelu_tanh(linear(c_fc, x))), dropout, is_training());
+    // GPT-2's GELU is the tanh approximation: wick's kernel on the CPU; on a GPU in bf16, in
+    // the products' epilogues.
+    const auto h = wick::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+    return torch::dropout(h, dropout, is_training());
   }
   double dropout;
   nn::Linear c_fc{nullptr}, c_proj{nullptr};

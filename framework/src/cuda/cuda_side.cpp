@@ -18,6 +18,7 @@
 
 #include "cuda/adam_kernel.hpp"
 #include "cuda/cross_entropy_kernel.hpp"
+#include "cuda/gelu_gemm.hpp"
 #include "cuda/layer_norm_kernel.hpp"
 
 namespace wick::cuda {
@@ -223,6 +224,7 @@ const Module kModule{capturing,          pinned,
                      to_device_async,    adam_step,
                      cross_entropy_rows, cross_entropy_grad,
                      layer_norm_forward, layer_norm_backward,
+                     lt_gelu_forward,    lt_gelu_backward,
                      event_clock,        nccl_group};
 
 }  // namespace

@@ -116,6 +116,16 @@ void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Te
   module().layer_norm_backward(s, dy, ds, weight, mean, rstd, dx, d_branch, dw, db);
 }
 
+bool gelu_gemm_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                       const at::Tensor& out, const at::Tensor& pre) {
+  return module().gelu_gemm_forward(x, w, b, out, pre);
+}
+
+bool gelu_gemm_backward(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& pre,
+                        const at::Tensor& d_pre, const at::Tensor& d_bias) {
+  return module().gelu_gemm_backward(dy, w, pre, d_pre, d_bias);
+}
+
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
   return module().event_clock(device);
 }

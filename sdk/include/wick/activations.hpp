@@ -1,4 +1,4 @@
-// Activations with a kernel of wick's own (since SDK 2.13). This header includes LibTorch's
+// Activations with kernels of wick's own (since SDK 2.13). This header includes LibTorch's
 // ATen.
 #pragma once
 
@@ -18,6 +18,18 @@ namespace wick {
 // against 2.9 and 6.0). Its gradient is not differentiable again (no second derivative).
 // Elsewhere (other types, devices) it is at::gelu.
 WICK_EXPORT at::Tensor gelu_tanh(const at::Tensor& x);
+
+// A transformer's feed-forward block (since SDK 2.16): linear(gelu_tanh(linear(x, fc_weight,
+// fc_bias)), proj_weight, proj_bias), x [..., in], fc_weight [hidden, in], proj_weight [out,
+// hidden], with their biases. On a GPU in bf16 (under bf16 autocast, or every tensor bf16) the
+// GELU is in the first product's epilogue and its gradient, with fc_bias's, in the epilogue of
+// the backward product through proj_weight (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD; in, hidden
+// and out multiples of 8), where separately they are four passes over the [rows, hidden]
+// activations; the result is bf16 as at::linear's under autocast. Elsewhere the three
+// operations (gelu_tanh's kernel on the CPU).
+WICK_EXPORT at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& fc_weight,
+                                const at::Tensor& fc_bias, const at::Tensor& proj_weight,
+                                const at::Tensor& proj_bias);
 
 }  // namespace wick
 

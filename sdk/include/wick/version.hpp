@@ -28,10 +28,12 @@
 //        for short sequences)
 //   2.15 wick/normalization.hpp (layer_norm, add_layer_norm: kernels of wick's own on the CPU
 //        and on a GPU, the residual add in the same pass)
+//   2.16 gelu_mlp (wick/activations.hpp: on a GPU in bf16, the GELU and its gradient in
+//        cuBLASLt's epilogues)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 15
+#define WICK_API_MINOR 16
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
