@@ -310,25 +310,34 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
         run();
         CHECK(torch::equal(wg.grad(), first));
       }
-  // wick::layer_norm of bf16 rows, without autocast: in bf16. The gain's and bias's gradients
-  // from bf16 rows are float sums of the exact values.
-  const auto x = torch::randn({300, 256}, gen).to(torch::kBFloat16);
-  const auto w = torch::randn({256}, gen), b = torch::randn({256}, gen);
-  auto xg = x.to(torch::kCUDA).requires_grad_(true);
-  auto wg = w.to(torch::kCUDA).requires_grad_(true), bg = b.to(torch::kCUDA).requires_grad_(true);
-  const auto y = wick::layer_norm(xg, wg, bg);
-  REQUIRE(y.scalar_type() == torch::kBFloat16);
-  const auto dy = torch::randn({300, 256}, gen).to(torch::kBFloat16);
-  y.backward(dy.to(torch::kCUDA));
-  auto xd = x.to(torch::kDouble).requires_grad_(true);
-  auto wd = w.to(torch::kDouble).requires_grad_(true),
-       bd = b.to(torch::kDouble).requires_grad_(true);
-  const auto yd = at::layer_norm(xd, {256}, wd, bd, 1e-5);
-  yd.backward(dy.to(torch::kDouble));
-  CHECK(rel(y, yd) < 8e-3);
-  CHECK(rel(xg.grad(), xd.grad()) < 8e-3);
-  CHECK(rel(wg.grad(), wd.grad()) < 1e-5);
-  CHECK(rel(bg.grad(), bd.grad()) < 1e-5);
+  // wick::layer_norm without a branch, without autocast: in the rows' type, float32 or bf16
+  // (300 rows: chunks of one row for the gain's and bias's sums). The gain's and bias's
+  // gradients are float sums of the exact values, whose error is the sums' own.
+  for (const auto xtype : {torch::kFloat, torch::kBFloat16}) {
+    INFO("rows in " << xtype);
+    const auto x = torch::randn({300, 256}, gen).to(xtype);
+    const auto w = torch::randn({256}, gen), b = torch::randn({256}, gen);
+    auto xg = x.to(torch::kCUDA).requires_grad_(true);
+    auto wg = w.to(torch::kCUDA).requires_grad_(true), bg = b.to(torch::kCUDA).requires_grad_(true);
+    const auto dy = torch::randn({300, 256}, gen).to(xtype);
+    const auto dy_gpu = dy.to(torch::kCUDA);
+    const auto y = without_host_wait(false, [&] {
+      auto out = wick::layer_norm(xg, wg, bg);
+      out.backward(dy_gpu);
+      return out;
+    });
+    REQUIRE(y.scalar_type() == xtype);
+    auto xd = x.to(torch::kDouble).requires_grad_(true);
+    auto wd = w.to(torch::kDouble).requires_grad_(true),
+         bd = b.to(torch::kDouble).requires_grad_(true);
+    const auto yd = at::layer_norm(xd, {256}, wd, bd, 1e-5);
+    yd.backward(dy.to(torch::kDouble));
+    const double tol = xtype == torch::kFloat ? 2e-6 : 8e-3;  // bf16: y and dx rounded once
+    CHECK(rel(y, yd) < tol);
+    CHECK(rel(xg.grad(), xd.grad()) < tol);
+    CHECK(rel(wg.grad(), wd.grad()) < 1e-5);
+    CHECK(rel(bg.grad(), bd.grad()) < 1e-5);
+  }
 #endif
 }
 
