@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "cuda/cuda_support.hpp"
+#include "ops/autocast.hpp"
+#include "ops/cpu_data.hpp"
 #include "wick/activations.hpp"
 #include "wick/torch_compat.hpp"
 
@@ -81,7 +83,7 @@ bool fused_in_bf16(const at::Tensor& x, std::initializer_list<const at::Tensor*>
   bool all_bf16 = true;
   const auto takes = [&](const at::Tensor& t) {
     if (!t.defined() || t.device() != x.device() || t.layout() != at::kStrided ||
-        (t.scalar_type() != at::kFloat && t.scalar_type() != at::kBFloat16))
+        !cpu_kernel_type(t.scalar_type()))
       return false;
     all_bf16 = all_bf16 && t.scalar_type() == at::kBFloat16;
     return true;
@@ -89,9 +91,8 @@ bool fused_in_bf16(const at::Tensor& x, std::initializer_list<const at::Tensor*>
   if (!takes(x)) return false;
   for (const auto* p : params)
     if (!takes(*p)) return false;
-  if (compat::autocast_enabled(at::kCUDA))
-    return compat::autocast_dtype(at::kCUDA) == at::kBFloat16;
-  return all_bf16;
+  // Another autocast type would cast bf16 tensors to it for the products.
+  return bf16_autocast(at::kCUDA) || (all_bf16 && !compat::autocast_enabled(at::kCUDA));
 }
 
 }  // namespace

@@ -19,8 +19,8 @@
 #include "cpu/bf16.hpp"
 #include "cpu/layer_norm_kernel.hpp"
 #include "cuda/cuda_support.hpp"
+#include "ops/autocast.hpp"
 #include "ops/cpu_data.hpp"
-#include "wick/torch_compat.hpp"
 
 namespace wick {
 namespace {
@@ -210,9 +210,7 @@ class AddLayerNorm : public ag::Function<AddLayerNorm> {
 
 // The result's type: bf16 under bf16 autocast on the tensor's device, else `natural`.
 at::ScalarType normalized_type(const at::Tensor& x, at::ScalarType natural) {
-  const auto d = x.device().type();
-  return compat::autocast_enabled(d) && compat::autocast_dtype(d) == at::kBFloat16 ? at::kBFloat16
-                                                                                   : natural;
+  return bf16_autocast(x.device().type()) ? at::kBFloat16 : natural;
 }
 
 // Whether wick's kernels take x with this weight and bias.
