@@ -182,25 +182,30 @@ auto without_host_wait(bool autocast, F&& f) {
 
 }  // namespace
 
-TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim::Adam", "[cuda]") {
+TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim's Adam and AdamW",
+          "[cuda]") {
   need_gpu();
   auto task = std::make_shared<Linear>();
-  auto run = [&](bool fused, double wd) {
+  auto run = [&](OptimizerKind kind, bool fused, double wd) {
     OptimizerOptions a = adam(0.05, fused);
+    a.kind = kind;
     a.weight_decay = wd;
+    a.weight_decay_set = true;
     Trainer t(on_gpu(3), task, a);
     auto p0 = cpu_params(t);
     REQUIRE(t.fit().status == FitResult::Status::completed);
     for (const auto& p : t.model().parameters()) CHECK(p.is_cuda());
     return std::make_pair(p0, cpu_params(t));
   };
-  for (const double wd : {0.0, 0.1}) {
-    INFO("weight_decay " << wd);
-    auto fused = run(true, wd), plain = run(false, wd);
-    CHECK(max_diff(fused.first, plain.first) == 0);
-    CHECK(max_diff(fused.second, plain.second) < 1e-5);
-    CHECK(max_diff(fused.second, fused.first) > 1e-2);
-  }
+  // Adam's decay is added to the gradient, AdamW's scales the parameter inside the kernel.
+  for (const auto kind : {OptimizerKind::adam, OptimizerKind::adamw})
+    for (const double wd : {0.0, 0.1}) {
+      INFO(to_string(kind) << " weight_decay " << wd);
+      auto fused = run(kind, true, wd), plain = run(kind, false, wd);
+      CHECK(max_diff(fused.first, plain.first) == 0);
+      CHECK(max_diff(fused.second, plain.second) < 1e-5);
+      CHECK(max_diff(fused.second, fused.first) > 1e-2);
+    }
 }
 
 TEST_CASE("wick::cross_entropy's CUDA kernels: LibTorch's loss and gradient, no host wait",

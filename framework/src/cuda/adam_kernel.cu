@@ -17,7 +17,7 @@ template <bool kDecay>
 __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
                             float* __restrict__ m, float* __restrict__ v, std::int64_t n,
                             float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
-                            float decay) {
+                            float decay, float shrink) {
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -27,14 +27,15 @@ __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
     const float vi = v[i] * beta2 + (1 - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    // shrink: AdamW's 1 - lr * weight_decay, else 1 (exact: x * 1 == x).
+    p[i] = p[i] * shrink - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
   }
 }
 
 }  // namespace
 
 void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, float beta1,
-                 float beta2, float step_size, float bc2_sqrt, float eps, float decay,
+                 float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink,
                  void* stream) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
@@ -43,11 +44,11 @@ void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, f
   const int blocks = static_cast<int>(wanted < 8192 ? wanted : 8192);
   auto s = static_cast<cudaStream_t>(stream);
   if (decay != 0)
-    adam_kernel<true>
-        <<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
+    adam_kernel<true><<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt,
+                                                  eps, decay, shrink);
   else
-    adam_kernel<false>
-        <<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt, eps, decay);
+    adam_kernel<false><<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt,
+                                                   eps, decay, shrink);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw std::runtime_error(std::string("wick: the CUDA Adam kernel failed to launch: ") +
                              cudaGetErrorString(e));

@@ -24,7 +24,8 @@ struct Module {
   at::Tensor (*pinned)(const at::Tensor& host);
   at::Tensor (*to_device_async)(const at::Tensor& host, const at::Device& device);
   void (*adam_step)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-                    float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+                    float beta2, float step_size, float bc2_sqrt, float eps, float decay,
+                    float shrink);
   std::pair<at::Tensor, at::Tensor> (*cross_entropy_rows)(const at::Tensor& logits,
                                                           const at::Tensor& target,
                                                           std::int64_t ignore_index);

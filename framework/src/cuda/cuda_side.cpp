@@ -57,7 +57,7 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
 }
 
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-               float beta2, float step_size, float bc2_sqrt, float eps, float decay) {
+               float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink) {
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p, &g, &m, &v})
     if (!t->is_cuda() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
         t->device() != p.device() || t->numel() != p.numel())
@@ -66,7 +66,7 @@ void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
           "of the parameter's size on its GPU");
   const c10::cuda::CUDAGuard guard(p.device());
   launch_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-              p.numel(), beta1, beta2, step_size, bc2_sqrt, eps, decay,
+              p.numel(), beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink,
               c10::cuda::getCurrentCUDAStream().stream());
 }
 

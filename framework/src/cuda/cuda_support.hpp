@@ -43,9 +43,10 @@ at::Tensor pinned(const at::Tensor& host);
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 
 // One Adam step of a contiguous float32 CUDA parameter, on the current stream: the formulas of
-// fused_adam.cpp's CPU pass (decay > 0: L2 weight decay added to the gradient), one kernel.
+// fused_adam.cpp's CPU pass (decay > 0: L2 weight decay added to the gradient; shrink != 1:
+// AdamW's decoupled decay, the parameter scaled first), one kernel.
 void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-               float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+               float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink);
 
 // wick::cross_entropy's kernels (cross_entropy_kernel.hpp) on the current stream, for
 // contiguous float32 / bf16 / fp16 logits [rows, vocab] and int64 targets [rows] on one GPU.

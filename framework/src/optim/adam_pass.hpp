@@ -7,8 +7,10 @@
 
 namespace wick {
 
-// p, m, v updated in place from g; decay != 0 adds decay * p to the gradient (L2).
+// p, m, v updated in place from g; decay != 0 adds decay * p to the gradient (Adam's L2),
+// shrink != 1 scales the parameter by it before the update (AdamW's decoupled decay,
+// 1 - lr * weight_decay), in the same pass.
 void adam_pass(float* p, const float* g, float* m, float* v, std::int64_t n, float beta1,
-               float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+               float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink);
 
 }  // namespace wick

@@ -63,11 +63,10 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
       const auto [beta1, beta2] = o.betas();
       const double bc1 = 1 - std::pow(beta1, static_cast<double>(s.step()));
       const double bc2 = 1 - std::pow(beta2, static_cast<double>(s.step()));
-      double wd = o.weight_decay();
-      if (kDecoupled && wd != 0) {
-        p.mul_(1 - o.lr() * wd);
-        wd = 0;
-      }
+      // Adam's weight decay is added to the gradient; AdamW's scales the parameter by
+      // 1 - lr * wd first (`shrink`), inside the fused passes, with the operations below.
+      const double wd = kDecoupled ? 0 : o.weight_decay();
+      const double shrink = kDecoupled ? 1 - o.lr() * o.weight_decay() : 1;
       const double step_size = o.lr() / bc1;
       at::Tensor& m = s.exp_avg();
       at::Tensor& v = s.exp_avg_sq();
@@ -77,17 +76,19 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
                   v.data_ptr<float>(), p.numel(), static_cast<float>(beta1),
                   static_cast<float>(beta2), static_cast<float>(step_size),
                   static_cast<float>(std::sqrt(bc2)), static_cast<float>(o.eps()),
-                  static_cast<float>(wd));
+                  static_cast<float>(wd), static_cast<float>(shrink));
         continue;
       }
       if (!o.amsgrad() && cuda::compiled() && fusable(p, g, m, v, at::kCUDA)) {
         auto pd = p.detach();
         cuda::adam_step(pd, g, m, v, static_cast<float>(beta1), static_cast<float>(beta2),
                         static_cast<float>(step_size), static_cast<float>(std::sqrt(bc2)),
-                        static_cast<float>(o.eps()), static_cast<float>(wd));
+                        static_cast<float>(o.eps()), static_cast<float>(wd),
+                        static_cast<float>(shrink));
         continue;
       }
-      // torch::optim::Adam's own operations.
+      // torch::optim's own operations.
+      if (shrink != 1) p.mul_(shrink);
       auto grad = wd != 0 ? g.add(p, wd) : g;
       m.mul_(beta1).add_(grad, 1 - beta1);
       v.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
