@@ -64,7 +64,8 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
       const double bc1 = 1 - std::pow(beta1, static_cast<double>(s.step()));
       const double bc2 = 1 - std::pow(beta2, static_cast<double>(s.step()));
       // Adam's weight decay is added to the gradient; AdamW's scales the parameter by
-      // 1 - lr * wd first (`shrink`), inside the fused passes, with the operations below.
+      // 1 - lr * wd first (`shrink`): within the fused passes, or by a mul_ before the
+      // operations below.
       const double wd = kDecoupled ? 0 : o.weight_decay();
       const double shrink = kDecoupled ? 1 - o.lr() * o.weight_decay() : 1;
       const double step_size = o.lr() / bc1;
