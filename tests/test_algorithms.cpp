@@ -443,6 +443,11 @@ TEST_CASE("wick::gelu_mlp's autograd function: linear, GELU, linear and their gr
   auto w2g = w2.clone().requires_grad_();
   gelu_mlp_in(torch::kFloat, x, w1, b1, w2g, b2).backward(dy);
   CHECK(rel(w2g.grad(), want[4]) < 1e-5);
+  // No second derivative: refused, not computed from products made without a graph.
+  auto xg = x.clone().requires_grad_();
+  CHECK_THROWS_WITH(torch::autograd::grad({gelu_mlp_in(torch::kFloat, xg, w1, b1, w2, b2).sum()},
+                                          {xg}, {}, {}, /*create_graph=*/true),
+                    Catch::Contains("no second derivative"));
   // wick::gelu_mlp on the CPU: the three operations, gelu_tanh's kernel among them.
   CHECK(torch::equal(wick::gelu_mlp(x, w1, b1, w2, b2),
                      at::linear(wick::gelu_tanh(at::linear(x, w1, b1)), w2, b2)));

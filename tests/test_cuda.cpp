@@ -315,6 +315,29 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
         run();
         CHECK(torch::equal(wg.grad(), first));
       }
+  // Only the normalised rows used, as the GPT's last LayerNorm: no gradient reaches the sum
+  // (the backward's residual gradient is absent), under autocast with a bf16 branch.
+  {
+    const auto r = torch::randn({64, 768}, gen), br = torch::randn({64, 768}, gen);
+    const auto w = torch::randn({768}, gen), b = torch::randn({768}, gen);
+    const auto cy = torch::randn({64, 768}, gen);
+    auto rg = r.to(torch::kCUDA).requires_grad_(true);
+    auto brg = br.to(torch::kCUDA, torch::kBFloat16).requires_grad_(true);
+    auto wg = w.to(torch::kCUDA).requires_grad_(true), bg = b.to(torch::kCUDA).requires_grad_(true);
+    const auto ycut = cy.to(torch::kCUDA);
+    without_host_wait(true, [&] {
+      auto y = wick::add_layer_norm(rg, brg, wg, bg).second;
+      (y.to(torch::kFloat) * ycut).sum().backward();
+      return y;
+    });
+    auto rd = r.to(torch::kDouble).requires_grad_(true);
+    auto wd = w.to(torch::kDouble).requires_grad_(true);
+    const auto sd = rd + br.to(torch::kBFloat16).to(torch::kDouble);
+    (at::layer_norm(sd, {768}, wd, b.to(torch::kDouble), 1e-5) * cy).sum().backward();
+    CHECK(rel(rg.grad(), rd.grad()) < 8e-3);
+    CHECK(rel(wg.grad(), wd.grad()) < 4e-2);
+    CHECK(torch::equal(brg.grad().cpu(), rg.grad().cpu().to(torch::kBFloat16)));
+  }
   // wick::layer_norm without a branch, without autocast: in the rows' type, float32 or bf16
   // (300 rows: chunks of one row for the gain's and bias's sums). The gain's and bias's
   // gradients are float sums of the exact values, whose error is the sums' own.

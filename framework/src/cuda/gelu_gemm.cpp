@@ -11,6 +11,8 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -33,12 +35,29 @@ struct Lt {
   decltype(&cublasLtMatmul) matmul = nullptr;
 };
 
+// Searched through LibTorch's CUDA library first: dlsym on its handle looks in the libraries
+// it loaded, whatever their file names (a build against other CUDA headers than LibTorch's, or
+// a LibTorch whose bundled libraries carry renamed sonames); else cuBLASLt by its soname.
+void* cublas_lt_library() {
+  const std::string versioned = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  for (const char* name : {"libtorch_cuda.so", versioned.c_str()})
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+        lib && dlsym(lib, "cublasLtMatmul") != nullptr)
+      return lib;
+  return nullptr;
+}
+
 const Lt* lt() {
   static const Lt* const loaded = []() -> const Lt* {
     static Lt f;
-    const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD);
-    if (!lib) return nullptr;
+    void* lib = cublas_lt_library();
+    if (!lib) {
+      // Not silent: without it wick::gelu_mlp runs unfused (linear, GELU, linear).
+      std::fprintf(stderr,
+                   "wick: cuBLASLt is not among the libraries LibTorch loaded; wick::gelu_mlp "
+                   "runs its GELU outside the matrix products\n");
+      return nullptr;
+    }
     const auto get = [lib](auto& fn, const char* symbol) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
       return fn != nullptr;
@@ -130,6 +149,14 @@ bool fits(const at::Tensor& t, const at::Tensor& like, std::int64_t rows, std::i
          cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
+// Each of a product's dimensions in (1, 65535 x 32): the range in which LibTorch itself takes
+// cuBLASLt's bias epilogues (outside it some cuBLASLt versions fail at launch).
+bool lt_dims(std::initializer_list<std::int64_t> dims) {
+  for (const auto d : dims)
+    if (d <= 1 || d >= 65535 * 32) return false;
+  return true;
+}
+
 }  // namespace
 
 bool lt_gelu_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
@@ -137,8 +164,8 @@ bool lt_gelu_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   const Lt* f = lt();
   if (!f || x.dim() != 2 || w.dim() != 2) return false;
   const auto rows = x.size(0), in = x.size(1), features = w.size(0);
-  if (rows < 1 || !fits(x, x, rows, in) || !fits(w, x, features, in) || !fits(b, x, 1, features) ||
-      !fits(out, x, rows, features) || !fits(pre, x, rows, features))
+  if (!lt_dims({rows, in, features}) || !fits(x, x, rows, in) || !fits(w, x, features, in) ||
+      !fits(b, x, 1, features) || !fits(out, x, rows, features) || !fits(pre, x, rows, features))
     return false;
   const c10::cuda::CUDAGuard guard(x.device());
   // out^T [features, rows] = w [in, features]^T (stored as w's rows) x^T [in, rows].
@@ -152,8 +179,8 @@ bool lt_gelu_backward(const at::Tensor& dy, const at::Tensor& w, const at::Tenso
   const Lt* f = lt();
   if (!f || dy.dim() != 2 || w.dim() != 2) return false;
   const auto rows = dy.size(0), out = dy.size(1), in = w.size(1);
-  if (rows < 1 || !fits(dy, dy, rows, out) || !fits(w, dy, out, in) || !fits(pre, dy, rows, in) ||
-      !fits(d_pre, dy, rows, in) || !fits(d_bias, dy, 1, in))
+  if (!lt_dims({rows, out, in}) || !fits(dy, dy, rows, out) || !fits(w, dy, out, in) ||
+      !fits(pre, dy, rows, in) || !fits(d_pre, dy, rows, in) || !fits(d_bias, dy, 1, in))
     return false;
   const c10::cuda::CUDAGuard guard(dy.device());
   // d_pre^T [in, rows] = w^T [in, out] (w as stored) dy^T [out, rows], then GELU's derivative

@@ -4,6 +4,7 @@
 #include "ops/gelu_mlp.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
@@ -52,6 +53,11 @@ class GeluMlp : public ag::Function<GeluMlp> {
   }
 
   static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list grads) {
+    // The saved products were made without a graph: a second derivative through them would
+    // be silently wrong.
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "wick::gelu_mlp on a GPU in bf16 has no second derivative (backward with "
+                "create_graph): use at::linear, wick::gelu_tanh and at::linear there");
     const auto saved = ctx->get_saved_variables();
     const auto &x2 = saved[0], &w1c = saved[1], &w2c = saved[2], &pre = saved[3], &h = saved[4];
     const auto types = ctx->saved_data["types"].toIntVector();
