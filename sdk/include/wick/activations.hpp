@@ -25,8 +25,9 @@ WICK_EXPORT at::Tensor gelu_tanh(const at::Tensor& x);
 // GELU is in the first product's epilogue and its gradient, with fc_bias's, in the epilogue of
 // the backward product through proj_weight (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD; in, hidden
 // and out multiples of 8), where separately they are four passes over the [rows, hidden]
-// activations; the result is bf16 as at::linear's under autocast. Elsewhere the three
-// operations (gelu_tanh's kernel on the CPU).
+// activations; the result is bf16 as at::linear's under autocast, and that path has no second
+// derivative (a backward with create_graph throws). Elsewhere the three operations (gelu_tanh's
+// kernel on the CPU).
 WICK_EXPORT at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& fc_weight,
                                 const at::Tensor& fc_bias, const at::Tensor& proj_weight,
                                 const at::Tensor& proj_bias);
