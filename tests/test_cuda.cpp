@@ -208,6 +208,52 @@ TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim'
     }
 }
 
+TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's formulas", "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  REQUIRE(cuda::load().empty());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
+  // 95 tensors (three launches of up to 40): sizes about a block's chunk of 8192 and tails of
+  // every length mod 4; every third stored one float past a 16-byte boundary (element by
+  // element), the rest read 16 bytes at a time; Adam's L2 decay on some, AdamW's shrink on
+  // others, and each tensor's own betas, step and eps.
+  const std::int64_t sizes[] = {1, 3, 4, 5, 8191, 8192, 8193, 20000, 70001, 2};
+  std::vector<cuda::AdamUpdate> updates;
+  std::vector<std::vector<at::Tensor>> want;  // p, m, v after the step, in double
+  for (int i = 0; i < 95; ++i) {
+    const std::int64_t n = sizes[i % 10];
+    std::vector<at::Tensor> host;  // p, g, m, v
+    for (int k = 0; k < 4; ++k) host.push_back(torch::randn({n}, gen));
+    host[3] = host[3].abs();  // a second moment
+    const float beta1 = 0.9f - 0.01f * static_cast<float>(i % 3),
+                beta2 = 0.999f - 0.01f * static_cast<float>(i % 2),
+                step_size = 1e-3f * static_cast<float>(1 + i % 4),
+                bc2_sqrt = 0.3f + 0.01f * static_cast<float>(i % 5), eps = 1e-8f,
+                decay = i % 5 == 1 ? 0.01f : 0.0f, shrink = i % 5 == 2 ? 0.999f : 1.0f;
+    const auto on_gpu = [&](const at::Tensor& t) {
+      if (i % 3 != 0) return t.to(torch::kCUDA);
+      auto padded = torch::empty({n + 1}, torch::kCUDA);
+      padded.slice(0, 1).copy_(t);
+      return padded.slice(0, 1);  // contiguous, 4 bytes past an aligned start
+    };
+    updates.push_back({on_gpu(host[0]), on_gpu(host[1]), on_gpu(host[2]), on_gpu(host[3]), beta1,
+                       beta2, step_size, bc2_sqrt, eps, decay, shrink});
+    auto p = host[0].to(torch::kDouble), g = host[1].to(torch::kDouble) + decay * p;
+    auto m = host[2].to(torch::kDouble) * beta1 + (1 - beta1) * g;
+    auto v = host[3].to(torch::kDouble) * beta2 + g * g * (1 - beta2);
+    p = p * shrink - step_size * m / (v.sqrt() / bc2_sqrt + eps);
+    want.push_back({p, m, v});
+  }
+  cuda::adam_steps(updates);
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    INFO("tensor " << i << " of " << updates[i].p.numel());
+    CHECK(rel(updates[i].p, want[i][0]) < 1e-6);
+    CHECK(rel(updates[i].m, want[i][1]) < 1e-6);
+    CHECK(rel(updates[i].v, want[i][2]) < 1e-6);
+  }
+#endif
+}
+
 TEST_CASE("wick::cross_entropy's CUDA kernels: LibTorch's loss and gradient, no host wait",
           "[cuda]") {
   need_gpu();

@@ -1,6 +1,6 @@
-// Adam on the GPU, one element per thread (grid-stride): each element's parameter, gradient
-// and moments are read once and written once, as fused_adam.cpp does on the CPU, with the same
-// formulas in the same order.
+// Adam on the GPU, many tensors per launch: each block updates one chunk of one tensor, each
+// element's parameter, gradient and moments read once and written once, as fused_adam.cpp
+// does on the CPU, with the same formulas in the same order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,45 +13,90 @@ namespace wick::cuda {
 
 namespace {
 
-template <bool kDecay>
-__global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
-                            float* __restrict__ m, float* __restrict__ v, std::int64_t n,
-                            float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
-                            float decay, float shrink) {
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    float gi = g[i];
-    if (kDecay) gi += decay * p[i];
-    const float mi = m[i] * beta1 + (1 - beta1) * gi;
-    const float vi = v[i] * beta2 + (1 - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    // shrink: AdamW's 1 - lr * weight_decay, else 1 (exact: x * 1 == x).
-    p[i] = p[i] * shrink - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+constexpr int kThreads = 256;
+constexpr std::int64_t kChunk = 8192;  // elements per block: 8 float4 per thread
+// Tensors per launch: their arguments travel in the kernel's parameters (4 KB at most).
+constexpr std::size_t kBatch = 40;
+
+struct Batch {
+  AdamTensor t[kBatch];
+  std::int64_t first_block[kBatch + 1];  // tensor i's chunks are blocks [first[i], first[i+1])
+  int count;
+};
+static_assert(sizeof(Batch) <= 4000, "a kernel's parameters are at most 4 KB");
+
+__device__ __forceinline__ float update(const AdamTensor& t, float& p, float g, float& m,
+                                        float& v) {
+  if (t.decay != 0) g += t.decay * p;
+  m = m * t.beta1 + (1 - t.beta1) * g;
+  v = v * t.beta2 + (1 - t.beta2) * g * g;
+  // shrink: AdamW's 1 - lr * weight_decay, else 1 (exact: x * 1 == x).
+  p = p * t.shrink - t.step_size * m / (sqrtf(v) / t.bc2_sqrt + t.eps);
+  return p;
+}
+
+__global__ void adam_kernel(const Batch b) {
+  const std::int64_t block = blockIdx.x;
+  int i = 0;
+  while (i + 1 < b.count && b.first_block[i + 1] <= block) ++i;
+  const AdamTensor t = b.t[i];  // into registers, read from the parameters once
+  const std::int64_t begin = (block - b.first_block[i]) * kChunk;
+  const std::int64_t end = begin + kChunk < t.n ? begin + kChunk : t.n;
+  // 16 bytes at a time where all four arrays allow it (a chunk starts a multiple of 4 floats
+  // into its tensor), then the chunk's tail element by element.
+  std::int64_t j = begin;
+  const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  if (aligned(t.p) && aligned(t.g) && aligned(t.m) && aligned(t.v)) {
+    const std::int64_t vec_end = begin + (end - begin) / 4 * 4;
+    for (std::int64_t k = begin + 4 * threadIdx.x; k < vec_end; k += 4 * kThreads) {
+      float4 p = *reinterpret_cast<const float4*>(t.p + k);
+      const float4 g = *reinterpret_cast<const float4*>(t.g + k);
+      float4 m = *reinterpret_cast<const float4*>(t.m + k);
+      float4 v = *reinterpret_cast<const float4*>(t.v + k);
+      update(t, p.x, g.x, m.x, v.x);
+      update(t, p.y, g.y, m.y, v.y);
+      update(t, p.z, g.z, m.z, v.z);
+      update(t, p.w, g.w, m.w, v.w);
+      *reinterpret_cast<float4*>(t.p + k) = p;
+      *reinterpret_cast<float4*>(t.m + k) = m;
+      *reinterpret_cast<float4*>(t.v + k) = v;
+    }
+    j = vec_end;
+  }
+  for (std::int64_t k = j + threadIdx.x; k < end; k += kThreads) {
+    float p = t.p[k], m = t.m[k], v = t.v[k];
+    update(t, p, t.g[k], m, v);
+    t.p[k] = p;
+    t.m[k] = m;
+    t.v[k] = v;
   }
 }
 
 }  // namespace
 
-void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, float beta1,
-                 float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink,
-                 void* stream) {
-  if (n <= 0) return;
-  constexpr int kThreads = 256;
-  // Enough blocks to fill any current GPU; the grid-stride loop covers the rest.
-  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(wanted < 8192 ? wanted : 8192);
+void launch_adam(const AdamTensor* tensors, std::size_t count, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (decay != 0)
-    adam_kernel<true><<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt,
-                                                  eps, decay, shrink);
-  else
-    adam_kernel<false><<<blocks, kThreads, 0, s>>>(p, g, m, v, n, beta1, beta2, step_size, bc2_sqrt,
-                                                   eps, decay, shrink);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    throw std::runtime_error(std::string("wick: the CUDA Adam kernel failed to launch: ") +
-                             cudaGetErrorString(e));
+  Batch b{};
+  const auto launch = [&] {
+    if (b.count > 0 && b.first_block[b.count] > 0) {
+      adam_kernel<<<static_cast<unsigned>(b.first_block[b.count]), kThreads, 0, s>>>(b);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+        throw std::runtime_error(std::string("wick: the CUDA Adam kernel failed to launch: ") +
+                                 cudaGetErrorString(e));
+    }
+    b.count = 0;
+  };
+  for (std::size_t k = 0; k < count; ++k) {
+    if (tensors[k].n <= 0) continue;
+    const std::int64_t blocks = (tensors[k].n + kChunk - 1) / kChunk;
+    // A launch's grid is at most 2^31 - 1 blocks: far above any one tensor's (2^44 floats).
+    if (b.count == static_cast<int>(kBatch) || b.first_block[b.count] + blocks > 0x7fffffff)
+      launch();
+    b.t[b.count] = tensors[k];
+    b.first_block[b.count + 1] = b.first_block[b.count] + blocks;
+    ++b.count;
+  }
+  launch();
 }
 
 }  // namespace wick::cuda

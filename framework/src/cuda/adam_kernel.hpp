@@ -1,16 +1,27 @@
-// Private: the CUDA kernel behind cuda::adam_step, declared without LibTorch so that nvcc
+// Private: the CUDA kernel behind cuda::adam_steps, declared without LibTorch so that nvcc
 // compiles adam_kernel.cu without LibTorch's headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace wick::cuda {
 
-// Launches the update of n elements on `stream` (a cudaStream_t): adam_pass's (decay: Adam's
-// L2 term; shrink: AdamW's 1 - lr * weight_decay, else 1). Throws std::runtime_error with
-// CUDA's message when the launch fails.
-void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, float beta1,
-                 float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink,
-                 void* stream);
+// One tensor's update: adam_pass's arguments (decay: Adam's L2 term; shrink: AdamW's
+// 1 - lr * weight_decay, else 1).
+struct AdamTensor {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  std::int64_t n;
+  float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
+};
+
+// Launches the updates of `count` tensors on `stream` (a cudaStream_t), every tensor of up to
+// kAdamBatch in one kernel: a launch per tensor costs more than a small tensor's update (GPT-2
+// has 148 tensors, about 100 of them biases and gains). Throws std::runtime_error with CUDA's
+// message when a launch fails.
+void launch_adam(const AdamTensor* tensors, std::size_t count, void* stream);
 
 }  // namespace wick::cuda

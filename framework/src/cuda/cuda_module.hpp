@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
+#include "cuda/cuda_support.hpp"  // AdamUpdate
 #include "loop/device_clock.hpp"
 #include "wick/torch_compat.hpp"  // compat::CommBackend
 
@@ -23,9 +25,7 @@ struct Module {
   bool (*capturing)(const at::Device& device);
   at::Tensor (*pinned)(const at::Tensor& host);
   at::Tensor (*to_device_async)(const at::Tensor& host, const at::Device& device);
-  void (*adam_step)(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-                    float beta2, float step_size, float bc2_sqrt, float eps, float decay,
-                    float shrink);
+  void (*adam_steps)(const std::vector<AdamUpdate>& updates);
   std::pair<at::Tensor, at::Tensor> (*cross_entropy_rows)(const at::Tensor& logits,
                                                           const at::Tensor& target,
                                                           std::int64_t ignore_index);

@@ -56,18 +56,30 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
   return out;
 }
 
-void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-               float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink) {
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p, &g, &m, &v})
-    if (!t->is_cuda() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
-        t->device() != p.device() || t->numel() != p.numel())
-      throw std::logic_error(
-          "cuda::adam_step: every tensor must be a contiguous float32 tensor "
-          "of the parameter's size on its GPU");
-  const c10::cuda::CUDAGuard guard(p.device());
-  launch_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-              p.numel(), beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink,
-              c10::cuda::getCurrentCUDAStream().stream());
+void adam_steps(const std::vector<AdamUpdate>& updates) {
+  // Batched per GPU, in the order given (a model on one GPU: one batch).
+  std::vector<AdamTensor> batch;
+  batch.reserve(updates.size());
+  for (std::size_t first = 0; first < updates.size();) {
+    const auto device = updates[first].p.device();
+    std::size_t end = first;
+    batch.clear();
+    for (; end < updates.size() && updates[end].p.device() == device; ++end) {
+      const AdamUpdate& u = updates[end];
+      for (const at::Tensor* t : {&u.p, &u.g, &u.m, &u.v})
+        if (!t->is_cuda() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
+            t->device() != device || t->numel() != u.p.numel())
+          throw std::logic_error(
+              "cuda::adam_steps: every tensor must be a contiguous float32 tensor "
+              "of the parameter's size on its GPU");
+      batch.push_back({u.p.data_ptr<float>(), u.g.data_ptr<float>(), u.m.data_ptr<float>(),
+                       u.v.data_ptr<float>(), u.p.numel(), u.beta1, u.beta2, u.step_size,
+                       u.bc2_sqrt, u.eps, u.decay, u.shrink});
+    }
+    const c10::cuda::CUDAGuard guard(device);
+    launch_adam(batch.data(), batch.size(), c10::cuda::getCurrentCUDAStream().stream());
+    first = end;
+  }
 }
 
 LogitType logit_type(const at::Tensor& logits) {
@@ -221,7 +233,7 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
 }
 
 const Module kModule{capturing,          pinned,
-                     to_device_async,    adam_step,
+                     to_device_async,    adam_steps,
                      cross_entropy_rows, cross_entropy_grad,
                      layer_norm_forward, layer_norm_backward,
                      lt_gelu_forward,    lt_gelu_backward,

@@ -86,9 +86,8 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
   return module().to_device_async(host, device);
 }
 
-void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-               float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink) {
-  module().adam_step(p, g, m, v, beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink);
+void adam_steps(const std::vector<AdamUpdate>& updates) {
+  module().adam_steps(updates);
 }
 
 std::pair<at::Tensor, at::Tensor> cross_entropy_rows(const at::Tensor& logits,

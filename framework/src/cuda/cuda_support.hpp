@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "cuda/cuda_load.hpp"
 #include "loop/device_clock.hpp"
@@ -42,11 +43,18 @@ at::Tensor pinned(const at::Tensor& host);
 // copy (an event, not the host) before the work queued after this call.
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 
-// One Adam step of a contiguous float32 CUDA parameter, on the current stream: the formulas of
-// fused_adam.cpp's CPU pass (decay > 0: L2 weight decay added to the gradient; shrink != 1:
-// AdamW's decoupled decay, the parameter scaled first), one kernel.
-void adam_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, float beta1,
-               float beta2, float step_size, float bc2_sqrt, float eps, float decay, float shrink);
+// One Adam step of a contiguous float32 CUDA parameter p (updated in place with its moments m
+// and v, from its gradient g): the formulas of fused_adam.cpp's CPU pass (decay > 0: L2 weight
+// decay added to the gradient; shrink != 1: AdamW's decoupled decay, the parameter scaled
+// first).
+struct AdamUpdate {
+  at::Tensor p, g, m, v;
+  float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
+};
+
+// The updates on the current streams of their GPUs, a few kernels for them all (one per 40
+// tensors) rather than one per parameter.
+void adam_steps(const std::vector<AdamUpdate>& updates);
 
 // wick::cross_entropy's kernels (cross_entropy_kernel.hpp) on the current stream, for
 // contiguous float32 / bf16 / fp16 logits [rows, vocab] and int64 targets [rows] on one GPU.
