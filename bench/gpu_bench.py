@@ -6,6 +6,8 @@ samples/fashion_mnist/{mlp,cnn}.toml (batch 64, Adam lr 1e-3) on one GPU, traine
   wick cuda_graph  fp32, the step captured once and replayed (cuda_graph; drop_last = true)
   wick on device   fp32, trainer.data_on_device = true: the training set copied to the GPU once,
                    each batch gathered there (no host gather, pinning and copy per step)
+  wick cuda_graph  both: the replayed step with the batches gathered on the GPU
+    on device
   libtorch loop    bench/hand_loop.cpp --device cuda (wick_hand_loop beside --wick): the same
                    model, data and Adam in a hand-written LibTorch loop, the training set on the
                    GPU, nothing read back in the epoch; LibTorch's own floor on this machine.
@@ -94,7 +96,7 @@ PEERS = os.path.join(ROOT, "bench", "peers")
 def wick_command(args, text, sets, variant, out):
     """Writes the config `text` (with cuda_graph for that variant) beside `out`; returns the
     wick fit command with its --set values."""
-    if variant == "cuda_graph":
+    if variant.startswith("cuda_graph"):
         text += '\n[[hooks]]\nplugin = "cuda_graph"\n'
         sets = sets + ["trainer.drop_last=true"]
     cfg = out + ".toml"
@@ -135,7 +137,7 @@ def wick_row(args, model, variant, out):
         sets.append("hooks.mixed_precision.dtype=\"bf16\"")
     elif has_amp:
         sets.append("hooks.mixed_precision.enabled=false")
-    if variant == "on_device":
+    if variant.endswith("on_device"):
         sets.append("trainer.data_on_device=true")
     r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
                        text=True)
@@ -174,6 +176,7 @@ def hand_row(args, model):
 
 ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
         ("wick cuda_graph", "wick", "cuda_graph"), ("wick on device", "wick", "on_device"),
+        ("wick cuda_graph on device", "wick", "cuda_graph_on_device"),
         ("libtorch loop", "hand", None), ("python loop", "plain.py", []),
         ("lightning", "lightning_peer.py", ["--progress", "off"])]
 
