@@ -213,43 +213,79 @@ TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's for
 #ifdef WICK_TEST_CUDA
   REQUIRE(cuda::load().empty());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
-  // 95 tensors (three launches of up to 40): sizes about a block's chunk of 8192 and tails of
-  // every length mod 4; every third stored one float past a 16-byte boundary (element by
-  // element), the rest read 16 bytes at a time; Adam's L2 decay on some, AdamW's shrink on
-  // others, and each tensor's own betas, step and eps.
-  const std::int64_t sizes[] = {1, 3, 4, 5, 8191, 8192, 8193, 20000, 70001, 2};
+  // 95 tensors (three launches of up to 40): sizes about a block's chunk of 8192, tails of every
+  // length mod 4, and empty; Adam's L2 decay on some, AdamW's shrink on others, each tensor's
+  // own betas, step and eps. Each array sits in a buffer of sentinels, at its start (16-byte
+  // aligned) or one float in: none, all four, or one of them misaligned, which must send the
+  // tensor element by element. Nothing outside the arrays may change.
+  const std::int64_t sizes[] = {1, 3, 4, 5, 8191, 8192, 8193, 20000, 70001, 0};
+  struct Scalars {
+    float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
+  };
+  // One step in double: {p, m, v} after it.
+  const auto step = [](std::vector<at::Tensor> t, const at::Tensor& g_in, const Scalars& a) {
+    const auto g = g_in + a.decay * t[0];
+    t[1] = t[1] * a.beta1 + (1 - a.beta1) * g;
+    t[2] = t[2] * a.beta2 + g * g * (1 - a.beta2);
+    t[0] = t[0] * a.shrink - a.step_size * t[1] / (t[2].sqrt() / a.bc2_sqrt + a.eps);
+    return t;
+  };
+  constexpr float kSentinel = 7.0f;
   std::vector<cuda::AdamUpdate> updates;
+  std::vector<at::Tensor> buffers;            // 4 per tensor: the arrays' whole buffers
   std::vector<std::vector<at::Tensor>> want;  // p, m, v after the step, in double
   for (int i = 0; i < 95; ++i) {
     const std::int64_t n = sizes[i % 10];
     std::vector<at::Tensor> host;  // p, g, m, v
     for (int k = 0; k < 4; ++k) host.push_back(torch::randn({n}, gen));
     host[3] = host[3].abs();  // a second moment
-    const float beta1 = 0.9f - 0.01f * static_cast<float>(i % 3),
-                beta2 = 0.999f - 0.01f * static_cast<float>(i % 2),
-                step_size = 1e-3f * static_cast<float>(1 + i % 4),
-                bc2_sqrt = 0.3f + 0.01f * static_cast<float>(i % 5), eps = 1e-8f,
-                decay = i % 5 == 1 ? 0.01f : 0.0f, shrink = i % 5 == 2 ? 0.999f : 1.0f;
-    const auto on_gpu = [&](const at::Tensor& t) {
-      if (i % 3 != 0) return t.to(torch::kCUDA);
-      auto padded = torch::empty({n + 1}, torch::kCUDA);
-      padded.slice(0, 1).copy_(t);
-      return padded.slice(0, 1);  // contiguous, 4 bytes past an aligned start
-    };
-    updates.push_back({on_gpu(host[0]), on_gpu(host[1]), on_gpu(host[2]), on_gpu(host[3]), beta1,
-                       beta2, step_size, bc2_sqrt, eps, decay, shrink});
-    auto p = host[0].to(torch::kDouble), g = host[1].to(torch::kDouble) + decay * p;
-    auto m = host[2].to(torch::kDouble) * beta1 + (1 - beta1) * g;
-    auto v = host[3].to(torch::kDouble) * beta2 + g * g * (1 - beta2);
-    p = p * shrink - step_size * m / (v.sqrt() / bc2_sqrt + eps);
-    want.push_back({p, m, v});
+    const Scalars a{0.9f - 0.01f * static_cast<float>(i % 3),
+                    0.999f - 0.01f * static_cast<float>(i % 2),
+                    1e-3f * static_cast<float>(1 + i % 4),
+                    0.3f + 0.01f * static_cast<float>(i % 5),
+                    1e-8f,
+                    i % 5 == 1 ? 0.01f : 0.0f,
+                    i % 5 == 2 ? 0.999f : 1.0f};
+    std::vector<at::Tensor> dev;
+    for (int k = 0; k < 4; ++k) {
+      const int pattern = i % 6;  // 0: none misaligned, 1: all four, 2-5: array pattern - 2
+      const std::int64_t off = pattern == 1 || pattern == k + 2 ? 1 : 0;
+      buffers.push_back(torch::full({n + 8}, kSentinel, torch::kCUDA));
+      dev.push_back(buffers.back().slice(0, off, off + n));
+      dev.back().copy_(host[k]);
+    }
+    updates.push_back({dev[0], dev[1], dev[2], dev[3], a.beta1, a.beta2, a.step_size, a.bc2_sqrt,
+                       a.eps, a.decay, a.shrink});
+    const auto d = [](const at::Tensor& t) { return t.to(torch::kDouble); };
+    want.push_back(step({d(host[0]), d(host[2]), d(host[3])}, d(host[1]), a));
+    // Tensors 94 and 7 listed a second time, last (tied weights): updated twice, in order,
+    // whether the first time was in the same launch (94) or an earlier one (7).
+    if (i == 94)
+      for (const std::size_t again : {94, 7}) {
+        updates.push_back(updates[again]);
+        const auto& u = updates[again];
+        want[again] = step(want[again], d(u.g.cpu()),
+                           {u.beta1, u.beta2, u.step_size, u.bc2_sqrt, u.eps, u.decay, u.shrink});
+      }
   }
   cuda::adam_steps(updates);
-  for (std::size_t i = 0; i < updates.size(); ++i) {
+  for (std::size_t i = 0; i < want.size(); ++i) {
     INFO("tensor " << i << " of " << updates[i].p.numel());
-    CHECK(rel(updates[i].p, want[i][0]) < 1e-6);
-    CHECK(rel(updates[i].m, want[i][1]) < 1e-6);
-    CHECK(rel(updates[i].v, want[i][2]) < 1e-6);
+    if (updates[i].p.numel() > 0) {
+      CHECK(rel(updates[i].p, want[i][0]) < 1e-6);
+      CHECK(rel(updates[i].m, want[i][1]) < 1e-6);
+      CHECK(rel(updates[i].v, want[i][2]) < 1e-6);
+    }
+    for (int k = 0; k < 4; ++k) {
+      const auto& buffer = buffers[4 * i + k];
+      const auto& array = k == 0   ? updates[i].p
+                          : k == 1 ? updates[i].g
+                          : k == 2 ? updates[i].m
+                                   : updates[i].v;
+      const auto off = array.storage_offset() - buffer.storage_offset();
+      const auto outside = at::cat({buffer.slice(0, 0, off), buffer.slice(0, off + array.numel())});
+      CHECK((outside == kSentinel).all().item<bool>());
+    }
   }
 #endif
 }

@@ -86,11 +86,18 @@ void launch_adam(const AdamTensor* tensors, std::size_t count, void* stream) {
     }
     b.count = 0;
   };
+  const auto in_batch = [&](const float* p) {
+    for (int i = 0; i < b.count; ++i)
+      if (b.t[i].p == p) return true;
+    return false;
+  };
   for (std::size_t k = 0; k < count; ++k) {
     if (tensors[k].n <= 0) continue;
     const std::int64_t blocks = (tensors[k].n + kChunk - 1) / kChunk;
-    // A launch's grid is at most 2^31 - 1 blocks: far above any one tensor's (2^44 floats).
-    if (b.count == static_cast<int>(kBatch) || b.first_block[b.count] + blocks > 0x7fffffff)
+    // A launch's grid is at most 2^31 - 1 blocks: far above any one tensor's (2^44 floats). A
+    // tensor listed twice (tied weights) is updated twice, in order: in the next launch.
+    if (b.count == static_cast<int>(kBatch) || b.first_block[b.count] + blocks > 0x7fffffff ||
+        in_batch(tensors[k].p))
       launch();
     b.t[b.count] = tensors[k];
     b.first_block[b.count + 1] = b.first_block[b.count] + blocks;

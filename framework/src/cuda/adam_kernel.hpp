@@ -18,10 +18,10 @@ struct AdamTensor {
   float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
 };
 
-// Launches the updates of `count` tensors on `stream` (a cudaStream_t), every tensor of up to
-// kAdamBatch in one kernel: a launch per tensor costs more than a small tensor's update (GPT-2
-// has 148 tensors, about 100 of them biases and gains). Throws std::runtime_error with CUDA's
-// message when a launch fails.
+// Launches the updates of `count` tensors on `stream` (a cudaStream_t), in order, up to 40
+// tensors in one kernel: a launch per tensor costs more than a small tensor's update (GPT-2
+// has 148 tensors, about 100 of them biases and gains). A tensor listed again is updated
+// again, after the first. Throws std::runtime_error with CUDA's message when a launch fails.
 void launch_adam(const AdamTensor* tensors, std::size_t count, void* stream);
 
 }  // namespace wick::cuda

@@ -52,8 +52,8 @@ struct AdamUpdate {
   float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
 };
 
-// The updates on the current streams of their GPUs, a few kernels for them all (one per 40
-// tensors) rather than one per parameter.
+// The updates on the current streams of their GPUs, in order, a few kernels for them all (one
+// per 40 tensors) rather than one per parameter; a tensor listed twice is updated twice.
 void adam_steps(const std::vector<AdamUpdate>& updates);
 
 // wick::cross_entropy's kernels (cross_entropy_kernel.hpp) on the current stream, for

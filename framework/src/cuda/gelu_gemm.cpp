@@ -36,14 +36,18 @@ struct Lt {
 };
 
 // Searched through LibTorch's CUDA library first: dlsym on its handle looks in the libraries
-// it loaded, whatever their file names (a build against other CUDA headers than LibTorch's, or
-// a LibTorch whose bundled libraries carry renamed sonames); else cuBLASLt by its soname.
+// it loaded, whatever their file names (a LibTorch whose bundled libraries carry renamed
+// sonames); else cuBLASLt by its soname.
 void* cublas_lt_library() {
   const std::string versioned = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-  for (const char* name : {"libtorch_cuda.so", versioned.c_str()})
-    if (void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
-        lib && dlsym(lib, "cublasLtMatmul") != nullptr)
-      return lib;
+  for (const char* name : {"libtorch_cuda.so", versioned.c_str()}) {
+    void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) continue;
+    // Only the major version wick was compiled for: another's structs and enums differ.
+    const auto version =
+        reinterpret_cast<decltype(&cublasLtGetVersion)>(dlsym(lib, "cublasLtGetVersion"));
+    if (version && version() / 10000 == CUBLAS_VER_MAJOR) return lib;
+  }
   return nullptr;
 }
 
@@ -54,8 +58,9 @@ const Lt* lt() {
     if (!lib) {
       // Not silent: without it wick::gelu_mlp runs unfused (linear, GELU, linear).
       std::fprintf(stderr,
-                   "wick: cuBLASLt is not among the libraries LibTorch loaded; wick::gelu_mlp "
-                   "runs its GELU outside the matrix products\n");
+                   "wick: LibTorch loaded no cuBLASLt %d.x, the version wick was built with; "
+                   "wick::gelu_mlp runs its GELU outside the matrix products\n",
+                   CUBLAS_VER_MAJOR);
       return nullptr;
     }
     const auto get = [lib](auto& fn, const char* symbol) {

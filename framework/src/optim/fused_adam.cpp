@@ -45,7 +45,7 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
     torch::AutoGradMode grad(true);
     loss = closure();
   }
-  std::vector<cuda::AdamUpdate> on_gpu;  // CUDA parameters: updated together at the end
+  std::vector<cuda::AdamUpdate> on_gpu;  // CUDA parameters, updated together
   for (auto& group : param_groups) {
     const auto& o = static_cast<const Options&>(group.options());
     for (auto& p : group.params()) {
@@ -89,7 +89,12 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
                           static_cast<float>(shrink)});
         continue;
       }
-      // torch::optim's own operations.
+      // torch::optim's own operations, after the queued kernels: a tensor listed twice (tied
+      // weights) is updated in the order listed.
+      if (!on_gpu.empty()) {
+        cuda::adam_steps(on_gpu);
+        on_gpu.clear();
+      }
       if (shrink != 1) p.mul_(shrink);
       auto grad = wd != 0 ? g.add(p, wd) : g;
       m.mul_(beta1).add_(grad, 1 - beta1);
