@@ -350,16 +350,19 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
 #ifdef WICK_TEST_CUDA
   REQUIRE(cuda::load().empty());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
-  // 1001 rows: a last block of one warp, and chunks of the weight gradient's sums the last of
-  // which is short; widths past and at 32 lanes.
-  for (const std::int64_t width : {100, 768})
+  // 5003 rows: a last block of three warps, and chunks of 10 rows for the weight gradient's
+  // sums (the last short), which give every warp of a block rows in the registers' kernel,
+  // whose sums over its warps are then all used. Width 100: rows read from memory on each
+  // pass; 768 and 1024 (multiples of 32 up to 1024): rows held in registers, the gain's and
+  // bias's sums made on the way.
+  for (const std::int64_t width : {100, 768, 1024})
     for (const auto btype : {torch::kFloat, torch::kBFloat16})
       for (const bool autocast : {false, true}) {
         INFO("width " << width << ", branch " << btype << ", autocast " << autocast);
-        const auto r = 2 * torch::randn({1001, width}, gen);
-        const auto br = torch::randn({1001, width}, gen).to(btype);
+        const auto r = 2 * torch::randn({5003, width}, gen);
+        const auto br = torch::randn({5003, width}, gen).to(btype);
         const auto w = torch::randn({width}, gen), b = torch::randn({width}, gen);
-        const auto cs = torch::randn({1001, width}, gen), cy = torch::randn({1001, width}, gen);
+        const auto cs = torch::randn({5003, width}, gen), cy = torch::randn({5003, width}, gen);
         const auto on = [](const at::Tensor& t) { return t.to(torch::kCUDA).requires_grad_(true); };
         auto rg = on(r), brg = on(br), wg = on(w), bg = on(b);
         const auto ycut = cy.to(torch::kCUDA), scut = cs.to(torch::kCUDA);

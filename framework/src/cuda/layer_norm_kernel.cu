@@ -1,13 +1,17 @@
-// Layer normalisation, one warp per row: the row's sums are warp reductions, its values read
-// from global memory on each pass (a row of GPT-2 small is 3 KB: the later passes find it in
-// the caches). The weight and bias gradients are column sums over the rows: per chunk of rows,
-// then over the chunks in order, so that they do not depend on the order blocks run in.
+// Layer normalisation, one warp per row: the row's sums are warp reductions. A row of up to
+// 1024 values, a multiple of 32 (GPT-2's 768), is held in registers: read from memory once,
+// its later passes from the registers, and the backward adds the weight and bias gradients'
+// share of its rows as it goes. Other rows are read from global memory on each pass (the later
+// passes find them in the caches) and the weight and bias gradients take a pass of their own.
+// Those gradients are column sums over the rows: per chunk of rows, then over the chunks in
+// order, so that they do not depend on the order blocks run in.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/layer_norm_kernel.hpp"
 
@@ -138,6 +142,135 @@ __global__ void param_sum_kernel(const float* partial, std::int64_t chunks, std:
   db[j] = b;
 }
 
+// The same forward with the row in registers: each lane's per = width / 32 values (at most
+// kPer) read once. The same operations in the same order as forward_kernel: the same results.
+template <int kPer, class X, class B, class Y>
+__global__ void __launch_bounds__(kWarps * 32)
+    forward_regs_kernel(const X* x, const B* branch, float* s, Y* y, const float* w,
+                        const float* bias, float eps, std::int64_t rows, std::int64_t width,
+                        float* mean, float* rstd) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int per = static_cast<int>(width / 32);
+  const std::int64_t base = row * width;
+  float v[kPer];
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (k >= per) break;
+    const std::int64_t j = lane + 32 * k;
+    float a = load(x, base + j);
+    if (branch != nullptr) {
+      a += load(branch, base + j);
+      s[base + j] = a;
+    }
+    v[k] = a;
+    sum += a;
+  }
+  const float inv_n = 1.f / static_cast<float>(width);
+  const float m = warp_sum(sum) * inv_n;
+  float sq = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (k >= per) break;
+    const float d = v[k] - m;
+    sq += d * d;
+  }
+  const float rs = 1.f / sqrtf(warp_sum(sq) * inv_n + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (k >= per) break;
+    const std::int64_t j = lane + 32 * k;
+    store(y, base + j, (v[k] - m) * rs * w[j] + bias[j]);
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+// The backward with the row in registers, a block per chunk of rows (its warps take every
+// kWarps-th row): dx and d_branch as backward_kernel computes them, and each lane's sums of
+// dy xhat and dy for its columns over its rows, added over the block's warps in warp order into
+// partial[chunk][0 or 1][column], as param_partials_kernel writes them.
+template <int kPer, class S, class G, class B>
+__global__ void __launch_bounds__(kWarps * 32)
+    backward_regs_kernel(const S* s, const G* dy, const S* ds, const float* w, const float* mean,
+                         const float* rstd, std::int64_t rows, std::int64_t width,
+                         std::int64_t chunk_rows, S* dx, B* d_branch, float* partial) {
+  __shared__ float sums[2][kPer * 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per = static_cast<int>(width / 32);
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * chunk_rows;
+  const std::int64_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+  const float inv_n = 1.f / static_cast<float>(width);
+  float dw[kPer], db[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) dw[k] = db[k] = 0;
+  for (std::int64_t row = begin + warp; row < end; row += kWarps) {
+    const std::int64_t base = row * width;
+    const float m = mean[row], rs = rstd[row];
+    float xh[kPer], g[kPer];
+    float sum_g = 0, sum_gx = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (k >= per) break;
+      const std::int64_t j = lane + 32 * k;
+      g[k] = load(dy, base + j);
+      xh[k] = (load(s, base + j) - m) * rs;
+      const float gw = g[k] * w[j];
+      sum_g += gw;
+      sum_gx += gw * xh[k];
+    }
+    const float a = warp_sum(sum_g) * inv_n, c = warp_sum(sum_gx) * inv_n;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (k >= per) break;
+      const std::int64_t j = lane + 32 * k;
+      float v = rs * (g[k] * w[j] - a - xh[k] * c);
+      if (ds) v += load(ds, base + j);
+      store(dx, base + j, v);
+      if (d_branch) store(d_branch, base + j, v);
+      dw[k] += g[k] * xh[k];
+      db[k] += g[k];
+    }
+  }
+  for (int in_turn = 0; in_turn < kWarps; ++in_turn) {
+    if (warp == in_turn) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (k >= per) break;
+        const int j = lane + 32 * k;
+        sums[0][j] = in_turn == 0 ? dw[k] : sums[0][j] + dw[k];
+        sums[1][j] = in_turn == 0 ? db[k] : sums[1][j] + db[k];
+      }
+    }
+    __syncthreads();
+  }
+  for (std::int64_t j = threadIdx.x; j < width; j += kWarps * 32) {
+    partial[2 * blockIdx.x * width + j] = sums[0][j];
+    partial[(2 * blockIdx.x + 1) * width + j] = sums[1][j];
+  }
+}
+
+// body(std::integral_constant<int, kPer>{}) with kPer the registers per lane a row of `width`
+// needs; false (body not called) where the row does not fit the registers' kernels.
+template <class Body>
+bool with_row_registers(std::int64_t width, const Body& body) {
+  if (width % 32 != 0 || width < 32 || width > 1024) return false;
+  const std::int64_t per = width / 32;
+  if (per <= 8)
+    body(std::integral_constant<int, 8>{});
+  else if (per <= 16)
+    body(std::integral_constant<int, 16>{});
+  else if (per <= 24)
+    body(std::integral_constant<int, 24>{});
+  else
+    body(std::integral_constant<int, 32>{});
+  return true;
+}
+
 // Rows per chunk of the weight and bias sums.
 std::int64_t chunk_rows(std::int64_t rows) {
   const std::int64_t r = (rows + kMaxChunks - 1) / kMaxChunks;
@@ -182,9 +315,16 @@ void launch_layer_norm_forward(const void* x, RowType x_type, const void* branch
         using X = decltype(xt);
         using B = decltype(bt);
         using Y = decltype(yt);
-        forward_kernel<X, B, Y><<<row_blocks(rows), kWarps * 32, 0, st>>>(
-            static_cast<const X*>(x), static_cast<const B*>(branch), s, static_cast<Y*>(y), w, bias,
-            eps, rows, width, mean, rstd);
+        const auto in_registers = with_row_registers(width, [&](auto per) {
+          forward_regs_kernel<decltype(per)::value, X, B, Y>
+              <<<row_blocks(rows), kWarps * 32, 0, st>>>(
+                  static_cast<const X*>(x), static_cast<const B*>(branch), s, static_cast<Y*>(y), w,
+                  bias, eps, rows, width, mean, rstd);
+        });
+        if (!in_registers)
+          forward_kernel<X, B, Y><<<row_blocks(rows), kWarps * 32, 0, st>>>(
+              static_cast<const X*>(x), static_cast<const B*>(branch), s, static_cast<Y*>(y), w,
+              bias, eps, rows, width, mean, rstd);
       });
     });
   });
@@ -205,17 +345,28 @@ void launch_layer_norm_backward(const void* s, RowType s_type, const void* dy, R
     with_type(dy_type, [&](auto gtype) {
       using S = decltype(stype);
       using G = decltype(gtype);
+      bool in_registers = false;
       with_type(branch_type, [&](auto btype) {
         using B = decltype(btype);
-        backward_kernel<S, G, B><<<row_blocks(rows), kWarps * 32, 0, st>>>(
-            static_cast<const S*>(s), static_cast<const G*>(dy), static_cast<const S*>(ds), w, mean,
-            rstd, rows, width, static_cast<S*>(dx), static_cast<B*>(d_branch));
+        in_registers = with_row_registers(width, [&](auto regs) {
+          backward_regs_kernel<decltype(regs)::value, S, G, B>
+              <<<static_cast<unsigned>(chunks), kWarps * 32, 0, st>>>(
+                  static_cast<const S*>(s), static_cast<const G*>(dy), static_cast<const S*>(ds), w,
+                  mean, rstd, rows, width, per, static_cast<S*>(dx), static_cast<B*>(d_branch),
+                  partial);
+        });
+        if (!in_registers)
+          backward_kernel<S, G, B><<<row_blocks(rows), kWarps * 32, 0, st>>>(
+              static_cast<const S*>(s), static_cast<const G*>(dy), static_cast<const S*>(ds), w,
+              mean, rstd, rows, width, static_cast<S*>(dx), static_cast<B*>(d_branch));
       });
       check_launch("backward");
-      param_partials_kernel<S, G>
-          <<<column_grid, kColumns, 0, st>>>(static_cast<const S*>(s), static_cast<const G*>(dy),
-                                             mean, rstd, rows, width, per, partial);
-      check_launch("weight gradient");
+      if (!in_registers) {
+        param_partials_kernel<S, G>
+            <<<column_grid, kColumns, 0, st>>>(static_cast<const S*>(s), static_cast<const G*>(dy),
+                                               mean, rstd, rows, width, per, partial);
+        check_launch("weight gradient");
+      }
     });
   });
   const unsigned column_blocks = static_cast<unsigned>((width + kColumns - 1) / kColumns);
