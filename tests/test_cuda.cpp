@@ -424,15 +424,16 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
     CHECK(torch::equal(brg.grad().cpu(), rg.grad().cpu().to(torch::kBFloat16)));
   }
   // wick::layer_norm without a branch, without autocast: in the rows' type, float32 or bf16
-  // (300 rows: chunks of one row for the gain's and bias's sums). The gain's and bias's
+  // (300 rows: chunks of one row for the gain's and bias's sums; 288 wide: 9 values a lane in
+  // the registers' kernels, whose arrays hold 16). The gain's and bias's
   // gradients are float sums of the exact values, whose error is the sums' own.
   for (const auto xtype : {torch::kFloat, torch::kBFloat16}) {
     INFO("rows in " << xtype);
-    const auto x = torch::randn({300, 256}, gen).to(xtype);
-    const auto w = torch::randn({256}, gen), b = torch::randn({256}, gen);
+    const auto x = torch::randn({300, 288}, gen).to(xtype);
+    const auto w = torch::randn({288}, gen), b = torch::randn({288}, gen);
     auto xg = x.to(torch::kCUDA).requires_grad_(true);
     auto wg = w.to(torch::kCUDA).requires_grad_(true), bg = b.to(torch::kCUDA).requires_grad_(true);
-    const auto dy = torch::randn({300, 256}, gen).to(xtype);
+    const auto dy = torch::randn({300, 288}, gen).to(xtype);
     const auto dy_gpu = dy.to(torch::kCUDA);
     const auto y = without_host_wait(false, [&] {
       auto out = wick::layer_norm(xg, wg, bg);
@@ -443,7 +444,7 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
     auto xd = x.to(torch::kDouble).requires_grad_(true);
     auto wd = w.to(torch::kDouble).requires_grad_(true),
          bd = b.to(torch::kDouble).requires_grad_(true);
-    const auto yd = at::layer_norm(xd, {256}, wd, bd, 1e-5);
+    const auto yd = at::layer_norm(xd, {288}, wd, bd, 1e-5);
     yd.backward(dy.to(torch::kDouble));
     const double tol = xtype == torch::kFloat ? 2e-6 : 8e-3;  // bf16: y and dx rounded once
     CHECK(rel(y, yd) < tol);
