@@ -25,14 +25,12 @@ struct Batch {
 };
 static_assert(sizeof(Batch) <= 4000, "a kernel's parameters are at most 4 KB");
 
-__device__ __forceinline__ float update(const AdamTensor& t, float& p, float g, float& m,
-                                        float& v) {
+__device__ __forceinline__ void update(const AdamTensor& t, float& p, float g, float& m, float& v) {
   if (t.decay != 0) g += t.decay * p;
   m = m * t.beta1 + (1 - t.beta1) * g;
   v = v * t.beta2 + (1 - t.beta2) * g * g;
   // shrink: AdamW's 1 - lr * weight_decay, else 1 (exact: x * 1 == x).
   p = p * t.shrink - t.step_size * m / (sqrtf(v) / t.bc2_sqrt + t.eps);
-  return p;
 }
 
 __global__ void adam_kernel(const Batch b) {
