@@ -535,13 +535,25 @@ std::string markdown(const json& r) {
   return md.str();
 }
 
+// The sections main() runs, in its order: the names --only takes.
+const char* const kSections[] = {"dispatch",     "callgrind", "startup",     "parity",  "ddp",
+                                 "loader",       "metrics",   "torchscript", "restart", "profiler",
+                                 "memory_tools", "python",    "busy",        "peers"};
+
+bool is_section(const std::string& name) {
+  for (const char* s : kSections)
+    if (name == s) return true;
+  return false;
+}
+
 int usage() {
+  std::string sections;
+  for (const char* s : kSections) sections += (sections.empty() ? "" : ",") + std::string(s);
   std::fprintf(stderr,
                "usage: wick_bench [--out FILE] [--smoke] [--config CFG] [--reps N] "
                "[--child-reps N] [--ddp-rounds N] [--peers-workloads mlp,cnn,transformer,gan,gpt] "
-               "[--only "
-               "parity,dispatch,callgrind,startup,ddp,loader,metrics,torchscript,restart,profiler,"
-               "python]\n");
+               "[--only %s]\n",
+               sections.c_str());
   return 2;
 }
 
@@ -613,7 +625,10 @@ int main(int argc, char** argv) {
         for (std::string x; std::getline(ss, x, ',');) s.peers_workloads.push_back(x);
       } else if (a == "--only") {
         std::stringstream ss(value());
-        for (std::string x; std::getline(ss, x, ',');) only.insert(x);
+        for (std::string x; std::getline(ss, x, ',');) {
+          if (!is_section(x)) throw std::invalid_argument("--only: no section '" + x + "'");
+          only.insert(x);
+        }
       } else
         return usage();
     } catch (const std::exception& e) {
@@ -625,7 +640,10 @@ int main(int argc, char** argv) {
     s.reps = 1;
     s.child_reps = 1;
   }
-  auto want = [&](const char* section) { return only.empty() || only.count(section); };
+  auto want = [&](const char* section) {
+    if (!is_section(section)) throw std::logic_error(std::string("unlisted section ") + section);
+    return only.empty() || only.count(section);
+  };
 
   char tmpl[] = "/tmp/wick_bench_XXXXXX";
   if (!mkdtemp(tmpl)) {

@@ -251,6 +251,13 @@ TEST_CASE("activation_checkpointing refuses modules it cannot reach, naming them
   r = run_wick({"check", (d / "cfg.toml").string()});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("modules") != std::string::npos);
+  // No modules key at all: a required key (`wick plugins` says so).
+  auto text = cfg("[]");
+  text.erase(text.find("modules = []\n"), std::string("modules = []\n").size());
+  write_file(d / "cfg.toml", text);
+  r = run_wick({"check", (d / "cfg.toml").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("missing required key 'modules'") != std::string::npos);
 }
 
 TEST_CASE("the memory estimate counts parameters, gradients and optimizer state per rank") {

@@ -157,7 +157,8 @@ void add_evaluate_commands(CLI::App& app, Registry& r) {
   p->add_option("--split", pr.split, "predict a split of the task's data: valid or train")
       ->type_name("valid|train");
   p->add_option("--input", pr.input,
-                "predict the rows of FILE (.npy, .csv with a header row, or .pt of torch.save), "
+                "predict the rows of FILE (.npy, .npz with \"input\", .csv with a header row, or "
+                ".pt of torch.save), "
                 "each one sample shaped as the task's inputs")
       ->type_name("FILE");
   p->add_option("--output", pr.output, "where to write them: FILE.npy or FILE.csv")

@@ -87,10 +87,12 @@ void add_launch_command(CLI::App& app, Registry& r) {
                 "nodes in the job (each runs its own wick launch; under srun: SLURM_NTASKS, "
                 "with --node-rank, --master-addr and --master-port from SLURM too)");
   c->add_option("--node-rank", o.node_rank, "this node's index, 0 .. nnodes-1");
-  c->add_option("--master-addr", o.master_addr, "address of the node with rank 0");
+  c->add_option("--master-addr", o.master_addr,
+                "address of the node with rank 0 (default 127.0.0.1)");
   c->add_option("--master-port", o.master_port,
                 "rendezvous port on the master (default: a free one; required with --nnodes > 1)");
-  c->add_option("--grace", o.grace_s, "seconds between SIGTERM and SIGKILL when ending ranks");
+  c->add_option("--grace", o.grace_s,
+                "seconds between SIGTERM and SIGKILL when ending ranks (default 5)");
   c->add_option("--max-restarts", o.max_restarts,
                 "when a rank dies, end every rank and start all again with --resume auto, up "
                 "to N times (default 0)");

@@ -11,8 +11,9 @@ int main(int argc, char** argv) {
   using namespace wick::cli;
   CLI::App app{
       "wick: a C++ training loop on LibTorch with run-time loaded hook plugins.\n"
-      "Exit codes: 0 done, 1 training failed, 2 usage or config error, 128 + the signal when\n"
-      "stopped by one (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)."};
+      "Exit codes: 0 done, 1 training failed (doctor: something to fix), 2 usage or config\n"
+      "error, 128 + the signal when stopped by one (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138\n"
+      "SIGUSR1)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("wick ") + WICK_VERSION);
 

@@ -153,6 +153,6 @@ WICK_PLUGIN(ActivationCheckpointing,
             wick::PluginDef("activation_checkpointing", "1.0.0",
                             "recompute the activations of chosen modules in backward instead of "
                             "keeping them (Sequential elements, TorchScript parts)")
-                .param_string_list("modules", {},
-                                   "fnmatch globs over module names, e.g. [\"blocks.*\"]; "
-                                   "Sequential elements and TorchScript parts"))
+                .param_required("modules", wick::ParamType::string_list,
+                                "fnmatch globs over module names, e.g. [\"blocks.*\"]; "
+                                "Sequential elements and TorchScript parts"))

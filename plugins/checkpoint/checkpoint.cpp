@@ -7,7 +7,8 @@
 // Saves are taken between steps, after every hook has finished the step: a save that falls
 // due at after_step / after_epoch is written at the next before_step / before_valid /
 // before_epoch / after_fit / after_cancel, whichever comes first. The checkpoint hook runs
-// first at each point (order -100), so it restores before any other hook's before_fit.
+// at order -100, first of the built-ins but swa (-110), so it restores before the other hooks'
+// before_fit.
 #include <unistd.h>
 
 #include <algorithm>

@@ -30,7 +30,9 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int exit_code = 0;     // 0 when every rank exited 0; else 1, or 128 + the signal forwarded
+  // 0 when every rank exited 0; else the failed rank's exit code (1 when a signal killed it),
+  // or 128 + the signal forwarded.
+  int exit_code = 0;
   int failed_rank = -1;  // global rank that failed first (-1: none)
   std::string reason;    // "exit code 3", "killed by signal 9 (SIGKILL)"
   int master_port = 0;   // the port used (by the last start)
