@@ -137,4 +137,12 @@ TEST_CASE("wick_bench --only keeps the other sections with the dates they were m
   CHECK(notes.find("measured by an earlier run (2025-12-31 23:59 UTC), kept: old_a") !=
         std::string::npos);
   CHECK(notes.find("(on or before 2026-01-02 03:04 UTC), kept: old_b") != std::string::npos);
+
+  // A section it does not have is refused before anything runs, and the file stays as it was.
+  const auto before = read_file(out);
+  r = run({WICK_BENCH_BIN, "--smoke", "--only", "startup,startpu", "--out", out.string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--only: no section 'startpu'") != std::string::npos);
+  CHECK(r.err.find("memory_tools,python,busy,peers]") != std::string::npos);  // the usage
+  CHECK(read_file(out) == before);
 }
