@@ -129,6 +129,11 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
   CHECK_THAT(r.err, Catch::Contains(bad_file));
   CHECK_THAT(r.err, Catch::Contains(expect));
   CHECK_THAT(r.err, Catch::Contains("apt-get install dataset-fashion-mnist"));
+  // `wick check` loads the data too, and refuses it as fit does (README: exit 1, not 2).
+  auto c = run_wick({"check", (dir / "cfg.toml").string()});
+  INFO(c.err);
+  CHECK(c.exit_code == 1);
+  CHECK_THAT(c.err, Catch::Contains(bad_file));
 }
 
 TEST_CASE("a well-formed data_dir of our own is read (all-zero images, label 3)") {
