@@ -38,12 +38,13 @@ $(BUILD)/build.ninja:
 # (with Release's NDEBUG); a torch source compiles in about half GCC's time. It also compiles
 # each SDK header alone (WICK_HEADER_ALONE: a property of the headers, not of the LibTorch,
 # checked once), and leaves the out-of-tree build of the built-in plugin folders to the default
-# build (WICK_TEST_PLUGIN_FOLDERS, likewise).
+# build (WICK_TEST_PLUGIN_FOLDERS, likewise). Its ctest, and the sanitizer tree's, run each test
+# program's cases in forks of it (WICK_TEST_EACH_FORKED: LibTorch's start paid once a program).
 $(OTHER_BUILD)/build.ninja:
 	cmake -S . -B $(OTHER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
 	  -DWICK_BUILD_BENCH=OFF -DWICK_HEADER_ALONE=ON -DWICK_TEST_PLUGIN_FOLDERS=OFF \
-	  $(call torch_flag,$(OTHER))
+	  -DWICK_TEST_EACH_FORKED=ON $(call torch_flag,$(OTHER))
 
 configure: deps $(BUILD)/build.ninja
 
@@ -85,7 +86,8 @@ test-other: build-other
 # and ODR checks pass with LibTorch as it is (uninstrumented).
 test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWICK_SANITIZE=ON \
-	  -DCMAKE_CXX_COMPILER=clang++ -DWICK_BUILD_BENCH=OFF -DWICK_SANITIZE_SUBSET=ON
+	  -DCMAKE_CXX_COMPILER=clang++ -DWICK_BUILD_BENCH=OFF -DWICK_SANITIZE_SUBSET=ON \
+	  -DWICK_TEST_EACH_FORKED=ON
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -L sanitize -j2 --timeout 600

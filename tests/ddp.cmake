@@ -1,6 +1,7 @@
 # Data-parallel training: the torch-free launcher, and 2-rank runs of the ddp plugin on loopback.
 wick_add_test(test_launch SOURCES test_launch.cpp)
-wick_add_test(test_ddp SOURCES test_ddp.cpp DEPENDS ddp synthetic grad_accum checkpoint)
+wick_add_test(test_ddp SOURCES test_ddp.cpp PROGRAM_COST 120
+              DEPENDS ddp synthetic grad_accum checkpoint)
 # torchrun of the torch that matches this build's LibTorch: Debian's python3-torch for Debian's
 # LibTorch; for the wheel's, its install folder (scripts/install-libtorch.sh) on PYTHONPATH.
 if(TARGET test_ddp)
@@ -16,6 +17,6 @@ if(TARGET test_ddp)
 endif()
 # ZeRO stages 1 and 2 (ddp's shard_optimizer, shard_gradients) and the zero3 strategy against
 # plain ddp.
-wick_add_test(test_zero SOURCES test_zero.cpp
+wick_add_test(test_zero SOURCES test_zero.cpp PROGRAM_COST 50
               DEPENDS ddp zero3 synthetic grad_accum grad_clip lr_schedule mixed_precision
                       checkpoint)

@@ -1,4 +1,4 @@
-#define CATCH_CONFIG_MAIN
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <execinfo.h>
@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "each_forked.hpp"
 #include "wick/system.hpp"
 
 namespace {
@@ -63,3 +64,12 @@ void print_stack(int sig) {
 }();
 
 }  // namespace
+
+// `PROGRAM --each-forked SECONDS`: every case, each in a fork (support/each_forked.hpp), each
+// killed past SECONDS; anything else is Catch's own command line.
+int main(int argc, char* argv[]) {
+  auto catch_main = [](int n, const char* const args[]) { return Catch::Session().run(n, args); };
+  if (argc == 3 && std::strcmp(argv[1], "--each-forked") == 0)
+    return wick::test::run_each_forked(argv[0], std::atoi(argv[2]), catch_main);
+  return catch_main(argc, argv);
+}
