@@ -5,10 +5,12 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -57,11 +59,16 @@ int run_each_forked(const char* program, int timeout_s, CatchMain catch_main) {
     }
     if (pid == 0) run_case(program, names[i], catch_main);
     int status = 0;
-    bool timed_out = false;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
+    bool timed_out = false, lost = false;
+    for (pid_t r; (r = waitpid(pid, &status, WNOHANG)) != pid;) {
+      if (r < 0 && errno != EINTR) {
+        lost = true;  // never "passed" for a case whose end was not seen
+        break;
+      }
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeout_s)) {
         kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
         timed_out = true;
         break;
       }
@@ -71,7 +78,9 @@ int run_each_forked(const char* program, int timeout_s, CatchMain catch_main) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::string outcome = "passed";
-    if (timed_out) {
+    if (lost) {
+      outcome = "FAILED (waitpid: " + std::string(std::strerror(errno)) + ")";
+    } else if (timed_out) {
       outcome = "FAILED (past " + std::to_string(timeout_s) + " s, killed)";
     } else if (WIFSIGNALED(status)) {
       outcome = "FAILED (signal " + std::to_string(WTERMSIG(status)) + ")";
