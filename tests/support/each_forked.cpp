@@ -78,19 +78,16 @@ int run_each_forked(const char* program, int timeout_s, CatchMain catch_main) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::string outcome = "passed";
-    if (lost) {
-      outcome = "FAILED (waitpid: " + std::string(std::strerror(errno)) + ")";
-    } else if (timed_out) {
-      outcome = "FAILED (past " + std::to_string(timeout_s) + " s, killed)";
-    } else if (WIFSIGNALED(status)) {
-      outcome = "FAILED (signal " + std::to_string(WTERMSIG(status)) + ")";
-    } else if (WEXITSTATUS(status) == kSkipped) {
+    if (!lost && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == kSkipped) {
       outcome = "skipped";
-    } else if (WEXITSTATUS(status) != 0) {
-      outcome = "FAILED (exit " + std::to_string(WEXITSTATUS(status)) + ")";
+      skipped.push_back(names[i]);
+    } else if (lost || timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      outcome = lost        ? "FAILED (waitpid: " + std::string(std::strerror(errno)) + ")"
+                : timed_out ? "FAILED (past " + std::to_string(timeout_s) + " s, killed)"
+                : WIFSIGNALED(status) ? "FAILED (signal " + std::to_string(WTERMSIG(status)) + ")"
+                                      : "FAILED (exit " + std::to_string(WEXITSTATUS(status)) + ")";
+      failed.push_back(names[i]);
     }
-    if (outcome == "skipped") skipped.push_back(names[i]);
-    if (outcome != "passed" && outcome != "skipped") failed.push_back(names[i]);
     std::printf("wick test: [%zu/%zu] %s in %.1f s: %s\n", i + 1, names.size(), outcome.c_str(),
                 seconds, names[i].c_str());
   }
