@@ -1,5 +1,5 @@
 // wick::cross_entropy (wick/losses.hpp), wick::gelu_tanh and wick::gelu_mlp
-// (wick/activations.hpp) and
+// (wick/activations.hpp), wick::linear's function (wick/linear.hpp) and
 // wick::scaled_dot_product_attention (wick/attention.hpp) on the CPU, the training-algorithm
 // plugins
 // (label_smoothing, mixup, cutmix, sam, swa, freeze) and the speed plugins (channels_last,
@@ -19,6 +19,7 @@
 #include <wick/attention.hpp>
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
+#include <wick/linear.hpp>
 #include <wick/loader.hpp>
 #include <wick/losses.hpp>
 #include <wick/normalization.hpp>
@@ -28,6 +29,7 @@
 
 #include "in_process.hpp"
 #include "ops/gelu_mlp.hpp"
+#include "ops/linear.hpp"
 #include "support.hpp"
 
 using namespace wick;
@@ -400,6 +402,16 @@ TEST_CASE("wick::gelu_tanh matches GELU's tanh formula and its derivative",
   CHECK(torch::equal(wick::gelu_tanh(dbl), at::gelu(dbl, "tanh")));
 }
 
+namespace {
+
+// The largest difference from a reference in double, relative to the reference's largest value.
+double rel(const at::Tensor& got, const at::Tensor& want) {
+  return (got.to(torch::kDouble) - want).abs().max().item<double>() /
+         want.abs().max().item<double>();
+}
+
+}  // namespace
+
 // gelu_mlp's autograd function is what a GPU in bf16 takes, with cuBLASLt's epilogues there
 // (test_cuda); here its own backward (four products, GELU's derivative, the bias sums) is
 // checked on the CPU against autograd through the three operations in double.
@@ -418,9 +430,6 @@ TEST_CASE("wick::gelu_mlp's autograd function: linear, GELU, linear and their gr
     want.push_back(y.detach());
     for (const auto& t : in) want.push_back(t.grad());
   }
-  const auto rel = [](const at::Tensor& got, const at::Tensor& w) {
-    return (got.to(torch::kDouble) - w).abs().max().item<double>() / w.abs().max().item<double>();
-  };
   for (const auto type : {torch::kFloat, torch::kBFloat16}) {
     INFO("computed in " << type);
     std::vector<at::Tensor> in;
@@ -451,6 +460,56 @@ TEST_CASE("wick::gelu_mlp's autograd function: linear, GELU, linear and their gr
   // wick::gelu_mlp on the CPU: the three operations, gelu_tanh's kernel among them.
   CHECK(torch::equal(wick::gelu_mlp(x, w1, b1, w2, b2),
                      at::linear(wick::gelu_tanh(at::linear(x, w1, b1)), w2, b2)));
+}
+
+// wick::linear's autograd function is what a GPU in bf16 takes (test_cuda: there the weight's
+// and bias's gradients come out of the products in float); here its backward against autograd
+// through at::linear in double, with and without a bias.
+TEST_CASE("wick::linear's autograd function: the product and its gradients in their inputs' types",
+          "[algorithms]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  const auto x = torch::randn({3, 5, 16}, gen), w = torch::randn({24, 16}, gen) / 4,
+             b = torch::randn({24}, gen), dy = torch::randn({3, 5, 24}, gen);
+  for (const bool with_bias : {true, false}) {
+    std::vector<at::Tensor> ref;
+    for (const auto& t : {x, w, b}) ref.push_back(t.to(torch::kDouble).requires_grad_());
+    const auto yd = at::linear(ref[0], ref[1], with_bias ? ref[2] : at::Tensor());
+    yd.backward(dy.to(torch::kDouble));
+    for (const auto type : {torch::kFloat, torch::kBFloat16}) {
+      INFO("computed in " << type << (with_bias ? ", with" : ", without") << " a bias");
+      auto xg = x.clone().requires_grad_(), wg = w.clone().requires_grad_(),
+           bg = b.clone().requires_grad_();
+      const auto y = linear_in(type, xg, wg, with_bias ? bg : at::Tensor());
+      REQUIRE(y.sizes() == yd.sizes());
+      CHECK(y.scalar_type() == type);
+      CHECK_FALSE(y.is_view());  // changeable in place, as at::linear's result
+      y.backward(dy.to(type));
+      // bf16: the inputs and the product rounded to bf16 (2^-8 each).
+      const double tol = type == torch::kFloat ? 1e-5 : 2e-2;
+      CHECK(rel(y, yd) < tol);
+      REQUIRE(xg.grad().scalar_type() == torch::kFloat);  // each in its input's type
+      REQUIRE(wg.grad().scalar_type() == torch::kFloat);
+      CHECK(rel(xg.grad(), ref[0].grad()) < tol);
+      CHECK(rel(wg.grad(), ref[1].grad()) < tol);
+      if (with_bias) {
+        REQUIRE(bg.grad().scalar_type() == torch::kFloat);
+        CHECK(rel(bg.grad(), ref[2].grad()) < tol);
+      } else {
+        CHECK_FALSE(bg.grad().defined());
+      }
+    }
+  }
+  // An input without a gradient gets none; no second derivative (refused, not computed from a
+  // weight cast without a graph).
+  auto xg = x.clone().requires_grad_();
+  linear_in(torch::kFloat, xg, w, b).backward(dy);
+  CHECK(xg.grad().defined());
+  CHECK_THROWS_WITH(torch::autograd::grad({linear_in(torch::kFloat, xg, w, b).sum()}, {xg}, {}, {},
+                                          /*create_graph=*/true),
+                    Catch::Contains("no second derivative"));
+  // wick::linear on the CPU: at::linear itself.
+  CHECK(torch::equal(wick::linear(x, w, b), at::linear(x, w, b)));
+  CHECK(torch::equal(wick::linear(x, w), at::linear(x, w)));
 }
 
 namespace {

@@ -1,9 +1,9 @@
 // What wick does on a CUDA device: training there, fused Adam's, cross-entropy's and layer
-// norm's CUDA kernels, batches copied from pinned memory on a side stream, the CUDA generator in
-// checkpoints, fp16 loss scaling's CUDA path, NCCL, and the cuda_graph plugin. Each test needs a
-// GPU and reports itself skipped (ctest: Skipped) without one, or in a build against a CPU-only
-// LibTorch. The refusals of cuda_graph that need no GPU run wherever the plugin is built (a CUDA
-// LibTorch).
+// norm's CUDA kernels, gelu_mlp's epilogues, wick::linear's float gradients, batches copied
+// from pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss scaling's
+// CUDA path, NCCL, and the cuda_graph plugin. Each test needs a GPU and reports itself skipped
+// (ctest: Skipped) without one, or in a build against a CPU-only LibTorch. The refusals of
+// cuda_graph that need no GPU run wherever the plugin is built (a CUDA LibTorch).
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -22,6 +22,7 @@
 #endif
 
 #include <wick/activations.hpp>
+#include <wick/linear.hpp>
 #include <wick/losses.hpp>
 #include <wick/normalization.hpp>
 #include <wick/profile.hpp>
@@ -178,6 +179,17 @@ auto without_host_wait(bool autocast, F&& f) {
   c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
   return f();
 }
+
+// Whether a float tensor holds only values a bf16 holds: what a bf16 product or sum cast to
+// float gives, and (but for a chance of about 2^-16 a value) not what one made in float gives.
+bool bf16_valued(const at::Tensor& t) {
+  return torch::equal(t, t.to(torch::kBFloat16).to(torch::kFloat));
+}
+
+// LibTorch 2.8 has products of bf16 matrices with a float result (mm's out_dtype), which
+// wick's bf16 functions take for the parameters' gradients.
+constexpr bool kFloatProducts = TORCH_VERSION_MAJOR > 2 ||
+                                (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8);
 #endif
 
 }  // namespace
@@ -512,6 +524,51 @@ TEST_CASE("wick::gelu_mlp on the GPU: GELU and its gradient in cuBLASLt's epilog
     INFO("the gradient of input " << i);
     REQUIRE(in[i].grad().scalar_type() == torch::kFloat);
     CHECK(rel(in[i].grad(), ref[i].grad()) < 3e-2);
+  }
+  // Both weights' and the second bias's gradients made in float, not bf16 ones cast (the first
+  // bias's comes from the epilogue in bf16).
+  CHECK(bf16_valued(in[1].grad()) == !kFloatProducts);
+  CHECK(bf16_valued(in[3].grad()) == !kFloatProducts);
+  CHECK_FALSE(bf16_valued(in[4].grad()));
+#endif
+}
+
+TEST_CASE("wick::linear on the GPU: the weight's and bias's gradients made in float, no host wait",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
+  const auto x = torch::randn({6, 171, 64}, gen), w = torch::randn({48, 64}, gen) / 8,
+             b = torch::randn({48}, gen), dy = torch::randn({6, 171, 48}, gen);
+  const auto dy_gpu = dy.to(torch::kCUDA, torch::kBFloat16);  // before the debug mode
+  for (const bool with_bias : {true, false}) {
+    INFO((with_bias ? "with" : "without") << " a bias");
+    // Under bf16 autocast with float parameters, as samples/gpt trains.
+    std::vector<at::Tensor> in;
+    for (const auto& t : {x, w, b}) in.push_back(t.to(torch::kCUDA).requires_grad_(true));
+    const auto bias = with_bias ? in[2] : at::Tensor();
+    const auto y = without_host_wait(true, [&] {
+      auto out = wick::linear(in[0], in[1], bias);
+      out.backward(dy_gpu);
+      return out;
+    });
+    CHECK_FALSE(y.is_view());
+    REQUIRE(y.scalar_type() == torch::kBFloat16);
+    std::vector<at::Tensor> ref;
+    for (const auto& t : {x, w, b}) ref.push_back(t.to(torch::kDouble).requires_grad_(true));
+    const auto yd = at::linear(ref[0], ref[1], with_bias ? ref[2] : at::Tensor());
+    yd.backward(dy.to(torch::kBFloat16).to(torch::kDouble));
+    // The inputs and the product rounded to bf16 once; the gradients of the parameters summed
+    // in float from bf16 rows.
+    CHECK(rel(y, yd) < 2e-2);
+    for (std::size_t i = 0; i < (with_bias ? 3u : 2u); ++i) {
+      INFO("the gradient of input " << i);
+      REQUIRE(in[i].grad().scalar_type() == torch::kFloat);
+      CHECK(rel(in[i].grad(), ref[i].grad()) < 2e-2);
+      // The weight's from a product with a float result, the bias's summed into float.
+      if (i > 0) CHECK(bf16_valued(in[i].grad()) == (i == 1 && !kFloatProducts));
+    }
+    if (!with_bias) CHECK_FALSE(in[2].grad().defined());
   }
 #endif
 }

@@ -6,6 +6,7 @@
 //   mlp.c_fc, mlp.c_proj}, ln_f; logits = x wte^T (tied embeddings, no lm_head parameter).
 #include <wick/activations.hpp>
 #include <wick/attention.hpp>
+#include <wick/linear.hpp>
 #include <wick/losses.hpp>
 #include <wick/normalization.hpp>
 #include <wick/plugin.hpp>
@@ -25,12 +26,13 @@ namespace {
 
 namespace nn = torch::nn;
 
-// x W^T + b through at::linear, as PyTorch's nn.Linear computes it: the bias in the matrix
-// product's epilogue. nn::Linear's forward (the C++ frontend's F::linear) multiplies a 3-D input
-// and then adds the bias in a separate broadcast add, which under bf16 autocast runs in float
-// against a float bias: on an H100, 48 such adds were 6 of a GPT-2 step's 60 ms.
+// x W^T + b as PyTorch's nn.Linear computes it, the bias in the matrix product's epilogue
+// (nn::Linear's forward, the C++ frontend's F::linear, multiplies a 3-D input and then adds
+// the bias in a separate broadcast add, which under bf16 autocast runs in float against a float
+// bias: on an H100, 48 such adds were 6 of a GPT-2 step's 60 ms). wick::linear: on a GPU in
+// bf16 the weight's and bias's gradients come out of the products in float, not cast after.
 at::Tensor linear(const nn::Linear& l, const at::Tensor& x) {
-  return at::linear(x, l->weight, l->bias);
+  return wick::linear(x, l->weight, l->bias);
 }
 
 struct GptShape {
@@ -137,7 +139,7 @@ struct GptImpl : nn::Module {
     at::Tensor pending;
     for (auto& b : blocks) std::tie(x, pending) = b(x, pending);
     // Tied: the output layer is the token embedding.
-    return at::linear(add_norm(ln_f, x, pending).second, wte->weight);
+    return wick::linear(add_norm(ln_f, x, pending).second, wte->weight);
   }
 
   // GPT-2's: N(0, 0.02) for linear and embedding weights, zero biases, unit LayerNorms, and

@@ -8,14 +8,11 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "cuda/cuda_support.hpp"
-#include "ops/autocast.hpp"
-#include "ops/cpu_data.hpp"
+#include "ops/bf16_products.hpp"
 #include "wick/activations.hpp"
-#include "wick/torch_compat.hpp"
 
 namespace wick {
 namespace {
@@ -61,45 +58,26 @@ class GeluMlp : public ag::Function<GeluMlp> {
     const auto saved = ctx->get_saved_variables();
     const auto &x2 = saved[0], &w1c = saved[1], &w2c = saved[2], &pre = saved[3], &h = saved[4];
     const auto types = ctx->saved_data["types"].toIntVector();
-    const auto as = [&](const at::Tensor& g, std::size_t i) {
-      return g.to(static_cast<at::ScalarType>(types[i]));
-    };
+    const auto type = [&](std::size_t i) { return static_cast<at::ScalarType>(types[i]); };
+    // The weights' and the biases' gradients made in their own types (float under autocast)
+    // by the products and the sums, not cast after (but db1 from the epilogue, in bf16).
     const auto dy = grads[0].reshape({-1, w2c.size(0)}).to(x2.scalar_type()).contiguous();
     auto d_pre = at::empty_like(pre);
     auto db1 = at::empty({pre.size(1)}, pre.options());
     if (!dy.is_cuda() || !cuda::gelu_gemm_backward(dy, w2c, pre, d_pre, db1)) {
       d_pre = at::gelu_backward(at::mm(dy, w2c), pre, "tanh");
-      db1 = d_pre.sum(0);
+      db1 = rows_sum_as(d_pre, type(2));
     }
     ag::variable_list out(6);
     if (ctx->needs_input_grad(0))
-      out[0] = as(at::mm(d_pre, w1c).view(ctx->saved_data["x_shape"].toIntVector()), 0);
-    if (ctx->needs_input_grad(1)) out[1] = as(at::mm(d_pre.t(), x2), 1);
-    if (ctx->needs_input_grad(2)) out[2] = as(db1, 2);
-    if (ctx->needs_input_grad(3)) out[3] = as(at::mm(dy.t(), h), 3);
-    if (ctx->needs_input_grad(4)) out[4] = as(dy.sum(0), 4);
+      out[0] = at::mm(d_pre, w1c).view(ctx->saved_data["x_shape"].toIntVector()).to(type(0));
+    if (ctx->needs_input_grad(1)) out[1] = product_as(d_pre.t(), x2, type(1));
+    if (ctx->needs_input_grad(2)) out[2] = db1.to(type(2));
+    if (ctx->needs_input_grad(3)) out[3] = product_as(dy.t(), h, type(3));
+    if (ctx->needs_input_grad(4)) out[4] = rows_sum_as(dy, type(4));
     return out;
   }
 };
-
-// Whether gelu_mlp's function takes these, in bf16: on a GPU, float32 or bf16 tensors under
-// bf16 autocast (which would cast them for the products), or every tensor bf16 and autocast off.
-bool fused_in_bf16(const at::Tensor& x, std::initializer_list<const at::Tensor*> params) {
-  if (!x.defined() || !x.is_cuda() || x.dim() < 1 || x.numel() == 0) return false;
-  bool all_bf16 = true;
-  const auto takes = [&](const at::Tensor& t) {
-    if (!t.defined() || t.device() != x.device() || t.layout() != at::kStrided ||
-        !cpu_kernel_type(t.scalar_type()))
-      return false;
-    all_bf16 = all_bf16 && t.scalar_type() == at::kBFloat16;
-    return true;
-  };
-  if (!takes(x)) return false;
-  for (const auto* p : params)
-    if (!takes(*p)) return false;
-  // Another autocast type would cast bf16 tensors to it for the products.
-  return bf16_autocast(at::kCUDA) || (all_bf16 && !compat::autocast_enabled(at::kCUDA));
-}
 
 }  // namespace
 
@@ -111,7 +89,8 @@ at::Tensor gelu_mlp_in(at::ScalarType type, const at::Tensor& x, const at::Tenso
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tensor& fc_bias,
                     const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
-  if (fused_in_bf16(x, {&fc_weight, &fc_bias, &proj_weight, &proj_bias}))
+  if (fc_bias.defined() && proj_bias.defined() &&
+      takes_bf16_products(x, {&fc_weight, &fc_bias, &proj_weight, &proj_bias}))
     return gelu_mlp_in(at::kBFloat16, x, fc_weight, fc_bias, proj_weight, proj_bias);
   return at::linear(gelu_tanh(at::linear(x, fc_weight, fc_bias)), proj_weight, proj_bias);
 }

@@ -30,10 +30,12 @@
 //        and on a GPU, the residual add in the same pass)
 //   2.16 gelu_mlp (wick/activations.hpp: on a GPU in bf16, the GELU and its gradient in
 //        cuBLASLt's epilogues)
+//   2.17 wick/linear.hpp (linear: on a GPU in bf16, the parameters' gradients made in their
+//        own type by the products)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 16
+#define WICK_API_MINOR 17
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu

@@ -1,0 +1,43 @@
+// The helpers of ops/bf16_products.hpp.
+#include "ops/bf16_products.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include "ops/autocast.hpp"
+#include "ops/cpu_data.hpp"
+#include "wick/torch_compat.hpp"
+
+namespace wick {
+
+bool takes_bf16_products(const at::Tensor& x, std::initializer_list<const at::Tensor*> params) {
+  if (!x.defined() || !x.is_cuda() || x.dim() < 1 || x.numel() == 0) return false;
+  bool all_bf16 = true;
+  const auto takes = [&](const at::Tensor& t) {
+    if (t.device() != x.device() || t.layout() != at::kStrided || !cpu_kernel_type(t.scalar_type()))
+      return false;
+    all_bf16 = all_bf16 && t.scalar_type() == at::kBFloat16;
+    return true;
+  };
+  if (!takes(x)) return false;
+  for (const auto* p : params)
+    if (p->defined() && !takes(*p)) return false;
+  // Another autocast type would cast bf16 tensors to it for the products.
+  return bf16_autocast(at::kCUDA) || (all_bf16 && !compat::autocast_enabled(at::kCUDA));
+}
+
+at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType type) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+  const auto in = a.scalar_type();
+  if (a.is_cuda() && type == at::kFloat && b.scalar_type() == in &&
+      (in == at::kBFloat16 || in == at::kHalf))
+    return at::mm(a, b, type);
+#endif
+  return at::mm(a, b).to(type);
+}
+
+at::Tensor rows_sum_as(const at::Tensor& g, at::ScalarType type) {
+  return at::sum(g, {0}, /*keepdim=*/false, type);
+}
+
+}  // namespace wick
