@@ -2,10 +2,13 @@
 #include "ops/bf16_products.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/version.h>
 
 #include "ops/autocast.hpp"
 #include "ops/cpu_data.hpp"
+#include "wick/hardware.hpp"
+#include "wick/run.hpp"
 #include "wick/torch_compat.hpp"
 
 namespace wick {
@@ -28,10 +31,13 @@ bool takes_bf16_products(const at::Tensor& x, std::initializer_list<const at::Te
 
 at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType type) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
-  const auto in = a.scalar_type();
-  if (a.is_cuda() && type == at::kFloat && b.scalar_type() == in &&
-      (in == at::kBFloat16 || in == at::kHalf))
-    return at::mm(a, b, type);
+  if (a.is_cuda() && type == at::kFloat && a.scalar_type() == at::kBFloat16 &&
+      b.scalar_type() == at::kBFloat16) {
+    // LibTorch refuses a bf16 product with a float result below compute capability 8.0 (where
+    // bf16 is not native: a V100, a T4); native_bf16 asks of the current device.
+    const c10::DeviceGuard on(a.device());
+    if (native_bf16(Device{DeviceType::cuda})) return at::mm(a, b, type);
+  }
 #endif
   return at::mm(a, b).to(type);
 }

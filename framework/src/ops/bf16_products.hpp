@@ -16,9 +16,10 @@ namespace wick {
 // undefined parameter (an absent bias) is left out.
 bool takes_bf16_products(const at::Tensor& x, std::initializer_list<const at::Tensor*> params);
 
-// a [m, k] times b [k, n], the result in `type`. On a GPU with LibTorch 2.8 or newer a bf16 or
-// fp16 product with a float result writes its float sums directly (LibTorch's mm with an
-// out_dtype: each value rounded once, and no cast); elsewhere the product, then the cast.
+// a [m, k] times b [k, n], the result in `type`. On a GPU of compute capability 8.0 or newer
+// with LibTorch 2.8 or newer, a bf16 product with a float result writes its float sums directly
+// (LibTorch's mm with an out_dtype: each value rounded once, and no cast); elsewhere the
+// product, then the cast.
 at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType type);
 
 // g [rows, n] summed over its rows into `type` (a bias's gradient): accumulated and written in

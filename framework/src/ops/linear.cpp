@@ -73,7 +73,10 @@ at::Tensor linear_in(at::ScalarType type, const at::Tensor& x, const at::Tensor&
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (weight.defined() && weight.dim() == 2 && takes_bf16_products(x, {&weight, &bias}))
+  // Without a graph to build there is no backward to change: at::linear keeps autocast's cache
+  // of cast weights. A bias other than [out] (one addmm broadcasts) keeps at::linear too.
+  if (at::GradMode::is_enabled() && weight.defined() && weight.dim() == 2 &&
+      (!bias.defined() || bias.dim() == 1) && takes_bf16_products(x, {&weight, &bias}))
     return linear_in(at::kBFloat16, x, weight, bias);
   return at::linear(x, weight, bias);
 }
