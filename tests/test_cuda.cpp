@@ -365,9 +365,9 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
   // 5003 rows: a last block of three warps, and chunks of 10 rows for the weight gradient's
   // sums (the last short), which give every warp of a block rows in the registers' kernel,
   // whose sums over its warps are then all used. Width 100: rows read from memory on each
-  // pass; 768 and 1024 (multiples of 32 up to 1024): rows held in registers, the gain's and
-  // bias's sums made on the way.
-  for (const std::int64_t width : {100, 768, 1024})
+  // pass; 256, 768 and 1024 (multiples of 32 up to 1024: 8, 24 and 32 values a lane): rows
+  // held in registers, the gain's and bias's sums made on the way.
+  for (const std::int64_t width : {100, 256, 768, 1024})
     for (const auto btype : {torch::kFloat, torch::kBFloat16})
       for (const bool autocast : {false, true}) {
         INFO("width " << width << ", branch " << btype << ", autocast " << autocast);
