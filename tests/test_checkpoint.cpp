@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -632,4 +633,60 @@ TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") 
         std::vector<std::string>{"best", "ckpt-e0000-b0000008", "ckpt-e0001-b0000000"});
   CHECK(now[3].rfind("superseded-", 0) == 0);
   CHECK(fs::exists(ckpt_dir(d) / now[3] / "ckpt-e0003-b0000000" / "manifest.json"));
+}
+
+TEST_CASE(
+    "a resume from best moves aside only what came after it; a best a kill left aside is back") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d,
+                                    "every_n_steps = 4\nkeep_last = 0\nmonitor = \"valid/loss\"\n"
+                                    "mode = \"max\"\n"));  // the highest loss: an early epoch
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 0);
+  const auto m = read_json(ckpt_dir(d) / "best" / "manifest.json");
+  char at[64];
+  std::snprintf(at, sizeof at, "ckpt-e%04lld-b%07lld", m["position"]["epoch"].get<long long>(),
+                m["position"]["batch"].get<long long>());
+  std::vector<std::string> before, after;
+  for (const auto& n : checkpoints(d))
+    if (n.rfind("ckpt-", 0) == 0) (n <= at ? before : after).push_back(n);
+  REQUIRE_FALSE(after.empty());
+  // A save of best killed between its two renames: the old best aside, the new one not yet in.
+  fs::rename(ckpt_dir(d) / "best", ckpt_dir(d) / ".old-best-99999");
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "best"});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK_FALSE(fs::exists(ckpt_dir(d) / ".old-best-99999"));
+  CHECK(r.err.find("moved " + std::to_string(after.size()) +
+                   " checkpoint(s) of the abandoned later part") != std::string::npos);
+  for (const auto& n : before) CHECK(fs::exists(ckpt_dir(d) / n / "manifest.json"));
+}
+
+TEST_CASE("a stop signal before the loop acts on early stopping: the resume stops there too") {
+  TempDir d;
+  // Stops after epoch 1 of 3: no change counts as an improvement.
+  const std::string stop =
+      "[[hooks]]\nplugin = \"early_stopping\"\npatience = 1\nmin_delta = 100.0\n";
+  write_file(d / "cfg.toml", config(d, "", stop));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 0);
+  const auto whole = read_json(d / "run" / "summary.json");
+  REQUIRE(whole["epochs"] == 2);
+  // SIGINT as epoch 1's validation starts: its after_epoch still runs (early stopping asks to
+  // stop), then the signal ends the fit with a cancel checkpoint at (2, 0).
+  write_file(
+      d / "cfg.toml",
+      config(d, "", stop + fault("action = \"sigint\"\nat = \"before_valid\"\nepoch = 1\n")));
+  auto cut = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(cut.err << cut.out);
+  REQUIRE(cut.exit_code == 130);
+  REQUIRE(fs::exists(ckpt_dir(d) / "ckpt-e0002-b0000000"));
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("the checkpoint's run was stopping (early_stopping: valid/loss has not "
+                   "improved for 1 epochs") != std::string::npos);
+  const auto resumed = read_json(d / "run" / "summary.json");
+  CHECK(resumed["status"] == "completed");
+  // What the uninterrupted run ended with; its last validation kept by the checkpoint.
+  for (const char* k : {"epochs", "optimizer_steps", "model_fingerprint", "valid/loss"})
+    CHECK(resumed[k] == whole[k]);
 }

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -213,6 +214,10 @@ TEST_CASE("launch rejects bad options with the option named") {
   o.master_port = 1234;
   o.node_rank = 2;
   CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--node-rank"));
+  o.node_rank = 0;
+  o.nnodes = std::numeric_limits<int>::max();
+  o.nproc = 2;  // a WORLD_SIZE past an int's range
+  CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--nnodes x --nproc"));
   o = {};
   CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("after '--'"));
 }

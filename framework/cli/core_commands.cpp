@@ -1,3 +1,5 @@
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +49,9 @@ int guarded(const std::function<int()>& body, std::string* error) {
     return fail(kUsage, "", e.what());
   } catch (const PluginError& e) {
     return fail(kUsage, "", e.what());
+  } catch (const c10::Error& e) {
+    // LibTorch's message without its C++ backtrace (a value it refused, e.g. a size).
+    return fail(kFailed, "error: ", e.what_without_backtrace());
   } catch (const std::exception& e) {
     return fail(kFailed, "error: ", e.what());
   } catch (...) {
@@ -289,7 +294,8 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile, bool a
     std::printf("%s", line.c_str());
   } else {
     std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",
-                wick::to_string(res.status), static_cast<long long>(st.epoch + 1),
+                wick::to_string(res.status),
+                static_cast<long long>(trainer->context().position().epoch),  // whole epochs
                 static_cast<long long>(st.optimizer_step), static_cast<long long>(st.samples_seen));
     for (const auto& [k, v] : rec.values)
       if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);

@@ -97,6 +97,7 @@ class Checkpoint : public wick::Hook {
     has_best_ = false;  // a resume restores these
     best_ = 0;
     last_saved_.clear();
+    resumed_at_.clear();
     const auto& run = c.run();
     fs::path d = dir_param_.empty() ? fs::path("checkpoints") : fs::path(dir_param_);
     dir_ = d.is_absolute() ? d : fs::path(run.output_dir) / d;
@@ -120,10 +121,18 @@ class Checkpoint : public wick::Hook {
       throw std::runtime_error("the checkpoint folder '" + dir_.string() + "' is not writable: " +
                                ec.message() + "; make it writable or set hooks.checkpoint.dir");
     fs::remove(probe, ec);
-    // Leftovers of a save that was interrupted: never valid checkpoints, safe to remove.
+    // Leftovers of a save that was interrupted. A .tmp- folder is unfinished. An .old-NAME-PID
+    // folder is checkpoint NAME moved aside for its replacement: dropped once the replacement
+    // is in place, else put back (a kill between the two renames).
     for (const auto& e : fs::directory_iterator(dir_, ec)) {
       const auto n = e.path().filename().string();
-      if (n.rfind(".tmp-", 0) == 0 || n.rfind(".old-", 0) == 0) fs::remove_all(e.path(), ec);
+      if (n.rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+      if (n.rfind(".old-", 0) != 0 || n.rfind('-') <= 5) continue;
+      const auto name = n.substr(5, n.rfind('-') - 5);
+      if (fs::exists(dir_ / name, ec))
+        fs::remove_all(e.path(), ec);
+      else
+        fs::rename(e.path(), dir_ / name, ec);
     }
   }
 
@@ -133,7 +142,7 @@ class Checkpoint : public wick::Hook {
   void supersede_later(bool fresh) {
     std::vector<fs::path> later;
     for (const auto& p : list_checkpoints())
-      if (fresh || p.filename().string() > last_saved_) later.push_back(p);
+      if (fresh || p.filename().string() > resumed_at_) later.push_back(p);
     std::error_code ec;
     if (fresh && fs::exists(dir_ / "best", ec)) later.push_back(dir_ / "best");
     if (later.empty()) return;
@@ -198,6 +207,7 @@ class Checkpoint : public wick::Hook {
     if (dir.empty()) return false;
     const auto info = c.restore_checkpoint(dir.string());
     last_saved_ = dir.filename().string();
+    resumed_at_ = name_of(info.position);  // best, or a folder elsewhere: by its position
     std::printf("wick: resumed from %s (epoch %lld, batch %lld, optimizer step %lld) in %.1f ms\n",
                 info.path.c_str(), static_cast<long long>(info.position.epoch),
                 static_cast<long long>(info.position.batch),
@@ -253,14 +263,16 @@ class Checkpoint : public wick::Hook {
 
   void flush(wick::Context& c, bool sync = true) {
     const bool periodic = !due_.empty();  // the same on every rank (step and epoch counts)
+    // best first: a checkpoint after it holds the best value it was written for, so a run
+    // killed between the two resumes from an earlier one and writes best again.
+    if (best_due_) {
+      best_due_ = false;
+      write(c, "best", "best");
+    }
     if (!due_.empty()) {
       auto why = std::move(due_);
       due_.clear();
       save(c, why);
-    }
-    if (best_due_) {
-      best_due_ = false;
-      write(c, "best", "best");
     }
     // Data-parallel: rank 0 writes, every rank waits here until it has (no-op in one process).
     // Not on the way out of a failed fit, where a peer may be gone.
@@ -331,6 +343,7 @@ class Checkpoint : public wick::Hook {
   bool has_best_ = false;
   double best_ = 0;
   std::string last_saved_;  // name of the newest checkpoint written or resumed from
+  std::string resumed_at_;  // ckpt- name of the position resumed from
 };
 
 }  // namespace

@@ -53,6 +53,36 @@ const std::vector<std::string> kHookReserved = {"plugin", "name", "order", "enab
 const std::vector<std::string> kTaskReserved = {"plugin"};
 const std::vector<std::string> kMetricReserved = {"plugin", "name", "enabled"};
 
+// toml++ reads a dotted key or table header by recursion, a level a part: tens of thousands of
+// parts overflow the stack. Refused before parsing, at a bound no config comes near. A run of
+// characters a dotted key is made of (quoted parts included) counts its dots; anything else,
+// a comma between floats or a new line, ends the run.
+void check_key_depth(const std::string& text, const std::string& path) {
+  constexpr int kMaxDots = 1000;
+  int dots = 0, line = 1;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '.') {
+      if (++dots >= kMaxDots)
+        throw ConfigError(path + ":" + std::to_string(line) + ": a key of more than " +
+                          std::to_string(kMaxDots) + " dotted parts; write it in fewer");
+    } else if (!(std::isalnum(c) || c == '_' || c == '-' || c == ' ' || c == '\t' || c == '"' ||
+                 c == '\'')) {
+      dots = 0;
+      if (c == '\n') ++line;
+    }
+  }
+}
+
+// An instance's name is how `--set hooks.NAME.KEY` addresses it and how a metric names its
+// files in the run folder (NAME.csv): a plain word.
+bool plain_name(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return std::isalnum(c) || c == '_' || c == '-';
+  });
+}
+
 }  // namespace
 
 Config::Config() : impl_(std::make_unique<Impl>()) {}
@@ -112,11 +142,16 @@ void Config::Impl::apply_set(const std::string& set) {
                       "optimizers.NAME.KEY=VALUE");
   }
   toml::table parsed;
+  check_key_depth(value, label);
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
     parsed.insert("v", value);  // not a TOML literal: take it as a string
   }
+  if (parsed.size() != 1)  // "0.1\nname = 'sgd'": the rest would be dropped silently
+    throw ConfigError(label + ": the value '" + printable(value) +
+                      "' holds more than one TOML value; give one value (quote text as a "
+                      "string)");
   target->insert_or_assign(key, std::move(*parsed.get("v")));
   overrides[target->get(key)] = {label, value};
 }
@@ -235,8 +270,10 @@ void Config::Impl::validate_builtin() {
       const std::string key(k.str());
       if (key == "data_parallel" || key == "profiler") {
         const auto* name = v.as_string();
-        if (!name || name->get().empty())
-          throw error(where(v), "'" + key + "' in [plugins] must be a plugin's name (a string)");
+        if (!name || !plain_name(name->get()))
+          throw error(where(v), "'" + key +
+                                    "' in [plugins] must be a plugin's name (a string of "
+                                    "letters, digits, '_' and '-')");
         (key == "profiler" ? profiler_plugin : data_parallel_plugin) = name->get();
         continue;
       }
@@ -278,6 +315,10 @@ void Config::Impl::validate_builtin() {
       throw error(where(*pn),
                   "'plugin' in [task] must be a string, not " + std::string(node_type_name(*pn)));
     task_plugin = *pn->value<std::string>();
+    if (task_plugin.empty())
+      throw error(where(*pn),
+                  "'plugin' in [task] is empty; name the task plugin, e.g. "
+                  "plugin = \"synthetic\"");
   }
 
   validate_instances("hooks", /*ordered=*/true);
@@ -301,9 +342,16 @@ void Config::Impl::validate_instances(const std::string& array, bool ordered) {
       throw error(where(*pn), "'plugin' in [[" + array + "]] must be a string, not " +
                                   std::string(node_type_name(*pn)));
     std::string inst = *pn->value<std::string>();
+    if (inst.empty())
+      throw error(where(*pn), "'plugin' in [[" + array + "]] is empty; name the plugin");
     if (auto* nn = t.get("name")) {
       if (!nn->is_string()) throw error(where(*nn), "'name' in [[" + array + "]] must be a string");
       inst = *nn->value<std::string>();
+      if (!plain_name(inst))
+        throw error(where(*nn), "'name' in [[" + array + "]] is '" + printable(inst) +
+                                    "'; an instance name is letters, digits, '_' and '-' (it "
+                                    "is what --set " +
+                                    array + ".NAME.KEY takes, and what a metric names its files)");
     }
     const std::string section = "[" + array + "." + inst + "]";
     if (auto* on = t.get("order"); ordered && on && !on->is_integer())
@@ -331,6 +379,7 @@ Config Config::parse(const std::string& text, const std::string& path,
   Config c;
   auto& I = *c.impl_;
   I.path = fs::absolute(path).lexically_normal().string();
+  check_key_depth(text, I.path);
   try {
     I.root = toml::parse(text, I.path);
   } catch (const toml::parse_error& e) {
@@ -491,8 +540,11 @@ std::shared_ptr<Task> Config::make_task(const PluginFinder& finder) const {
   } catch (const ConfigError&) {
     throw;
   } catch (const std::exception& ex) {
-    throw std::runtime_error("task plugin '" + impl_->task_plugin +
-                             "' could not start: " + ex.what());
+    // A LibTorch error (a size it refused) without its C++ backtrace (this source is
+    // torch-free: c10::Error's own what_without_backtrace is out of reach).
+    std::string what = ex.what();
+    what = what.substr(0, what.find("\nException raised from "));
+    throw std::runtime_error("task plugin '" + impl_->task_plugin + "' could not start: " + what);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "data/sampler.hpp"
 
@@ -87,11 +88,24 @@ BatchLoader::BatchLoader(LoadPlan plan, std::int64_t workers)
   for (std::int64_t b = plan_.first; b < plan_.end; ++b) indices_.push_back(plan_.indices(b));
   ordered_ = plan_.ds->has_state();
   capacity_ = 2 * workers;
-  for (std::int64_t i = 0; i < workers && plan_.first < plan_.end; ++i)
-    threads_.emplace_back([this] { work(); });
+  try {
+    for (std::int64_t i = 0; i < workers && plan_.first < plan_.end; ++i)
+      threads_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // The system refused a thread (its limit on threads): the ones started are joined here,
+    // as no destructor runs for a half-made loader.
+    stop_threads();
+    throw std::runtime_error("cannot start " + std::to_string(workers) + " data loader threads (" +
+                             e.what() + " after " + std::to_string(threads_.size()) +
+                             "); lower trainer.num_workers");
+  }
 }
 
 BatchLoader::~BatchLoader() {
+  stop_threads();
+}
+
+void BatchLoader::stop_threads() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

@@ -78,6 +78,7 @@ class BatchLoader final : public BatchSource {
     std::exception_ptr error;
   };
   void work();
+  void stop_threads();  // asks the threads to end and joins them
 
   LoadPlan plan_;
   std::vector<at::Tensor> indices_;  // [b - first], cut on the main thread up front

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -111,6 +112,10 @@ std::string describe_wait_status(int status) {
 void check_launch_options(const LaunchOptions& o) {
   if (o.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
   if (o.nnodes < 1) throw std::invalid_argument("--nnodes must be >= 1");
+  // WORLD_SIZE is an int for every rank's c10d.
+  if (static_cast<std::int64_t>(o.nnodes) * o.nproc > std::numeric_limits<int>::max())
+    throw std::invalid_argument("--nnodes x --nproc must be at most " +
+                                std::to_string(std::numeric_limits<int>::max()));
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
     throw std::invalid_argument("--node-rank must be in [0, " + std::to_string(o.nnodes) +
                                 ") for --nnodes " + std::to_string(o.nnodes));

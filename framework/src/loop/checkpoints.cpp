@@ -53,11 +53,13 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
             epoch.save(out);
             stops.save(out);
             records.save_pending(out);
+            eval.save_last_valid(out);
           },
           [this](const StateDict& in) {
             epoch.load(in);
             stops.load(in);
             records.load_pending(in);
+            eval.load_last_valid(in);
           },
           device.is_cuda()};
 }

@@ -100,7 +100,10 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   // one rank alone, so data-parallel runs agree on them first.
   auto max_reached = [&] {
     const bool reached = opt.max_steps > 0 && state.optimizer_step >= opt.max_steps;
-    if (reached) stops.request("max_steps (" + std::to_string(opt.max_steps) + ") reached");
+    if (reached) {
+      stops.request("max_steps (" + std::to_string(opt.max_steps) + ") reached");
+      stops.acted = true;
+    }
     return reached;
   };
   bool whole = true;
@@ -113,7 +116,10 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
         // Batches gathered on the device are cut on the main thread, on its stream.
         BatchLoader loader(train_plan(first_batch), train_on_device ? 0 : opt.num_workers);
         for (std::int64_t b = first_batch; b < nb; ++b) {
-          if (interrupt_requested()) throw Interrupted{};
+          // With several ranks, a stop signal is taken where an accumulation window starts:
+          // there no rank holds gradients of its own, which a checkpoint (rank 0's) would lose.
+          if (interrupt_requested() && (!dp.distributed() || b % state.grad_accum_steps == 0))
+            throw Interrupted{};
           // Resumed from a stop at max_steps with the same limit: no step past it.
           if (max_reached()) {
             whole = false;

@@ -5,7 +5,11 @@
 #include "loop/trainer_impl.hpp"
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+
 #include "wick/params.hpp"
+#include "wick/state_dict.hpp"
 
 namespace wick {
 
@@ -343,6 +347,26 @@ at::Tensor Trainer::predict(const at::Tensor& input, const ProgressFn& progress)
   I.dp.join_if_needed();
   RowsDataset ds(rows);
   return I.eval.prediction(ds, "the input", progress);
+}
+
+void Evaluator::save_last_valid(StateDict& out) const {
+  out.set_int("last_valid.samples", last_valid.samples);
+  out.set_int("last_valid.values", static_cast<std::int64_t>(last_valid.values.size()));
+  for (std::size_t i = 0; i < last_valid.values.size(); ++i) {
+    out.set_string("last_valid.name." + std::to_string(i), last_valid.values[i].first);
+    out.set_float("last_valid.value." + std::to_string(i), last_valid.values[i].second);
+  }
+}
+
+void Evaluator::load_last_valid(const StateDict& in) {
+  last_valid = {};
+  if (!in.has("last_valid.values")) return;  // an older checkpoint
+  const std::int64_t n = in.get_int("last_valid.values");
+  if (n < 0 || n > 10000) throw std::runtime_error("loop state: bad validation value count");
+  last_valid.samples = in.get_int("last_valid.samples");
+  for (std::int64_t i = 0; i < n; ++i)
+    last_valid.values.emplace_back(in.get_string("last_valid.name." + std::to_string(i)),
+                                   in.get_float("last_valid.value." + std::to_string(i)));
 }
 
 }  // namespace wick

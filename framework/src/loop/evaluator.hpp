@@ -31,6 +31,8 @@ WICK_PUBLIC_BEGIN
 
 namespace wick {
 
+class StateDict;
+
 class Evaluator {
  public:
   // The points a validation emits and the place an error is blamed on (the dispatcher's).
@@ -66,8 +68,11 @@ class Evaluator {
   // Adds a [[metrics]] entry; throws ConfigError for a second one of the same name.
   void add_metric(MetricEntry entry);
   const std::vector<MetricEntry>& metrics() const { return metrics_; }
-  // What the fit's last validation gave (epoch records, summary.json).
+  // What the fit's last validation gave (epoch records, summary.json). A checkpoint keeps it,
+  // for a resumed run that validates no more (one resumed at its end).
   ValidResult last_valid;
+  void save_last_valid(StateDict& out) const;
+  void load_last_valid(const StateDict& in);
 
   // This rank's batches of an evaluation pass over `ds` (its shard of `order`, in order).
   LoadPlan eval_plan(Dataset& ds, const at::Tensor& order, const char* what) const;

@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 std::shared_ptr<void> Trainer::Impl::start_fit() {
   times.fit_start = Clock::now();
-  stops.requested = false;
+  stops.start();
   loop.phase = LoopPhase::fit;
   dispatch.set_where("start");
   lock_outputs();  // before anything in the output folder is written
@@ -63,6 +63,14 @@ std::shared_ptr<void> Trainer::Impl::start_fit() {
 }
 
 void Trainer::Impl::run_epochs() {
+  // Resumed from a checkpoint a stop signal wrote before the loop could act on a hook's stop
+  // request (early stopping): the uninterrupted run ended there.
+  if (stops.restored) {
+    if (state.is_main_process())
+      std::fprintf(stderr, "wick: the checkpoint's run was stopping (%s): nothing more to train\n",
+                   stops.reason.c_str());
+    return;
+  }
   for (std::int64_t e = loop.resume.first_epoch(); e < opt.epochs; ++e) {
     state.epoch = e;
     const auto t_epoch = Clock::now();

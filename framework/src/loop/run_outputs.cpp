@@ -140,8 +140,9 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
     s.error = res->error;
     s.stop_reason = res->stop_reason;
   }
-  // Whole epochs: a fit stopped mid-epoch (max_steps) has not finished the one it was in.
-  s.epochs = res && res->status == FitResult::Status::completed ? loop.pos.epoch : state.epoch;
+  // Whole epochs, as the position counts them: a fit stopped mid-epoch (max_steps, a signal)
+  // has not finished the one it was in; one stopped after an epoch's validation has.
+  s.epochs = loop.pos.epoch;
   if (loop.resume.first_epoch() >= opt.epochs) s.epochs = opt.epochs;
   s.optimizer_steps = state.optimizer_step;
   s.micro_steps = state.micro_step;

@@ -71,10 +71,15 @@ void clear_interrupt() {
 void StopRequests::save(StateDict& out) const {
   out.set_int("cancelled_steps", cancelled_steps);
   out.set_int("cancelled_epochs", cancelled_epochs);
+  if (requested && by_hook && !acted) out.set_string("pending_stop", reason);
 }
 void StopRequests::load(const StateDict& in) {
   cancelled_steps = in.get_int("cancelled_steps");
   cancelled_epochs = in.get_int("cancelled_epochs");
+  if (in.has("pending_stop")) {
+    reason = in.get_string("pending_stop");
+    requested = by_hook = restored = true;
+  }
 }
 
 }  // namespace wick

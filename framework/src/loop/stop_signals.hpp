@@ -34,16 +34,31 @@ std::string stop_signal_reason(int sig);
 // Thrown at a step boundary when a stop signal came; fit() ends the run cancelled.
 struct Interrupted {};
 
-// A fit's stop requests and cancellation counts (the counts go into checkpoints).
+// A fit's stop requests and cancellation counts, and what of them goes into checkpoints: the
+// counts, and a hook's request (early stopping) that a stop signal came before the loop acted
+// on: the uninterrupted run would have stopped there, so the resumed one does. A request the
+// loop acted on is not kept: a resume from the end of a stopped run trains on, as from
+// max_steps.
 struct StopRequests {
   bool requested = false;
-  std::string reason;  // the first request's
+  std::string reason;     // the first request's
+  bool by_hook = false;   // the first request was a hook's (Context::request_stop)
+  bool acted = false;     // the loop stopped for it
+  bool restored = false;  // a checkpoint kept it: the resumed run trains no more
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
   const CancelInfo* cancel = nullptr;  // what after_cancel hooks hear of, while they run
 
-  void request(std::string_view why) {
-    if (!requested) reason = std::string(why);
+  void request(std::string_view why, bool from_hook = false) {
+    if (!requested) {
+      reason = std::string(why);
+      by_hook = from_hook;
+    }
     requested = true;
+  }
+  // A new fit: no request yet.
+  void start() {
+    requested = by_hook = acted = restored = false;
+    reason.clear();
   }
   void save(StateDict& out) const;
   void load(const StateDict& in);

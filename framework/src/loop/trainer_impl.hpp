@@ -121,7 +121,10 @@ struct Trainer::Impl final : CheckpointStore {
   bool train_epoch(std::int64_t first_batch);
   void cancelled(CancelScope scope);
   // max_steps, or a stop requested (and agreed on by the ranks).
-  bool agreed_stop(bool epoch_end) { return dp.agree_stop(stops.requested, epoch_end); }
+  bool agreed_stop(bool epoch_end) {
+    stops.acted = dp.agree_stop(stops.requested, epoch_end);
+    return stops.acted;
+  }
 
   // ---- the run's outputs (run_outputs.cpp) ----
   bool writes_outputs() const;  // this process writes the run folder (rank 0)

@@ -128,7 +128,12 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
       const auto old = parent / (".old-" + name + "-" + std::to_string(::getpid()));
       fs::remove_all(old, ec);
       fs::rename(dir, old);
-      fs::rename(tmp, dir);
+      try {
+        fs::rename(tmp, dir);
+      } catch (...) {
+        fs::rename(old, dir, ec);  // the earlier one back under its name
+        throw;
+      }
       fs::remove_all(old, ec);
     } else {
       fs::rename(tmp, dir);

@@ -148,7 +148,8 @@ class WICK_EXPORT Context {
 
   // ---- stopping and cancelling -------------------------------------------------------------
   // Asks the trainer to stop at the end of the current step (graceful: after_epoch is not
-  // cut short and the run counts as completed). Safe to call from any point.
+  // cut short and the run counts as completed). Safe to call from any point. A checkpoint
+  // written before the trainer acted on it (a stop signal came first) keeps it.
   void request_stop(std::string_view reason);
   bool stop_requested() const;
   // During after_cancel: what was cancelled and why. nullptr at any other point.
