@@ -636,7 +636,8 @@ TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") 
 }
 
 TEST_CASE(
-    "a resume from best moves aside only what came after it; a best a kill left aside is back") {
+    "a resume from best moves aside only what came after it, and a best a kill left aside is "
+    "back") {
   TempDir d;
   write_file(d / "cfg.toml", config(d,
                                     "every_n_steps = 4\nkeep_last = 0\nmonitor = \"valid/loss\"\n"
