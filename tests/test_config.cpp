@@ -3,6 +3,7 @@
 // of a test, by what it runs, in process (wick_check).
 #include <tuple>
 
+#include "config/toml_depth.hpp"       // private: the nesting bound
 #include "config/trainer_options.hpp"  // private: the [trainer] options' table
 #include "support.hpp"
 #include "wick/check.hpp"
@@ -100,8 +101,8 @@ TEST_CASE("unknown keys are reported where they are, with a suggestion") {
   SECTION("a role in [plugins] that names no plugin") {
     Case c("[plugins]\ndata_parallel = 3\n");
     CHECK(c.error() == c.at(2, 17) +
-                           "'data_parallel' in [plugins] must be a plugin's name (a string of "
-                           "letters, digits, '_' and '-')");
+                           "'data_parallel' in [plugins] must be a plugin's name (a string: "
+                           "letters, digits and '_', at most 64 characters)");
   }
   SECTION("a misspelt section") {
     Case c("[trainr]\nepochs = 2\n");
@@ -187,8 +188,19 @@ TEST_CASE("names a config gives are refused where empty or not plain, before the
     }
   }
   SECTION("[plugins] roles name a plugin, and are never spliced into TOML") {
-    Case c("[plugins]\nprofiler = 'a\"b'\n");
-    CHECK_THAT(c.error(), Catch::StartsWith(c.at(2, 12) + "'profiler' in [plugins] must be"));
+    for (const std::string role : {"a\"b", "a-b"}) {
+      Case c("[plugins]\nprofiler = '" + role + "'\n");
+      CHECK_THAT(c.error(), Catch::StartsWith(c.at(2, 12) + "'profiler' in [plugins] must be"));
+    }
+  }
+  SECTION("a plugin's name is a word, never a path (wick_NAME.so)") {
+    Case t("[task]\nplugin = \"a/../x\"\n");
+    CHECK(t.error() == t.at(2, 10) +
+                           "'plugin' in [task] is 'a/../x'; a plugin's name is letters, digits "
+                           "and '_', at most 64 characters");
+    Case h("[task]\nplugin = \"synthetic\"\n[[hooks]]\nplugin = \"../progress\"\n");
+    CHECK_THAT(h.error(),
+               Catch::StartsWith(h.at(4, 10) + "'plugin' in [[hooks]] is '../progress'"));
   }
   SECTION("a --set value of more than one TOML value is refused, not cut") {
     Case c("[trainer]\nepochs = 1\n");
@@ -206,18 +218,57 @@ TEST_CASE("names a config gives are refused where empty or not plain, before the
       CHECK_THAT(r.err, !Catch::Contains("frame #"));
     }
   }
-  SECTION("a dotted key too deep for the parser's recursion is refused, not a crash") {
+  SECTION("a text nested too deep for the parser's recursion is refused, not a crash") {
     std::string deep = "a";
     for (int i = 0; i < 100000; ++i) deep += ".a";
     Case c("[task]\nplugin = \"synthetic\"\n" + deep + " = 1\n");
-    CHECK(c.error() ==
-          c.file.string() + ":3: a key of more than 1000 dotted parts; write it in fewer");
-    // Floats on one line are no key: a long array of them is read.
-    std::string floats = "[";
-    for (int i = 0; i < 2000; ++i) floats += "0.5, ";
-    CHECK_NOTHROW(wick::Config::parse(
-        "[task]\nplugin = \"synthetic\"\nweights = " + floats + "1.5]\n", "x.toml", {}));
+    // Under [task] (a level), level 1001 is the 1000th dot, at column 2 x 1000.
+    CHECK(c.error() == c.at(3, 2000) +
+                           "the text nests deeper than 1000 levels (dotted key parts, table "
+                           "header parts, inline tables and arrays); write it flatter");
+    Case flat("[task]\nplugin = \"synthetic\"\n");
+    CHECK_THAT(flat.error({"task.x=" + std::string(2000, '[') + std::string(2000, ']')}),
+               Catch::StartsWith("--set task.x=[[[") && Catch::Contains(": the value nests "));
   }
+}
+
+TEST_CASE("toml_too_deep counts the levels a TOML text nests, and nothing else") {
+  using wick::toml_too_deep;
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  // Each way of nesting, at 1000 levels (read) and past them (refused, at the place).
+  CHECK_FALSE(toml_too_deep("a" + repeat(".a", 999) + " = 1\n"));  // 1000 parts, the value's
+  CHECK(toml_too_deep("a" + repeat(".a", 1000) + " = 1\n"));
+  CHECK_FALSE(toml_too_deep("a = " + repeat("[", 999) + repeat("]", 999)));
+  const auto arrays = toml_too_deep("a = " + repeat("[", 1000) + repeat("]", 1000));
+  REQUIRE(arrays);
+  CHECK(arrays->line == 1);
+  CHECK(arrays->column == 4 + 1000);
+  CHECK(toml_too_deep("a = " + repeat("{b = ", 1000) + "1" + repeat("}", 1000)));
+  CHECK_FALSE(toml_too_deep("a = " + repeat("{b = ", 499) + "1" + repeat("}", 499)));
+  // What a scan per line or per key would miss: dotted keys inside inline tables, across
+  // lines of an array, and a header's parts beneath its keys.
+  const std::string dots = repeat("k.", 300) + "k";
+  CHECK(toml_too_deep("a = {" + dots + " = {" + dots + " = {" + dots + " = {" + dots + " = 1}}}}"));
+  CHECK(toml_too_deep("a = [\n" + repeat("[\n", 600) + repeat("{x = 1},\n", 3) + "{" + dots +
+                      " = {" + dots + " = 1}}"));
+  const auto header =
+      toml_too_deep("[" + dots + "." + dots + "]\nx = 1\n" + dots + "." + dots + " = 2\n");
+  REQUIRE(header);
+  CHECK(header->line == 3);
+  CHECK(toml_too_deep("[[" + repeat("\"a/b\".", 1000) + "x]]"));  // quoted parts count too
+  // Not levels: a float's point, dots in strings and comments, and a new statement each line.
+  std::string floats = "w = [";
+  for (int i = 0; i < 2000; ++i) floats += "0.5, ";
+  CHECK_FALSE(toml_too_deep(floats + "1.5]\n"));
+  CHECK_FALSE(toml_too_deep("s = \"" + std::string(3000, '.') + "\"\n# " + std::string(3000, '.') +
+                            "\nt = \'\'\'\n" + repeat("[{.\n", 1500) +
+                            "\'\'\'\nu = \"\"\"\\\"\"\"" + std::string(3000, '[') + "\"\"\"\n"));
+  CHECK_FALSE(toml_too_deep(repeat("a.b.c = 1\n", 2000)));
+  CHECK_FALSE(toml_too_deep(repeat("[a.b.c]\nx.y = [[1.5], {z = 2}]\n", 1000)));
 }
 
 TEST_CASE("overrides given with --set are typed by the schema") {

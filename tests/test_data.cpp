@@ -225,14 +225,19 @@ TEST_CASE("a loader thread's exception fails the fit naming the samples, checkpo
   CHECK(r2.out.find("(epoch 0, batch 3, optimizer step 3)") != std::string::npos);
 }
 
-TEST_CASE("num_workers < 0 and a stream without steps_per_epoch are config errors") {
+TEST_CASE("num_workers out of [0, 1024] and a stream without steps_per_epoch are config errors") {
   TempDir d;
   write_file(d / "cfg.toml", data_config(d, "num_workers = -1\n", "kind = \"augment\"\n"));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r.err << r.out);
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find((d / "cfg.toml").string() + ":7:15: 'num_workers' in [trainer] must be >= 0") !=
-        std::string::npos);
+  const std::string must =
+      "'num_workers' in [trainer] must be between 0 (load on the main "
+      "thread) and 1024";
+  CHECK(r.err.find((d / "cfg.toml").string() + ":7:15: " + must) != std::string::npos);
+  const auto many = wick_check(d / "cfg.toml", {"trainer.num_workers=1025"});
+  CHECK(many.exit_code == 2);
+  CHECK(many.err.find("--set trainer.num_workers=1025: " + must) != std::string::npos);
 
   write_file(d / "cfg.toml", data_config(d, "", "kind = \"stream\"\n"));
   auto r2 = run_wick({"fit", (d / "cfg.toml").string()});

@@ -249,6 +249,7 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
                                           "--set", "trainer.batch_size=8"};
     auto stopped = run_wick(cut);
     INFO(stopped.err << stopped.out);
+    CHECK(stopped.exit_code == 130);
     CHECK(fs::exists(dir / "cut" / "checkpoints" / "ckpt-e0000-b0000008"));
     auto resumed = cut;
     resumed.insert(resumed.end(), {"--set", "hooks.fault.step=100000", "--resume", "latest"});

@@ -318,6 +318,10 @@ TEST_CASE("sweep parameters, grids, draws and the halving rule against hand valu
   CHECK_THAT(refused("optimizer.lr=log:1e-2:1e-4"), Catch::Contains("LO must be below HI"));
   CHECK_THAT(refused("optimizer.lr=exp:1:2"), Catch::Contains("unknown kind 'exp'"));
   CHECK_THAT(refused("optimizer.lr=[]"), Catch::Contains("the list is empty"));
+  CHECK_THAT(refused("optimizer.lr=[1e-3]\nx = 2"),
+             Catch::Contains("the SPEC holds more than one TOML value"));
+  CHECK_THAT(refused("a.x=[" + std::string(1000, '[') + std::string(1001, ']')),
+             Catch::Contains("the list nests deeper than 1000 levels"));
   CHECK_THAT(refused("optimizer.lr"), Catch::Contains("expected PATH=SPEC"));
   CHECK_THAT(refused("trainer.epochs=int:1.5:3"), Catch::Contains("whole LO and HI"));
 }

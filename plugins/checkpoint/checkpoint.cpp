@@ -9,9 +9,11 @@
 // before_epoch / after_fit / after_cancel, whichever comes first. The checkpoint hook runs
 // at order -100, first of the built-ins but swa (-110), so it restores before the other hooks'
 // before_fit.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -121,19 +123,36 @@ class Checkpoint : public wick::Hook {
       throw std::runtime_error("the checkpoint folder '" + dir_.string() + "' is not writable: " +
                                ec.message() + "; make it writable or set hooks.checkpoint.dir");
     fs::remove(probe, ec);
-    // Leftovers of a save that was interrupted. A .tmp- folder is unfinished. An .old-NAME-PID
-    // folder is checkpoint NAME moved aside for its replacement: dropped once the replacement
-    // is in place, else put back (a kill between the two renames).
+    // Leftovers of a save that was interrupted, .tmp-NAME-PID and .old-NAME-PID. A .tmp- folder
+    // is unfinished. An .old- folder is checkpoint NAME moved aside for its replacement:
+    // dropped once the replacement is in place, else put back (a kill between the two
+    // renames). A live process's are its save in progress (another run sharing this folder):
+    // left alone.
     for (const auto& e : fs::directory_iterator(dir_, ec)) {
       const auto n = e.path().filename().string();
-      if (n.rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
-      if (n.rfind(".old-", 0) != 0 || n.rfind('-') <= 5) continue;
-      const auto name = n.substr(5, n.rfind('-') - 5);
-      if (fs::exists(dir_ / name, ec))
-        fs::remove_all(e.path(), ec);
+      const bool tmp = n.rfind(".tmp-", 0) == 0, old = n.rfind(".old-", 0) == 0;
+      const auto dash = n.rfind('-');
+      if ((!tmp && !old) || dash <= 5 || saving_process_alive(n.substr(dash + 1))) continue;
+      const auto name = n.substr(5, dash - 5);
+      const bool drop = tmp || fs::exists(dir_ / name, ec);
+      std::error_code fail;
+      if (drop)
+        fs::remove_all(e.path(), fail);
       else
-        fs::rename(e.path(), dir_ / name, ec);
+        fs::rename(e.path(), dir_ / name, fail);
+      if (fail)
+        std::fprintf(stderr, "wick: checkpoint: could not %s the leftover '%s': %s\n",
+                     drop ? "remove" : "restore", e.path().c_str(), fail.message().c_str());
     }
+  }
+
+  // Whether the process of a leftover's PID is another one that still runs.
+  static bool saving_process_alive(const std::string& pid_text) {
+    if (pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    const auto pid = static_cast<pid_t>(std::stol(pid_text));
+    return pid > 0 && pid != ::getpid() && (::kill(pid, 0) == 0 || errno == EPERM);
   }
 
   // Checkpoints of another timeline (an earlier fresh run, or the part of this run after an

@@ -40,11 +40,12 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw",    "sigint", "abort", "kill", "nan",
-                             "readonly", "fsize",  "sync",  "noise"};
+    const char* actions[] = {"throw", "torch",    "sigint", "abort", "kill",
+                             "nan",   "readonly", "fsize",  "sync",  "noise"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
-                    "must be throw, sigint, abort, kill, nan, readonly, fsize, sync or noise");
+                    "must be throw, torch, sigint, abort, kill, nan, readonly, fsize, sync or "
+                    "noise");
   }
 
   void connect(wick::Registrar& r) override {
@@ -68,6 +69,7 @@ class Fault : public wick::Hook {
 
   void fire(wick::Context& c) {
     if (action_ == "throw") throw std::runtime_error(message_);
+    if (action_ == "torch") (void)c.output().loss.view({3, 7});  // LibTorch's c10::Error
     if (action_ == "sigint") {
       ::raise(SIGINT);
     } else if (action_ == "abort") {
@@ -106,7 +108,8 @@ WICK_PLUGIN(Fault,
             wick::PluginDef("fault", "1.0.0", "Test-only: inject a fault at a point and step")
                 .param_string("at", "after_step", "lifecycle point")
                 .param_string("action", "throw",
-                              "throw, sigint, abort, kill, nan, readonly, fsize, sync or noise")
+                              "throw, torch, sigint, abort, kill, nan, readonly, fsize, sync or "
+                              "noise")
                 .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
                 .param_string("message", "injected fault", "message for throw")

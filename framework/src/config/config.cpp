@@ -24,9 +24,11 @@
 
 #include "config/config_impl.hpp"
 #include "config/schemas.hpp"
+#include "config/toml_depth.hpp"
 #include "config/toml_text.hpp"
 #include "config/trainer_options.hpp"
 #include "cuda/cuda_load.hpp"
+#include "plugins/plugin_name.hpp"
 #include "wick/cluster.hpp"
 
 namespace wick {
@@ -53,25 +55,11 @@ const std::vector<std::string> kHookReserved = {"plugin", "name", "order", "enab
 const std::vector<std::string> kTaskReserved = {"plugin"};
 const std::vector<std::string> kMetricReserved = {"plugin", "name", "enabled"};
 
-// toml++ reads a dotted key or table header by recursion, a level a part: tens of thousands of
-// parts overflow the stack. Refused before parsing, at a bound no config comes near. A run of
-// characters a dotted key is made of (quoted parts included) counts its dots; anything else,
-// a comma between floats or a new line, ends the run.
-void check_key_depth(const std::string& text, const std::string& path) {
-  constexpr int kMaxDots = 1000;
-  int dots = 0, line = 1;
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '.') {
-      if (++dots >= kMaxDots)
-        throw ConfigError(path + ":" + std::to_string(line) + ": a key of more than " +
-                          std::to_string(kMaxDots) + " dotted parts; write it in fewer");
-    } else if (!(std::isalnum(c) || c == '_' || c == '-' || c == ' ' || c == '\t' || c == '"' ||
-                 c == '\'')) {
-      dots = 0;
-      if (c == '\n') ++line;
-    }
-  }
+// The nesting toml++ would recurse into (config/toml_depth.hpp), refused before it parses.
+std::string too_deep_message() {
+  return "nests deeper than " + std::to_string(kMaxTomlDepth) +
+         " levels (dotted key parts, table header parts, inline tables and arrays); write it "
+         "flatter";
 }
 
 // An instance's name is how `--set hooks.NAME.KEY` addresses it and how a metric names its
@@ -142,7 +130,7 @@ void Config::Impl::apply_set(const std::string& set) {
                       "optimizers.NAME.KEY=VALUE");
   }
   toml::table parsed;
-  check_key_depth(value, label);
+  if (toml_too_deep("v = " + value)) throw ConfigError(label + ": the value " + too_deep_message());
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
@@ -270,10 +258,9 @@ void Config::Impl::validate_builtin() {
       const std::string key(k.str());
       if (key == "data_parallel" || key == "profiler") {
         const auto* name = v.as_string();
-        if (!name || !plain_name(name->get()))
-          throw error(where(v), "'" + key +
-                                    "' in [plugins] must be a plugin's name (a string of "
-                                    "letters, digits, '_' and '-')");
+        if (!name || !is_plugin_word(name->get()))
+          throw error(where(v), "'" + key + "' in [plugins] must be a plugin's name (a string: " +
+                                    kPluginWordRule + ")");
         (key == "profiler" ? profiler_plugin : data_parallel_plugin) = name->get();
         continue;
       }
@@ -319,6 +306,9 @@ void Config::Impl::validate_builtin() {
       throw error(where(*pn),
                   "'plugin' in [task] is empty; name the task plugin, e.g. "
                   "plugin = \"synthetic\"");
+    if (!is_plugin_word(task_plugin))
+      throw error(where(*pn), "'plugin' in [task] is '" + printable(task_plugin) +
+                                  "'; a plugin's name is " + kPluginWordRule);
   }
 
   validate_instances("hooks", /*ordered=*/true);
@@ -344,6 +334,9 @@ void Config::Impl::validate_instances(const std::string& array, bool ordered) {
     std::string inst = *pn->value<std::string>();
     if (inst.empty())
       throw error(where(*pn), "'plugin' in [[" + array + "]] is empty; name the plugin");
+    if (!is_plugin_word(inst))
+      throw error(where(*pn), "'plugin' in [[" + array + "]] is '" + printable(inst) +
+                                  "'; a plugin's name is " + kPluginWordRule);
     if (auto* nn = t.get("name")) {
       if (!nn->is_string()) throw error(where(*nn), "'name' in [[" + array + "]] must be a string");
       inst = *nn->value<std::string>();
@@ -379,7 +372,9 @@ Config Config::parse(const std::string& text, const std::string& path,
   Config c;
   auto& I = *c.impl_;
   I.path = fs::absolute(path).lexically_normal().string();
-  check_key_depth(text, I.path);
+  if (const auto at = toml_too_deep(text))
+    throw ConfigError(I.path + ":" + std::to_string(at->line) + ":" + std::to_string(at->column) +
+                      ": the text " + too_deep_message());
   try {
     I.root = toml::parse(text, I.path);
   } catch (const toml::parse_error& e) {

@@ -134,7 +134,9 @@ std::vector<TrainerOption> make_options() {
                             "number of cores (`wick doctor` shows it)")(o.threads);
        }},
       plain("num_workers", &TrainerOptions::num_workers, "threads loading batches ahead (0: none)",
-            at_least(0, "must be >= 0 (0: load on the main thread)")),
+            between(
+                0, kMaxThreads,
+                "must be between 0 (load on the main thread) and " + std::to_string(kMaxThreads))),
       plain("data_on_device", &TrainerOptions::data_on_device,
             "keep a training set held in tensors on the CUDA device: batches gathered there, "
             "no copy per step"),

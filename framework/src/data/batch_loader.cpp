@@ -87,13 +87,15 @@ BatchLoader::BatchLoader(LoadPlan plan, std::int64_t workers)
     : plan_(std::move(plan)), next_claim_(plan_.first), wanted_(plan_.first) {
   for (std::int64_t b = plan_.first; b < plan_.end; ++b) indices_.push_back(plan_.indices(b));
   ordered_ = plan_.ds->has_state();
+  // No more threads than the batches they would load.
+  workers = std::min(workers, plan_.end - plan_.first);
   capacity_ = 2 * workers;
   try {
-    for (std::int64_t i = 0; i < workers && plan_.first < plan_.end; ++i)
-      threads_.emplace_back([this] { work(); });
-  } catch (const std::system_error& e) {
-    // The system refused a thread (its limit on threads): the ones started are joined here,
-    // as no destructor runs for a half-made loader.
+    threads_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(workers, 0)));
+    for (std::int64_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  } catch (const std::exception& e) {
+    // The system refused a thread (its limit on threads) or the memory for it: the ones
+    // started are joined here, as no destructor runs for a half-made loader.
     stop_threads();
     throw std::runtime_error("cannot start " + std::to_string(workers) + " data loader threads (" +
                              e.what() + " after " + std::to_string(threads_.size()) +

@@ -51,7 +51,10 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           dispatch.stateful_hooks(),
           [this](StateDict& out) {
             epoch.save(out);
-            stops.save(out);
+            // Only a checkpoint the fit ends with keeps a hook's stop request the loop has not
+            // acted on yet. With several ranks, only at an epoch's end: mid-epoch the ranks
+            // agree on a request a step later, a step the resume could not take.
+            stops.save(out, stops.cancel && (!dp.distributed() || loop.pos.batch == 0));
             records.save_pending(out);
             eval.save_last_valid(out);
           },

@@ -113,7 +113,7 @@ MemoryProfile Context::memory_profile() const {
 }
 
 void Context::request_stop(std::string_view reason) {
-  host_->stops.request(reason, /*by_hook=*/true);
+  host_->stops.request(reason, /*from_hook=*/true);
 }
 bool Context::stop_requested() const {
   return host_->stops.requested;

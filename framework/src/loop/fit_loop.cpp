@@ -2,6 +2,8 @@
 // its epochs (training, validation, the epoch's record and after_epoch, the stops between
 // them), how an exception ends it, and its end, which runs however it ended (after_cancel,
 // the last records, the final weights, summary.json). Trainer::fit (trainer.cpp) runs them.
+#include <c10/util/Exception.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +18,7 @@ namespace fs = std::filesystem;
 
 std::shared_ptr<void> Trainer::Impl::start_fit() {
   times.fit_start = Clock::now();
-  stops.start();
+  stops.start(opt.epochs, opt.max_steps);
   loop.phase = LoopPhase::fit;
   dispatch.set_where("start");
   lock_outputs();  // before anything in the output folder is written
@@ -63,8 +65,8 @@ std::shared_ptr<void> Trainer::Impl::start_fit() {
 }
 
 void Trainer::Impl::run_epochs() {
-  // Resumed from a checkpoint a stop signal wrote before the loop could act on a hook's stop
-  // request (early stopping): the uninterrupted run ended there.
+  // Resumed, with the same limits, from a checkpoint a stop signal wrote before the loop could
+  // act on a hook's stop request (early stopping): the uninterrupted run ended there.
   if (stops.restored) {
     if (state.is_main_process())
       std::fprintf(stderr, "wick: the checkpoint's run was stopping (%s): nothing more to train\n",
@@ -119,6 +121,10 @@ void Trainer::Impl::fit_ended_by(const std::exception_ptr& error, FitResult& res
     // Every configuration error exits 2, whichever layer finds it.
     end_with(FitResult::Status::failed, CancelReason::failure, dispatch.blame(e.what()));
     res.config_error = true;
+  } catch (const c10::Error& e) {
+    // LibTorch's message without its C++ backtrace, in summary.json and on stderr alike.
+    end_with(FitResult::Status::failed, CancelReason::failure,
+             dispatch.blame(e.what_without_backtrace()));
   } catch (const std::exception& e) {
     end_with(FitResult::Status::failed, CancelReason::failure, dispatch.blame(e.what()));
   } catch (...) {

@@ -68,15 +68,20 @@ void clear_interrupt() {
   g_stop_count.store(0);
 }
 
-void StopRequests::save(StateDict& out) const {
+void StopRequests::save(StateDict& out, bool keep_pending) const {
   out.set_int("cancelled_steps", cancelled_steps);
   out.set_int("cancelled_epochs", cancelled_epochs);
-  if (requested && by_hook && !acted) out.set_string("pending_stop", reason);
+  if (keep_pending && requested && by_hook && !acted) {
+    out.set_string("pending_stop", reason);
+    out.set_int("pending_stop_epochs", epochs);
+    out.set_int("pending_stop_max_steps", max_steps);
+  }
 }
 void StopRequests::load(const StateDict& in) {
   cancelled_steps = in.get_int("cancelled_steps");
   cancelled_epochs = in.get_int("cancelled_epochs");
-  if (in.has("pending_stop")) {
+  if (in.has("pending_stop") && in.get_int("pending_stop_epochs") == epochs &&
+      in.get_int("pending_stop_max_steps") == max_steps) {
     reason = in.get_string("pending_stop");
     requested = by_hook = restored = true;
   }

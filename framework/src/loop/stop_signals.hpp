@@ -36,15 +36,16 @@ struct Interrupted {};
 
 // A fit's stop requests and cancellation counts, and what of them goes into checkpoints: the
 // counts, and a hook's request (early stopping) that a stop signal came before the loop acted
-// on: the uninterrupted run would have stopped there, so the resumed one does. A request the
-// loop acted on is not kept: a resume from the end of a stopped run trains on, as from
-// max_steps.
+// on: the uninterrupted run would have stopped there, so a resume with the same limits
+// (epochs, max_steps) does. A request the loop acted on is not kept, nor one that a resume
+// with other limits finds: that resume trains on, as from the end of a stopped run.
 struct StopRequests {
   bool requested = false;
-  std::string reason;     // the first request's
-  bool by_hook = false;   // the first request was a hook's (Context::request_stop)
-  bool acted = false;     // the loop stopped for it
-  bool restored = false;  // a checkpoint kept it: the resumed run trains no more
+  std::string reason;                      // the first request's
+  bool by_hook = false;                    // the first request was a hook's (Context::request_stop)
+  bool acted = false;                      // the loop stopped for it
+  bool restored = false;                   // a checkpoint kept it: the resumed run trains no more
+  std::int64_t epochs = 0, max_steps = 0;  // this fit's limits, which a kept request names
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
   const CancelInfo* cancel = nullptr;  // what after_cancel hooks hear of, while they run
 
@@ -55,12 +56,16 @@ struct StopRequests {
     }
     requested = true;
   }
-  // A new fit: no request yet.
-  void start() {
+  // A new fit, to train `fit_epochs` epochs and at most `fit_max_steps` steps: no request yet.
+  void start(std::int64_t fit_epochs, std::int64_t fit_max_steps) {
     requested = by_hook = acted = restored = false;
     reason.clear();
+    epochs = fit_epochs;
+    max_steps = fit_max_steps;
   }
-  void save(StateDict& out) const;
+  // keep_pending: this checkpoint is the one the fit ends with, where the loop would have
+  // acted on a request next (the caller knows; see Trainer::Impl::snapshot_parts).
+  void save(StateDict& out, bool keep_pending) const;
   void load(const StateDict& in);
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "plugins/plugin_name.hpp"
 #include "wick/loader.hpp"
 #include "wick/system.hpp"
 
@@ -59,6 +60,10 @@ std::vector<fs::path> plugin_lists_in(const std::string& dir) {
 }  // namespace
 
 std::shared_ptr<const PluginLibrary> PluginFinder::find(const std::string& name) const {
+  // A name is a file name's part: nothing that could point elsewhere ("a/../b").
+  if (!is_plugin_word(name))
+    throw PluginError(PluginError::Kind::not_found,
+                      "'" + name + "' is not a plugin's name (" + kPluginWordRule + ")");
   std::vector<std::string> hits;
   const std::string file = "wick_" + name + ".so";
   for (const auto& d : dirs_) {

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 
+#include "plugins/plugin_name.hpp"
 #include "plugins/torch_check.hpp"
 #include "wick/system.hpp"
 
@@ -207,17 +208,10 @@ constexpr std::uint32_t kMaxPluginsPerLibrary = 1024;
 constexpr std::uint32_t kMaxParams = 1024;
 constexpr std::size_t kMaxText = 4096;  // a version, description, help text or choice
 
-// Plugin names become file names (wick_NAME.so) and TOML keys: letters, digits and '_'.
-bool valid_name(const std::string& s) {
-  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
-
 // A record's name for messages, or "?" when it cannot be read.
 std::string name_of(const char* p) {
   std::string name;
-  return safe_string(p, 64, name) && valid_name(name) ? name : "?";
+  return safe_string(p, 64, name) && is_plugin_word(name) ? name : "?";
 }
 
 std::string version_message(const std::string& name, const std::string& p, unsigned major,
@@ -249,7 +243,7 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
                            " (a bug in the plugin, or not built with <wick/plugin.hpp>)");
   };
   std::string name;
-  if (!safe_string(ci.name, 64, name) || !valid_name(name))
+  if (!safe_string(ci.name, 64, name) || !is_plugin_word(name))
     throw malformed(!ci.name       ? "its name is null"
                     : name.empty() ? "its name " + unreadable(ci.name)
                                    : "its name is not letters, digits and '_' (at most 64)");
@@ -283,7 +277,7 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
     const std::string at = "parameter " + std::to_string(i);
     ParamInfo pi;
     if (!safe_string(cp.key, 64, pi.key)) throw malformed(at + ": its key " + unreadable(cp.key));
-    if (!valid_name(pi.key))
+    if (!is_plugin_word(pi.key))
       throw malformed(at + ": key '" + pi.key + "' is not letters, digits and '_' (at most 64)");
     const std::string named = at + " ('" + pi.key + "')";
     if (std::find(reserved.begin(), reserved.end(), pi.key) != reserved.end())

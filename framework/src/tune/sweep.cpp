@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "config/toml_depth.hpp"
 #include "wick/params.hpp"
 
 namespace wick {
@@ -48,6 +49,9 @@ SweepParam parse_sweep_param(const std::string& arg) {
   const std::string usage =
       "; a SPEC is [v1, v2, ...], log:LO:HI[:N], uniform:LO:HI[:N] or int:LO:HI";
   if (p.spec.front() == '[') {
+    if (toml_too_deep("v = " + p.spec))
+      throw ConfigError("--param " + arg + ": the list nests deeper than " +
+                        std::to_string(kMaxTomlDepth) + " levels" + usage);
     toml::table t;
     try {
       t = toml::parse("v = " + p.spec);
@@ -55,6 +59,8 @@ SweepParam parse_sweep_param(const std::string& arg) {
       throw ConfigError("--param " + arg + ": the list is not valid TOML (" +
                         std::string(e.description()) + ")" + usage);
     }
+    if (t.size() != 1)  // "[1, 2]\nx = 3": the rest would be dropped silently
+      throw ConfigError("--param " + arg + ": the SPEC holds more than one TOML value" + usage);
     const auto* list = t.get("v")->as_array();
     if (!list || list->empty()) throw ConfigError("--param " + arg + ": the list is empty" + usage);
     for (const auto& v : *list) {
