@@ -33,4 +33,17 @@ TEST_CASE("a test program run --each-forked runs each case in a fork and reports
   CHECK(r.out.find(": 3 passed, 1 skipped, 3 failed\n") != std::string::npos);
   CHECK(r.out.find("SKIPPED: the probe's skip") != std::string::npos);
   CHECK(r.out.find("  FAILED: runs past its time\n") != std::string::npos);
+
+  // A static TempDir's folder is removed at the exit that skips static destructors, in a
+  // fork and in a program run the ordinary way.
+  auto alone = run({WICK_EACH_FORKED_PROBE, "passes"});
+  CHECK(alone.exit_code == 0);
+  for (const auto* out : {&r.out, &alone.out}) {
+    const std::string key = "probe's static folder: ";
+    const auto at = out->find(key);
+    REQUIRE(at != std::string::npos);
+    const fs::path folder = out->substr(at + key.size(), out->find('\n', at) - at - key.size());
+    CHECK(folder.string().find("wick-test-") != std::string::npos);
+    CHECK_FALSE(fs::exists(folder));
+  }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support.hpp"  // kSkipped
+#include "wick/system.hpp"
 
 namespace wick::test {
 namespace {
@@ -33,11 +34,14 @@ std::string spec_of(const std::string& name) {
 }
 
 // The child: Catch runs the one case as `program "NAME" --warn NoTests` would, and ends as
-// that process would (exit, so that destructors and the leak check run).
+// that process would (its temporary folders removed; under ASan the ordinary exit, with the
+// leak check).
 [[noreturn]] void run_case(const char* program, const std::string& name, CatchMain catch_main) {
   const std::string spec = spec_of(name);
   const char* argv[] = {program, spec.c_str(), "--warn", "NoTests", nullptr};
-  std::exit(catch_main(4, argv));
+  const int result = catch_main(4, argv);
+  remove_live_temp_dirs();
+  wick::exit_without_teardown(result);
 }
 
 }  // namespace

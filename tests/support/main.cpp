@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "each_forked.hpp"
+#include "support.hpp"
 #include "wick/system.hpp"
 
 namespace {
@@ -67,9 +68,12 @@ void print_stack(int sig) {
 
 // `PROGRAM --each-forked SECONDS`: every case, each in a fork (support/each_forked.hpp), each
 // killed past SECONDS; anything else is Catch's own command line.
+// Either way the process ends without its static teardown (wick/system.hpp), as `wick` does.
 int main(int argc, char* argv[]) {
   auto catch_main = [](int n, const char* const args[]) { return Catch::Session().run(n, args); };
-  if (argc == 3 && std::strcmp(argv[1], "--each-forked") == 0)
-    return wick::test::run_each_forked(argv[0], std::atoi(argv[2]), catch_main);
-  return catch_main(argc, argv);
+  const int result = argc == 3 && std::strcmp(argv[1], "--each-forked") == 0
+                         ? wick::test::run_each_forked(argv[0], std::atoi(argv[2]), catch_main)
+                         : catch_main(argc, argv);
+  wick::test::remove_live_temp_dirs();
+  wick::exit_without_teardown(result);
 }

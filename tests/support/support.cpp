@@ -27,19 +27,41 @@ extern char** environ;
 
 namespace wick::test {
 
+namespace {
+
+// The folders of the TempDirs alive: a static one has no destructor run at the tests' exit
+// (exit_without_teardown), so main removes what is left.
+std::set<fs::path>& live_temp_dirs() {
+  static std::set<fs::path> dirs;
+  return dirs;
+}
+
+void remove_folder(const fs::path& path) {
+  std::error_code ec;
+  // Make read-only folders made by fault tests removable again.
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(path, ec);
+}
+
+}  // namespace
+
 TempDir::TempDir() {
   std::string tmpl = (fs::temp_directory_path() / "wick-test-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
+  live_temp_dirs().insert(path_);
 }
 
 TempDir::~TempDir() {
-  std::error_code ec;
-  // Make read-only folders made by fault tests removable again.
-  for (auto it = fs::recursive_directory_iterator(path_, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
-  fs::remove_all(path_, ec);
+  remove_folder(path_);
+  live_temp_dirs().erase(path_);
+}
+
+void remove_live_temp_dirs() {
+  for (const auto& d : live_temp_dirs()) remove_folder(d);
+  live_temp_dirs().clear();
 }
 
 void write_file(const fs::path& p, const std::string& text) {

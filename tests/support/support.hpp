@@ -28,6 +28,9 @@ class TempDir {
  private:
   fs::path path_;
 };
+// Removes the folders of the TempDirs still alive (static ones), before the process ends
+// without its static destructors (tests/support/main.cpp).
+void remove_live_temp_dirs();
 
 void write_file(const fs::path& p, const std::string& text);
 std::string read_file(const fs::path& p);
