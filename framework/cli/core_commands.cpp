@@ -295,7 +295,8 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile, bool a
   } else {
     std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",
                 wick::to_string(res.status),
-                static_cast<long long>(trainer->context().position().epoch),  // whole epochs
+                static_cast<long long>(std::min(trainer->context().position().epoch,
+                                                trainer->options().epochs)),  // as summary.json
                 static_cast<long long>(st.optimizer_step), static_cast<long long>(st.samples_seen));
     for (const auto& [k, v] : rec.values)
       if (k.rfind("valid/", 0) == 0) std::printf(", %s %.4f", k.c_str(), v);

@@ -1,5 +1,6 @@
 // The run's outputs: the run folder's lock, the metrics records (step and epoch records, the
 // training means over the ranks, learning rates, FLOP rates) and summary.json.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 
@@ -141,9 +142,9 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
     s.stop_reason = res->stop_reason;
   }
   // Whole epochs, as the position counts them: a fit stopped mid-epoch (max_steps, a signal)
-  // has not finished the one it was in; one stopped after an epoch's validation has.
-  s.epochs = loop.pos.epoch;
-  if (loop.resume.first_epoch() >= opt.epochs) s.epochs = opt.epochs;
+  // has not finished the one it was in; one stopped after an epoch's validation has. A resume
+  // past the configured epochs counts those.
+  s.epochs = std::min(loop.pos.epoch, opt.epochs);
   s.optimizer_steps = state.optimizer_step;
   s.micro_steps = state.micro_step;
   s.samples_seen = state.samples_seen;
