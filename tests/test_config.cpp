@@ -201,6 +201,11 @@ TEST_CASE("names a config gives are refused where empty or not plain, before the
     Case h("[task]\nplugin = \"synthetic\"\n[[hooks]]\nplugin = \"../progress\"\n");
     CHECK_THAT(h.error(),
                Catch::StartsWith(h.at(4, 10) + "'plugin' in [[hooks]] is '../progress'"));
+    // A host program that asks the finder itself gets the same refusal.
+    const wick::PluginFinder finder({h.dir.path().string()});
+    CHECK_THROWS_WITH(finder.find("a/../x"),
+                      "'a/../x' is not a plugin's name (letters, digits and '_', at most 64 "
+                      "characters)");
   }
   SECTION("a --set value of more than one TOML value is refused, not cut") {
     Case c("[trainer]\nepochs = 1\n");

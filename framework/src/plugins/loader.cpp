@@ -211,7 +211,7 @@ constexpr std::size_t kMaxText = 4096;  // a version, description, help text or 
 // A record's name for messages, or "?" when it cannot be read.
 std::string name_of(const char* p) {
   std::string name;
-  return safe_string(p, 64, name) && is_plugin_word(name) ? name : "?";
+  return safe_string(p, kMaxPluginName, name) && is_plugin_word(name) ? name : "?";
 }
 
 std::string version_message(const std::string& name, const std::string& p, unsigned major,
@@ -243,10 +243,10 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
                            " (a bug in the plugin, or not built with <wick/plugin.hpp>)");
   };
   std::string name;
-  if (!safe_string(ci.name, 64, name) || !is_plugin_word(name))
+  if (!safe_string(ci.name, kMaxPluginName, name) || !is_plugin_word(name))
     throw malformed(!ci.name       ? "its name is null"
                     : name.empty() ? "its name " + unreadable(ci.name)
-                                   : "its name is not letters, digits and '_' (at most 64)");
+                                   : std::string("its name is not ") + kPluginWordRule);
   info.name = name;
   if (!safe_string(ci.version, kMaxText, info.version))
     throw malformed("its version " + unreadable(ci.version));
@@ -276,9 +276,10 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
     const auto& cp = params[i];
     const std::string at = "parameter " + std::to_string(i);
     ParamInfo pi;
-    if (!safe_string(cp.key, 64, pi.key)) throw malformed(at + ": its key " + unreadable(cp.key));
+    if (!safe_string(cp.key, kMaxPluginName, pi.key))
+      throw malformed(at + ": its key " + unreadable(cp.key));
     if (!is_plugin_word(pi.key))
-      throw malformed(at + ": key '" + pi.key + "' is not letters, digits and '_' (at most 64)");
+      throw malformed(at + ": key '" + pi.key + "' is not " + kPluginWordRule);
     const std::string named = at + " ('" + pi.key + "')";
     if (std::find(reserved.begin(), reserved.end(), pi.key) != reserved.end())
       throw malformed(named + ": '" + pi.key + "' is reserved for the config's own key");
