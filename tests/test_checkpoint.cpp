@@ -684,6 +684,46 @@ TEST_CASE(
   for (const auto& n : before) CHECK(fs::exists(ckpt_dir(d) / n / "manifest.json"));
 }
 
+TEST_CASE(
+    "a kill between best and the periodic checkpoint after it keeps best, and the resume "
+    "writes it again") {
+  TempDir d;
+  // Epoch 0's end makes best due (its first value) and the epoch's checkpoint; epoch 1's start
+  // writes them, best first. The kill comes in the second write.
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\nkeep_last = 0\nmonitor = \"valid/loss\"\n",
+                    fault("action = \"savekill\"\nat = \"after_epoch\"\nepoch = 0\nsaves = 1\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 128 + 9);
+  std::vector<std::string> periodic;
+  for (const auto& n : checkpoints(d))
+    if (n.rfind("ckpt-", 0) == 0) periodic.push_back(n);
+  CHECK(periodic == std::vector<std::string>{"ckpt-e0000-b0000004", "ckpt-e0000-b0000008"});
+  const auto m = read_json(ckpt_dir(d) / "best" / "manifest.json");
+  CHECK(m["position"]["epoch"] == 1);
+  CHECK(m["position"]["batch"] == 0);
+
+  // The latest checkpoint holds no best value yet: epoch 0's validation runs again and best is
+  // written again, so best always holds the best value of the checkpoints there are.
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
+                      "hooks.fault.enabled=false"});
+  INFO(r2.err << r2.out);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.out.find("(epoch 0, batch 8, optimizer step 8)") != std::string::npos);
+  check_matches_reference(d);
+  double best = 0;
+  std::int64_t best_epoch = -1;
+  for (auto& l : read_jsonl(d / "run" / "metrics.jsonl"))
+    if (l["kind"] == "epoch" && (best_epoch < 0 || l["valid/loss"].get<double>() < best)) {
+      best = l["valid/loss"];
+      best_epoch = l["epoch"];
+    }
+  const auto m2 = read_json(ckpt_dir(d) / "best" / "manifest.json");
+  CHECK(m2["position"]["epoch"] == best_epoch + 1);
+  for (const auto& n : checkpoints(d)) CHECK(n.rfind(".tmp-", 0) != 0);  // the kill's is gone
+}
+
 TEST_CASE("a stop signal before the loop acts on early stopping: the resume stops there too") {
   TempDir d;
   // Stops after epoch 1 of 3: no change counts as an improvement.

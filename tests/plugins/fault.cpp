@@ -10,6 +10,8 @@
 //   sync      read the step's loss on the host (.item(): a device sync on a GPU)
 //   noise     every step from `step` on (not once): scale the loss by 1 + 0.1 * a draw from the
 //             run device's random generator, so that training depends on its state
+//   savekill  kill -9 itself in the middle of a checkpoint's write: the one after `saves`
+//             more writes once the point is reached (saves = 1: the second of a flush's two)
 // step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any).
 #include <signal.h>
 #include <sys/resource.h>
@@ -36,16 +38,23 @@ class Fault : public wick::Hook {
         epoch_(p.get_int("epoch")),
         message_(p.get_string("message")),
         path_(p.get_string("path")),
-        bytes_(p.get_int("bytes")) {
+        bytes_(p.get_int("bytes")),
+        saves_(p.get_int("saves")) {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw", "torch",    "sigint", "abort", "kill",
-                             "nan",   "readonly", "fsize",  "sync",  "noise"};
+    const char* actions[] = {"throw",    "torch", "sigint", "abort", "kill",    "nan",
+                             "readonly", "fsize", "sync",   "noise", "savekill"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
-                    "must be throw, torch, sigint, abort, kill, nan, readonly, fsize, sync or "
-                    "noise");
+                    "must be throw, torch, sigint, abort, kill, nan, readonly, fsize, sync, "
+                    "noise or savekill");
+  }
+
+  // Every checkpoint asks each stateful hook for its state while it writes: for savekill.
+  bool has_state() const override { return action_ == "savekill"; }
+  void save_state(wick::StateDict& /*out*/) const override {
+    if (armed_ && saves_-- == 0) ::kill(::getpid(), SIGKILL);
   }
 
   void connect(wick::Registrar& r) override {
@@ -91,6 +100,8 @@ class Fault : public wick::Hook {
       ::signal(SIGXFSZ, SIG_IGN);
       rlimit lim{static_cast<rlim_t>(bytes_), static_cast<rlim_t>(bytes_)};
       ::setrlimit(RLIMIT_FSIZE, &lim);
+    } else if (action_ == "savekill") {
+      armed_ = true;
     }
   }
 
@@ -99,7 +110,8 @@ class Fault : public wick::Hook {
   std::int64_t step_, epoch_;
   std::string message_, path_;
   std::int64_t bytes_;
-  bool fired_ = false;
+  mutable std::int64_t saves_;  // writes still to let through once armed
+  bool fired_ = false, armed_ = false;
 };
 
 }  // namespace
@@ -108,10 +120,11 @@ WICK_PLUGIN(Fault,
             wick::PluginDef("fault", "1.0.0", "Test-only: inject a fault at a point and step")
                 .param_string("at", "after_step", "lifecycle point")
                 .param_string("action", "throw",
-                              "throw, torch, sigint, abort, kill, nan, readonly, fsize, sync or "
-                              "noise")
+                              "throw, torch, sigint, abort, kill, nan, readonly, fsize, sync, "
+                              "noise or savekill")
                 .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
                 .param_string("message", "injected fault", "message for throw")
                 .param_string("path", "checkpoints", "folder for readonly, in output_dir")
-                .param_int("bytes", 4096, "file size cap for fsize"))
+                .param_int("bytes", 4096, "file size cap for fsize")
+                .param_int("saves", 0, "savekill: checkpoint writes to let through first"))
