@@ -5,3 +5,5 @@ wick_add_test(test_checkpoint SOURCES test_checkpoint.cpp PROGRAM_COST 70
 wick_add_test(test_checkpoint_techniques SOURCES test_checkpoint_techniques.cpp
               DEPENDS checkpoint synthetic grad_accum lr_schedule ema early_stopping
                       mixed_precision grad_clip activation_checkpointing)
+# White-box: the atomic folder write's failure path (framework/src/state/checkpoint_folder.hpp).
+target_include_directories(test_checkpoint PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)

@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "state/checkpoint_folder.hpp"  // private: the atomic folder write
 #include "support.hpp"
 #include "wick/sha256.hpp"
 
@@ -682,6 +683,38 @@ TEST_CASE(
   CHECK(r.err.find("moved " + std::to_string(after.size()) +
                    " checkpoint(s) of the abandoned later part") != std::string::npos);
   for (const auto& n : before) CHECK(fs::exists(ckpt_dir(d) / n / "manifest.json"));
+}
+
+TEST_CASE("replacing a checkpoint folder: a failed second rename puts the earlier one back") {
+  TempDir d;
+  const auto dir = d / "best";
+  auto files_of = [](const std::string& body) {
+    wick::Files f;
+    for (const char* name : wick::kCheckpointFiles) f.emplace_back(name, body + name);
+    return f;
+  };
+  wick::Manifest m;
+  m.reason = "first";
+  wick::write_checkpoint_folder(dir, m, files_of("a"));
+  m.reason = "second";
+  wick::write_checkpoint_folder(dir, m, files_of("b"));  // a plain replace
+  CHECK(read_json(dir / "manifest.json")["reason"] == "second");
+  // The new folder vanishes between the two renames (the old one is aside): the second
+  // rename fails for real, and the second folder must come back under its name.
+  m.reason = "third";
+  const auto tmp = d / (".tmp-best-" + std::to_string(::getpid()));
+  CHECK_THROWS_WITH(wick::write_checkpoint_folder(dir, m, files_of("c"),
+                                                  [&] {
+                                                    REQUIRE_FALSE(fs::exists(dir));
+                                                    fs::remove_all(tmp);
+                                                  }),
+                    Catch::Contains("cannot save checkpoint '" + dir.string() + "'") &&
+                        Catch::Contains("' are untouched"));
+  CHECK(read_json(dir / "manifest.json")["reason"] == "second");
+  CHECK(read_file(dir / "model.pt") == "bmodel.pt");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(d.path())) left.push_back(e.path().filename());
+  CHECK(left == std::vector<std::string>{"best"});  // neither .tmp- nor .old- is left
 }
 
 TEST_CASE(

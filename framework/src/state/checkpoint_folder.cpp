@@ -83,7 +83,8 @@ bool get_flag(const json& j, const char* key, const std::string& where) {
 
 }  // namespace
 
-std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, const Files& files) {
+std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, const Files& files,
+                                      const std::function<void()>& between_renames) {
   const auto parent = dir.parent_path();
   const auto name = dir.filename().string();
   const auto tmp = parent / (".tmp-" + name + "-" + std::to_string(::getpid()));
@@ -129,6 +130,7 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
       fs::remove_all(old, ec);
       fs::rename(dir, old);
       try {
+        if (between_renames) between_renames();
         fs::rename(tmp, dir);
       } catch (...) {
         fs::rename(old, dir, ec);  // the earlier one back under its name

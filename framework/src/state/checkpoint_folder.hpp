@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "wick/checkpoint.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -48,11 +50,19 @@ using Files = std::vector<std::pair<std::string, std::string>>;
 // The files every checkpoint has.
 inline const char* const kCheckpointFiles[] = {"model.pt", "optimizer.pt", "state.pt"};
 
+// Exported for its test (tests/test_checkpoint.cpp).
+WICK_PUBLIC_BEGIN
+
 // Writes `files` and the manifest into `dir` atomically; replaces an existing folder of that
 // name only once the new one is complete. Returns the bytes written. Throws
 // std::runtime_error naming the folder and the cause; nothing else in the parent is touched.
+// `between_renames` runs when a replaced folder has been moved aside and the new one is not yet
+// in place: a test's way in, to make the second rename fail.
 std::uint64_t write_checkpoint_folder(const std::filesystem::path& dir, const Manifest& m,
-                                      const Files& files);
+                                      const Files& files,
+                                      const std::function<void()>& between_renames = {});
+
+WICK_PUBLIC_END
 
 // Reads a checkpoint folder as untrusted input: manifest.json a regular file of bounded size
 // with the expected JSON types; each listed file a plain name among kCheckpointFiles, a
