@@ -1,7 +1,8 @@
 # CUDA: training on the GPU, the CUDA kernels, pinned copies, the CUDA generator in
 # checkpoints, fp16 loss scaling, NCCL and cuda_graph. Skipped without a GPU (and, but for the
 # cuda_graph refusals that need none, in a build against a CPU-only LibTorch).
-set(WICK_CUDA_TEST_DEPENDS synthetic checkpoint grad_accum)
+set(WICK_CUDA_TEST_DEPENDS synthetic checkpoint grad_accum gpt mixed_precision lr_schedule grad_clip
+                            metrics_log)
 if(WICK_CUDA)
   list(APPEND WICK_CUDA_TEST_DEPENDS cuda_graph)
 endif()
