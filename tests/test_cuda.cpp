@@ -2,9 +2,9 @@
 // norm's CUDA kernels, gelu_mlp's epilogues, wick::linear's float gradients, batches copied
 // from pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss scaling's
 // CUDA path, NCCL, the cuda_graph plugin, and the GPT sample's step (wick's own kernels)
-// replayed by it. Each test needs a GPU and reports itself skipped
-// (ctest: Skipped) without one, or in a build against a CPU-only LibTorch. The refusals of
-// cuda_graph that need no GPU run wherever the plugin is built (a CUDA LibTorch).
+// replayed by it. Each test needs a GPU and reports itself skipped (ctest: Skipped) without
+// one, or in a build against a CPU-only LibTorch. The refusals of cuda_graph that need no GPU
+// run wherever the plugin is built (a CUDA LibTorch).
 #include <torch/torch.h>
 #include <torch/version.h>
 
