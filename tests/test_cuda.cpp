@@ -365,10 +365,11 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
   auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
   // 5003 rows: a last block of three warps, and chunks of 10 rows for the weight gradient's
   // sums (the last short), which give every warp of a block rows in the registers' kernel,
-  // whose sums over its warps are then all used. Width 100: rows read from memory on each
-  // pass; 256, 768 and 1024 (multiples of 32 up to 1024: 8, 24 and 32 values a lane): rows
-  // held in registers, the gain's and bias's sums made on the way.
-  for (const std::int64_t width : {100, 256, 768, 1024})
+  // whose sums over its warps are then all used. Widths 20, 100 and 1056: rows read from
+  // memory on each pass (20: lanes past the row's end; 1056: a multiple of 32 past the
+  // registers' 1024); 32, 256, 768 and 1024 (multiples of 32 up to 1024: 1, 8, 24 and 32
+  // values a lane): rows held in registers, the gain's and bias's sums made on the way.
+  for (const std::int64_t width : {20, 32, 100, 256, 768, 1024, 1056})
     for (const auto btype : {torch::kFloat, torch::kBFloat16})
       for (const bool autocast : {false, true}) {
         INFO("width " << width << ", branch " << btype << ", autocast " << autocast);
