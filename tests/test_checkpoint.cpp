@@ -533,6 +533,26 @@ TEST_CASE("resume without a checkpoint hook is an error and not a silent fresh s
                    "\"checkpoint\"") != std::string::npos);
 }
 
+TEST_CASE("a leftover of an ended save that cannot be removed is reported, and the fit goes on") {
+  TempDir d;
+  // An unfinished save of a process that has ended, holding a folder whose entries cannot be
+  // unlinked (no write permission on it; run without the capability that overrides it).
+  const auto leftover = ckpt_dir(d) / (".tmp-ckpt-e0000-b0000004-" + std::to_string(ended_pid()));
+  fs::create_directories(leftover / "stuck");
+  write_file(leftover / "stuck" / "model.pt", "partial");
+  fs::permissions(leftover / "stuck",
+                  fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                  fs::perm_options::remove);
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n"));
+  auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"});
+  fs::permissions(leftover / "stuck", fs::perms::owner_write, fs::perm_options::add);
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("wick: checkpoint: could not remove the leftover '" + leftover.string() +
+                   "': Permission denied") != std::string::npos);
+  CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0000-b0000004" / "manifest.json"));
+}
+
 TEST_CASE("a read-only checkpoint folder gives a clear error at start and at save time") {
   TempDir d;
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n"));
