@@ -10,8 +10,9 @@
 //   sync      read the step's loss on the host (.item(): a device sync on a GPU)
 //   noise     every step from `step` on (not once): scale the loss by 1 + 0.1 * a draw from the
 //             run device's random generator, so that training depends on its state
-//   savekill  kill -9 itself in the middle of a checkpoint's write: the one after `saves`
-//             more writes once the point is reached (saves = 1: the second of a flush's two)
+//   savekill  kill -9 itself as a checkpoint is made (when it asks the hooks for their state,
+//             before its files are written): the one after `saves` more once the point is
+//             reached (saves = 1: the second of the two the checkpoint hook may write together)
 // step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any).
 #include <signal.h>
 #include <sys/resource.h>
