@@ -127,6 +127,15 @@ void check_matches_reference(const TempDir& d) {
   CHECK(csv_rows(d) == ref.csv);
 }
 
+// `wick fit` of DIR/cfg.toml again from `from` with the fault plugin off, which must succeed.
+RunResult resume_without_fault(const TempDir& d, const std::string& from = "latest") {
+  auto r = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", from, "--set", "hooks.fault.enabled=false"});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identical") {
@@ -143,10 +152,7 @@ TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identic
   CHECK(r.out.find("checkpoint (cancel) saved") != std::string::npos);
   CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000005" / "manifest.json"));
 
-  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
-                      "hooks.fault.enabled=false"});
-  INFO(r2.err << r2.out);
-  REQUIRE(r2.exit_code == 0);
+  auto r2 = resume_without_fault(d);
   CHECK(r2.out.find("resumed from " + (ckpt_dir(d) / "ckpt-e0001-b0000005").string() +
                     " (epoch 1, batch 5, optimizer step 13)") != std::string::npos);
   check_matches_reference(d);
@@ -206,10 +212,7 @@ TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since
   CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004", "ckpt-e0000-b0000008",
                                                    "ckpt-e0001-b0000000", "ckpt-e0001-b0000004"});
 
-  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
-                      "hooks.fault.enabled=false"});
-  INFO(r2.err << r2.out);
-  REQUIRE(r2.exit_code == 0);
+  auto r2 = resume_without_fault(d);
   CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
   check_matches_reference(d);
 }
@@ -223,10 +226,7 @@ TEST_CASE("resume auto after a death before the first checkpoint starts afresh, 
              config(d, "every_n_steps = 4\n", fault("action = \"kill\"\nstep = 3\n")));
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 128 + 9);
   REQUIRE(!read_file(d / "run" / "metrics.jsonl").empty());
-  auto r = run_wick(
-      {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
-  INFO(r.err << r.out);
-  REQUIRE(r.exit_code == 0);
+  auto r = resume_without_fault(d, "auto");
   CHECK(r.err.find(
             "wick: --resume auto: no checkpoint was restored (none yet, or no checkpoint hook); "
             "training from the start") != std::string::npos);
@@ -235,10 +235,7 @@ TEST_CASE("resume auto after a death before the first checkpoint starts afresh, 
   write_file(d / "cfg.toml",
              config(d, "every_n_steps = 4\n", fault("action = \"kill\"\nstep = 14\n")));
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 128 + 9);
-  auto r2 = run_wick(
-      {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
-  INFO(r2.err << r2.out);
-  REQUIRE(r2.exit_code == 0);
+  auto r2 = resume_without_fault(d, "auto");
   CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
   check_matches_reference(d);
 }
@@ -250,10 +247,7 @@ TEST_CASE("resuming from the end-of-epoch checkpoint before validation is exact"
                     fault("action = \"kill\"\nat = \"before_valid\"\nepoch = 0\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
   REQUIRE(r.exit_code == 128 + 9);
-  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
-                      "hooks.fault.enabled=false"});
-  INFO(r2.err << r2.out);
-  REQUIRE(r2.exit_code == 0);
+  auto r2 = resume_without_fault(d);
   CHECK(r2.out.find("(epoch 0, batch 8, optimizer step 8)") != std::string::npos);
   check_matches_reference(d);
 }
@@ -276,10 +270,7 @@ TEST_CASE(
   CHECK(r.out.find("checkpoint (failure) saved") != std::string::npos);
   CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000002" / "manifest.json"));
 
-  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
-                      "hooks.fault.enabled=false"});
-  INFO(r2.err << r2.out);
-  REQUIRE(r2.exit_code == 0);
+  resume_without_fault(d);
   check_matches_reference(d);
 }
 
@@ -759,10 +750,7 @@ TEST_CASE(
 
   // The latest checkpoint holds no best value yet: epoch 0's validation runs again and best is
   // written again, so best always holds the best value of the checkpoints there are.
-  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set",
-                      "hooks.fault.enabled=false"});
-  INFO(r2.err << r2.out);
-  REQUIRE(r2.exit_code == 0);
+  auto r2 = resume_without_fault(d);
   CHECK(r2.out.find("(epoch 0, batch 8, optimizer step 8)") != std::string::npos);
   check_matches_reference(d);
   double best = 0;
