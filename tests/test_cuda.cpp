@@ -15,6 +15,7 @@
 #include <utility>
 
 #ifdef WICK_TEST_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -23,6 +24,7 @@
 #endif
 
 #include <wick/activations.hpp>
+#include <wick/hardware.hpp>
 #include <wick/linear.hpp>
 #include <wick/losses.hpp>
 #include <wick/normalization.hpp>
@@ -194,6 +196,25 @@ constexpr bool kFloatProducts = TORCH_VERSION_MAJOR > 2 ||
 #endif
 
 }  // namespace
+
+// Runs with or without a GPU: mixed_precision's dtype = "auto" and wick's float-result products
+// stand on this answer.
+TEST_CASE("native_bf16 on CUDA: compute capability 8.0 or newer, false without a GPU", "[cuda]") {
+  // Asked first: it loads the CUDA side before LibTorch is asked whether it has CUDA.
+  const bool native = wick::native_bf16(Device{DeviceType::cuda});
+#ifdef WICK_TEST_CUDA
+  if (torch::cuda::is_available()) {
+    for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
+      INFO("cuda:" << i);
+      CHECK(wick::native_bf16(Device{DeviceType::cuda, i}) ==
+            (at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i))->major >= 8));
+    }
+    CHECK(native == (at::cuda::getCurrentDeviceProperties()->major >= 8));
+    return;
+  }
+#endif
+  CHECK_FALSE(native);
+}
 
 TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim's Adam and AdamW",
           "[cuda]") {

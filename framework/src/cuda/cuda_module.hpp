@@ -23,6 +23,7 @@ namespace wick::cuda {
 
 struct Module {
   bool (*capturing)(const at::Device& device);
+  bool (*native_bf16)(const at::Device& device);
   at::Tensor (*pinned)(const at::Tensor& host);
   at::Tensor (*to_device_async)(const at::Tensor& host, const at::Device& device);
   void (*adam_steps)(const std::vector<AdamUpdate>& updates);

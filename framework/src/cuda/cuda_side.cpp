@@ -2,6 +2,7 @@
 // functions on the GPU, handed to libwick as one table (cuda_module.hpp).
 #include "cuda/cuda_module.hpp"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -30,6 +31,14 @@ bool capturing(const at::Device& device) {
   const auto stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
          status != cudaStreamCaptureStatusNone;
+}
+
+// Compute capability 8.0 (Ampere) and newer multiply bf16 in tensor cores; asked of the
+// device itself, as LibTorch's cuDNN hook would say nothing without cuDNN.
+bool native_bf16(const at::Device& device) {
+  if (!device.is_cuda() || at::cuda::device_count() == 0) return false;
+  const auto index = device.has_index() ? device.index() : at::cuda::current_device();
+  return at::cuda::getDeviceProperties(index)->major >= 8;
 }
 
 at::Tensor pinned(const at::Tensor& host) {
@@ -232,12 +241,11 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, o);
 }
 
-const Module kModule{capturing,          pinned,
-                     to_device_async,    adam_steps,
-                     cross_entropy_rows, cross_entropy_grad,
-                     layer_norm_forward, layer_norm_backward,
-                     lt_gelu_forward,    lt_gelu_backward,
-                     event_clock,        nccl_group};
+const Module kModule{capturing,          native_bf16,        pinned,
+                     to_device_async,    adam_steps,         cross_entropy_rows,
+                     cross_entropy_grad, layer_norm_forward, layer_norm_backward,
+                     lt_gelu_forward,    lt_gelu_backward,   event_clock,
+                     nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

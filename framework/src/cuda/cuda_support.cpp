@@ -76,6 +76,10 @@ bool capturing(const at::Device& device) {
   return device.is_cuda() && module().capturing(device);
 }
 
+bool native_bf16(const at::Device& device) {
+  return device.is_cuda() && compiled() && load().empty() && module().native_bf16(device);
+}
+
 at::Tensor pinned(const at::Tensor& host) {
   return compiled() ? module().pinned(host) : host;
 }

@@ -34,6 +34,10 @@ namespace wick::cuda {
 // that needs the host (reading a value) must not run then.
 bool capturing(const at::Device& device);
 
+// Whether `device` (the current GPU without an index) multiplies bf16 natively: compute
+// capability 8.0 or newer. False without a CUDA side, or a GPU.
+bool native_bf16(const at::Device& device);
+
 // `host` in page-locked memory (a copy unless it is already), so that its copy to the GPU can
 // run asynchronously. Called on the loader threads.
 at::Tensor pinned(const at::Tensor& host);

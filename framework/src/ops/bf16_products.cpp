@@ -2,7 +2,6 @@
 #include "ops/bf16_products.hpp"
 
 #include <ATen/ATen.h>
-#include <c10/core/DeviceGuard.h>
 #include <torch/version.h>
 
 #include "ops/autocast.hpp"
@@ -34,9 +33,8 @@ at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType t
   if (a.is_cuda() && type == at::kFloat && a.scalar_type() == at::kBFloat16 &&
       b.scalar_type() == at::kBFloat16) {
     // LibTorch refuses a bf16 product with a float result below compute capability 8.0 (where
-    // bf16 is not native: a V100, a T4); native_bf16 asks of the current device.
-    const c10::DeviceGuard on(a.device());
-    if (native_bf16(Device{DeviceType::cuda})) return at::mm(a, b, type);
+    // bf16 is not native: a V100, a T4).
+    if (native_bf16(Device{DeviceType::cuda, a.device().index()})) return at::mm(a, b, type);
   }
 #endif
   return at::mm(a, b).to(type);

@@ -3,7 +3,6 @@
 #include "wick/hardware.hpp"
 
 #include <ATen/Version.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include <string>
 
 #include "cuda/cuda_load.hpp"
+#include "cuda/cuda_support.hpp"
 #include "wick/params.hpp"  // ConfigError
 #include "wick/system.hpp"
 
@@ -150,8 +150,7 @@ Device resolve_device(const Device& requested, bool auto_device) {
 
 bool native_bf16(const Device& d) {
   if (d.is_cuda())
-    return at::detail::getCUDAHooks().hasCUDA() &&
-           at::detail::getCUDAHooks().supportsBFloat16ConvolutionWithCuDNNv8();
+    return cuda::native_bf16(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)));
   return cpu_features().native_bf16();
 }
 

@@ -40,8 +40,8 @@ inline constexpr const char* kCpuFeatureNames[] = {"avx2", "avx512f", "avx512_bf
 // Convolutions and matrix products go through oneDNN and BLAS, which choose for themselves.
 WICK_EXPORT std::string torch_cpu_capability();
 
-// Whether bf16 runs natively on a device: on the CPU, AVX512-BF16 or AMX-BF16; on CUDA, what
-// LibTorch reports as bf16 convolution support (compute capability 8.0 and newer).
+// Whether bf16 runs natively on a device: on the CPU, AVX512-BF16 or AMX-BF16; on CUDA, compute
+// capability 8.0 and newer (false where wick has no CUDA side or the machine no GPU).
 WICK_EXPORT bool native_bf16(const Device& d);
 
 }  // namespace wick
