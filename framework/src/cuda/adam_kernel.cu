@@ -4,10 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "cuda/adam_kernel.hpp"
+#include "cuda/launch_check.hpp"
 
 namespace wick::cuda {
 
@@ -17,6 +16,7 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kChunk = 8192;  // elements per block: 8 float4 per thread
 // Tensors per launch: their arguments travel in the kernel's parameters (4 KB at most).
 constexpr std::size_t kBatch = 40;
+constexpr const char* kAdam = "the CUDA Adam kernel";
 
 struct Batch {
   AdamTensor t[kBatch];
@@ -77,10 +77,9 @@ void launch_adam(const AdamTensor* tensors, std::size_t count, void* stream) {
   Batch b{};
   const auto launch = [&] {
     if (b.count > 0 && b.first_block[b.count] > 0) {
+      check_before_launch(kAdam);
       adam_kernel<<<static_cast<unsigned>(b.first_block[b.count]), kThreads, 0, s>>>(b);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-        throw std::runtime_error(std::string("wick: the CUDA Adam kernel failed to launch: ") +
-                                 cudaGetErrorString(e));
+      check_launch(kAdam);
     }
     b.count = 0;
   };

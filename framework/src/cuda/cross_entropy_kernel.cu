@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
-#include <string>
 
 #include "cuda/cross_entropy_kernel.hpp"
+#include "cuda/launch_check.hpp"
 
 namespace wick::cuda {
 
@@ -160,11 +160,8 @@ bool packable(const void* p, std::int64_t vocab) {
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && vocab % Pack<T>::n == 0;
 }
 
-void check_launch(const char* what) {
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    throw std::runtime_error(std::string("wick: the CUDA cross-entropy ") + what +
-                             " kernel failed to launch: " + cudaGetErrorString(e));
-}
+constexpr const char* kForward = "the CUDA cross-entropy forward kernel";
+constexpr const char* kBackward = "the CUDA cross-entropy backward kernel";
 
 template <class T>
 void forward_as(const void* logits, const std::int64_t* target, std::int64_t rows,
@@ -210,6 +207,7 @@ void launch_cross_entropy_forward(const void* logits, LogitType type, const std:
   if (rows == 0) return;
   check_shape(rows, vocab);
   auto s = static_cast<cudaStream_t>(stream);
+  check_before_launch(kForward);
   switch (type) {
     case LogitType::f32:
       forward_as<float>(logits, target, rows, vocab, ignore_index, loss, lse, s);
@@ -221,7 +219,7 @@ void launch_cross_entropy_forward(const void* logits, LogitType type, const std:
       forward_as<__half>(logits, target, rows, vocab, ignore_index, loss, lse, s);
       break;
   }
-  check_launch("forward");
+  check_launch(kForward);
 }
 
 void launch_cross_entropy_backward(const void* logits, void* grad, LogitType type,
@@ -231,6 +229,7 @@ void launch_cross_entropy_backward(const void* logits, void* grad, LogitType typ
   if (rows == 0) return;
   check_shape(rows, vocab);
   auto s = static_cast<cudaStream_t>(stream);
+  check_before_launch(kBackward);
   switch (type) {
     case LogitType::f32:
       backward_as<float>(logits, grad, target, lse, scale, rows, vocab, ignore_index, s);
@@ -242,7 +241,7 @@ void launch_cross_entropy_backward(const void* logits, void* grad, LogitType typ
       backward_as<__half>(logits, grad, target, lse, scale, rows, vocab, ignore_index, s);
       break;
   }
-  check_launch("backward");
+  check_launch(kBackward);
 }
 
 }  // namespace wick::cuda

@@ -9,10 +9,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
+#include "cuda/launch_check.hpp"
 #include "cuda/layer_norm_kernel.hpp"
 
 namespace wick::cuda {
@@ -286,11 +285,10 @@ void with_type(RowType t, const Body& body) {
     body(float{});
 }
 
-void check_launch(const char* what) {
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    throw std::runtime_error(std::string("wick: the CUDA layer norm ") + what +
-                             " kernel failed to launch: " + cudaGetErrorString(e));
-}
+constexpr const char* kForward = "the CUDA layer norm forward kernel";
+constexpr const char* kBackward = "the CUDA layer norm backward kernel";
+constexpr const char* kWeightGradient = "the CUDA layer norm weight gradient kernel";
+constexpr const char* kWeightGradientSum = "the CUDA layer norm weight gradient sum kernel";
 
 int row_blocks(std::int64_t rows) {
   return static_cast<int>((rows + kWarps - 1) / kWarps);
@@ -309,6 +307,7 @@ void launch_layer_norm_forward(const void* x, RowType x_type, const void* branch
                                std::int64_t width, float* mean, float* rstd, void* stream) {
   if (rows <= 0 || width <= 0) return;
   auto st = static_cast<cudaStream_t>(stream);
+  check_before_launch(kForward);
   with_type(x_type, [&](auto xt) {
     with_type(branch_type, [&](auto bt) {
       with_type(y_type, [&](auto yt) {
@@ -328,7 +327,7 @@ void launch_layer_norm_forward(const void* x, RowType x_type, const void* branch
       });
     });
   });
-  check_launch("forward");
+  check_launch(kForward);
 }
 
 void launch_layer_norm_backward(const void* s, RowType s_type, const void* dy, RowType dy_type,
@@ -341,6 +340,7 @@ void launch_layer_norm_backward(const void* s, RowType s_type, const void* dy, R
   const std::int64_t per = chunk_rows(rows), chunks = (rows + per - 1) / per;
   const dim3 column_grid(static_cast<unsigned>((width + kColumns - 1) / kColumns),
                          static_cast<unsigned>(chunks));
+  check_before_launch(kBackward);
   with_type(s_type, [&](auto stype) {
     with_type(dy_type, [&](auto gtype) {
       using S = decltype(stype);
@@ -360,18 +360,18 @@ void launch_layer_norm_backward(const void* s, RowType s_type, const void* dy, R
               static_cast<const S*>(s), static_cast<const G*>(dy), static_cast<const S*>(ds), w,
               mean, rstd, rows, width, static_cast<S*>(dx), static_cast<B*>(d_branch));
       });
-      check_launch("backward");
+      check_launch(kBackward);
       if (!in_registers) {
         param_partials_kernel<S, G>
             <<<column_grid, kColumns, 0, st>>>(static_cast<const S*>(s), static_cast<const G*>(dy),
                                                mean, rstd, rows, width, per, partial);
-        check_launch("weight gradient");
+        check_launch(kWeightGradient);
       }
     });
   });
   const unsigned column_blocks = static_cast<unsigned>((width + kColumns - 1) / kColumns);
   param_sum_kernel<<<column_blocks, kColumns, 0, st>>>(partial, chunks, width, dw, db);
-  check_launch("weight gradient sum");
+  check_launch(kWeightGradientSum);
 }
 
 }  // namespace wick::cuda
