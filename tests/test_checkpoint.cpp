@@ -83,11 +83,13 @@ std::vector<std::string> checkpoints(const TempDir& d) {
   return out;
 }
 
-// As root, chmod does not stop writes: run wick without the capability that overrides it.
+// As root, neither chmod nor a sticky folder stops writes: run wick without the capabilities
+// that override them.
 RunResult run_wick_unprivileged(const std::vector<std::string>& args) {
   std::vector<std::string> argv;
   if (::geteuid() == 0)
-    argv = {"/usr/bin/setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"};
+    argv = {"/usr/bin/setpriv", "--inh-caps=-all",
+            "--bounding-set=-dac_override,-dac_read_search,-fowner"};
   argv.push_back(WICK_BIN);
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv);
@@ -541,6 +543,28 @@ TEST_CASE("a leftover of an ended save that cannot be removed is reported, and t
   CHECK(r.exit_code == 0);
   CHECK(r.err.find("wick: checkpoint: could not remove the leftover '" + leftover.string() +
                    "': Permission denied") != std::string::npos);
+  CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0000-b0000004" / "manifest.json"));
+}
+
+TEST_CASE(
+    "a moved-aside checkpoint that cannot be put back is reported and kept, the fit goes on") {
+  if (::geteuid() != 0) skip("needs root, to give the checkpoint folder to another user");
+  TempDir d;
+  // A replace killed between its two renames, by a process that has ended: checkpoint
+  // ckpt-e0000-b0000003 moved aside, its replacement not yet in place. In a sticky folder, an
+  // entry of another user cannot be renamed without CAP_FOWNER (run without it).
+  const auto aside = ckpt_dir(d) / (".old-ckpt-e0000-b0000003-" + std::to_string(ended_pid()));
+  fs::create_directories(aside);
+  write_file(aside / "manifest.json", "{}");
+  for (const auto& p : {ckpt_dir(d), aside}) REQUIRE(::chown(p.c_str(), 61234, 61234) == 0);
+  fs::permissions(ckpt_dir(d), fs::perms::all | fs::perms::sticky_bit);
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n"));
+  auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("wick: checkpoint: could not restore the leftover '" + aside.string() +
+                   "': Operation not permitted") != std::string::npos);
+  CHECK(read_file(aside / "manifest.json") == "{}");
   CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0000-b0000004" / "manifest.json"));
 }
 

@@ -1,7 +1,9 @@
 // The data side of the loop: torch::data datasets through wick::from_torch_dataset, loader
-// threads (trainer.num_workers), augmentation from the batch's generator, streams
-// (wick::kUnsized, trainer.steps_per_epoch, dataset state), and exact resume with all of
-// them. In process, and through `wick fit` with the data_task test plugin.
+// threads (trainer.num_workers, and a system that refuses them), augmentation from the batch's
+// generator, streams (wick::kUnsized, trainer.steps_per_epoch, dataset state), and exact resume
+// with all of them. In process, and through `wick fit` with the data_task test plugin.
+#include <unistd.h>
+
 #include <cstdint>
 
 #include <torch/torch.h>
@@ -184,6 +186,47 @@ TEST_CASE("loader threads do not change what is trained") {
     fp[w / 2] = fingerprint(d);
   }
   CHECK(fp[0] == fp[1]);
+}
+
+// RLIMIT_NPROC binds neither root nor a process with CAP_SYS_RESOURCE: wick runs under a user
+// id that no other process has, so that the limit counts its threads alone.
+RunResult run_wick_limited(const std::vector<std::string>& args, const std::string& nproc = "") {
+  std::vector<std::string> argv;
+  if (!nproc.empty()) argv = {"/usr/bin/prlimit", "--nproc=" + nproc};
+  for (const char* a : {"/usr/bin/setpriv", "--reuid=61234", "--regid=61234", "--clear-groups"})
+    argv.emplace_back(a);
+  argv.emplace_back(WICK_BIN);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+TEST_CASE(
+    "loader threads the system refuses: the fit stops naming trainer.num_workers, the "
+    "checkpoint it resumed from kept") {
+  if (::geteuid() != 0) skip("needs root, to run wick under a user id of its own");
+  if (!fs::exists("/usr/bin/prlimit") || !fs::exists("/usr/bin/setpriv"))
+    skip("needs util-linux's prlimit and setpriv in /usr/bin");
+  if (run_wick_limited({"--version"}).exit_code != 0)
+    skip("wick cannot run under another user id here (setpriv refused, or its files unreadable)");
+  TempDir d;
+  fs::permissions(d.path(), fs::perms::all);  // written by that user
+  // 100 batches an epoch, so that 64 loader threads are asked for.
+  write_file(d / "cfg.toml", data_config(d, "", "samples = 800\n", "", 40));
+  const auto cfg = (d / "cfg.toml").string();
+  auto r0 = run_wick_limited({"fit", cfg, "--set", "trainer.epochs=1"});
+  INFO(r0.err << r0.out);
+  REQUIRE(r0.exit_code == 0);
+  const auto kept = file_hashes(d / "run" / "checkpoints");
+  REQUIRE_FALSE(kept.empty());
+
+  // Room for wick's own threads, not for 64 more.
+  auto r1 =
+      run_wick_limited({"fit", cfg, "--resume", "latest", "--set", "trainer.num_workers=64"}, "24");
+  INFO(r1.err << r1.out);
+  CHECK(r1.exit_code == 1);
+  CHECK_THAT(r1.err, Catch::Contains("cannot start 64 data loader threads (") &&
+                         Catch::Contains("); lower trainer.num_workers"));
+  CHECK(file_hashes(d / "run" / "checkpoints") == kept);
 }
 
 TEST_CASE("a stream with steps_per_epoch continues where it was after kill -9") {
