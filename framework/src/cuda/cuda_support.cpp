@@ -77,7 +77,8 @@ bool capturing(const at::Device& device) {
 }
 
 bool native_bf16(const at::Device& device) {
-  return device.is_cuda() && compiled() && load().empty() && module().native_bf16(device);
+  return device.is_cuda() && compiled() && (loaded() || load().empty()) &&
+         module().native_bf16(device);
 }
 
 at::Tensor pinned(const at::Tensor& host) {
