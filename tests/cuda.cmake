@@ -1,6 +1,7 @@
 # CUDA: training on the GPU, the CUDA kernels, pinned copies, the CUDA generator in
 # checkpoints, fp16 loss scaling, NCCL and cuda_graph. Skipped without a GPU (and, but for the
-# cuda_graph refusals that need none, in a build against a CPU-only LibTorch).
+# cuda_graph refusals that need none, in a build against a CPU-only LibTorch), but for
+# native_bf16's answer for CUDA, checked everywhere.
 set(WICK_CUDA_TEST_DEPENDS synthetic checkpoint grad_accum gpt mixed_precision lr_schedule grad_clip
                             metrics_log)
 if(WICK_CUDA)

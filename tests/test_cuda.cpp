@@ -3,8 +3,9 @@
 // from pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss scaling's
 // CUDA path, NCCL, the cuda_graph plugin, and the GPT sample's step (wick's own kernels)
 // replayed by it. Each test needs a GPU and reports itself skipped (ctest: Skipped) without
-// one, or in a build against a CPU-only LibTorch. The refusals of cuda_graph that need no GPU
-// run wherever the plugin is built (a CUDA LibTorch).
+// one, or in a build against a CPU-only LibTorch, but two: native_bf16's answer for CUDA is
+// checked everywhere, and the refusals of cuda_graph that need no GPU run wherever the plugin
+// is built (a CUDA LibTorch).
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -198,22 +199,32 @@ constexpr bool kFloatProducts = TORCH_VERSION_MAJOR > 2 ||
 }  // namespace
 
 // Runs with or without a GPU: mixed_precision's dtype = "auto" and wick's float-result products
-// stand on this answer.
+// stand on this answer. A GPU with cuDNN cannot tell it from LibTorch's cuDNN hook, which it
+// replaced (the hook says false without cuDNN); what this checks is each device's own answer,
+// an index past the GPUs, and that asking does not load the CUDA side for a run on the CPU.
 TEST_CASE("native_bf16 on CUDA: compute capability 8.0 or newer, false without a GPU", "[cuda]") {
-  // Asked first: it loads the CUDA side before LibTorch is asked whether it has CUDA.
-  const bool native = wick::native_bf16(Device{DeviceType::cuda});
+  const Device gpu{DeviceType::cuda};
 #ifdef WICK_TEST_CUDA
-  if (torch::cuda::is_available()) {
-    for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
-      INFO("cuda:" << i);
-      CHECK(wick::native_bf16(Device{DeviceType::cuda, i}) ==
-            (at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i))->major >= 8));
-    }
-    CHECK(native == (at::cuda::getCurrentDeviceProperties()->major >= 8));
+  if (!wick::cuda::loaded()) {
+    CHECK_FALSE(wick::native_bf16(gpu));
+    CHECK_FALSE(wick::cuda::loaded());
+  }
+  // Loaded first: LibTorch keeps its first answer to whether it has CUDA.
+  REQUIRE(wick::cuda::load().empty());
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  for (int i = 0; i < gpus; ++i) {
+    INFO("cuda:" << i);
+    CHECK(wick::native_bf16(Device{DeviceType::cuda, i}) ==
+          (at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i))->major >= 8));
+  }
+  CHECK_FALSE(wick::native_bf16(Device{DeviceType::cuda, gpus}));
+  CHECK_FALSE(wick::native_bf16(Device{DeviceType::cuda, 1000}));
+  if (gpus > 0) {
+    CHECK(wick::native_bf16(gpu) == (at::cuda::getCurrentDeviceProperties()->major >= 8));
     return;
   }
 #endif
-  CHECK_FALSE(native);
+  CHECK_FALSE(wick::native_bf16(gpu));
 }
 
 TEST_CASE("trainer.device = cuda: fused Adam's CUDA kernel follows torch::optim's Adam and AdamW",

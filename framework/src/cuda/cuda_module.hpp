@@ -6,6 +6,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -22,6 +23,9 @@ class Store;
 namespace wick::cuda {
 
 struct Module {
+  // sizeof(Module) as the module was built: a module left from another build of wick, whose
+  // table differs, is refused at load rather than called through the wrong entries.
+  std::size_t size;
   bool (*capturing)(const at::Device& device);
   bool (*native_bf16)(const at::Device& device);
   at::Tensor (*pinned)(const at::Tensor& host);

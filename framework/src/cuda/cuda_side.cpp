@@ -34,11 +34,13 @@ bool capturing(const at::Device& device) {
 }
 
 // Compute capability 8.0 (Ampere) and newer multiply bf16 in tensor cores; asked of the
-// device itself, as LibTorch's cuDNN hook would say nothing without cuDNN.
+// device itself, as LibTorch's cuDNN hook says false without cuDNN.
 bool native_bf16(const at::Device& device) {
-  if (!device.is_cuda() || at::cuda::device_count() == 0) return false;
+  // The count first: it is 0 without a driver, where asking for the current device throws.
+  const auto gpus = at::cuda::device_count();
+  if (!device.is_cuda() || gpus == 0) return false;
   const auto index = device.has_index() ? device.index() : at::cuda::current_device();
-  return at::cuda::getDeviceProperties(index)->major >= 8;
+  return index >= 0 && index < gpus && at::cuda::getDeviceProperties(index)->major >= 8;
 }
 
 at::Tensor pinned(const at::Tensor& host) {
@@ -241,11 +243,11 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, o);
 }
 
-const Module kModule{capturing,          native_bf16,        pinned,
-                     to_device_async,    adam_steps,         cross_entropy_rows,
-                     cross_entropy_grad, layer_norm_forward, layer_norm_backward,
-                     lt_gelu_forward,    lt_gelu_backward,   event_clock,
-                     nccl_group};
+const Module kModule{
+    sizeof(Module),     capturing,           native_bf16,        pinned,
+    to_device_async,    adam_steps,          cross_entropy_rows, cross_entropy_grad,
+    layer_norm_forward, layer_norm_backward, lt_gelu_forward,    lt_gelu_backward,
+    event_clock,        nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

@@ -61,7 +61,11 @@ std::string load() {
   }
   const auto table = reinterpret_cast<const Module* (*)()>(dlsym(handle, WICK_CUDA_MODULE_SYMBOL));
   if (!table) return path.string() + " has no " WICK_CUDA_MODULE_SYMBOL "; rebuild wick";
-  g_module.store(table());
+  const Module* found = table();
+  if (found->size != sizeof(Module))
+    return path.string() +
+           " is of another build of wick (its function table differs); rebuild wick";
+  g_module.store(found);
   return "";
 #else
   return "this wick is built against a CPU-only LibTorch";
@@ -77,8 +81,7 @@ bool capturing(const at::Device& device) {
 }
 
 bool native_bf16(const at::Device& device) {
-  return device.is_cuda() && compiled() && (loaded() || load().empty()) &&
-         module().native_bf16(device);
+  return device.is_cuda() && loaded() && module().native_bf16(device);
 }
 
 at::Tensor pinned(const at::Tensor& host) {

@@ -35,7 +35,8 @@ namespace wick::cuda {
 bool capturing(const at::Device& device);
 
 // Whether `device` (the current GPU without an index) multiplies bf16 natively: compute
-// capability 8.0 or newer. False without a CUDA side, or a GPU.
+// capability 8.0 or newer. False where the CUDA side is not loaded (a run on the CPU never
+// loads it for this question), without a GPU, and for an index past the GPUs.
 bool native_bf16(const at::Device& device);
 
 // `host` in page-locked memory (a copy unless it is already), so that its copy to the GPU can

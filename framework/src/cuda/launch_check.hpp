@@ -1,6 +1,8 @@
 // Private: the launch checks of wick's CUDA kernels (*.cu). A fault of an earlier kernel (an
 // illegal address) sticks and is returned by every CUDA call after it, so a check after a
-// launch alone would blame the kernel just launched; each launch first asks what is pending.
+// launch alone would blame the kernel just launched. Each launch function therefore takes
+// what is pending before its first launch and names it as earlier; a fault found after a
+// launch may still be an earlier kernel's that ran meanwhile, and the message says so.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,18 +13,20 @@
 namespace wick::cuda {
 
 // Before launching `kernel` (its name, "the CUDA Adam kernel"): throws when an earlier kernel
-// or CUDA call left an error, saying it is not this kernel's.
+// or CUDA call left an error, saying it is not this kernel's. The error is taken (cleared, where
+// it does not stick), so that the next check does not report it again.
 inline void check_before_launch(const char* kernel) {
-  if (const cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw std::runtime_error(std::string("wick: an earlier CUDA kernel or call failed, before ") +
                              kernel + " was launched: " + cudaGetErrorString(e));
 }
 
-// After launching it: throws when the launch failed (its configuration, or the device).
+// After launching it: throws when the launch failed (its configuration), or a fault of the
+// device came up meanwhile (this kernel's, or one queued before it).
 inline void check_launch(const char* kernel) {
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    throw std::runtime_error(std::string("wick: ") + kernel +
-                             " failed to launch: " + cudaGetErrorString(e));
+    throw std::runtime_error(std::string("wick: ") + kernel + " failed to launch, or the GPU " +
+                             "faulted since the check before it: " + cudaGetErrorString(e));
 }
 
 }  // namespace wick::cuda

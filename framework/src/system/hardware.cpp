@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -149,8 +150,10 @@ Device resolve_device(const Device& requested, bool auto_device) {
 }
 
 bool native_bf16(const Device& d) {
+  // An index LibTorch's device type cannot hold names no GPU.
   if (d.is_cuda())
-    return cuda::native_bf16(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)));
+    return d.index >= -1 && d.index <= std::numeric_limits<c10::DeviceIndex>::max() &&
+           cuda::native_bf16(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)));
   return cpu_features().native_bf16();
 }
 

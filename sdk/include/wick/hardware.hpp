@@ -41,7 +41,8 @@ inline constexpr const char* kCpuFeatureNames[] = {"avx2", "avx512f", "avx512_bf
 WICK_EXPORT std::string torch_cpu_capability();
 
 // Whether bf16 runs natively on a device: on the CPU, AVX512-BF16 or AMX-BF16; on CUDA, compute
-// capability 8.0 and newer (false where wick has no CUDA side or the machine no GPU).
+// capability 8.0 and newer (false for a GPU this process has not loaded wick's CUDA side for,
+// as a run on the CPU does not, and for an index past the GPUs).
 WICK_EXPORT bool native_bf16(const Device& d);
 
 }  // namespace wick
