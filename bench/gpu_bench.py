@@ -22,7 +22,9 @@ max over the rounds) and each row's ratio to the plain loop of the same round.
     python3 bench/gpu_bench.py --wick build-gpu/bin/wick --out gpu-results
 
 Writes OUT/bench.json and OUT/bench.md, nothing else there (the runs' folders go to --work).
-A row that fails is marked failed with its error's last lines, and the others go on. Stops
+A row that fails is marked failed with its error's last lines, and the others go on; a wick
+MLP/CNN row that fails is run again with WICK_CUDA_DISABLE=all (LibTorch's operators in place
+of wick's own CUDA kernels), its number marked so, and its later rounds run that way. Stops
 adding rounds when the next would not fit in --budget-s (after the first round, which always
 runs).
 
@@ -31,6 +33,11 @@ embeddings; 123,689,472 parameters without wpe), batch 16 x 1024 tokens, bf16, t
 
   wick             wick fit samples/gpt/gpt2-124m.toml (its recipe as shipped)
   wick cuda_graph  the same with [[hooks]] plugin = "cuda_graph" (and drop_last = true)
+  wick, LibTorch's the same as "wick" with WICK_CUDA_DISABLE=all: LibTorch's operators in place
+    kernels        of wick's own CUDA kernels (README: CUDA paths), so that the pair says what
+                   those kernels win, and a fault of one of them still leaves a wick number;
+                   skipped when it would leave the compile row under 150 s, unless "wick"
+                   failed
   pytorch          bench/peers/gpt2.py, eager: nanoGPT's recipe (bf16 autocast, fused AdamW,
                    grad clip 1.0)
   pytorch compile  bench/peers/gpt2.py --compile: torch.compile(model)
@@ -124,7 +131,11 @@ def enables_amp(text):
     return re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M) is not None
 
 
-def wick_row(args, model, variant, out):
+# wick's own CUDA kernels left unused, LibTorch's operators in their place (README: CUDA paths).
+LIBTORCH_KERNELS = {"WICK_CUDA_DISABLE": "all"}
+
+
+def wick_row(args, model, variant, out, env=None):
     """Trains one wick variant; returns samples/s (summary.json's train_samples_per_s)."""
     shipped = os.path.join(ROOT, "samples", "fashion_mnist", f"{model}.toml")
     text = open(shipped).read()
@@ -139,8 +150,9 @@ def wick_row(args, model, variant, out):
         sets.append("hooks.mixed_precision.enabled=false")
     if variant.endswith("on_device"):
         sets.append("trainer.data_on_device=true")
+    shutil.rmtree(out, ignore_errors=True)  # a retry's summary is its own
     r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
-                       text=True)
+                       text=True, env={**os.environ, **(env or {})})
     if r.returncode != 0:
         raise RuntimeError(f"wick {model} {variant}: exit {r.returncode}\n{stderr_summary(r.stderr)}")
     with open(os.path.join(out, "summary.json")) as f:
@@ -187,8 +199,14 @@ GPT = {"layers": 12, "heads": 12, "width": 768, "context": 1024, "vocab": 50304}
 GPT_CONFIG = os.path.join(ROOT, "samples", "gpt", "gpt2-124m.toml")
 GPT_TOKENS = 1 << 22
 GPT_MIN_ROW_S = 20  # a GPT row is skipped with less of the budget left
+# What the "wick, LibTorch's kernels" row leaves for the compile row after it (torch.compile's
+# compilation with an empty cache, then the row): it is skipped with less, unless the "wick"
+# row failed, when it is the only wick number.
+GPT_COMPILE_RESERVE_S = 150
 GPT_ROWS = [("pytorch", "peer", False), ("wick", "wick", ""),
-            ("wick cuda_graph", "wick", "cuda_graph"), ("pytorch compile", "peer", True)]
+            ("wick cuda_graph", "wick", "cuda_graph"),
+            ("wick, LibTorch's kernels", "wick", "libtorch_kernels"),
+            ("pytorch compile", "peer", True)]
 
 
 def gpt_params(layers, width, vocab, **_):
@@ -226,11 +244,11 @@ def write_tokens(path, n, vocab, seed):
     return path
 
 
-def run_limited(cmd, timeout):
+def run_limited(cmd, timeout, env=None):
     """subprocess.run(cmd) in its own session, killed with its children (torch.compile's
-    workers) past `timeout` seconds: RuntimeError then."""
+    workers) past `timeout` seconds: RuntimeError then. `env`: variables added to ours."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, env={**os.environ, **(env or {})})
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -296,7 +314,8 @@ def gpt_wick_row(args, variant, out, data, timeout):
             f"trainer.log_every={math.gcd(w, n)}", f"trainer.batch_size={args.gpt_batch}",
             "trainer.save_model=false"]
     shutil.rmtree(out, ignore_errors=True)  # never read an earlier run's metrics
-    r = run_limited(wick_command(args, text, sets, variant, out), timeout)
+    r = run_limited(wick_command(args, text, sets, variant, out), timeout,
+                    LIBTORCH_KERNELS if variant == "libtorch_kernels" else None)
     if r.returncode != 0:
         raise RuntimeError(f"wick gpt2 {variant or 'as shipped'}: exit {r.returncode}\n"
                            f"{stderr_summary(r.stderr)}")
@@ -403,6 +422,12 @@ def gpt_rows(args, work, t_start):
                 got[name] = {"skipped": "--gpt-compile off"}
                 continue
         left = args.budget_s - (time.time() - t_start)
+        if variant == "libtorch_kernels" and "failed" not in got.get("wick", {}) and \
+                args.gpt_compile == "on" and left < GPT_COMPILE_RESERVE_S + GPT_MIN_ROW_S:
+            got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left, kept for the "
+                         "compile row"}
+            print(f"gpu_bench: gpt2 {name} skipped: {got[name]['skipped']}", file=sys.stderr)
+            continue
         if left < GPT_MIN_ROW_S:
             got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left"}
             print(f"gpu_bench: gpt2 {name} skipped: {got[name]['skipped']}", file=sys.stderr)
@@ -452,6 +477,13 @@ def gpt_report(got, args, gpu):
             f"{row['ratio_to_pytorch_compile']:.2f}"
         loss = "" if row["loss"] is None else f"{row['loss']:.3f}"
         lines.append(f"| {name} | {rate:,.0f} | {mfu} | {ratio} | {row['timed_steps']} | {loss} |")
+    own = got.get("wick", {}).get("tokens_per_s")
+    lib = got.get("wick, LibTorch's kernels", {}).get("tokens_per_s")
+    if own and lib:
+        lines += ["", f"wick's own CUDA kernels (layer norm with the residual add, cross-entropy, "
+                  f"gelu_mlp's cuBLASLt epilogues, wick::linear's float gradients, the batched "
+                  f"AdamW) make wick {own / lib:.2f}x itself with them hidden "
+                  f"(WICK_CUDA_DISABLE=all: LibTorch's operators in their place)."]
     lines += ["", "loss (end): gpt2.py's last step; wick's last step record's train/loss (the "
               f"mean over its last {math.gcd(args.gpt_warmup, args.gpt_steps)} steps). On "
               f"uniform random tokens it stays near ln({GPT['vocab']}) = "
@@ -502,6 +534,7 @@ def main():
     ratios = {k: [] for k in rates}
     accuracy = {}
     failed = {}  # (model, row) -> the error's last lines
+    libtorch_kernels = set()  # (model, row) measured again with WICK_CUDA_DISABLE=all
     gpt = {}  # GPT row -> its result, or failed / skipped
     rounds = 0
     for rnd in range(args.rounds):
@@ -513,7 +546,21 @@ def main():
                 try:
                     if kind == "wick":
                         out = os.path.join(work, f"{model}-{extra}-{rnd}")
-                        got[name] = wick_row(args, model, extra, out)
+                        try:
+                            # Once failed, a row's later rounds take LibTorch's kernels.
+                            got[name] = wick_row(args, model, extra, out,
+                                                 LIBTORCH_KERNELS if (model, name) in
+                                                 libtorch_kernels else None)
+                        except (RuntimeError, OSError, ValueError, KeyError) as e:
+                            # Once more with LibTorch's kernels in place of wick's own: a
+                            # number for the row, and whether one of wick's kernels failed.
+                            if (model, name) in libtorch_kernels:
+                                raise
+                            failed[(model, name)] = " ".join(str(e).split()[:40])
+                            print(f"gpu_bench: {model} {name} failed: {e}; again with "
+                                  "WICK_CUDA_DISABLE=all", file=sys.stderr)
+                            libtorch_kernels.add((model, name))
+                            got[name] = wick_row(args, model, extra, out, LIBTORCH_KERNELS)
                     elif kind == "hand":
                         got[name] = hand_row(args, model)
                     else:
@@ -522,7 +569,9 @@ def main():
                     print(f"gpu_bench: {model} {name}: {got[name][0]:,.0f} samples/s",
                           file=sys.stderr, flush=True)
                 except (RuntimeError, OSError, ValueError, KeyError, IndexError) as e:
-                    failed[(model, name)] = " ".join(str(e).split()[:40])
+                    why = " ".join(str(e).split()[:40])
+                    failed[(model, name)] = (failed[(model, name)] + "; then " + why
+                                             if (model, name) in failed else why)
                     print(f"gpu_bench: {model} {name} failed: {e}", file=sys.stderr)
             base = got.get("python loop", (None, None))[0]
             for name, (rate, acc) in got.items():
@@ -557,12 +606,15 @@ def main():
             error = failed.get((model, name))
             result["rows"].append({"model": model, "row": name, "samples_per_s": r,
                                    "ratio_to_python_loop": q, "valid_accuracy": acc,
-                                   "failed": error})
+                                   "failed": error,
+                                   "libtorch_kernels": (model, name) in libtorch_kernels})
             if r is None:
                 lines.append(f"| {model} | {name} | failed: {error} | | | | |")
                 continue
             ratio = "" if q is None else f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})"
             note = "" if error is None else " (failed in a round)"
+            if (model, name) in libtorch_kernels:
+                note = " (failed; measured again with WICK_CUDA_DISABLE=all)"
             lines.append(f"| {model} | {name}{note} | {r['median']:,.0f} | {r['min']:,.0f} | "
                          f"{r['max']:,.0f} | {ratio} | {'' if acc is None else f'{acc:.4f}'} |")
     if args.gpt == "on":

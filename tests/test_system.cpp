@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cuda/cuda_load.hpp"
+#include "cuda/own_kernels.hpp"
 #include "support.hpp"
 #include "wick/hardware.hpp"
 #include "wick/system.hpp"
@@ -149,8 +150,11 @@ TEST_CASE(
     "WICK_CPU_DISABLE hides CPU features from wick and LibTorch, and a wrong name is refused") {
   // avx512f hides every AVX-512 feature and AMX with it; doctor says what is hidden, and
   // LibTorch's own kernels follow (ATEN_CPU_CAPABILITY, set by wick at start).
-  auto r = run_wick({"doctor"}, {"WICK_CPU_DISABLE=avx512f"});
+  // (WICK_CUDA_DISABLE's report rides on the same run: its own test below.)
+  auto r = run_wick({"doctor"}, {"WICK_CPU_DISABLE=avx512f", "WICK_CUDA_DISABLE= adam,layer_norm"});
   INFO(r.err << r.out);
+  CHECK_THAT(r.out,
+             Contains("hidden by WICK_CUDA_DISABLE: layer_norm, adam (LibTorch's operators"));
   CHECK_THAT(r.out, Contains("AVX-512 no, AVX512-BF16 no, AMX no"));
   CHECK_THAT(r.out, Contains("hidden by WICK_CPU_DISABLE: avx512f,avx512_bf16,amx_tile,amx_bf16"));
   CHECK_THAT(r.out, Contains("bf16 is not native"));
@@ -160,6 +164,34 @@ TEST_CASE(
   CHECK_THAT(bad.err, Contains("WICK_CPU_DISABLE: 'avx512bf16' is not a CPU feature wick can "
                                "hide; name some of avx2, avx512f, avx512_bf16, amx_tile, "
                                "amx_bf16, separated by commas"));
+}
+
+TEST_CASE("WICK_CUDA_DISABLE names wick's own CUDA kernels to leave unused, a wrong name refused") {
+  using namespace wick::cuda;
+  // Bits in kOwnKernelNames's order; spaces and empty names dropped; all is every one.
+  CHECK(parse_own_kernels("") == 0);
+  CHECK(parse_own_kernels("adam") == 1u << static_cast<unsigned>(OwnKernel::adam));
+  CHECK(parse_own_kernels(" linear ,, cross_entropy") ==
+        ((1u << static_cast<unsigned>(OwnKernel::linear)) |
+         (1u << static_cast<unsigned>(OwnKernel::cross_entropy))));
+  const auto all = parse_own_kernels("all");
+  CHECK(own_kernel_names(all) == "layer_norm, cross_entropy, gelu_mlp, linear, adam");
+  CHECK(parse_own_kernels("gelu_mlp,all") == all);
+  CHECK(own_kernel_names(0).empty());
+  CHECK_THROWS_WITH(parse_own_kernels("adam,layernorm"),
+                    "WICK_CUDA_DISABLE: 'layernorm' is not one of wick's CUDA kernels; name some "
+                    "of layer_norm, cross_entropy, gelu_mlp, linear, adam (or all), separated by "
+                    "commas");
+  // A test may set the set; each name answers for itself alone.
+  set_hidden_own_kernels(parse_own_kernels("gelu_mlp"));
+  CHECK(hidden(OwnKernel::gelu_mlp));
+  CHECK_FALSE(hidden(OwnKernel::linear));
+  set_hidden_own_kernels(0);
+  CHECK_FALSE(hidden(OwnKernel::gelu_mlp));
+  // `wick` refuses a wrong name at start, before any command runs (exit 2).
+  auto bad = run_wick({"doctor"}, {"WICK_CUDA_DISABLE=adamw"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("WICK_CUDA_DISABLE: 'adamw' is not one of wick's CUDA kernels"));
 }
 
 // PyPI's LibTorch exports pieces of a libstdc++ (std::filesystem among them, unversioned) that

@@ -119,6 +119,11 @@ int cmd_doctor(const std::vector<std::string>& plugin_paths) {
     else
       std::printf(
           "CUDA       not available (this LibTorch runs on the CPU: trainer.device = \"cpu\")\n");
+    if (const auto hidden = wick::hidden_cuda_kernels(); !hidden.empty())
+      std::printf(
+          "           hidden by WICK_CUDA_DISABLE: %s (LibTorch's operators in place of "
+          "wick's CUDA kernels)\n",
+          hidden.c_str());
 
     const char* env = std::getenv("WICK_PLUGIN_PATH");
     std::printf("Plugins    WICK_PLUGIN_PATH=%s\n", env ? env : "(unset)");

@@ -21,7 +21,8 @@ int run(int argc, char** argv) {
 
   wick::keep_freed_memory();  // before any tensor: see wick/system.hpp
   try {
-    wick::apply_cpu_disable();  // before any tensor, too: LibTorch picks its kernels once
+    wick::apply_cpu_disable();    // before any tensor, too: LibTorch picks its kernels once
+    wick::hidden_cuda_kernels();  // checked here, not at a run's first step on a GPU
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "wick: error: %s\n", e.what());
     return kUsage;

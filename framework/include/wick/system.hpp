@@ -51,6 +51,13 @@ bool keep_freed_memory();
 // std::invalid_argument naming the variable and the names it takes.
 void apply_cpu_disable();
 
+// WICK_CUDA_DISABLE (README: CUDA paths) names wick's own CUDA kernels to leave unused on a
+// GPU, LibTorch's operators in their place: layer_norm, cross_entropy, gelu_mlp, linear, adam,
+// or all (comma separated). Returns the names it hides, checked and comma separated ("" for
+// none); a name that is none of them throws std::invalid_argument naming the variable and the
+// names it takes. `wick` checks it at start (exit 2).
+std::string hidden_cuda_kernels();
+
 // trainer.device as a run uses it: "auto" (auto_device) becomes the current CUDA device where
 // this LibTorch sees a GPU, else the CPU. Resolved once, before any plugin is made, so that
 // Params::run() and Context::run() agree. A CUDA device without one throws ConfigError.

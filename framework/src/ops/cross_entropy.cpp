@@ -15,6 +15,7 @@
 
 #include "cpu/cross_entropy_kernel.hpp"
 #include "cuda/cuda_support.hpp"
+#include "cuda/own_kernels.hpp"
 #include "ops/cpu_data.hpp"
 
 namespace wick {
@@ -122,7 +123,8 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
   const auto classes = logits.size(-1);
   const auto flat = logits.reshape({-1, classes});
   const auto ids = target.reshape({-1}).to(at::kLong);
-  if (logits.is_cuda() && fused_type(logits.scalar_type()))
+  if (logits.is_cuda() && fused_type(logits.scalar_type()) &&
+      !cuda::hidden(cuda::OwnKernel::cross_entropy))
     return FusedCrossEntropy::apply(flat.contiguous(), ids.contiguous(), ignore_index);
   if (logits.device().is_cpu() && cpu_kernel_type(logits.scalar_type())) {
     check_targets(ids, classes, ignore_index);

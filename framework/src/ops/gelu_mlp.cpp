@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_support.hpp"
+#include "cuda/own_kernels.hpp"
 #include "ops/bf16_products.hpp"
 #include "wick/activations.hpp"
 
@@ -90,7 +91,8 @@ at::Tensor gelu_mlp_in(at::ScalarType type, const at::Tensor& x, const at::Tenso
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tensor& fc_bias,
                     const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
   if (fc_bias.defined() && proj_bias.defined() &&
-      takes_bf16_products(x, {&fc_weight, &fc_bias, &proj_weight, &proj_bias}))
+      takes_bf16_products(x, {&fc_weight, &fc_bias, &proj_weight, &proj_bias}) &&
+      !cuda::hidden(cuda::OwnKernel::gelu_mlp))
     return gelu_mlp_in(at::kBFloat16, x, fc_weight, fc_bias, proj_weight, proj_bias);
   return at::linear(gelu_tanh(at::linear(x, fc_weight, fc_bias)), proj_weight, proj_bias);
 }

@@ -19,6 +19,7 @@
 #include "cpu/bf16.hpp"
 #include "cpu/layer_norm_kernel.hpp"
 #include "cuda/cuda_support.hpp"
+#include "cuda/own_kernels.hpp"
 #include "ops/autocast.hpp"
 #include "ops/cpu_data.hpp"
 
@@ -220,9 +221,10 @@ bool own_kernel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
     return p.defined() && p.scalar_type() == at::kFloat && p.dim() == 1 && p.size(0) == width &&
            p.device() == x.device() && p.layout() == at::kStrided;
   };
-  return (x.device().is_cpu() || x.is_cuda()) && x.layout() == at::kStrided &&
-         cpu_kernel_type(x.scalar_type()) && width > 0 && x.numel() > 0 && param(weight) &&
-         param(bias);
+  const bool device =
+      x.device().is_cpu() || (x.is_cuda() && !cuda::hidden(cuda::OwnKernel::layer_norm));
+  return device && x.layout() == at::kStrided && cpu_kernel_type(x.scalar_type()) && width > 0 &&
+         x.numel() > 0 && param(weight) && param(bias);
 }
 
 void check_rows(const char* fn, const at::Tensor& x) {

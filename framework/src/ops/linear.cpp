@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/own_kernels.hpp"
 #include "ops/bf16_products.hpp"
 #include "wick/linear.hpp"
 
@@ -76,7 +77,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   // Without a graph to build there is no backward to change: at::linear keeps autocast's cache
   // of cast weights. A bias other than [out] (one addmm broadcasts) keeps at::linear too.
   if (at::GradMode::is_enabled() && weight.defined() && weight.dim() == 2 &&
-      (!bias.defined() || bias.dim() == 1) && takes_bf16_products(x, {&weight, &bias}))
+      (!bias.defined() || bias.dim() == 1) && takes_bf16_products(x, {&weight, &bias}) &&
+      !cuda::hidden(cuda::OwnKernel::linear))
     return linear_in(at::kBFloat16, x, weight, bias);
   return at::linear(x, weight, bias);
 }

@@ -12,6 +12,7 @@
 #include <wick/torch_compat.hpp>
 
 #include "cuda/cuda_support.hpp"
+#include "cuda/own_kernels.hpp"
 #include "optim/adam_pass.hpp"
 
 #include <cmath>
@@ -82,7 +83,8 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
                   static_cast<float>(wd), static_cast<float>(shrink));
         continue;
       }
-      if (!o.amsgrad() && cuda::compiled() && fusable(p, g, m, v, at::kCUDA)) {
+      if (!o.amsgrad() && cuda::compiled() && !cuda::hidden(cuda::OwnKernel::adam) &&
+          fusable(p, g, m, v, at::kCUDA)) {
         on_gpu.push_back({p, g, m, v, static_cast<float>(beta1), static_cast<float>(beta2),
                           static_cast<float>(step_size), static_cast<float>(std::sqrt(bc2)),
                           static_cast<float>(o.eps()), static_cast<float>(wd),
