@@ -1,7 +1,7 @@
 # CUDA: training on the GPU, the CUDA kernels, pinned copies, the CUDA generator in
 # checkpoints, fp16 loss scaling, NCCL and cuda_graph. Skipped without a GPU (and, but for the
 # cuda_graph refusals that need none, in a build against a CPU-only LibTorch), but for
-# native_bf16's answer for CUDA, checked everywhere.
+# native_bf16's answer for CUDA, checked everywhere, and a stale module's refusal (a CUDA build).
 set(WICK_CUDA_TEST_DEPENDS synthetic checkpoint grad_accum gpt mixed_precision lr_schedule grad_clip
                             metrics_log)
 if(WICK_CUDA)
@@ -14,4 +14,9 @@ if(TARGET test_cuda AND WICK_CUDA)
   target_include_directories(test_cuda PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
   # LibTorch's CUDA API (libwick links LibTorch's CPU side alone).
   target_link_libraries(test_cuda PRIVATE wick_torch_cuda)
+  # A module of another build of wick, which the loader must refuse.
+  add_library(wick_stale_cuda_module SHARED support/stale_cuda_module.cpp)
+  add_dependencies(test_cuda wick_stale_cuda_module)
+  target_compile_definitions(test_cuda PRIVATE
+                             WICK_STALE_CUDA_MODULE="$<TARGET_FILE:wick_stale_cuda_module>")
 endif()

@@ -20,6 +20,11 @@ bool compiled();
 // calls this before anything asks LibTorch about CUDA (resolve_device and Config do).
 std::string load();
 
+// The module at `path` as the CUDA side, checked: it loads, has the table's symbol, and its
+// table is this build's (its size); "" when it is loaded (or one already was), else why not.
+// load() calls it for the module beside libwick; a test, for a module of another build.
+std::string load_module(const std::string& path);
+
 // Whether the CUDA side is loaded.
 bool loaded();
 

@@ -43,30 +43,40 @@ bool compiled() {
 #endif
 }
 
-std::string load() {
-#ifdef WICK_CUDA_MODULE
+std::string load_module(const std::string& path) {
   static std::mutex m;
   const std::lock_guard<std::mutex> lock(m);
+  if (g_module.load()) return "";
+  // Global, as a program linked to LibTorch's CUDA libraries would see their symbols.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) {
+    const char* err = dlerror();
+    return "LibTorch's CUDA side did not load (" + std::string(err ? err : path) + ")";
+  }
+  const auto table = reinterpret_cast<const Module* (*)()>(dlsym(handle, WICK_CUDA_MODULE_SYMBOL));
+  // A refused module is unloaded: nothing of it is called, nor left to bind symbols to.
+  if (!table) {
+    dlclose(handle);
+    return path + " has no " WICK_CUDA_MODULE_SYMBOL "; rebuild wick";
+  }
+  const Module* found = table();
+  if (found->size != sizeof(Module)) {
+    dlclose(handle);
+    return path + " is of another build of wick (its function table differs); rebuild wick";
+  }
+  g_module.store(found);
+  return "";
+}
+
+std::string load() {
+#ifdef WICK_CUDA_MODULE
   if (g_module.load()) return "";
   // Beside libwick, wherever it is (the build tree, an install, a moved install).
   Dl_info self{};
   if (!dladdr(reinterpret_cast<void*>(&load), &self) || !self.dli_fname)
     return "cannot tell where libwick is, to find " WICK_CUDA_MODULE " beside it";
-  const auto path = std::filesystem::path(self.dli_fname).parent_path() / WICK_CUDA_MODULE;
-  // Global, as a program linked to LibTorch's CUDA libraries would see their symbols.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (!handle) {
-    const char* err = dlerror();
-    return "LibTorch's CUDA side did not load (" + std::string(err ? err : path.string()) + ")";
-  }
-  const auto table = reinterpret_cast<const Module* (*)()>(dlsym(handle, WICK_CUDA_MODULE_SYMBOL));
-  if (!table) return path.string() + " has no " WICK_CUDA_MODULE_SYMBOL "; rebuild wick";
-  const Module* found = table();
-  if (found->size != sizeof(Module))
-    return path.string() +
-           " is of another build of wick (its function table differs); rebuild wick";
-  g_module.store(found);
-  return "";
+  return load_module(
+      (std::filesystem::path(self.dli_fname).parent_path() / WICK_CUDA_MODULE).string());
 #else
   return "this wick is built against a CPU-only LibTorch";
 #endif
