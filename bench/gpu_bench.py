@@ -35,9 +35,7 @@ embeddings; 123,689,472 parameters without wpe), batch 16 x 1024 tokens, bf16, t
   wick cuda_graph  the same with [[hooks]] plugin = "cuda_graph" (and drop_last = true)
   wick, LibTorch's the same as "wick" with WICK_CUDA_DISABLE=all: LibTorch's operators in place
     kernels        of wick's own CUDA kernels (README: CUDA paths), so that the pair says what
-                   those kernels win, and a fault of one of them still leaves a wick number;
-                   skipped when it would leave the compile row under 150 s, unless "wick"
-                   failed
+                   those kernels win, and a fault of one of them still leaves a wick number
   pytorch          bench/peers/gpt2.py, eager: nanoGPT's recipe (bf16 autocast, fused AdamW,
                    grad clip 1.0)
   pytorch compile  bench/peers/gpt2.py --compile: torch.compile(model)
@@ -68,8 +66,9 @@ process start-ups and torch.compile's compilation again (tens of seconds, on a m
 whose Triton cache starts empty) for little. Compilation is outside the timed window
 (it happens in the first warm-up step) but inside the budget: each GPT row gets at most what
 is left of --budget-s (the command is killed past it, the row marked failed, the others go
-on), a row with under 20 s left is skipped, and "pytorch compile" runs last so that a slow
-compile costs only its own row. The extra MLP/CNN rounds then go on while they fit.
+on), a row with under 20 s left is skipped, and "pytorch compile" runs after the other rows
+that the targets compare, so that a slow compile costs only its own row and "wick, LibTorch's
+kernels" after it. The extra MLP/CNN rounds then go on while they fit.
 
 Before the compile row (--gpt-profile on), where the time goes, into the log (stderr): wick's
 GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
@@ -131,11 +130,18 @@ def enables_amp(text):
     return re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M) is not None
 
 
-# wick's own CUDA kernels left unused, LibTorch's operators in their place (README: CUDA paths).
+# wick's own CUDA kernels left unused, LibTorch's operators in their place (README: CUDA paths),
+# or every one of them used, whatever this environment says.
 LIBTORCH_KERNELS = {"WICK_CUDA_DISABLE": "all"}
+OWN_KERNELS = {"WICK_CUDA_DISABLE": ""}
 
 
-def wick_row(args, model, variant, out, env=None):
+def environment(extra):
+    """This process's environment with `extra` set."""
+    return {**os.environ, **extra}
+
+
+def wick_row(args, model, variant, out, env=OWN_KERNELS):
     """Trains one wick variant; returns samples/s (summary.json's train_samples_per_s)."""
     shipped = os.path.join(ROOT, "samples", "fashion_mnist", f"{model}.toml")
     text = open(shipped).read()
@@ -152,7 +158,7 @@ def wick_row(args, model, variant, out, env=None):
         sets.append("trainer.data_on_device=true")
     shutil.rmtree(out, ignore_errors=True)  # a retry's summary is its own
     r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
-                       text=True, env={**os.environ, **(env or {})})
+                       text=True, env=environment(env))
     if r.returncode != 0:
         raise RuntimeError(f"wick {model} {variant}: exit {r.returncode}\n{stderr_summary(r.stderr)}")
     with open(os.path.join(out, "summary.json")) as f:
@@ -199,14 +205,9 @@ GPT = {"layers": 12, "heads": 12, "width": 768, "context": 1024, "vocab": 50304}
 GPT_CONFIG = os.path.join(ROOT, "samples", "gpt", "gpt2-124m.toml")
 GPT_TOKENS = 1 << 22
 GPT_MIN_ROW_S = 20  # a GPT row is skipped with less of the budget left
-# What the "wick, LibTorch's kernels" row leaves for the compile row after it (torch.compile's
-# compilation with an empty cache, then the row): it is skipped with less, unless the "wick"
-# row failed, when it is the only wick number.
-GPT_COMPILE_RESERVE_S = 150
 GPT_ROWS = [("pytorch", "peer", False), ("wick", "wick", ""),
-            ("wick cuda_graph", "wick", "cuda_graph"),
-            ("wick, LibTorch's kernels", "wick", "libtorch_kernels"),
-            ("pytorch compile", "peer", True)]
+            ("wick cuda_graph", "wick", "cuda_graph"), ("pytorch compile", "peer", True),
+            ("wick, LibTorch's kernels", "wick", "libtorch_kernels")]
 
 
 def gpt_params(layers, width, vocab, **_):
@@ -244,11 +245,11 @@ def write_tokens(path, n, vocab, seed):
     return path
 
 
-def run_limited(cmd, timeout, env=None):
+def run_limited(cmd, timeout, env=OWN_KERNELS):
     """subprocess.run(cmd) in its own session, killed with its children (torch.compile's
     workers) past `timeout` seconds: RuntimeError then. `env`: variables added to ours."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, env={**os.environ, **(env or {})})
+                         start_new_session=True, env=environment(env))
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -315,7 +316,7 @@ def gpt_wick_row(args, variant, out, data, timeout):
             "trainer.save_model=false"]
     shutil.rmtree(out, ignore_errors=True)  # never read an earlier run's metrics
     r = run_limited(wick_command(args, text, sets, variant, out), timeout,
-                    LIBTORCH_KERNELS if variant == "libtorch_kernels" else None)
+                    LIBTORCH_KERNELS if variant == "libtorch_kernels" else OWN_KERNELS)
     if r.returncode != 0:
         raise RuntimeError(f"wick gpt2 {variant or 'as shipped'}: exit {r.returncode}\n"
                            f"{stderr_summary(r.stderr)}")
@@ -422,12 +423,6 @@ def gpt_rows(args, work, t_start):
                 got[name] = {"skipped": "--gpt-compile off"}
                 continue
         left = args.budget_s - (time.time() - t_start)
-        if variant == "libtorch_kernels" and "failed" not in got.get("wick", {}) and \
-                args.gpt_compile == "on" and left < GPT_COMPILE_RESERVE_S + GPT_MIN_ROW_S:
-            got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left, kept for the "
-                         "compile row"}
-            print(f"gpu_bench: gpt2 {name} skipped: {got[name]['skipped']}", file=sys.stderr)
-            continue
         if left < GPT_MIN_ROW_S:
             got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left"}
             print(f"gpu_bench: gpt2 {name} skipped: {got[name]['skipped']}", file=sys.stderr)
@@ -550,7 +545,7 @@ def main():
                             # Once failed, a row's later rounds take LibTorch's kernels.
                             got[name] = wick_row(args, model, extra, out,
                                                  LIBTORCH_KERNELS if (model, name) in
-                                                 libtorch_kernels else None)
+                                                 libtorch_kernels else OWN_KERNELS)
                         except (RuntimeError, OSError, ValueError, KeyError) as e:
                             # Once more with LibTorch's kernels in place of wick's own: a
                             # number for the row, and whether one of wick's kernels failed.
@@ -559,14 +554,19 @@ def main():
                             failed[(model, name)] = " ".join(str(e).split()[:40])
                             print(f"gpu_bench: {model} {name} failed: {e}; again with "
                                   "WICK_CUDA_DISABLE=all", file=sys.stderr)
+                            # The row's numbers are all of one kind: earlier rounds' go.
                             libtorch_kernels.add((model, name))
+                            rates[(model, name)].clear()
+                            ratios[(model, name)].clear()
                             got[name] = wick_row(args, model, extra, out, LIBTORCH_KERNELS)
                     elif kind == "hand":
                         got[name] = hand_row(args, model)
                     else:
                         got[name] = peer_row(args, model, kind, extra)
                     # As it comes: a run cut short still shows the rows it finished.
-                    print(f"gpu_bench: {model} {name}: {got[name][0]:,.0f} samples/s",
+                    kernels = " (LibTorch's kernels)" if (model, name) in libtorch_kernels \
+                        else ""
+                    print(f"gpu_bench: {model} {name}{kernels}: {got[name][0]:,.0f} samples/s",
                           file=sys.stderr, flush=True)
                 except (RuntimeError, OSError, ValueError, KeyError, IndexError) as e:
                     why = " ".join(str(e).split()[:40])
@@ -614,7 +614,7 @@ def main():
             ratio = "" if q is None else f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})"
             note = "" if error is None else " (failed in a round)"
             if (model, name) in libtorch_kernels:
-                note = " (failed; measured again with WICK_CUDA_DISABLE=all)"
+                note = " (failed; every round's number with WICK_CUDA_DISABLE=all)"
             lines.append(f"| {model} | {name}{note} | {r['median']:,.0f} | {r['min']:,.0f} | "
                          f"{r['max']:,.0f} | {ratio} | {'' if acc is None else f'{acc:.4f}'} |")
     if args.gpt == "on":

@@ -155,8 +155,9 @@ if [ "$gpus" = "0" ]; then
        "torch $torch_version (CUDA $torch_cuda) in $build/. On a machine with an NVIDIA GPU" \
        "this would now run the $tests tests (the CUDA ones included) and the GPU bench" \
        "(bench/gpu_bench.py: the Fashion-MNIST MLP and CNN with wick, wick + cuda_graph, a plain" \
-       "PyTorch loop and PyTorch Lightning; GPT-2 124M with wick, wick + cuda_graph and PyTorch" \
-       "eager and compiled), writing $out/counts.txt and $out/bench.md."
+       "PyTorch loop and PyTorch Lightning; GPT-2 124M with wick, wick + cuda_graph, wick with" \
+       "LibTorch's kernels (WICK_CUDA_DISABLE=all) and PyTorch eager and compiled), writing" \
+       "$out/counts.txt and $out/bench.md."
   exit 0
 fi
 

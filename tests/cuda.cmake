@@ -14,9 +14,11 @@ if(TARGET test_cuda AND WICK_CUDA)
   target_include_directories(test_cuda PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
   # LibTorch's CUDA API (libwick links LibTorch's CPU side alone).
   target_link_libraries(test_cuda PRIVATE wick_torch_cuda)
-  # A module of another build of wick, which the loader must refuse.
+  # A module of another build of wick and a library that is none, which the loader refuses.
   add_library(wick_stale_cuda_module SHARED support/stale_cuda_module.cpp)
-  add_dependencies(test_cuda wick_stale_cuda_module)
+  add_library(wick_not_cuda_module SHARED support/not_cuda_module.cpp)
+  add_dependencies(test_cuda wick_stale_cuda_module wick_not_cuda_module)
   target_compile_definitions(test_cuda PRIVATE
-                             WICK_STALE_CUDA_MODULE="$<TARGET_FILE:wick_stale_cuda_module>")
+                             WICK_STALE_CUDA_MODULE="$<TARGET_FILE:wick_stale_cuda_module>"
+                             WICK_NOT_CUDA_MODULE="$<TARGET_FILE:wick_not_cuda_module>")
 endif()

@@ -47,22 +47,27 @@ std::string load_module(const std::string& path) {
   static std::mutex m;
   const std::lock_guard<std::mutex> lock(m);
   if (g_module.load()) return "";
-  // Global, as a program linked to LibTorch's CUDA libraries would see their symbols.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  // Local until checked: a refused module's symbols (and its libraries') bind nothing after it.
+  // It stays loaded: its libraries (LibTorch's CUDA side) have registered themselves with
+  // LibTorch, and unloading them would leave those registrations dangling.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* err = dlerror();
     return "LibTorch's CUDA side did not load (" + std::string(err ? err : path) + ")";
   }
   const auto table = reinterpret_cast<const Module* (*)()>(dlsym(handle, WICK_CUDA_MODULE_SYMBOL));
-  // A refused module is unloaded: nothing of it is called, nor left to bind symbols to.
   if (!table) {
-    dlclose(handle);
+    dlerror();  // the lookup's error, reported here instead
     return path + " has no " WICK_CUDA_MODULE_SYMBOL "; rebuild wick";
   }
   const Module* found = table();
-  if (found->size != sizeof(Module)) {
-    dlclose(handle);
+  if (found->size != sizeof(Module))
     return path + " is of another build of wick (its function table differs); rebuild wick";
+  // Then global, with its libraries, as a program linked to LibTorch's CUDA libraries would
+  // see their symbols (the plugins that use LibTorch's CUDA API bind to them).
+  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) {
+    const char* err = dlerror();
+    return "LibTorch's CUDA side did not load (" + std::string(err ? err : path) + ")";
   }
   g_module.store(found);
   return "";

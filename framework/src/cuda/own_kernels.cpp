@@ -3,9 +3,8 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <sstream>
-#include <stdexcept>
 
+#include "system/name_list.hpp"
 #include "wick/system.hpp"
 
 namespace wick::cuda {
@@ -23,30 +22,17 @@ std::atomic<unsigned>& current() {
 
 unsigned parse_own_kernels(const std::string& text) {
   unsigned set = 0;
-  std::istringstream words(text);
-  for (std::string word; std::getline(words, word, ',');) {
-    word.erase(0, word.find_first_not_of(" \t"));
-    word.erase(word.find_last_not_of(" \t") + 1);
-    if (word.empty()) continue;
-    if (word == "all") {
-      set = kAll;
-      continue;
-    }
-    std::size_t i = 0;
-    while (i < kOwnKernels && word != kOwnKernelNames[i]) ++i;
-    if (i == kOwnKernels)
-      throw std::invalid_argument("WICK_CUDA_DISABLE: '" + word +
-                                  "' is not one of wick's CUDA kernels; name some of " +
-                                  own_kernel_names(kAll) + " (or all), separated by commas");
-    set |= 1u << i;
-  }
+  for (const auto& name : comma_names(text))
+    set |= name == "all" ? kAll
+                         : 1u << index_of_name("WICK_CUDA_DISABLE", name, kOwnKernelNames,
+                                               "one of wick's CUDA kernels", " (or all)");
   return set;
 }
 
-std::string own_kernel_names(unsigned set) {
+std::string own_kernel_names(unsigned set, const char* separator) {
   std::string out;
   for (std::size_t i = 0; i < kOwnKernels; ++i)
-    if (set & (1u << i)) out += std::string(out.empty() ? "" : ", ") + kOwnKernelNames[i];
+    if (set & (1u << i)) out += std::string(out.empty() ? "" : separator) + kOwnKernelNames[i];
   return out;
 }
 
@@ -71,7 +57,7 @@ void set_hidden_own_kernels(unsigned set) {
 namespace wick {
 
 std::string hidden_cuda_kernels() {
-  return cuda::own_kernel_names(cuda::hidden_own_kernels());
+  return cuda::own_kernel_names(cuda::hidden_own_kernels(), ",");
 }
 
 }  // namespace wick

@@ -27,11 +27,12 @@ inline constexpr std::size_t kOwnKernels = std::size(kOwnKernelNames);
 
 // A WICK_CUDA_DISABLE value (names separated by commas, "all" for every one; spaces around a
 // name are dropped) as a set of bits, 1 << OwnKernel; a name that is none of them throws
-// std::invalid_argument naming the variable and the names it takes.
+// std::invalid_argument naming the variable and the names it takes. A program of its own (not
+// `wick`, which checks at start) meets that at its first call that asks.
 unsigned parse_own_kernels(const std::string& text);
 
-// The names of a set, comma separated, in kOwnKernelNames's order ("" for none).
-std::string own_kernel_names(unsigned set);
+// The names of a set in kOwnKernelNames's order, between them `separator` ("" for none).
+std::string own_kernel_names(unsigned set, const char* separator = ", ");
 
 // The set WICK_CUDA_DISABLE names, read and checked once (throws as parse_own_kernels).
 unsigned hidden_own_kernels();

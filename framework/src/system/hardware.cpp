@@ -15,6 +15,7 @@
 
 #include "cuda/cuda_load.hpp"
 #include "cuda/cuda_support.hpp"
+#include "system/name_list.hpp"
 #include "wick/params.hpp"  // ConfigError
 #include "wick/system.hpp"
 
@@ -53,23 +54,9 @@ std::string hidden_features() {
   const char* env = std::getenv("WICK_CPU_DISABLE");
   if (!env) return "";
   bool hide[std::size(kCpuFeatureNames)] = {};
-  std::string word;
-  std::istringstream words(env);
-  while (std::getline(words, word, ',')) {
-    word.erase(0, word.find_first_not_of(" \t"));
-    word.erase(word.find_last_not_of(" \t") + 1);
-    if (word.empty()) continue;
-    std::size_t i = 0;
-    while (i < std::size(kCpuFeatureNames) && word != kCpuFeatureNames[i]) ++i;
-    if (i == std::size(kCpuFeatureNames)) {
-      std::string names;
-      for (const char* n : kCpuFeatureNames) names += std::string(names.empty() ? "" : ", ") + n;
-      throw std::invalid_argument("WICK_CPU_DISABLE: '" + word +
-                                  "' is not a CPU feature wick can hide; name some of " + names +
-                                  ", separated by commas");
-    }
-    hide[i] = true;
-  }
+  for (const auto& name : comma_names(env))
+    hide[index_of_name("WICK_CPU_DISABLE", name, kCpuFeatureNames, "a CPU feature wick can hide")] =
+        true;
   // avx512f hides every AVX-512 feature (and AMX, which no CPU has without it); amx_tile hides
   // amx_bf16.
   if (hide[1]) hide[2] = hide[3] = hide[4] = true;
