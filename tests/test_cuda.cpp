@@ -504,33 +504,37 @@ TEST_CASE("wick::add_layer_norm's CUDA kernels: the layer norm and its gradients
   }
   // wick::layer_norm without a branch, without autocast: in the rows' type, float32 or bf16
   // (300 rows: chunks of one row for the gain's and bias's sums; 288 wide: 9 values a lane in
-  // the registers' kernels, whose arrays hold 16). The gain's and bias's
-  // gradients are float sums of the exact values, whose error is the sums' own.
-  for (const auto xtype : {torch::kFloat, torch::kBFloat16}) {
-    INFO("rows in " << xtype);
-    const auto x = torch::randn({300, 288}, gen).to(xtype);
-    const auto w = torch::randn({288}, gen), b = torch::randn({288}, gen);
-    auto xg = x.to(torch::kCUDA).requires_grad_(true);
-    auto wg = w.to(torch::kCUDA).requires_grad_(true), bg = b.to(torch::kCUDA).requires_grad_(true);
-    const auto dy = torch::randn({300, 288}, gen).to(xtype);
-    const auto dy_gpu = dy.to(torch::kCUDA);
-    const auto y = without_host_wait(false, [&] {
-      auto out = wick::layer_norm(xg, wg, bg);
-      out.backward(dy_gpu);
-      return out;
-    });
-    REQUIRE(y.scalar_type() == xtype);
-    auto xd = x.to(torch::kDouble).requires_grad_(true);
-    auto wd = w.to(torch::kDouble).requires_grad_(true),
-         bd = b.to(torch::kDouble).requires_grad_(true);
-    const auto yd = at::layer_norm(xd, {288}, wd, bd, 1e-5);
-    yd.backward(dy.to(torch::kDouble));
-    const double tol = xtype == torch::kFloat ? 2e-6 : 8e-3;  // bf16: y and dx rounded once
-    CHECK(rel(y, yd) < tol);
-    CHECK(rel(xg.grad(), xd.grad()) < tol);
-    CHECK(rel(wg.grad(), wd.grad()) < 1e-5);
-    CHECK(rel(bg.grad(), bd.grad()) < 1e-5);
-  }
+  // the registers' kernels, whose arrays hold 16; 20 and 1056: the rows read from memory on
+  // each pass, in bf16 too; 16384 x 64: GPT-2's rows, all 512 chunks of the sums). The gain's
+  // and bias's gradients are float sums of the exact values, whose error is the sums' own.
+  for (const auto& [rows, width] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {300, 288}, {300, 20}, {300, 1056}, {16384, 64}})
+    for (const auto xtype : {torch::kFloat, torch::kBFloat16}) {
+      INFO(rows << " rows of " << width << " in " << xtype);
+      const auto x = torch::randn({rows, width}, gen).to(xtype);
+      const auto w = torch::randn({width}, gen), b = torch::randn({width}, gen);
+      auto xg = x.to(torch::kCUDA).requires_grad_(true);
+      auto wg = w.to(torch::kCUDA).requires_grad_(true),
+           bg = b.to(torch::kCUDA).requires_grad_(true);
+      const auto dy = torch::randn({rows, width}, gen).to(xtype);
+      const auto dy_gpu = dy.to(torch::kCUDA);
+      const auto y = without_host_wait(false, [&] {
+        auto out = wick::layer_norm(xg, wg, bg);
+        out.backward(dy_gpu);
+        return out;
+      });
+      REQUIRE(y.scalar_type() == xtype);
+      auto xd = x.to(torch::kDouble).requires_grad_(true);
+      auto wd = w.to(torch::kDouble).requires_grad_(true),
+           bd = b.to(torch::kDouble).requires_grad_(true);
+      const auto yd = at::layer_norm(xd, {width}, wd, bd, 1e-5);
+      yd.backward(dy.to(torch::kDouble));
+      const double tol = xtype == torch::kFloat ? 2e-6 : 8e-3;  // bf16: y and dx rounded once
+      CHECK(rel(y, yd) < tol);
+      CHECK(rel(xg.grad(), xd.grad()) < tol);
+      CHECK(rel(wg.grad(), wd.grad()) < 1e-5);
+      CHECK(rel(bg.grad(), bd.grad()) < 1e-5);
+    }
 #endif
 }
 
@@ -559,6 +563,24 @@ TEST_CASE("wick::gelu_mlp on the GPU: GELU and its gradient in cuBLASLt's epilog
   const auto d_pre_d = at::gelu_backward(at::mm(dyd, w2d), pre.cpu().to(torch::kDouble), "tanh");
   CHECK(rel(d_pre, d_pre_d) < 8e-3);
   CHECK(rel(d_bias, d_pre_d.sum(0)) < 8e-3);
+  // GPT-2's MLP (768 -> 3072 -> 768) on 512 rows: the epilogues at its sizes.
+  {
+    const auto xg = torch::randn({512, 768}, gen), w1g = torch::randn({3072, 768}, gen) / 28,
+               b1g = torch::randn({3072}, gen), w2g = torch::randn({768, 3072}, gen) / 55,
+               dyg = torch::randn({512, 768}, gen);
+    const auto d = [&](const at::Tensor& t) { return bf16(t).cpu().to(torch::kDouble); };
+    auto outg = bf16(torch::empty({512, 3072})), preg = torch::empty_like(outg);
+    REQUIRE(cuda::gelu_gemm_forward(bf16(xg), bf16(w1g), bf16(b1g), outg, preg));
+    const auto pre_gd = at::addmm(d(b1g), d(xg), d(w1g).t());
+    CHECK(rel(preg, pre_gd) < 8e-3);
+    CHECK(rel(outg, at::gelu(pre_gd, "tanh")) < 8e-3);
+    auto d_preg = torch::empty_like(preg), d_biasg = bf16(torch::empty({3072}));
+    REQUIRE(cuda::gelu_gemm_backward(bf16(dyg), bf16(w2g), preg, d_preg, d_biasg));
+    const auto d_pre_gd =
+        at::gelu_backward(at::mm(d(dyg), d(w2g)), preg.cpu().to(torch::kDouble), "tanh");
+    CHECK(rel(d_preg, d_pre_gd) < 8e-3);
+    CHECK(rel(d_biasg, d_pre_gd.sum(0)) < 8e-3);
+  }
   // Sizes the epilogues cannot take (60 is not a multiple of 8): refused, nothing written.
   auto out60 = bf16(torch::zeros({1001, 96}));
   CHECK_FALSE(cuda::gelu_gemm_forward(bf16(x.slice(1, 0, 60)).contiguous(),

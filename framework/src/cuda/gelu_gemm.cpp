@@ -10,6 +10,7 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
@@ -162,6 +163,18 @@ bool lt_dims(std::initializer_list<std::int64_t> dims) {
   return true;
 }
 
+// Sizes and types the epilogues take, but cuBLASLt ran none (no algorithm offered, or a
+// failure): said once a process, not silently slower.
+void say_unfused(const char* pass, std::int64_t rows, std::int64_t in, std::int64_t out) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr,
+               "wick: cuBLASLt ran no GELU epilogue for gelu_mlp's %s product (%lld rows, %lld "
+               "-> %lld features); gelu_mlp runs its GELU outside the matrix products\n",
+               pass, static_cast<long long>(rows), static_cast<long long>(in),
+               static_cast<long long>(out));
+}
+
 }  // namespace
 
 bool lt_gelu_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
@@ -174,9 +187,12 @@ bool lt_gelu_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
     return false;
   const c10::cuda::CUDAGuard guard(x.device());
   // out^T [features, rows] = w [in, features]^T (stored as w's rows) x^T [in, rows].
-  return product(*f, {w.data_ptr(), in, features, CUBLAS_OP_T},
-                 {x.data_ptr(), in, rows, CUBLAS_OP_N}, out.data_ptr(), features, rows,
-                 CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b.data_ptr(), pre.data_ptr());
+  if (product(*f, {w.data_ptr(), in, features, CUBLAS_OP_T}, {x.data_ptr(), in, rows, CUBLAS_OP_N},
+              out.data_ptr(), features, rows, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b.data_ptr(),
+              pre.data_ptr()))
+    return true;
+  say_unfused("forward", rows, in, features);
+  return false;
 }
 
 bool lt_gelu_backward(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& pre,
@@ -190,9 +206,12 @@ bool lt_gelu_backward(const at::Tensor& dy, const at::Tensor& w, const at::Tenso
   const c10::cuda::CUDAGuard guard(dy.device());
   // d_pre^T [in, rows] = w^T [in, out] (w as stored) dy^T [out, rows], then GELU's derivative
   // at pre, and the sums over rows into d_bias.
-  return product(*f, {w.data_ptr(), in, out, CUBLAS_OP_N}, {dy.data_ptr(), out, rows, CUBLAS_OP_N},
-                 d_pre.data_ptr(), in, rows, CUBLASLT_EPILOGUE_DGELU_BGRAD, d_bias.data_ptr(),
-                 pre.data_ptr());
+  if (product(*f, {w.data_ptr(), in, out, CUBLAS_OP_N}, {dy.data_ptr(), out, rows, CUBLAS_OP_N},
+              d_pre.data_ptr(), in, rows, CUBLASLT_EPILOGUE_DGELU_BGRAD, d_bias.data_ptr(),
+              pre.data_ptr()))
+    return true;
+  say_unfused("backward", rows, out, in);
+  return false;
 }
 
 }  // namespace wick::cuda
