@@ -17,6 +17,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cmath>
