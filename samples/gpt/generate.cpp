@@ -17,6 +17,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -39,16 +40,19 @@ constexpr const char* kUsage =
     "  --weights PATH      the weights: a checkpoint folder or a model.pt (default: the run\n"
     "                      folder's model.pt, the weights the fit ended with)\n"
     "  --prompt TEXT       the text to continue, a token per byte (default: a newline)\n"
-    "  --ids               the prompt is token ids separated by spaces, and the output is\n"
-    "                      ids too (a model with more than 256 ids, e.g. GPT-2's BPE)\n"
+    "  --ids               --prompt is token ids separated by spaces (and must be given),\n"
+    "                      and the output is ids too (a model of more than 256 ids, e.g.\n"
+    "                      GPT-2's BPE)\n"
     "  --tokens N          tokens to generate (default 200)\n"
-    "  --temperature T     logits divided by T before sampling; 0: the most likely token\n"
-    "                      every time (default 0.8)\n"
+    "  --temperature T     logits divided by T (finite) before sampling; 0: the most likely\n"
+    "                      token every time (default 0.8)\n"
     "  --top-k K           sample among the K most likely tokens only; 0: all (default 40)\n"
     "  --seed S            the sampling generator's seed (default 1)\n"
     "  --set SECTION.KEY=VALUE   a config override, as for wick fit\n"
-    "Writes the prompt and its continuation to stdout. Exit 2: bad arguments, config or\n"
-    "weights (the message says which); exit 1: a failure while generating.\n";
+    "The config's task is built as for the fit, so its token files must be there; plugins\n"
+    "are found as wick finds them ([plugins] path, WICK_PLUGIN_PATH). Writes the prompt and\n"
+    "its continuation to stdout. Exit 2: bad arguments, config, plugin or weights (the\n"
+    "message says which); exit 1: a failure while generating.\n";
 
 struct Args {
   std::string config, weights, prompt;
@@ -106,8 +110,9 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--temperature") {
       char* end = nullptr;
       a.temperature = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(a.temperature >= 0))
-        throw std::invalid_argument("--temperature " + v + ": give a number >= 0");
+      if (end == v.c_str() || *end != '\0' || !(a.temperature >= 0) ||
+          !std::isfinite(a.temperature))
+        throw std::invalid_argument("--temperature " + v + ": give a finite number >= 0");
     } else if (flag == "--set") {
       a.sets.push_back(v);
     } else {
@@ -157,7 +162,9 @@ std::int64_t next_token(wick::Trainer& t, const std::vector<std::int64_t>& text,
   for (std::int64_t i = 0; i < n; ++i) w[i] = text[text.size() - n + i];
   const at::Tensor logits = t.predict(window)[0][n - 1].to(at::kDouble);
   if (a.temperature == 0) return logits.argmax().item<std::int64_t>();
-  at::Tensor scaled = logits / a.temperature;
+  // Less the largest first: a small temperature then makes the others -inf, not the largest
+  // inf (whose softmax is no number).
+  at::Tensor scaled = (logits - logits.max()) / a.temperature;
   if (a.top_k > 0 && a.top_k < scaled.size(0)) {
     // Ties with the k-th largest stay in, as in nanoGPT.
     const double kth = std::get<0>(scaled.topk(a.top_k))[a.top_k - 1].item<double>();
@@ -201,19 +208,23 @@ int generate(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto fail = [](const std::exception& e, int code) {
-    std::fprintf(stderr, "wick_gpt_generate: %s\n", e.what());
+  const auto fail = [](const char* message, int code) {
+    std::fprintf(stderr, "wick_gpt_generate: %s\n", message);
     return code;
   };
   try {
     return generate(parse(argc, argv));
   } catch (const std::invalid_argument& e) {
-    return fail(e, 2);
+    return fail(e.what(), 2);
   } catch (const wick::ConfigError& e) {
-    return fail(e, 2);
+    return fail(e.what(), 2);
+  } catch (const wick::PluginError& e) {
+    return fail(e.what(), 2);
   } catch (const wick::CheckpointError& e) {
-    return fail(e, 2);
+    return fail(e.what(), 2);
+  } catch (const c10::Error& e) {
+    return fail(e.what_without_backtrace(), 1);  // LibTorch's message without its backtrace
   } catch (const std::exception& e) {
-    return fail(e, 1);
+    return fail(e.what(), 1);
   }
 }
