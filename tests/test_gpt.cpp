@@ -303,4 +303,22 @@ TEST_CASE("wick_gpt_generate refuses what it cannot use, naming it") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("the model has 300 token ids, more than a byte holds: give --ids") !=
         std::string::npos);
+  r = gen({"--ids"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--ids needs --prompt: the token ids to continue") != std::string::npos);
+  r = gen({"--tokens", "many"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--tokens many: give a whole number >= 0") != std::string::npos);
+  r = gen({"--top_k", "5"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("unknown option --top_k (--help lists them)") != std::string::npos);
+  // A plugin the config names that is not there, and a task that is not the GPT's.
+  r = run({WICK_GPT_GENERATE, sample_config(d, "[[hooks]]\nplugin = \"nosuch\"\n").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("no plugin named 'nosuch'") != std::string::npos);
+  write_file(d / "other.toml", "[task]\nplugin = \"synthetic\"\n");
+  r = run({WICK_GPT_GENERATE, (d / "other.toml").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("the model has no parameter wte.weight: CONFIG's task is not the GPT sample") !=
+        std::string::npos);
 }
