@@ -30,7 +30,7 @@ wick_add_test(test_sdk SOURCES test_sdk.cpp)
 target_compile_definitions(test_sdk PRIVATE
   WICK_SDK_TEST_PLUGIN_DIR="${WICK_SDK_TEST_PLUGIN_DIR}")
 
-# Slow (~1 min: installs, then configures and builds plugin projects against the
+# Slow (~2 min: installs, then configures and builds plugin projects against the
 # install): label "slow", still part of `make test`.
 add_executable(test_sdk_install test_sdk_install.cpp)
 target_link_libraries(test_sdk_install PRIVATE wick_test_main)

@@ -165,17 +165,14 @@ RunResult run_generate(const TempDir& d, const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv);
 }
-// Its output on the trained run, as token ids (--ids) unless `ids` is false.
-std::string generate_text(std::vector<std::string> args, bool ids = true) {
-  if (ids) args.insert(args.begin(), "--ids");
+// Its output on the trained run, as token ids (--ids).
+std::vector<std::int64_t> generate(std::vector<std::string> args) {
+  args.insert(args.begin(), "--ids");
   auto r = run_generate(trained(), args);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  return r.out;
-}
-std::vector<std::int64_t> generate(const std::vector<std::string>& args) {
   std::vector<std::int64_t> ids;
-  std::istringstream in(generate_text(args));
+  std::istringstream in(r.out);
   for (std::int64_t t; in >> t;) ids.push_back(t);
   return ids;
 }
@@ -257,15 +254,33 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
   CHECK(generate({"--prompt", prompt, "--tokens", "80", "--top-k", "1"}) == greedy);
 
   // As bytes, from a checkpoint folder's weights: the prompt, then the text.
-  fs::path folder;  // the newest
+  std::vector<fs::path> folders;  // oldest first
   for (const auto& e : fs::directory_iterator(ref / "run" / "checkpoints"))
     if (e.is_directory() && e.path().filename().string().rfind("ckpt-", 0) == 0)
-      folder = std::max(folder, e.path());
-  REQUIRE(!folder.empty());
-  const auto bytes = generate_text(
-      {"--weights", folder.string(), "--prompt", text, "--tokens", "20", "--seed", "3"}, false);
-  CHECK(bytes.size() == n + 20 + 1);  // and a newline
-  CHECK(bytes.rfind(text, 0) == 0);
+      folders.push_back(e.path());
+  std::sort(folders.begin(), folders.end());
+  REQUIRE(folders.size() >= 2);
+  // 20 bytes with the weights `w` names (none: the default).
+  auto with_weights = [&](const std::string& w) {
+    std::vector<std::string> args = {"--prompt", text, "--tokens", "20", "--seed", "3"};
+    if (!w.empty()) args.insert(args.begin(), {"--weights", w});
+    auto r = run_generate(ref, args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  const auto early = with_weights(folders.front().string()).out;
+  CHECK(early.size() == n + 20 + 1);  // and a newline
+  CHECK(early.rfind(text, 0) == 0);
+  // The names wick predict's --checkpoint takes: final (the default) is the run's model.pt,
+  // which its path names too; latest the newest folder, the fit's end (the same weights).
+  const auto final_bytes = with_weights("").out;
+  CHECK(final_bytes != early);
+  CHECK(with_weights((ref / "run" / "model.pt").string()).out == final_bytes);
+  const auto latest = with_weights("latest");
+  CHECK(latest.out == final_bytes);
+  CHECK(latest.err.find("using the trained weights of " + folders.back().string()) !=
+        std::string::npos);
 
   // From the whole distribution, the trained model writes the GPL's kind of bytes: printable
   // ASCII and newlines (measured on an AMD EPYC, seeds 1-5, 300 tokens each: 97-99% trained
@@ -284,12 +299,16 @@ TEST_CASE("wick_gpt_generate refuses what it cannot use, naming it") {
   // Untrained: each refusal comes before the weights are read.
   TempDir d;
   make_data(d);
-  const auto cfg = sample_config(d);
+  sample_config(d);
   auto gen = [&](const std::vector<std::string>& args) { return run_generate(d, args); };
   auto r = gen({});
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find((d / "run" / "model.pt").string() + " does not exist: train first (wick fit " +
-                   cfg.string() + ") or give --weights") != std::string::npos);
+  CHECK(r.err.find("--weights final: no '" + (d / "run" / "model.pt").string() +
+                   "'; a fit writes it when it ends") != std::string::npos);
+  r = gen({"--weights", "best"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--weights best: no checkpoint folder '" +
+                   (d / "run" / "checkpoints" / "best").string() + "'") != std::string::npos);
   r = gen({"--ids", "--prompt", "65 256"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--prompt holds token 256, outside the model's vocabulary (256 ids)") !=

@@ -1,7 +1,8 @@
-// The SDK as an installed package: `cmake --install` into a temporary prefix, then two
-// plugin projects built out of tree against it (samples/external_plugin and one made by
-// `wick new-plugin`), listed, described and trained with by the installed `wick`.
-// Slow (two small builds with LibTorch flags); see tests/sdk.cmake.
+// The SDK as an installed package: `cmake --install` into a temporary prefix, then plugin
+// projects built out of tree against it (samples/external_plugin, one made by `wick
+// new-plugin`, samples/gpt with its host program), listed, described and trained with by the
+// installed `wick`.
+// Slow (small builds with LibTorch flags); see tests/sdk.cmake.
 #include <algorithm>
 #include <regex>
 #include <sstream>
@@ -159,6 +160,39 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
       CHECK((fs::exists(project / "build" / name / ("wick_" + name + ".so")) ||
              fs::exists(project / "build" / name / ("wicklib_" + name + ".so"))));
     }
+  }
+
+  // samples/gpt on its own, as its CMakeLists.txt says: the task plugin and wick_gpt_generate
+  // (a host program: wick::host) built against the package, trained by the installed wick and
+  // generating text (in the build that builds the plugin folders).
+  if (WICK_TEST_PLUGIN_FOLDERS) {
+    const auto gpt = kScratch / "gpt";
+    build_project(fs::path(WICK_SOURCE_DIR) / "samples" / "gpt", gpt / "build", prefix,
+                  {"-DCMAKE_UNITY_BUILD=ON"});
+    // Byte tokens (tokenize.py's layout: little-endian uint16) of a text every Debian has.
+    std::string text = read_file("/usr/share/common-licenses/GPL-3"), tokens;
+    for (const unsigned char c : text) tokens += {static_cast<char>(c), '\0'};
+    fs::create_directories(gpt / "data");
+    write_file(gpt / "data" / "train.bin", tokens);
+    write_file(gpt / "data" / "valid.bin", tokens.substr(tokens.size() - 2 * 4096));
+    // The package's own wick_gpt.so set aside while its out-of-tree build is the one found.
+    const auto installed = prefix / "lib/wick/plugins/wick_gpt.so";
+    REQUIRE(fs::exists(installed));
+    fs::rename(installed, gpt / "installed_wick_gpt.so");
+    const auto gpt_cfg = gpt / "gpt.toml";
+    write_file(gpt_cfg, read_file(fs::path(WICK_SOURCE_DIR) / "samples" / "gpt" / "gpt.toml") +
+                            "[plugins]\npath = \"build\"\n");
+    require_ok(
+        run({wick, "fit", gpt_cfg.string(), "--set", "trainer.epochs=1", "--set",
+             "trainer.steps_per_epoch=4", "--set", "trainer.output_dir=" + (gpt / "run").string()}),
+        "wick fit gpt.toml");
+    const auto g =
+        run({(gpt / "build" / "wick_gpt_generate").string(), gpt_cfg.string(), "--set",
+             "trainer.output_dir=" + (gpt / "run").string(), "--prompt", "GNU", "--tokens", "5"});
+    require_ok(g, "wick_gpt_generate");
+    CHECK(g.out.size() == 3 + 5 + 1);  // the prompt, 5 bytes and a newline
+    CHECK(g.out.rfind("GNU", 0) == 0);
+    fs::rename(gpt / "installed_wick_gpt.so", installed);
   }
 
   // The sample project, and a project fresh from `wick new-plugin`, unedited.

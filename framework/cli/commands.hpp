@@ -5,11 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
-
-#include "wick/checkpoint.hpp"
 
 namespace wick {
 class Config;
@@ -35,7 +32,6 @@ struct ConfigArgs {
 };
 void add_config_args(CLI::App* cmd, ConfigArgs& a);
 std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
-// Runs body; configuration and plugin errors become exit code 2, others 1, with the message.
 // Runs body; an exception is printed (and put in *error, when given) and becomes the exit code
 // (2 for a config or plugin error, 1 otherwise).
 int guarded(const std::function<int()>& body, std::string* error = nullptr);
@@ -47,23 +43,7 @@ void add_plot_command(CLI::App& app, Registry& r);       // plot
 void add_lr_find_command(CLI::App& app, Registry& r);    // lr-find
 void add_sweep_command(CLI::App& app, Registry& r);      // sweep
 void add_evaluate_commands(CLI::App& app, Registry& r);  // evaluate, predict
-// The weights a trained run is used with, and from where.
-struct UsedWeights {
-  std::string source;   // the checkpoint folder, or RUN_DIR/model.pt
-  std::string weights;  // "trained", or the word of a hook's evaluation weights ("ema")
-  std::optional<CheckpointInfo> checkpoint;  // when they come from a checkpoint
-  // "the ema weights of CKPT (epoch 2, batch 0, optimizer step 1876)", for messages.
-  std::string describe() const;
-};
-// Loads the weights --checkpoint names into t: "latest" (the newest usable checkpoint of
-// hooks.checkpoint.dir, damaged ones skipped with the reason; without any, the final weights
-// RUN_DIR/model.pt), "best", "final" (RUN_DIR/model.pt) or a folder (as given, or inside the
-// checkpoints folder). ConfigError when there is none to load. `evaluation`: from a
-// checkpoint, the weights a hook keeps for evaluation (EMA's) where one does. `finder` finds
-// the checkpoint plugin, whose declared default folder applies when the config sets none.
-UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trainer& t,
-                             const std::string& what, bool evaluation);
-void add_export_command(CLI::App& app, Registry& r);  // export
+void add_export_command(CLI::App& app, Registry& r);     // export
 // One line from RUN_DIR/summary.json (status, epochs, time, samples/s, valid/*); "" if none.
 std::string run_summary_line(const std::string& run_dir);
 // launch, and --nproc N for fit, evaluate and predict (added last: it wraps them)

@@ -15,6 +15,7 @@
 #include "wick/config.hpp"
 #include "wick/files.hpp"
 #include "wick/loader.hpp"
+#include "wick/run_weights.hpp"
 #include "wick/tensor_files.hpp"
 #include "wick/trainer.hpp"
 

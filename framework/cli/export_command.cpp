@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
+#include "wick/run_weights.hpp"
 #include "wick/trainer.hpp"
 
 namespace fs = std::filesystem;

@@ -13,6 +13,7 @@
 #include <wick/config.hpp>
 #include <wick/loader.hpp>
 #include <wick/params.hpp>
+#include <wick/run_weights.hpp>
 #include <wick/trainer.hpp>
 
 #include <ATen/ATen.h>
@@ -29,6 +30,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <vector>
 
@@ -37,8 +39,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: wick_gpt_generate CONFIG [options]\n"
     "Continues a prompt with the GPT sample trained by `wick fit CONFIG`.\n"
-    "  --weights PATH      the weights: a checkpoint folder or a model.pt (default: the run\n"
-    "                      folder's model.pt, the weights the fit ended with)\n"
+    "  --weights W         the weights, as wick predict's --checkpoint names them: final\n"
+    "                      (default: RUN_DIR/model.pt, the weights the fit ended with),\n"
+    "                      latest, best, a checkpoint folder; or the path of a model.pt\n"
     "  --prompt TEXT       the text to continue, a token per byte (default: a newline)\n"
     "  --ids               --prompt is token ids separated by spaces (and must be given),\n"
     "                      and the output is ids too (a model of more than 256 ids, e.g.\n"
@@ -55,7 +58,7 @@ constexpr const char* kUsage =
     "message says which); exit 1: a failure while generating.\n";
 
 struct Args {
-  std::string config, weights, prompt;
+  std::string config, weights = "final", prompt;
   bool prompt_given = false;
   bool ids = false;
   std::int64_t tokens = 200, top_k = 40, seed = 1;
@@ -184,15 +187,17 @@ int generate(const Args& a) {
                                 " token ids, more than a byte holds: give --ids (the prompt "
                                 "and the output as token ids)");
   auto text = prompt_tokens(a, vocab);
-  const std::string weights =
-      a.weights.empty() ? trainer->run().output_dir + "/model.pt" : a.weights;
-  if (!std::filesystem::exists(weights))
-    throw std::invalid_argument(weights + " does not exist: train first (wick fit " + a.config +
-                                ") or give --weights, a checkpoint folder or a model.pt");
-  if (std::filesystem::is_directory(weights))
-    trainer->load_weights(weights);
+  // A model.pt by its path; else what wick predict's --checkpoint takes.
+  const bool word = a.weights == "final" || a.weights == "latest" || a.weights == "best";
+  std::error_code ec;
+  std::string used = "the weights of " + a.weights;
+  if (!word && std::filesystem::is_regular_file(a.weights, ec))
+    trainer->load_model_file(a.weights);
   else
-    trainer->load_model_file(weights);
+    used =
+        wick::load_run_weights(cfg, finder, *trainer, a.weights, /*evaluation=*/false, "--weights")
+            .describe();
+  std::fprintf(stderr, "wick_gpt_generate: using %s\n", used.c_str());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(a.seed));
   for (std::int64_t i = 0; i < a.tokens; ++i)
     text.push_back(next_token(*trainer, text, context, a, gen));

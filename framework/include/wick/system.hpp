@@ -14,7 +14,8 @@ namespace wick {
 
 // Folder of the running executable (resolved through /proc/self/exe).
 std::string executable_dir();
-// The folder where built-in plugins live, relative to the executable: <exe>/../lib/wick/plugins.
+// The folder where built-in plugins live: beside libwick, <libdir>/wick/plugins (the wick
+// command's <exe>/../lib/wick/plugins; that one where libwick's own file cannot be told).
 std::string default_plugin_dir();
 
 // bundled: linked into LibTorch itself (PyPI's wheel links MKL into libtorch_cpu).

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 namespace wick {
 
@@ -26,6 +27,15 @@ std::string executable_dir() {
 }
 
 std::string default_plugin_dir() {
+  // Beside libwick itself (LIB/wick/plugins), so that a host program built anywhere against an
+  // installed wick finds the plugins installed with it; for the wick command (BIN/../lib) the
+  // same folder.
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&default_plugin_dir), &self) && self.dli_fname) {
+    std::error_code ec;
+    const auto lib = fs::absolute(self.dli_fname, ec);
+    if (!ec) return (lib.parent_path() / "wick" / "plugins").lexically_normal().string();
+  }
   auto dir = executable_dir();
   if (dir.empty()) return {};
   return (fs::path(dir).parent_path() / "lib" / "wick" / "plugins").lexically_normal().string();

@@ -1,20 +1,21 @@
-// The weights evaluate, predict and export use of a trained run: a checkpoint, or the final
+// The weights a trained run is used with (wick/run_weights.hpp): a checkpoint, or the final
 // weights its fit wrote (RUN_DIR/model.pt).
+#include "wick/run_weights.hpp"
+
 #include <toml++/toml.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include "commands.hpp"
-#include "wick/config.hpp"
-#include "wick/loader.hpp"
-#include "wick/trainer.hpp"
+#include <stdexcept>
+#include <system_error>
+#include <vector>
 
 namespace fs = std::filesystem;
 
-namespace wick::cli {
+namespace wick {
 
 namespace {
 
@@ -75,14 +76,14 @@ std::string UsedWeights::describe() const {
 }
 
 UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trainer& t,
-                             const std::string& what, bool evaluation) {
+                             const std::string& what, bool evaluation, const std::string& option) {
   const fs::path dir = checkpoints_dir(cfg, finder, t);
   const fs::path final_file = fs::path(t.run().output_dir) / "model.pt";
   const bool main = t.run().is_main_process();
   std::error_code ec;
   if (what == "final") {
     if (!fs::exists(final_file, ec))
-      throw ConfigError("--checkpoint final: no '" + final_file.string() +
+      throw ConfigError(option + " final: no '" + final_file.string() +
                         "'; a fit writes it when it ends (trainer.save_model = true)");
     return from_final(t, final_file);
   }
@@ -94,10 +95,11 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
     if (all.empty()) {
       // A run without a checkpoint hook still left its final weights.
       if (fs::exists(final_file, ec)) return from_final(t, final_file);
-      throw ConfigError("--checkpoint latest: no checkpoint in '" + dir.string() +
+      throw ConfigError(option + " latest: no checkpoint in '" + dir.string() +
                         "' and no final weights '" + final_file.string() +
                         "'; train with trainer.save_model = true (the default) or [[hooks]] "
-                        "plugin = \"checkpoint\" first, or give --checkpoint PATH");
+                        "plugin = \"checkpoint\" first, or give " +
+                        option + " PATH");
     }
     for (const auto& p : all) {
       try {
@@ -106,20 +108,21 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
         if (main) std::fprintf(stderr, "wick: warning: skipping %s\n", e.what());
       }
     }
-    throw std::runtime_error("--checkpoint latest: none of the " + std::to_string(all.size()) +
+    throw std::runtime_error(option + " latest: none of the " + std::to_string(all.size()) +
                              " checkpoints in '" + dir.string() + "' is usable (see above)");
   }
   fs::path p = what == "best" ? dir / "best" : fs::path(what);
   if (what != "best" && !fs::exists(p, ec) && fs::exists(dir / p, ec)) p = dir / p;
   if (!fs::is_directory(p, ec))
-    throw ConfigError("--checkpoint " + what + ": no checkpoint folder '" + p.string() + "'" +
+    throw ConfigError(option + " " + what + ": no checkpoint folder '" + p.string() + "'" +
                       (what == "best"
                            ? "; a fit saves one when hooks.checkpoint.monitor is set (e.g. "
-                             "\"valid/loss\"); use --checkpoint latest"
+                             "\"valid/loss\"); use " +
+                                 option + " latest"
                            : "; give latest, best, final or the path of a checkpoint folder (as "
                              "given, or inside '" +
                                  dir.string() + "')"));
   return from_checkpoint(t, p, evaluation);
 }
 
-}  // namespace wick::cli
+}  // namespace wick
