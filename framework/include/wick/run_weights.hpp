@@ -7,14 +7,15 @@
 #include <string>
 
 #include "wick/checkpoint.hpp"
-#include "wick/config.hpp"
-#include "wick/loader.hpp"
-#include "wick/trainer.hpp"
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 WICK_PUBLIC_BEGIN
 
 namespace wick {
+
+class Config;
+class PluginFinder;
+class Trainer;
 
 // The weights a trained run is used with, and from where.
 struct UsedWeights {

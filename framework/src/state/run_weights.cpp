@@ -13,6 +13,10 @@
 #include <system_error>
 #include <vector>
 
+#include "wick/config.hpp"
+#include "wick/loader.hpp"
+#include "wick/trainer.hpp"
+
 namespace fs = std::filesystem;
 
 namespace wick {
