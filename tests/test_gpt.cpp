@@ -301,7 +301,7 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
 }
 
 TEST_CASE("wick_gpt_generate refuses what it cannot use, naming it") {
-  // Untrained: each refusal comes before the weights are read.
+  // Untrained: no weights to load, and each other refusal comes before they are read.
   TempDir d;
   make_data(d);
   sample_config(d);

@@ -8,12 +8,6 @@
 #include <string>
 #include <vector>
 
-namespace wick {
-class Config;
-class PluginFinder;
-class Trainer;
-}  // namespace wick
-
 namespace wick::cli {
 
 constexpr int kOk = 0, kFailed = 1, kUsage = 2;

@@ -29,16 +29,22 @@ std::string executable_dir() {
 std::string default_plugin_dir() {
   // Beside libwick itself (LIB/wick/plugins), so that a host program built anywhere against an
   // installed wick finds the plugins installed with it; for the wick command (BIN/../lib) the
-  // same folder.
-  Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&default_plugin_dir), &self) && self.dli_fname) {
-    std::error_code ec;
-    const auto lib = fs::absolute(self.dli_fname, ec);
-    if (!ec) return (lib.parent_path() / "wick" / "plugins").lexically_normal().string();
-  }
-  auto dir = executable_dir();
-  if (dir.empty()) return {};
-  return (fs::path(dir).parent_path() / "lib" / "wick" / "plugins").lexically_normal().string();
+  // same folder. Told once, at the first call: a relative name resolves against the working
+  // directory. Only a libwick file counts (its links resolved): compiled into a program, this
+  // code would get the program's argv[0].
+  static const std::string dir = [] {
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&default_plugin_dir), &self) && self.dli_fname) {
+      std::error_code ec;
+      const auto lib = fs::canonical(self.dli_fname, ec);
+      if (!ec && lib.filename().string().rfind("libwick", 0) == 0)
+        return (lib.parent_path() / "wick" / "plugins").string();
+    }
+    const auto exe = executable_dir();
+    if (exe.empty()) return std::string();
+    return (fs::path(exe).parent_path() / "lib" / "wick" / "plugins").lexically_normal().string();
+  }();
+  return dir;
 }
 
 std::string_view to_string(BlasKind k) {
