@@ -253,6 +253,7 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
     CHECK(r.err.find(msg) != std::string::npos);
   };
   usage({"evaluate", "--checkpoint", "nope"}, "--checkpoint nope: no checkpoint folder");
+  usage({"evaluate", "--checkpoint", "nope"}, "or the path of a model.pt");
   usage({"evaluate", "--checkpoint", "best"},
         "a fit saves one when hooks.checkpoint.monitor is set");
   usage({"evaluate", "--split", "test"}, "--split test: give valid or train");
@@ -355,10 +356,13 @@ TEST_CASE(
   const auto ev_json = read_json(d / "ev.json");
   CHECK(ev_json["weights"] == "ema");
   check_equal(valid_values(summary), valid_values(ev_json));
-  auto pr = run_wick({"predict", cfg, "--checkpoint", "final", "--split", "valid", "--output",
-                      (d / "p.npy").string()});
+  // The same file by its path.
+  auto pr = run_wick({"predict", cfg, "--checkpoint", (run_dir / "model.pt").string(), "--split",
+                      "valid", "--output", (d / "p.npy").string()});
   INFO(pr.err);
   CHECK(pr.exit_code == 0);
+  CHECK(pr.err.find("wick: using the final weights (ema) of " + (run_dir / "model.pt").string()) !=
+        std::string::npos);
 
   // Without the key, nothing is written; and nothing is left to evaluate.
   auto off = run_wick({"fit", cfg, "--set", "trainer.save_model=false", "--set",

@@ -295,6 +295,15 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
                      (final_dir / "model.pt").string()) != std::string::npos);
   CHECK(acc("final.pt") ==
         Approx(read_json(final_dir / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
+  // Neither: the message names the run folder given, and no option export lacks.
+  fs::remove(final_dir / "model.pt");
+  auto none = run_wick({"export", final_dir.string(), "--out", (d / "none.pt").string()});
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("'" + final_dir.string() + "': no checkpoint in '" +
+                      (final_dir / "checkpoints").string() + "' and no final weights") !=
+        std::string::npos);
+  CHECK(none.err.find("or give a checkpoint folder") != std::string::npos);
+  CHECK(none.err.find("--checkpoint") == std::string::npos);
 }
 
 TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {

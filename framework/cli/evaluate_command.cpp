@@ -130,8 +130,8 @@ void add_checkpoint_option(CLI::App* c, UseArgs& a) {
   c->add_option(
        "--checkpoint", a.checkpoint,
        "the weights: latest (default: the newest checkpoint, or without any the final weights), "
-       "best, final (RUN_DIR/model.pt, written when the fit ended) or a checkpoint "
-       "folder")
+       "best, final (RUN_DIR/model.pt, written when the fit ended), a checkpoint folder or "
+       "the path of a model.pt")
       ->type_name("latest|best|final|PATH");
 }
 

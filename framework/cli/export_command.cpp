@@ -72,7 +72,7 @@ int cmd_export(const ExportArgs& a) {
     // The weights validation used (a hook's evaluation weights: EMA's) unless asked otherwise.
     const auto used =
         load_run_weights(cfg, finder, *trainer, checkpoint ? source.string() : "latest",
-                         /*evaluation=*/a.weights != "trained");
+                         /*evaluation=*/a.weights != "trained", /*option=*/"");
     // Any other word names the evaluation weights of a hook (ema's "ema", or a plugin's own):
     // the checkpoint must hold those.
     const bool hook_word = a.weights != "auto" && a.weights != "trained";

@@ -26,11 +26,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 #include <tuple>
 #include <vector>
 
@@ -41,7 +39,7 @@ constexpr const char* kUsage =
     "Continues a prompt with the GPT sample trained by `wick fit CONFIG`.\n"
     "  --weights W         the weights, as wick predict's --checkpoint names them: final\n"
     "                      (default: RUN_DIR/model.pt, the weights the fit ended with),\n"
-    "                      latest, best, a checkpoint folder; or the path of a model.pt\n"
+    "                      latest, best, a checkpoint folder or the path of a model.pt\n"
     "  --prompt TEXT       the text to continue, a token per byte (default: a newline)\n"
     "  --ids               --prompt is token ids separated by spaces (and must be given),\n"
     "                      and the output is ids too (a model of more than 256 ids, e.g.\n"
@@ -187,16 +185,9 @@ int generate(const Args& a) {
                                 " token ids, more than a byte holds: give --ids (the prompt "
                                 "and the output as token ids)");
   auto text = prompt_tokens(a, vocab);
-  // A model.pt by its path; else what wick predict's --checkpoint takes.
-  const bool word = a.weights == "final" || a.weights == "latest" || a.weights == "best";
-  std::error_code ec;
-  std::string used = "the weights of " + a.weights;
-  if (!word && std::filesystem::is_regular_file(a.weights, ec))
-    trainer->load_model_file(a.weights);
-  else
-    used =
-        wick::load_run_weights(cfg, finder, *trainer, a.weights, /*evaluation=*/false, "--weights")
-            .describe();
+  const std::string used =
+      wick::load_run_weights(cfg, finder, *trainer, a.weights, /*evaluation=*/false, "--weights")
+          .describe();
   std::fprintf(stderr, "wick_gpt_generate: using %s\n", used.c_str());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(a.seed));
   for (std::int64_t i = 0; i < a.tokens; ++i)

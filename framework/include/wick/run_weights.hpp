@@ -28,11 +28,13 @@ struct UsedWeights {
 
 // Loads the weights `what` names into t: "latest" (the newest usable checkpoint of
 // hooks.checkpoint.dir, damaged ones skipped with the reason on stderr; without any, the final
-// weights RUN_DIR/model.pt), "best", "final" (RUN_DIR/model.pt) or a checkpoint folder (as
-// given, or inside the checkpoints folder). ConfigError when there is none to load, its
-// message naming `option` (the program's flag for `what`). `evaluation`: from a checkpoint,
-// the weights a hook keeps for evaluation (EMA's) where one does. `finder` finds the
-// checkpoint plugin, whose declared default folder applies when the config sets none.
+// weights RUN_DIR/model.pt), "best", "final" (RUN_DIR/model.pt), a checkpoint folder (as
+// given, or inside the checkpoints folder) or the path of a model.pt. ConfigError when there is
+// none to load, its message naming `option` (the program's flag for `what`; empty: the program
+// was given the run folder for its latest weights, and the message names that folder).
+// `evaluation`: from a checkpoint, the weights a hook keeps for evaluation (EMA's) where one
+// does. `finder` finds the checkpoint plugin, whose declared default folder applies when the
+// config sets none.
 UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trainer& t,
                              const std::string& what, bool evaluation,
                              const std::string& option = "--checkpoint");

@@ -84,10 +84,14 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
   const fs::path dir = checkpoints_dir(cfg, finder, t);
   const fs::path final_file = fs::path(t.run().output_dir) / "model.pt";
   const bool main = t.run().is_main_process();
+  // How the messages name the request, and what else the user can give: the caller's flag, or
+  // (no flag) the run folder the caller was given for its latest weights.
+  const std::string said = option.empty() ? "'" + t.run().output_dir + "'" : option + " " + what;
+  const std::string other = option.empty() ? "a checkpoint folder" : option + " PATH";
   std::error_code ec;
   if (what == "final") {
     if (!fs::exists(final_file, ec))
-      throw ConfigError(option + " final: no '" + final_file.string() +
+      throw ConfigError(said + ": no '" + final_file.string() +
                         "'; a fit writes it when it ends (trainer.save_model = true)");
     return from_final(t, final_file);
   }
@@ -99,11 +103,11 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
     if (all.empty()) {
       // A run without a checkpoint hook still left its final weights.
       if (fs::exists(final_file, ec)) return from_final(t, final_file);
-      throw ConfigError(option + " latest: no checkpoint in '" + dir.string() +
-                        "' and no final weights '" + final_file.string() +
+      throw ConfigError(said + ": no checkpoint in '" + dir.string() + "' and no final weights '" +
+                        final_file.string() +
                         "'; train with trainer.save_model = true (the default) or [[hooks]] "
                         "plugin = \"checkpoint\" first, or give " +
-                        option + " PATH");
+                        other);
     }
     for (const auto& p : all) {
       try {
@@ -112,20 +116,22 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
         if (main) std::fprintf(stderr, "wick: warning: skipping %s\n", e.what());
       }
     }
-    throw std::runtime_error(option + " latest: none of the " + std::to_string(all.size()) +
+    throw std::runtime_error(said + ": none of the " + std::to_string(all.size()) +
                              " checkpoints in '" + dir.string() + "' is usable (see above)");
   }
   fs::path p = what == "best" ? dir / "best" : fs::path(what);
+  // A weights file by its path (a model.pt, the run's or another's of the same model).
+  if (what != "best" && fs::is_regular_file(p, ec)) return from_final(t, p);
   if (what != "best" && !fs::exists(p, ec) && fs::exists(dir / p, ec)) p = dir / p;
   if (!fs::is_directory(p, ec))
-    throw ConfigError(option + " " + what + ": no checkpoint folder '" + p.string() + "'" +
+    throw ConfigError(said + ": no checkpoint folder '" + p.string() + "'" +
                       (what == "best"
                            ? "; a fit saves one when hooks.checkpoint.monitor is set (e.g. "
                              "\"valid/loss\"); use " +
-                                 option + " latest"
-                           : "; give latest, best, final or the path of a checkpoint folder (as "
+                                 (option.empty() ? "the latest" : option + " latest")
+                           : "; give latest, best, final, the path of a checkpoint folder (as "
                              "given, or inside '" +
-                                 dir.string() + "')"));
+                                 dir.string() + "') or the path of a model.pt"));
   return from_checkpoint(t, p, evaluation);
 }
 
