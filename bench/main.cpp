@@ -19,8 +19,10 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common.hpp"
+#include "wick/hardware.hpp"
 #include "wick/system.hpp"
 
 namespace fs = std::filesystem;
@@ -43,6 +45,20 @@ std::string now_utc() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
   return buf;
+}
+
+// The CPU a run measured on, with the features that decide LibTorch's CPU kernels: machines of
+// one kind differ there (AMD EPYC with AVX512-BF16, Intel Xeon with AMX), and a kept section may
+// come from another machine than the one that re-measured the rest.
+std::string cpu_name() {
+  const auto& f = wick::cpu_features();
+  std::string features;
+  for (const auto& [on, name] :
+       {std::pair{f.avx2, "avx2"}, std::pair{f.avx512f, "avx512f"},
+        std::pair{f.avx512_bf16, "avx512_bf16"}, std::pair{f.amx_bf16, "amx_bf16"}})
+    if (on) features += std::string(features.empty() ? "" : " ") + name;
+  return (f.model.empty() ? std::string("unknown CPU") : f.model) + " (" +
+         (features.empty() ? "no avx2" : features) + ")";
 }
 
 double num(const json& j, const char* a, const char* b = nullptr, const char* c = nullptr) {
@@ -188,11 +204,11 @@ std::string markdown(const json& r) {
   const auto& m = r["meta"];
   md << "# wick benchmark" << (m.value("smoke", false) ? " (smoke run: no timing meaning)" : "")
      << "\n\n"
-     << m.value("date", "") << "; " << m.value("cores", 0) << " cores, load average "
-     << fmt("%.1f", m.value("load_before", 0.0)) << " before, "
-     << fmt("%.1f", m.value("load_after", 0.0)) << " after; LibTorch " << m.value("torch", "")
-     << ", " << m.value("intra_op_threads", 0) << " intra-op threads; BLAS " << m.value("blas", "")
-     << ".\n\n";
+     << m.value("date", "") << "; " << m.value("cpu", std::string("CPU not recorded")) << ", "
+     << m.value("cores", 0) << " cores, load average " << fmt("%.1f", m.value("load_before", 0.0))
+     << " before, " << fmt("%.1f", m.value("load_after", 0.0)) << " after; LibTorch "
+     << m.value("torch", "") << ", " << m.value("intra_op_threads", 0) << " intra-op threads; BLAS "
+     << m.value("blas", "") << ".\n\n";
 
   md << "| Measure | wick | reference | ratio / added | spread (wick, ref) | target | met |\n"
      << "| --- | --- | --- | --- | --- | --- | --- |\n";
@@ -656,6 +672,7 @@ int main(int argc, char** argv) {
   auto sys = wick::system_report();
   r["meta"] = {{"date", now_utc()},
                {"smoke", s.smoke},
+               {"cpu", cpu_name()},
                {"cores", std::thread::hardware_concurrency()},
                {"load_before", load_average()},
                {"torch", TORCH_VERSION},
@@ -691,8 +708,10 @@ int main(int argc, char** argv) {
   // --only re-measures some sections, --peers-workloads some of the peers' workloads: the others
   // stay as the run that measured them wrote them, so results.md keeps every table. Each
   // section's and workload's date goes from file to file in meta.measured and
-  // meta.measured_peers; a file written before those were kept gives only an upper bound.
-  const std::string now = r["meta"]["date"];
+  // meta.measured_peers, with the CPU it was measured on; a file written before those were kept
+  // gives only an upper bound.
+  const std::string now =
+      r["meta"]["date"].get<std::string>() + " on " + r["meta"]["cpu"].get<std::string>();
   for (const auto& [k, v] : r.items())
     if (k != "meta" && k != "error") r["meta"]["measured"][k] = now;
   if (r.contains("peers"))

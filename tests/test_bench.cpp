@@ -130,7 +130,10 @@ TEST_CASE("wick_bench --only keeps the other sections with the dates they were m
   CHECK(j["old_a"]["x"] == 1);
   CHECK(j["old_b"]["y"] == 2);
   const auto& measured = j["meta"]["measured"];
-  CHECK(measured["startup"] == j["meta"]["date"]);
+  // This run's sections carry its CPU (the machine's model and vector features).
+  const std::string cpu = j["meta"]["cpu"];
+  CHECK(cpu.find(" (") != std::string::npos);
+  CHECK(measured["startup"] == j["meta"]["date"].get<std::string>() + " on " + cpu);
   CHECK(measured["old_a"] == "2025-12-31 23:59 UTC");
   CHECK(measured["old_b"] == "on or before 2026-01-02 03:04 UTC");
   const auto notes = j["meta"]["notes"].dump();
