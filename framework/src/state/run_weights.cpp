@@ -128,7 +128,7 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
                       (what == "best"
                            ? "; a fit saves one when hooks.checkpoint.monitor is set (e.g. "
                              "\"valid/loss\"); use " +
-                                 (option.empty() ? "the latest" : option + " latest")
+                                 option + " latest"
                            : "; give latest, best, final, the path of a checkpoint folder (as "
                              "given, or inside '" +
                                  dir.string() + "') or the path of a model.pt"));
