@@ -6,7 +6,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <wick/config.hpp>
+#include <wick/hardware.hpp>
 #include <wick/loader.hpp>
+#include <wick/run.hpp>
 #include <wick/trainer.hpp>
 
 #include <algorithm>
@@ -197,17 +199,20 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
   std::string prompt;
   for (const unsigned char c : text) prompt += (prompt.empty() ? "" : " ") + std::to_string(c);
   const std::size_t n = text.size();
-  const auto greedy = generate({"--prompt", prompt, "--tokens", "80", "--temperature", "0"});
-  const auto sampled = generate({"--prompt", prompt, "--tokens", "80", "--temperature", "0.5",
-                                 "--top-k", "5", "--seed", "7"});
+  // In fp32, against predict's fp32 below: the same logits but for the rounding of the
+  // decoder's other order (its cached keys and values, the last position's logits alone).
+  const auto greedy =
+      generate({"--dtype", "fp32", "--prompt", prompt, "--tokens", "80", "--temperature", "0"});
+  const auto sampled = generate({"--dtype", "fp32", "--prompt", prompt, "--tokens", "80",
+                                 "--temperature", "0.5", "--top-k", "5", "--seed", "7"});
   REQUIRE(greedy.size() == n + 80);
   REQUIRE(sampled.size() == n + 80);
   for (std::size_t i = 0; i < n; ++i) CHECK(greedy[i] == text[i]);
 
-  // The reference: the same weights in this process, through Trainer::predict.
-  auto cfg =
-      wick::Config::load((ref / "cfg.toml").string(),
-                         {"trainer.output_dir=" + (ref / "run").string(), "trainer.threads=1"});
+  // The reference: the same weights in this process, through Trainer::predict, in fp32.
+  auto cfg = wick::Config::load((ref / "cfg.toml").string(),
+                                {"trainer.output_dir=" + (ref / "run").string(),
+                                 "trainer.threads=1", "hooks.mixed_precision.enabled=false"});
   wick::PluginFinder finder(cfg.search_path());
   auto trainer = wick::make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
   trainer->load_model_file((ref / "run" / "model.pt").string());
@@ -247,11 +252,12 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
   CHECK(again == sampled);
 
   // A seed gives one text, another seed another; the top 1 is the greedy text.
-  CHECK(generate({"--prompt", prompt, "--tokens", "80", "--temperature", "0.5", "--top-k", "5",
-                  "--seed", "7"}) == sampled);
-  CHECK(generate({"--prompt", prompt, "--tokens", "80", "--temperature", "0.5", "--top-k", "5",
-                  "--seed", "8"}) != sampled);
-  CHECK(generate({"--prompt", prompt, "--tokens", "80", "--top-k", "1"}) == greedy);
+  CHECK(generate({"--dtype", "fp32", "--prompt", prompt, "--tokens", "80", "--temperature", "0.5",
+                  "--top-k", "5", "--seed", "7"}) == sampled);
+  CHECK(generate({"--dtype", "fp32", "--prompt", prompt, "--tokens", "80", "--temperature", "0.5",
+                  "--top-k", "5", "--seed", "8"}) != sampled);
+  CHECK(generate({"--dtype", "fp32", "--prompt", prompt, "--tokens", "80", "--top-k", "1"}) ==
+        greedy);
 
   // As bytes, from a checkpoint folder's weights: the prompt, then the text.
   std::vector<fs::path> folders;  // oldest first
@@ -281,13 +287,18 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
   const auto final_bytes = final_run.out;
   CHECK(final_run.err.find("using the final weights") != std::string::npos);
   CHECK(final_run.err.find((ref / "run" / "model.pt").string()) != std::string::npos);
+  // --dtype auto (the default): bf16 where this CPU runs it natively, as gpt.toml's fit.
+  const bool bf16 = wick::native_bf16(wick::Device{});
+  CHECK(final_run.err.find(std::string("decoding in ") + (bf16 ? "bf16 (autocast)" : "fp32") +
+                           " on cpu") != std::string::npos);
   CHECK(with_weights((ref / "run" / "model.pt").string()).out == final_bytes);
   const auto latest = with_weights("latest");
   CHECK(latest.out == final_bytes);
   CHECK(latest.err.find("using the trained weights of " + folders.back().string()) !=
         std::string::npos);
 
-  // From the whole distribution, the trained model writes the GPL's kind of bytes: printable
+  // From the whole distribution (in bf16 where the CPU has it natively, the cached decoding
+  // under autocast), the trained model writes the GPL's kind of bytes: printable
   // ASCII and newlines (measured on an AMD EPYC, seeds 1-5, 300 tokens each: 97-99% trained
   // under gpt.toml's bf16 autocast, 98-99% in fp32), where a model that learnt nothing would
   // give 96 of 256 byte values (38%).
@@ -328,6 +339,9 @@ TEST_CASE("wick_gpt_generate refuses what it cannot use, naming it") {
   r = gen({"--ids"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--ids needs --prompt: the token ids to continue") != std::string::npos);
+  r = gen({"--dtype", "half"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--dtype half: give auto, bf16 or fp32") != std::string::npos);
   r = gen({"--tokens", "many"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--tokens many: give a whole number >= 0") != std::string::npos);
@@ -353,6 +367,7 @@ TEST_CASE("wick_gpt_generate refuses what it cannot use, naming it") {
   write_file(d / "other.toml", "[task]\nplugin = \"synthetic\"\n");
   r = run({WICK_GPT_GENERATE, (d / "other.toml").string()});
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("the model has no parameter wte.weight: CONFIG's task is not the GPT sample") !=
-        std::string::npos);
+  CHECK(
+      r.err.find("CONFIG's task is 'synthetic', not the GPT sample's ([task] plugin = \"gpt\")") !=
+      std::string::npos);
 }

@@ -3,23 +3,30 @@
 // draws them: the logits divided by a temperature, cut to the top k, then sampled with a seeded
 // generator (or the most likely token at temperature 0).
 //
-// The model reads windows of exactly `context` tokens (Trainer::predict checks rows against
-// the task's own data). A shorter text goes at the start of the window, padded after it: the
-// attention is causal, so the padding changes no logit up to the text's last position, which
-// is the one read. A longer text keeps its last `context` tokens.
+// The model is the task's (gpt_model.hpp, built from the config's [task] keys) on the run's
+// weights, as the Trainer loads them. It decodes from cached keys and values: the prompt in
+// one pass, then one token a pass. Once the text is longer than the context, each token is a
+// pass over the text's last `context` tokens (GPT-2's positions are absolute: the cache cannot
+// slide).
 //
 //   build/bin/wick_gpt_generate samples/gpt/gpt.toml --prompt "This License" --tokens 200
 #include <wick/checkpoint.hpp>
 #include <wick/config.hpp>
+#include <wick/hardware.hpp>
 #include <wick/loader.hpp>
 #include <wick/params.hpp>
+#include <wick/run.hpp>
 #include <wick/run_weights.hpp>
+#include <wick/torch_compat.hpp>
 #include <wick/trainer.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/module.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +38,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "gpt_model.hpp"
 
 namespace {
 
@@ -49,6 +58,9 @@ constexpr const char* kUsage =
     "                      token every time (default 0.8)\n"
     "  --top-k K           sample among the K most likely tokens only; 0: all (default 40)\n"
     "  --seed S            the sampling generator's seed (default 1)\n"
+    "  --dtype D           auto, bf16 or fp32: the forward under bf16 autocast or in fp32;\n"
+    "                      auto: bf16 where the device runs it natively (a CPU with AMX or\n"
+    "                      AVX512-BF16, a GPU of compute capability 8.0+), else fp32\n"
     "  --set SECTION.KEY=VALUE   a config override, as for wick fit\n"
     "The config's task is built as for the fit, so its token files must be there; plugins\n"
     "are found as wick finds them ([plugins] path, WICK_PLUGIN_PATH). Writes the prompt and\n"
@@ -61,6 +73,7 @@ struct Args {
   bool ids = false;
   std::int64_t tokens = 200, top_k = 40, seed = 1;
   double temperature = 0.8;
+  std::string dtype = "auto";
   std::vector<std::string> sets;
 };
 
@@ -114,6 +127,10 @@ Args parse(int argc, char** argv) {
       if (end == v.c_str() || *end != '\0' || !(a.temperature >= 0) ||
           !std::isfinite(a.temperature))
         throw std::invalid_argument("--temperature " + v + ": give a finite number >= 0");
+    } else if (flag == "--dtype") {
+      if (v != "auto" && v != "bf16" && v != "fp32")
+        throw std::invalid_argument("--dtype " + v + ": give auto, bf16 or fp32");
+      a.dtype = v;
     } else if (flag == "--set") {
       a.sets.push_back(v);
     } else {
@@ -122,15 +139,6 @@ Args parse(int argc, char** argv) {
   }
   if (a.config.empty()) throw std::invalid_argument("give the CONFIG the model was trained with");
   return a;
-}
-
-// The size of a parameter's first dimension, by name: the model's vocabulary (wte) and
-// context (wpe).
-std::int64_t rows_of(wick::Trainer& t, const std::string& name) {
-  for (const auto& p : t.model().named_parameters())
-    if (p.key() == name) return p.value().size(0);
-  throw std::invalid_argument("the model has no parameter " + name +
-                              ": CONFIG's task is not the GPT sample ([task] plugin = \"gpt\")");
 }
 
 std::vector<std::int64_t> prompt_tokens(const Args& a, std::int64_t vocab) {
@@ -154,14 +162,56 @@ std::vector<std::int64_t> prompt_tokens(const Args& a, std::int64_t vocab) {
   return out;
 }
 
-// The next token after `text`: its logits at the text's last position, one window's predict.
-std::int64_t next_token(wick::Trainer& t, const std::vector<std::int64_t>& text,
-                        std::int64_t context, const Args& a, at::Generator& gen) {
-  const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(text.size()), context);
-  auto window = at::zeros({1, context}, at::kLong);
-  auto* w = window.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < n; ++i) w[i] = text[text.size() - n + i];
-  const at::Tensor logits = t.predict(window)[0][n - 1].to(at::kDouble);
+// The model of the task's shape on the trainer's weights (shared, not copied), for inference.
+wick_gpt::Gpt decoder(const wick_gpt::GptShape& shape, wick::Trainer& t) {
+  wick_gpt::Gpt model(shape);
+  const auto trained = t.model().named_parameters();
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    const auto* w = trained.find(p.key());
+    if (!w || !w->sizes().equals(p.value().sizes()))
+      throw std::runtime_error("the task's model has no parameter " + p.key() +
+                               " of the decoder's shape");
+    p.value().set_data(*w);
+  }
+  model->eval();
+  return model;
+}
+
+// bf16 autocast on `device` while it lives, or nothing (fp32); whether it is on.
+class Precision {
+ public:
+  Precision(const std::string& dtype, const at::Device& device) : type_(device.type()) {
+    on_ = dtype == "bf16" ||
+          (dtype == "auto" &&
+           wick::native_bf16(wick::Device{
+               device.is_cuda() ? wick::DeviceType::cuda : wick::DeviceType::cpu, device.index()}));
+    if (!on_) return;
+    prev_on_ = wick::compat::autocast_enabled(type_);
+    prev_dtype_ = wick::compat::autocast_dtype(type_);
+    wick::compat::set_autocast_dtype(type_, at::kBFloat16);
+    wick::compat::set_autocast_enabled(type_, true);
+    at::autocast::increment_nesting();  // the weights' bf16 copies kept for every token
+  }
+  ~Precision() {
+    if (!on_) return;
+    wick::compat::set_autocast_enabled(type_, prev_on_);
+    wick::compat::set_autocast_dtype(type_, prev_dtype_);
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  }
+  Precision(const Precision&) = delete;
+  Precision& operator=(const Precision&) = delete;
+  bool bf16() const { return on_; }
+
+ private:
+  c10::DeviceType type_;
+  bool on_ = false, prev_on_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
+// The next token from the logits after the text, [vocab].
+std::int64_t next_token(const at::Tensor& after, const Args& a, at::Generator& gen) {
+  const at::Tensor logits = after.to(at::kCPU, at::kDouble);
   if (a.temperature == 0) return logits.argmax().item<std::int64_t>();
   // Less the largest first: a small temperature then makes the others -inf, not the largest
   // inf (whose softmax is no number).
@@ -176,10 +226,13 @@ std::int64_t next_token(wick::Trainer& t, const std::vector<std::int64_t>& text,
 
 int generate(const Args& a) {
   const auto cfg = wick::Config::load(a.config, a.sets);
+  if (cfg.has_task() && cfg.task_plugin() != "gpt")
+    throw std::invalid_argument("CONFIG's task is '" + cfg.task_plugin() +
+                                "', not the GPT sample's ([task] plugin = \"gpt\")");
   wick::PluginFinder finder(cfg.search_path());
   auto trainer = wick::make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
-  const std::int64_t vocab = rows_of(*trainer, "wte.weight");
-  const std::int64_t context = rows_of(*trainer, "wpe.weight");
+  const auto shape = wick_gpt::read_shape(cfg.task_params(finder));
+  const std::int64_t vocab = shape.vocab, context = shape.context;
   if (!a.ids && vocab > 256)
     throw std::invalid_argument("the model has " + std::to_string(vocab) +
                                 " token ids, more than a byte holds: give --ids (the prompt "
@@ -189,9 +242,29 @@ int generate(const Args& a) {
       wick::load_run_weights(cfg, finder, *trainer, a.weights, /*evaluation=*/false, "--weights")
           .describe();
   std::fprintf(stderr, "wick_gpt_generate: using %s\n", used.c_str());
+  auto model = decoder(shape, *trainer);
+  const auto device = model->wte->weight.device();
+  c10::InferenceMode inference;
+  const Precision precision(a.dtype, device);
+  std::fprintf(stderr, "wick_gpt_generate: decoding in %s on %s, keys and values cached\n",
+               precision.bf16() ? "bf16 (autocast)" : "fp32", device.str().c_str());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(a.seed));
-  for (std::int64_t i = 0; i < a.tokens; ++i)
-    text.push_back(next_token(*trainer, text, context, a, gen));
+  wick_gpt::KvCache cache;
+  for (std::int64_t i = 0; i < a.tokens; ++i) {
+    // The new token on the cache; the text (its last `context` tokens) on a cleared one at
+    // the start and once the text is longer than the context.
+    const auto n = static_cast<std::int64_t>(text.size());
+    std::int64_t from = n - 1;
+    if (cache.length() == 0 || n > context) {
+      cache.clear();
+      from = std::max<std::int64_t>(0, n - context);
+    }
+    const auto in =
+        at::tensor(std::vector<std::int64_t>(text.begin() + from, text.end()), at::kLong)
+            .view({1, n - from})
+            .to(device);
+    text.push_back(next_token(model->decode(in, cache)[0], a, gen));
+  }
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i)
     out += a.ids ? (i ? " " : "") + std::to_string(text[i])

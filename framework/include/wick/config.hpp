@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "wick/loader.hpp"
+#include "wick/params.hpp"
 #include "wick/schedule.hpp"
 #include "wick/trainer.hpp"
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN, WICK_INTERNAL
@@ -62,6 +63,10 @@ class Config {
   std::vector<MetricEntry> make_metrics(const PluginFinder& finder) const;
   // Loads the task plugin, validates [task] and constructs it.
   std::shared_ptr<Task> make_task(const PluginFinder& finder) const;
+  // [task] validated against the task plugin, its defaults filled in: what the task is
+  // constructed with, for a host program that builds part of the task itself (the GPT
+  // sample's generator builds its model from the task's shape keys).
+  Params task_params(const PluginFinder& finder) const;
   // Validates [task] against the task plugin without constructing it (`wick check`).
   void check_task(const PluginFinder& finder) const;
 

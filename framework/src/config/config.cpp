@@ -519,17 +519,19 @@ const toml::table& task_table(const Config::Impl& I) {
 }
 }  // namespace
 
-void Config::check_task(const PluginFinder& finder) const {
+Params Config::task_params(const PluginFinder& finder) const {
   const auto& t = task_table(*impl_);
   auto lib = impl_->find_plugin(finder, t, PluginKind::task);
-  impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
+  return impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
+}
+
+void Config::check_task(const PluginFinder& finder) const {
+  (void)task_params(finder);
 }
 
 std::shared_ptr<Task> Config::make_task(const PluginFinder& finder) const {
-  check_task(finder);
-  const auto& t = task_table(*impl_);
+  const Params p = task_params(finder);
   auto lib = finder.find(impl_->task_plugin);
-  Params p = impl_->plugin_params(t, lib->info(), "[task]", kTaskReserved, impl_->task_plugin);
   try {
     return lib->create_task(p);
   } catch (const ConfigError&) {
