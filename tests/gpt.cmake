@@ -1,7 +1,7 @@
 # The GPT sample (samples/gpt): trains gpt.toml on the GPL's bytes, exact resume after kill -9,
 # token files it cannot use refused by name, and wick_gpt_generate's text from the trained
-# run, checked against Trainer::predict in the test. Not part of the sanitizer build (the
-# samples are not built there).
+# run, checked against Trainer::predict in the test (on the CPU, and on a GPU where there is
+# one). Not part of the sanitizer build (the samples are not built there).
 if(WICK_SANITIZE_SUBSET)
   return()
 endif()
