@@ -13,8 +13,11 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace wick_gpt {
 
