@@ -260,9 +260,9 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
   auto trainer = reference(ref, "cpu");
   check_greedy(*trainer, greedy, n, 1e-4f);
 
-  // Sampled: drawn again here, a window a predict as the program draws them, nanoGPT's way
-  // (logits / temperature, the top 5 kept, softmax, one draw of a generator seeded 7): the
-  // same tokens.
+  // Sampled: drawn again here from predict's logits of a padded window a token, as the
+  // program draws them from its decoder's, nanoGPT's way (logits / temperature, the top 5
+  // kept, softmax, one draw of a generator seeded 7): the same tokens.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
   std::vector<std::int64_t> again(sampled.begin(),
                                   sampled.begin() + static_cast<std::ptrdiff_t>(n));
