@@ -110,8 +110,9 @@ void run_block(int threads) {
     makecontext(&c, fiber_main, 0);
   }
   // Round after round: each runnable thread runs until it waits or returns, in an order drawn
-  // afresh each round (a kernel whose result rides on the order its threads run in, a race,
-  // gives a wrong one); then the barriers every live thread has reached open.
+  // afresh each round (so that a race within the block, a result that rides on the order its
+  // threads run in, shows as a wrong one); then the barriers every live thread has reached
+  // open.
   std::vector<int> order(threads);
   std::iota(order.begin(), order.end(), 0);
   for (;;) {
