@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -19,8 +21,26 @@
 
 namespace wick {
 
+namespace {
+
+// Gloo writes to its sockets with writev, and a write to a peer that is gone raises SIGPIPE,
+// whose default ends this rank at once, without a word (Python ignores it, so torch's own
+// ranks never see it). Ignored, the write fails with EPIPE, which reaches the caller as an
+// error naming the peer. A handler the program installed stays.
+void ignore_sigpipe() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGPIPE, &ign, nullptr);
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::milliseconds timeout,
                                            const std::string& prefix, const std::string& who) {
+  ignore_sigpipe();
   const char* addr = std::getenv("MASTER_ADDR");
   const char* port_text = std::getenv("MASTER_PORT");
   const long port = port_text ? std::atol(port_text) : 0;

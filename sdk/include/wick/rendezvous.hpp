@@ -22,7 +22,9 @@ class ProcessGroupGloo;
 namespace wick {
 
 // The store of ranks 0 .. world-1, its keys under `prefix`; returns once all have joined.
-// Throws ConfigError naming `who` when MASTER_ADDR / MASTER_PORT are not set.
+// Throws ConfigError naming `who` when MASTER_ADDR / MASTER_PORT are not set. Sets SIGPIPE
+// to be ignored (unless the program handles it): a write to a dead peer's socket is then an
+// error the collective reports, not the silent end of this process.
 WICK_EXPORT c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world,
                                                        std::chrono::milliseconds timeout,
                                                        const std::string& prefix,
