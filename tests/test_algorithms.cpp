@@ -6,7 +6,6 @@
 // mixed_precision dtype = "auto") on tiny classifiers, checked
 // against references computed here from the closed forms; then exact resume with each on,
 // through `wick fit`.
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 
 #include <wick/activations.hpp>
 #include <wick/attention.hpp>
+#include <wick/autocast.hpp>
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
 #include <wick/linear.hpp>
@@ -24,7 +24,6 @@
 #include <wick/losses.hpp>
 #include <wick/normalization.hpp>
 #include <wick/task.hpp>
-#include <wick/torch_compat.hpp>
 #include <wick/trainer.hpp>
 
 #include "in_process.hpp"
@@ -608,22 +607,6 @@ double rel_diff(const at::Tensor& got, const at::Tensor& want) {
   return max_diff(got, want) / want.abs().max().item<double>();
 }
 
-// Turns bf16 autocast on for the CPU while alive.
-struct CpuBf16Autocast {
-  CpuBf16Autocast()
-      : was_on(wick::compat::autocast_enabled(c10::DeviceType::CPU)),
-        was(wick::compat::autocast_dtype(c10::DeviceType::CPU)) {
-    wick::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
-    wick::compat::set_autocast_dtype(c10::DeviceType::CPU, at::kBFloat16);
-  }
-  ~CpuBf16Autocast() {
-    wick::compat::set_autocast_enabled(c10::DeviceType::CPU, was_on);
-    wick::compat::set_autocast_dtype(c10::DeviceType::CPU, was);
-  }
-  bool was_on;
-  at::ScalarType was;
-};
-
 }  // namespace
 
 // [cpu-path]: float32 and bf16 rows run wick's kernel, compiled per instruction set.
@@ -722,7 +705,7 @@ TEST_CASE("wick::layer_norm and add_layer_norm: the layer norm and its gradients
   // Under bf16 autocast the normalised rows come in bf16, as the matrix product that follows
   // would cast them: rounded once from float.
   {
-    const CpuBf16Autocast autocast;
+    const wick::AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16);
     const auto br = torch::randn({130, width}, gen).to(torch::kBFloat16);
     const auto [s, y] = wick::add_layer_norm(r, br, w, b);
     CHECK(s.scalar_type() == torch::kFloat);

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include <wick/autocast.hpp>
 #include <wick/config.hpp>
 #include <wick/loader.hpp>
 #include <wick/sha256.hpp>
@@ -581,6 +582,46 @@ TEST_CASE("mixed_precision bf16: matmul outputs are bf16 under the hook, fp32 af
   // Without the hook, the same forward is fp32.
   CHECK(task->forward(t.context(), {task->x_.slice(0, 0, 2), task->y_.slice(0, 0, 2)})
             .scalar_type() == at::kFloat);
+}
+
+TEST_CASE("wick::AutocastScope: bf16 while it lives, nested scopes restore what they found",
+          "[techniques][amp]") {
+  using wick::compat::autocast_dtype;
+  using wick::compat::autocast_enabled;
+  const auto cpu = c10::DeviceType::CPU;
+  const auto a = torch::randn({4, 8}), b = torch::randn({8, 3});
+  const auto dtype_before = autocast_dtype(cpu);
+  REQUIRE_FALSE(autocast_enabled(cpu));
+  {
+    const wick::AutocastScope outer(cpu, at::kBFloat16);
+    CHECK(autocast_enabled(cpu));
+    CHECK(at::mm(a, b).scalar_type() == at::kBFloat16);
+    {
+      // The dtype alone: CPU autocast in fp16 computes nothing on LibTorch 1.13.
+      const wick::AutocastScope inner(cpu, at::kHalf);
+      CHECK(autocast_dtype(cpu) == at::kHalf);
+    }
+    CHECK(autocast_enabled(cpu));
+    CHECK(autocast_dtype(cpu) == at::kBFloat16);
+    CHECK(at::mm(a, b).scalar_type() == at::kBFloat16);
+  }
+  CHECK_FALSE(autocast_enabled(cpu));
+  CHECK(autocast_dtype(cpu) == dtype_before);
+  CHECK(at::mm(a, b).scalar_type() == at::kFloat);
+
+  // While a scope lives a weight is cast once (a step's in-place update shows only in the next
+  // scope): one cast per weight for a forward, or for a sampler's every token.
+  auto w = torch::ones({8, 3}).requires_grad_();
+  const auto x = torch::ones({1, 8});
+  {
+    const wick::AutocastScope scope(cpu, at::kBFloat16);
+    CHECK(at::mm(x, w).sum().item<double>() == 24);
+    torch::NoGradGuard no_grad;
+    w.mul_(2);
+    CHECK(at::mm(x, w).sum().item<double>() == 24);
+  }
+  const wick::AutocastScope scope(cpu, at::kBFloat16);
+  CHECK(at::mm(x, w).sum().item<double>() == 48);
 }
 
 TEST_CASE("mixed_precision float_prediction = false: the loss gets the bf16 prediction itself",

@@ -2,8 +2,7 @@
 // prediction leaves it as float32, so the task's loss is computed in full precision, unless
 // float_prediction = false: then a large prediction, a language model's logits, is not copied,
 // and the task's loss computes in float itself, e.g. log_softmax(..., float)), on the CPU
-// or CUDA (wick/torch_compat.hpp: the switches differ between LibTorch 1.13 and 2.x), no loss
-// scaling.
+// or CUDA (wick/autocast.hpp), no loss scaling.
 // fp16: autocast on CUDA plus dynamic loss scaling: the backward loss is multiplied by the
 // scale; in optimizer_step the gradients are unscaled and checked, a step with an inf or
 // NaN is skipped and the scale backed off, and it grows after growth_interval good steps.
@@ -12,11 +11,12 @@
 // auto (the default): bf16 where the device runs it natively (AVX512-BF16 or AMX on the CPU,
 // compute capability 8.0+ on CUDA), else fp32 (no autocast): emulated bf16 is slower than fp32.
 #include <cstdio>
+#include <optional>
 #include <string>
 
+#include <wick/autocast.hpp>
 #include <wick/hardware.hpp>
 #include <wick/task.hpp>
-#include <wick/torch_compat.hpp>
 #include <wick/wick.hpp>
 
 #include "loss_scaler.hpp"
@@ -43,11 +43,10 @@ class MixedPrecision : public wick::Hook {
     r.on(wick::Point::before_fit, [this](wick::Context& c) { set_up(c); });
     r.stage(wick::Stage::forward, [this](wick::Context& c, wick::Next next) {
       set_up(c);  // evaluate and predict run no before_fit
-      struct Scope {
-        MixedPrecision* mp;
-        ~Scope() { mp->autocast_off(); }
-      } scope{this};
-      autocast_on();
+      std::optional<wick::AutocastScope> autocast;
+      if (!fp32_ && (cuda_ || !fp16_))
+        autocast.emplace(cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU,
+                         fp16_ ? at::kHalf : at::kBFloat16);
       const bool r = next();
       auto& pred = c.output().pred;
       if (float_prediction_ && pred.defined() &&
@@ -131,32 +130,10 @@ class MixedPrecision : public wick::Hook {
            ", and emulated bf16 is slower than fp32)";
   }
 
-  void autocast_on() {
-    if (active_ || fp32_ || (fp16_ && !cuda_)) return;
-    const auto dev = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-    prev_enabled_ = wick::compat::autocast_enabled(dev);
-    prev_dtype_ = wick::compat::autocast_dtype(dev);
-    wick::compat::set_autocast_dtype(dev, fp16_ ? at::kHalf : at::kBFloat16);
-    wick::compat::set_autocast_enabled(dev, true);
-    at::autocast::increment_nesting();
-    active_ = true;
-  }
-  void autocast_off() {
-    if (!active_) return;
-    const auto dev = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-    wick::compat::set_autocast_enabled(dev, prev_enabled_);
-    wick::compat::set_autocast_dtype(dev, prev_dtype_);
-    // The cast weights cached during the forward are stale once the optimizer steps.
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    active_ = false;
-  }
-
   wick::amp::LossScaler scaler_;
-  bool fp16_ = false, cuda_ = false, active_ = false, set_up_ = false;
+  bool fp16_ = false, cuda_ = false, set_up_ = false;
   bool auto_ = false, fp32_ = false;  // dtype = "auto" and its choice
   bool float_prediction_ = true;
-  bool prev_enabled_ = false;
-  at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 // slide).
 //
 //   build/bin/wick_gpt_generate samples/gpt/gpt.toml --prompt "This License" --tokens 200
+#include <wick/autocast.hpp>
 #include <wick/checkpoint.hpp>
 #include <wick/config.hpp>
 #include <wick/hardware.hpp>
@@ -17,12 +18,10 @@
 #include <wick/params.hpp>
 #include <wick/run.hpp>
 #include <wick/run_weights.hpp>
-#include <wick/torch_compat.hpp>
 #include <wick/trainer.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/autocast_mode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/module.h>
@@ -33,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -178,35 +178,21 @@ wick_gpt::Gpt decoder(const wick_gpt::GptShape& shape, wick::Trainer& t) {
   return model;
 }
 
-// bf16 autocast on `device` while it lives, or nothing (fp32); whether it is on.
+// bf16 autocast on `device` while it lives (the weights' casts kept for every token), or
+// nothing (fp32); whether it is on.
 class Precision {
  public:
-  Precision(const std::string& dtype, const at::Device& device) : type_(device.type()) {
-    on_ = dtype == "bf16" ||
-          (dtype == "auto" &&
-           wick::native_bf16(wick::Device{
-               device.is_cuda() ? wick::DeviceType::cuda : wick::DeviceType::cpu, device.index()}));
-    if (!on_) return;
-    prev_on_ = wick::compat::autocast_enabled(type_);
-    prev_dtype_ = wick::compat::autocast_dtype(type_);
-    wick::compat::set_autocast_dtype(type_, at::kBFloat16);
-    wick::compat::set_autocast_enabled(type_, true);
-    at::autocast::increment_nesting();  // the weights' bf16 copies kept for every token
+  Precision(const std::string& dtype, const at::Device& device) {
+    if (dtype == "bf16" ||
+        (dtype == "auto" &&
+         wick::native_bf16(wick::Device{
+             device.is_cuda() ? wick::DeviceType::cuda : wick::DeviceType::cpu, device.index()})))
+      autocast_.emplace(device.type(), at::kBFloat16);
   }
-  ~Precision() {
-    if (!on_) return;
-    wick::compat::set_autocast_enabled(type_, prev_on_);
-    wick::compat::set_autocast_dtype(type_, prev_dtype_);
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  }
-  Precision(const Precision&) = delete;
-  Precision& operator=(const Precision&) = delete;
-  bool bf16() const { return on_; }
+  bool bf16() const { return autocast_.has_value(); }
 
  private:
-  c10::DeviceType type_;
-  bool on_ = false, prev_on_ = false;
-  at::ScalarType prev_dtype_ = at::kBFloat16;
+  std::optional<wick::AutocastScope> autocast_;
 };
 
 // The next token from the logits after the text, [vocab].

@@ -32,10 +32,12 @@
 //        cuBLASLt's epilogues)
 //   2.17 wick/linear.hpp (linear: on a GPU in bf16, the parameters' gradients made in their
 //        own type by the products)
+//   2.18 wick/autocast.hpp (AutocastScope: autocast for a scope, the weights' casts kept
+//        while it lives)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 17
+#define WICK_API_MINOR 18
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
