@@ -18,6 +18,8 @@ namespace wick {
 // restored after. While the outermost scope lives, LibTorch keeps each weight's cast (a leaf
 // that requires grad) and reuses it: one cast per weight for a whole forward, or for every
 // token of a sampler; the casts are dropped when it ends, since a step makes them stale.
+// LibTorch 1.13's CPU autocast takes bf16 only: another dtype throws c10::Error there, before
+// anything is changed.
 class AutocastScope {
  public:
   AutocastScope(c10::DeviceType device, at::ScalarType dtype)
