@@ -113,7 +113,6 @@ std::string local_address_towards(const std::string& host) {
 c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                       int rank, int world,
                                                       std::chrono::milliseconds timeout) {
-  ignore_sigpipe();  // a plugin may bring a store of its own
   auto o = c10d::ProcessGroupGloo::Options::create(timeout);
   const std::string addr = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "";
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))

@@ -32,7 +32,7 @@ WICK_EXPORT c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world,
 
 // A Gloo group over the store: bound to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when
 // MASTER_ADDR is a loopback address, else to the address of the interface that leads to
-// MASTER_ADDR. Ignores SIGPIPE as rendezvous does.
+// MASTER_ADDR.
 WICK_EXPORT c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
     std::chrono::milliseconds timeout);
