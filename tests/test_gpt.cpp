@@ -411,6 +411,21 @@ TEST_CASE("wick_gpt_generate refuses what it cannot use, naming it") {
   r = run({WICK_GPT_GENERATE, sample_config(d, "[[hooks]]\nplugin = \"nosuch\"\n").string()});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no plugin named 'nosuch'") != std::string::npos);
+  // A task named gpt that is not the sample's, and the only one on the plugin path: a copy
+  // of libwick whose default plugin folder (beside it) has no sample. Refused before any
+  // weights are read, naming its file.
+  const fs::path foreign = fs::path(WICK_BINARY_DIR) / "tests" / "foreign_gpt";
+  fs::create_directories(d / "lib");
+  fs::copy_file(fs::canonical(fs::path(WICK_BINARY_DIR) / "lib" / "libwick.so.0"),
+                d / "lib" / "libwick.so.0");
+  write_file(d / "foreign.toml",
+             "[plugins]\npath = [\"" + foreign.string() + "\"]\n[task]\nplugin = \"gpt\"\n");
+  r = run({WICK_GPT_GENERATE, (d / "foreign.toml").string()},
+          {"LD_LIBRARY_PATH=" + (d / "lib").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("the task plugin 'gpt' (" + (foreign / "wick_gpt.so").string() +
+                   ") is not the GPT sample's: its model has no parameter wte.weight of the "
+                   "decoder's shape") != std::string::npos);
   write_file(d / "other.toml", "[task]\nplugin = \"synthetic\"\n");
   r = run({WICK_GPT_GENERATE, (d / "other.toml").string()});
   CHECK(r.exit_code == 2);

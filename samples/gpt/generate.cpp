@@ -162,20 +162,30 @@ std::vector<std::int64_t> prompt_tokens(const Args& a, std::int64_t vocab) {
   return out;
 }
 
-// The model of the task's shape on the trainer's weights (shared, not copied), for inference.
-wick_gpt::Gpt decoder(const wick_gpt::GptShape& shape, wick::Trainer& t) {
+// The model of the task's shape, for inference, checked before the run's weights are read: the
+// trainer's model (the task's) must have each of its parameters, of its shape. A task plugin of
+// another kind that is also named `gpt` has other ones.
+wick_gpt::Gpt decoder(const wick_gpt::GptShape& shape, wick::Trainer& t,
+                      const std::string& plugin_path) {
   wick_gpt::Gpt model(shape);
   const auto trained = t.model().named_parameters();
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->named_parameters()) {
+  for (const auto& p : model->named_parameters()) {
     const auto* w = trained.find(p.key());
     if (!w || !w->sizes().equals(p.value().sizes()))
-      throw std::runtime_error("the task's model has no parameter " + p.key() +
-                               " of the decoder's shape");
-    p.value().set_data(*w);
+      throw std::invalid_argument(
+          "the task plugin 'gpt' (" + plugin_path + ") is not the GPT sample's: its model has " +
+          "no parameter " + p.key() + " of the decoder's shape; give the folder of the sample's " +
+          "wick_gpt.so in [plugins] path instead");
   }
   model->eval();
   return model;
+}
+
+// The decoder on the trainer's weights (shared, not copied), once they are loaded.
+void share_weights(wick_gpt::Gpt& model, wick::Trainer& t) {
+  const auto trained = t.model().named_parameters();
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) p.value().set_data(*trained.find(p.key()));
 }
 
 // bf16 autocast on `device` while it lives (the weights' casts kept for every token), or
@@ -224,11 +234,12 @@ int generate(const Args& a) {
                                 " token ids, more than a byte holds: give --ids (the prompt "
                                 "and the output as token ids)");
   auto text = prompt_tokens(a, vocab);
+  auto model = decoder(shape, *trainer, finder.find(cfg.task_plugin())->info().path);
   const std::string used =
       wick::load_run_weights(cfg, finder, *trainer, a.weights, /*evaluation=*/false, "--weights")
           .describe();
   std::fprintf(stderr, "wick_gpt_generate: using %s\n", used.c_str());
-  auto model = decoder(shape, *trainer);
+  share_weights(model, *trainer);
   const auto device = model->wte->weight.device();
   c10::InferenceMode inference;
   const Precision precision(a.dtype, device);

@@ -10,13 +10,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "wick/check.hpp"
 #include "wick/config.hpp"
@@ -156,11 +160,15 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  // Extra variables first: getenv() returns the first match.
+  // Each extra variable in place of an inherited one of its name (and of an earlier extra):
+  // getenv() takes the first of two, the dynamic loader the last.
+  const auto name_of = [](const char* e) { return std::string(e, std::strcspn(e, "=")); };
+  std::set<std::string> named;
   std::vector<char*> envp;
   for (auto it = env.rbegin(); it != env.rend(); ++it)
-    envp.push_back(const_cast<char*>(it->c_str()));
-  for (char** e = environ; *e; ++e) envp.push_back(*e);
+    if (named.insert(name_of(it->c_str())).second) envp.push_back(const_cast<char*>(it->c_str()));
+  for (char** e = environ; *e; ++e)
+    if (!named.count(name_of(*e))) envp.push_back(*e);
   envp.push_back(nullptr);
   pid_t pid;
   int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), envp.data());
