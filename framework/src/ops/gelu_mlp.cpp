@@ -90,7 +90,10 @@ at::Tensor gelu_mlp_in(at::ScalarType type, const at::Tensor& x, const at::Tenso
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tensor& fc_bias,
                     const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
-  if (fc_bias.defined() && proj_bias.defined() &&
+  // Without a graph to build (inference, validation), at::linear keeps autocast's cache of
+  // cast weights, which a decoder reading the same weights for every token gains from; the
+  // function casts them on each call.
+  if (at::GradMode::is_enabled() && fc_bias.defined() && proj_bias.defined() &&
       takes_bf16_products(x, {&fc_weight, &fc_bias, &proj_weight, &proj_bias}) &&
       !cuda::hidden(cuda::OwnKernel::gelu_mlp))
     return gelu_mlp_in(at::kBFloat16, x, fc_weight, fc_bias, proj_weight, proj_bias);
