@@ -21,12 +21,13 @@ max over the rounds) and each row's ratio to the plain loop of the same round.
 
     python3 bench/gpu_bench.py --wick build-gpu/bin/wick --out gpu-results
 
-Writes OUT/bench.json and OUT/bench.md, nothing else there (the runs' folders go to --work).
+Writes OUT/bench.json and OUT/bench.md, nothing else there (the runs' folders go to --work),
+after each round and after the GPT rows, so that a run cut short leaves what it measured.
 A row that fails is marked failed with its error's last lines, and the others go on; a wick
 MLP/CNN row that fails is run again with WICK_CUDA_DISABLE=all (LibTorch's operators in place
-of wick's own CUDA kernels), its number marked so, and its later rounds run that way. Stops
-adding rounds when the next would not fit in --budget-s (after the first round, which always
-runs).
+of wick's own CUDA kernels), its number marked so, and its later rounds run that way. Every
+row gets at most what is left of --budget-s (killed past it and marked failed, not run
+again), and is skipped with under 20 s left. Stops adding rounds when the next would not fit.
 
 GPT-2 124M (nanoGPT's shape: 12 layers, 12 heads, width 768, context 1024, vocab 50304, tied
 embeddings; 123,689,472 parameters without wpe), batch 16 x 1024 tokens, bf16, trained by
@@ -66,9 +67,11 @@ process start-ups and torch.compile's compilation again (tens of seconds, on a m
 whose Triton cache starts empty) for little. Compilation is outside the timed window
 (it happens in the first warm-up step) but inside the budget: each GPT row gets at most what
 is left of --budget-s (the command is killed past it, the row marked failed, the others go
-on), a row with under 20 s left is skipped, and "pytorch compile" runs after the other rows
-that the targets compare, so that a slow compile costs only its own row and "wick, LibTorch's
-kernels" after it. The extra MLP/CNN rounds then go on while they fit.
+on), a row with under 20 s left is skipped, and "pytorch compile", the baseline of the
+targets, runs last, so that a slow compile costs only its own row. Before it, "wick,
+LibTorch's kernels" and the profiles below run only while they leave the compile row 150 s
+(each taken to last as long as the wick row did), the LibTorch-kernel row always when the
+wick row failed (it is then wick's number). The extra MLP/CNN rounds then go on while they fit.
 
 Before the compile row (--gpt-profile on), where the time goes, into the log (stderr): wick's
 GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
@@ -141,8 +144,9 @@ def environment(extra):
     return {**os.environ, **extra}
 
 
-def wick_row(args, model, variant, out, env=OWN_KERNELS):
-    """Trains one wick variant; returns samples/s (summary.json's train_samples_per_s)."""
+def wick_row(args, model, variant, out, timeout, env=OWN_KERNELS):
+    """Trains one wick variant (killed past `timeout` s); returns samples/s (summary.json's
+    train_samples_per_s)."""
     shipped = os.path.join(ROOT, "samples", "fashion_mnist", f"{model}.toml")
     text = open(shipped).read()
     sets = ["trainer.device=\"cuda\"", f"trainer.epochs={args.epochs}",
@@ -157,8 +161,7 @@ def wick_row(args, model, variant, out, env=OWN_KERNELS):
     if variant.endswith("on_device"):
         sets.append("trainer.data_on_device=true")
     shutil.rmtree(out, ignore_errors=True)  # a retry's summary is its own
-    r = subprocess.run(wick_command(args, text, sets, variant, out), capture_output=True,
-                       text=True, env=environment(env))
+    r = run_limited(wick_command(args, text, sets, variant, out), timeout, env)
     if r.returncode != 0:
         raise RuntimeError(f"wick {model} {variant}: exit {r.returncode}\n{stderr_summary(r.stderr)}")
     with open(os.path.join(out, "summary.json")) as f:
@@ -166,23 +169,23 @@ def wick_row(args, model, variant, out, env=OWN_KERNELS):
     return s["train_samples_per_s"], s.get("valid/accuracy")
 
 
-def peer_row(args, model, script, extra):
+def peer_row(args, model, script, extra, timeout):
     cmd = [args.python, os.path.join(PEERS, script), "--workload", model, "--epochs",
            str(args.epochs), "--batch-size", "64", "--device", "cuda", "--precision", "fp32",
            "--threads", str(args.threads)] + extra
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_limited(cmd, timeout)
     if r.returncode != 0:
         raise RuntimeError(f"{script} {model}: exit {r.returncode}\n{stderr_summary(r.stderr)}")
     j = json.loads(r.stdout.strip().splitlines()[-1])
     return j["samples_per_s"], j.get("valid_accuracy")
 
 
-def hand_row(args, model):
+def hand_row(args, model, timeout):
     """The hand-written LibTorch loop on the GPU; its host times per phase go to the log."""
     cmd = [os.path.join(os.path.dirname(args.wick), "wick_hand_loop"), "--workload", model,
            "--epochs", str(args.epochs), "--batch-size", "64", "--threads", str(args.threads),
            "--device", "cuda"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_limited(cmd, timeout)
     if r.returncode != 0:
         raise RuntimeError(f"wick_hand_loop {model}: exit {r.returncode}\n"
                            f"{stderr_summary(r.stderr)}")
@@ -204,10 +207,12 @@ ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
 GPT = {"layers": 12, "heads": 12, "width": 768, "context": 1024, "vocab": 50304}
 GPT_CONFIG = os.path.join(ROOT, "samples", "gpt", "gpt2-124m.toml")
 GPT_TOKENS = 1 << 22
-GPT_MIN_ROW_S = 20  # a GPT row is skipped with less of the budget left
+GPT_MIN_ROW_S = 20  # a row (or profile) is skipped with less of the budget left
+COMPILE_RESERVE_S = 150  # kept for "pytorch compile" (a cold Triton cache) by what precedes it
 GPT_ROWS = [("pytorch", "peer", False), ("wick", "wick", ""),
-            ("wick cuda_graph", "wick", "cuda_graph"), ("pytorch compile", "peer", True),
-            ("wick, LibTorch's kernels", "wick", "libtorch_kernels")]
+            ("wick cuda_graph", "wick", "cuda_graph"),
+            ("wick, LibTorch's kernels", "wick", "libtorch_kernels"),
+            ("pytorch compile", "peer", True)]
 
 
 def gpt_params(layers, width, vocab, **_):
@@ -245,9 +250,13 @@ def write_tokens(path, n, vocab, seed):
     return path
 
 
+class OutOfBudget(RuntimeError):
+    """A command killed at the end of the budget: the budget's doing, not the command's."""
+
+
 def run_limited(cmd, timeout, env=OWN_KERNELS):
     """subprocess.run(cmd) in its own session, killed with its children (torch.compile's
-    workers) past `timeout` seconds: RuntimeError then. `env`: variables added to ours."""
+    workers) past `timeout` seconds: OutOfBudget then. `env`: variables added to ours."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True, env=environment(env))
     try:
@@ -255,7 +264,7 @@ def run_limited(cmd, timeout, env=OWN_KERNELS):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise RuntimeError(f"killed after {timeout:.0f} s (the budget's rest)\n{stderr_summary(err)}")
+        raise OutOfBudget(f"killed after {timeout:.0f} s (the budget's rest)\n{stderr_summary(err)}")
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
@@ -363,18 +372,20 @@ def profiled_wick(args, config, sets, out, after, steps, rows, timeout):
     return run_limited(wick_command(args, text, sets, "", out), timeout)
 
 
-def gpt_profiles(args, work, data, t_start):
+def gpt_profiles(args, work, data, t_start, took, reserve):
     """Where the time goes, printed into the log (stderr): wick's GPT run with the profiler
     (its phases, timed with CUDA events, and a table of the GPU kernels of 5 steps),
     gpt2.py's kernel table of 5 steps in the same format, and wick's on the Fashion-MNIST MLP
     (50 steps), whose GPU busy share says how much of its step is the host's. Each is skipped
-    when under 20 s of the budget are left; a failure is reported and the bench goes on."""
+    when it would leave the compile row less than `reserve` s (each taken to last as long as
+    the row `took` names for it), or under 20 s of the budget are left; a failure is reported
+    and the bench goes on."""
     kernel_rows = 25
     for name in ("wick", "pytorch", "wick mlp"):
         left = args.budget_s - (time.time() - t_start)
-        if left < GPT_MIN_ROW_S:
-            print(f"gpu_bench: profile of {name} skipped: {left:.0f} s of the budget left",
-                  file=sys.stderr)
+        why = budget_refusal(left, took.get("pytorch" if name == "pytorch" else "wick"), reserve)
+        if why:
+            print(f"gpu_bench: profile of {name} skipped: {why}", file=sys.stderr)
             continue
         try:
             if name == "wick":
@@ -403,9 +414,24 @@ def gpt_profiles(args, work, data, t_start):
             print(f"gpu_bench: profile of {name} failed: {e}", file=sys.stderr)
 
 
+def budget_refusal(left, expected, reserve):
+    """Why a step that may take `expected` s (None: not known) is skipped with `left` s of
+    the budget, keeping `reserve` s for the compile row; "" to run it."""
+    if left < GPT_MIN_ROW_S:
+        return f"{max(left, 0):.0f} s of the budget left"
+    if expected is not None and left - expected < reserve:
+        return (f"{left:.0f} s of the budget left, and after it (about {expected:.0f} s) the "
+                f"compile row would have under {reserve} s")
+    return ""
+
+
 def gpt_rows(args, work, t_start):
-    """The GPT rows, once: row name -> result dict, or {"failed": ...} / {"skipped": ...}."""
-    got = {}
+    """The GPT rows, once: row name -> result dict, or {"failed": ...} / {"skipped": ...}.
+    "pytorch compile" comes last: a cold compile may take the rest. Before it, the LibTorch-
+    kernel row and the profiles run only while they keep COMPILE_RESERVE_S for it (taken to
+    last as long as the wick row did), the row always when the wick row failed: then it is
+    wick's number."""
+    got, took = {}, {}
     left = args.budget_s - (time.time() - t_start)
     if left < GPT_MIN_ROW_S:
         return {name: {"skipped": f"{max(left, 0):.0f} s of the budget left"}
@@ -415,18 +441,23 @@ def gpt_rows(args, work, t_start):
                             GPT_TOKENS, GPT["vocab"], 0)
     except OSError as e:
         return {name: {"failed": f"writing the tokens: {e}"} for name, _, _ in GPT_ROWS}
+    reserve = 0 if args.gpt_compile == "off" else COMPILE_RESERVE_S
     for name, kind, variant in GPT_ROWS:
         if name == "pytorch compile":
             if args.gpt_profile == "on":
-                gpt_profiles(args, work, data, t_start)  # before the compile, which may take the rest
+                gpt_profiles(args, work, data, t_start, took, reserve)
             if args.gpt_compile == "off":
                 got[name] = {"skipped": "--gpt-compile off"}
                 continue
         left = args.budget_s - (time.time() - t_start)
-        if left < GPT_MIN_ROW_S:
-            got[name] = {"skipped": f"{max(left, 0):.0f} s of the budget left"}
-            print(f"gpu_bench: gpt2 {name} skipped: {got[name]['skipped']}", file=sys.stderr)
+        why = budget_refusal(left, None, 0)
+        if variant == "libtorch_kernels" and "failed" not in got.get("wick", {}):
+            why = budget_refusal(left, took.get("wick"), reserve)
+        if why:
+            got[name] = {"skipped": why}
+            print(f"gpu_bench: gpt2 {name} skipped: {why}", file=sys.stderr)
             continue
+        t_row = time.time()
         try:
             if kind == "wick":
                 out = os.path.join(work, f"gpt2-{variant or 'wick'}")
@@ -436,6 +467,7 @@ def gpt_rows(args, work, t_start):
         except (RuntimeError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
             got[name] = {"failed": " ".join(str(e).split()[:40])}
             print(f"gpu_bench: gpt2 {name} failed: {e}", file=sys.stderr)
+        took[name] = time.time() - t_row
     return got
 
 
@@ -496,6 +528,51 @@ def gpu_name(python):
     return r.stdout.strip().split("|") if r.returncode == 0 else ["?", "?"]
 
 
+def write_report(args, gpu, torch_version, models, rounds, rates, ratios, accuracy, failed,
+                 skipped, libtorch_kernels, gpt):
+    """Writes OUT/bench.json and OUT/bench.md from what is measured so far; returns bench.md's
+    lines."""
+
+    def stats(v):
+        if not v:
+            return None
+        return {"median": statistics.median(v), "min": min(v), "max": max(v)}
+
+    result = {"gpu": gpu, "torch": torch_version, "epochs": args.epochs, "rounds": rounds,
+              "batch_size": 64, "rows": []}
+    lines = [f"GPU bench: {gpu}, torch {torch_version}, batch 64, {args.epochs} epoch(s), "
+             f"{rounds} round(s), alternating order.", "",
+             "| model | row | samples/s (median) | min | max | x python loop (min-max) | "
+             "valid accuracy |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for model in models:
+        for name, _, _ in ROWS:
+            r, q = stats(rates[(model, name)]), stats(ratios[(model, name)])
+            acc = accuracy.get((model, name))
+            error = failed.get((model, name))
+            result["rows"].append({"model": model, "row": name, "samples_per_s": r,
+                                   "ratio_to_python_loop": q, "valid_accuracy": acc,
+                                   "failed": error, "skipped": skipped.get((model, name)),
+                                   "libtorch_kernels": (model, name) in libtorch_kernels})
+            if r is None:
+                why = f"failed: {error}" if error else f"skipped: {skipped.get((model, name))}"
+                lines.append(f"| {model} | {name} | {why} | | | | |")
+                continue
+            ratio = "" if q is None else f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})"
+            note = "" if error is None else " (failed in a round)"
+            if (model, name) in libtorch_kernels:
+                note = " (failed; every round's number with WICK_CUDA_DISABLE=all)"
+            lines.append(f"| {model} | {name}{note} | {r['median']:,.0f} | {r['min']:,.0f} | "
+                         f"{r['max']:,.0f} | {ratio} | {'' if acc is None else f'{acc:.4f}'} |")
+    if args.gpt == "on" and gpt:
+        result["gpt2"], gpt_lines = gpt_report(gpt, args, gpu)
+        lines += gpt_lines
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wick", required=True)
@@ -524,32 +601,47 @@ def main():
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="wick-gpu-bench-"))
     os.makedirs(work, exist_ok=True)
     t_start = time.time()
+    gpu, torch_version = gpu_name(args.python)
     models = [m for m in ("mlp", "cnn") if m in args.models.split(",")]
     rates = {(m, name): [] for m in models for name, _, _ in ROWS}
     ratios = {k: [] for k in rates}
     accuracy = {}
     failed = {}  # (model, row) -> the error's last lines
+    skipped = {}  # (model, row) -> why a round ran it not (the budget)
     libtorch_kernels = set()  # (model, row) measured again with WICK_CUDA_DISABLE=all
     gpt = {}  # GPT row -> its result, or failed / skipped
     rounds = 0
+
+    def report():
+        """bench.json and bench.md as they stand: written after each round and after the GPT
+        rows, so that a run cut short still leaves what it measured."""
+        return write_report(args, gpu, torch_version, models, rounds, rates, ratios, accuracy,
+                            failed, skipped, libtorch_kernels, gpt)
+
     for rnd in range(args.rounds):
         t_round = time.time()
         for model in models:
             order = ROWS if rnd % 2 == 0 else list(reversed(ROWS))
             got = {}
             for name, kind, extra in order:
+                left = args.budget_s - (time.time() - t_start)
+                if left < GPT_MIN_ROW_S:
+                    skipped[(model, name)] = f"{max(left, 0):.0f} s of the budget left"
+                    print(f"gpu_bench: {model} {name} skipped: {skipped[(model, name)]}",
+                          file=sys.stderr)
+                    continue
                 try:
                     if kind == "wick":
                         out = os.path.join(work, f"{model}-{extra}-{rnd}")
                         try:
                             # Once failed, a row's later rounds take LibTorch's kernels.
-                            got[name] = wick_row(args, model, extra, out,
+                            got[name] = wick_row(args, model, extra, out, left,
                                                  LIBTORCH_KERNELS if (model, name) in
                                                  libtorch_kernels else OWN_KERNELS)
                         except (RuntimeError, OSError, ValueError, KeyError) as e:
                             # Once more with LibTorch's kernels in place of wick's own: a
                             # number for the row, and whether one of wick's kernels failed.
-                            if (model, name) in libtorch_kernels:
+                            if (model, name) in libtorch_kernels or isinstance(e, OutOfBudget):
                                 raise
                             failed[(model, name)] = " ".join(str(e).split()[:40])
                             print(f"gpu_bench: {model} {name} failed: {e}; again with "
@@ -558,11 +650,13 @@ def main():
                             libtorch_kernels.add((model, name))
                             rates[(model, name)].clear()
                             ratios[(model, name)].clear()
-                            got[name] = wick_row(args, model, extra, out, LIBTORCH_KERNELS)
+                            left = args.budget_s - (time.time() - t_start)
+                            got[name] = wick_row(args, model, extra, out, max(left, 1),
+                                                 LIBTORCH_KERNELS)
                     elif kind == "hand":
-                        got[name] = hand_row(args, model)
+                        got[name] = hand_row(args, model, left)
                     else:
-                        got[name] = peer_row(args, model, kind, extra)
+                        got[name] = peer_row(args, model, kind, extra, left)
                     # As it comes: a run cut short still shows the rows it finished.
                     kernels = " (LibTorch's kernels)" if (model, name) in libtorch_kernels \
                         else ""
@@ -580,51 +674,15 @@ def main():
                     ratios[(model, name)].append(rate / base)
                 accuracy[(model, name)] = acc
         rounds += 1
+        report()
         last = time.time() - t_round  # the MLP/CNN round alone: what another round costs
         if rnd == 0 and args.gpt == "on":
             gpt = gpt_rows(args, work, t_start)
+            report()
         spent = time.time() - t_start
         if spent + last > args.budget_s:
             break
-    gpu, torch_version = gpu_name(args.python)
-
-    def stats(v):
-        if not v:
-            return None
-        return {"median": statistics.median(v), "min": min(v), "max": max(v)}
-
-    result = {"gpu": gpu, "torch": torch_version, "epochs": args.epochs, "rounds": rounds,
-              "batch_size": 64, "rows": []}
-    lines = [f"GPU bench: {gpu}, torch {torch_version}, batch 64, {args.epochs} epoch(s), "
-             f"{rounds} round(s), alternating order.", "",
-             "| model | row | samples/s (median) | min | max | x python loop (min-max) | "
-             "valid accuracy |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for model in models:
-        for name, _, _ in ROWS:
-            r, q = stats(rates[(model, name)]), stats(ratios[(model, name)])
-            acc = accuracy.get((model, name))
-            error = failed.get((model, name))
-            result["rows"].append({"model": model, "row": name, "samples_per_s": r,
-                                   "ratio_to_python_loop": q, "valid_accuracy": acc,
-                                   "failed": error,
-                                   "libtorch_kernels": (model, name) in libtorch_kernels})
-            if r is None:
-                lines.append(f"| {model} | {name} | failed: {error} | | | | |")
-                continue
-            ratio = "" if q is None else f"{q['median']:.2f} ({q['min']:.2f}-{q['max']:.2f})"
-            note = "" if error is None else " (failed in a round)"
-            if (model, name) in libtorch_kernels:
-                note = " (failed; every round's number with WICK_CUDA_DISABLE=all)"
-            lines.append(f"| {model} | {name}{note} | {r['median']:,.0f} | {r['min']:,.0f} | "
-                         f"{r['max']:,.0f} | {ratio} | {'' if acc is None else f'{acc:.4f}'} |")
-    if args.gpt == "on":
-        result["gpt2"], gpt_lines = gpt_report(gpt, args, gpu)
-        lines += gpt_lines
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print("\n".join(report()))
     return 1 if failed or any("failed" in g for g in gpt.values()) else 0
 
 
