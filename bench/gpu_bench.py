@@ -70,8 +70,8 @@ is left of --budget-s (the command is killed past it, the row marked failed, the
 on), a row with under 20 s left is skipped, and "pytorch compile", the baseline of the
 targets, runs last, so that a slow compile costs only its own row. Before it, "wick,
 LibTorch's kernels" and the profiles below run only while they leave the compile row 150 s
-(each taken to last as long as the wick row did), the LibTorch-kernel row always when the
-wick row failed (it is then wick's number). The extra MLP/CNN rounds then go on while they fit.
+(--compile-reserve-s; each taken to last as long as the wick row did), the LibTorch-kernel row
+always when the wick row failed (it is then wick's number). The extra MLP/CNN rounds then go on while they fit.
 
 Before the compile row (--gpt-profile on), where the time goes, into the log (stderr): wick's
 GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
@@ -208,7 +208,6 @@ GPT = {"layers": 12, "heads": 12, "width": 768, "context": 1024, "vocab": 50304}
 GPT_CONFIG = os.path.join(ROOT, "samples", "gpt", "gpt2-124m.toml")
 GPT_TOKENS = 1 << 22
 GPT_MIN_ROW_S = 20  # a row (or profile) is skipped with less of the budget left
-COMPILE_RESERVE_S = 150  # kept for "pytorch compile" (a cold Triton cache) by what precedes it
 GPT_ROWS = [("pytorch", "peer", False), ("wick", "wick", ""),
             ("wick cuda_graph", "wick", "cuda_graph"),
             ("wick, LibTorch's kernels", "wick", "libtorch_kernels"),
@@ -428,7 +427,7 @@ def budget_refusal(left, expected, reserve):
 def gpt_rows(args, work, t_start):
     """The GPT rows, once: row name -> result dict, or {"failed": ...} / {"skipped": ...}.
     "pytorch compile" comes last: a cold compile may take the rest. Before it, the LibTorch-
-    kernel row and the profiles run only while they keep COMPILE_RESERVE_S for it (taken to
+    kernel row and the profiles run only while they keep --compile-reserve-s for it (taken to
     last as long as the wick row did), the row always when the wick row failed: then it is
     wick's number."""
     got, took = {}, {}
@@ -441,7 +440,7 @@ def gpt_rows(args, work, t_start):
                             GPT_TOKENS, GPT["vocab"], 0)
     except OSError as e:
         return {name: {"failed": f"writing the tokens: {e}"} for name, _, _ in GPT_ROWS}
-    reserve = 0 if args.gpt_compile == "off" else COMPILE_RESERVE_S
+    reserve = 0 if args.gpt_compile == "off" else args.compile_reserve_s
     for name, kind, variant in GPT_ROWS:
         if name == "pytorch compile":
             if args.gpt_profile == "on":
@@ -594,6 +593,9 @@ def main():
     ap.add_argument("--gpt-profile", choices=("on", "off"), default="on",
                     help="print where the GPT step's time goes into the log (wick's profiler "
                     "with its kernel table, gpt2.py's kernel table)")
+    ap.add_argument("--compile-reserve-s", type=float, default=150,
+                    help="seconds the rows and profiles before the pytorch compile row leave it "
+                    "(a cold Triton cache)")
     args = ap.parse_args()
     if args.gpt_warmup < 1 or args.gpt_steps < 1 or args.gpt_batch < 1:
         ap.error("--gpt-warmup, --gpt-steps and --gpt-batch must be >= 1")
