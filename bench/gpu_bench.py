@@ -71,7 +71,8 @@ on), a row with under 20 s left is skipped, and "pytorch compile", the baseline 
 targets, runs last, so that a slow compile costs only its own row. Before it, "wick,
 LibTorch's kernels" and the profiles below run only while they leave the compile row 150 s
 (--compile-reserve-s; each taken to last as long as the wick row did), the LibTorch-kernel row
-always when the wick row failed (it is then wick's number). The extra MLP/CNN rounds then go on while they fit.
+always when the wick row failed (it is then wick's number). The extra MLP/CNN rounds then go
+on while they fit.
 
 Before the compile row (--gpt-profile on), where the time goes, into the log (stderr): wick's
 GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
@@ -195,6 +196,7 @@ def hand_row(args, model, timeout):
     return j["samples_per_s"], j.get("valid_accuracy")
 
 
+MIN_ROW_S = 20  # a row (or profile) is skipped with less of the budget left
 ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
         ("wick cuda_graph", "wick", "cuda_graph"), ("wick on device", "wick", "on_device"),
         ("wick cuda_graph on device", "wick", "cuda_graph_on_device"),
@@ -207,7 +209,6 @@ ROWS = [("wick fp32", "wick", "fp32"), ("wick bf16", "wick", "bf16"),
 GPT = {"layers": 12, "heads": 12, "width": 768, "context": 1024, "vocab": 50304}
 GPT_CONFIG = os.path.join(ROOT, "samples", "gpt", "gpt2-124m.toml")
 GPT_TOKENS = 1 << 22
-GPT_MIN_ROW_S = 20  # a row (or profile) is skipped with less of the budget left
 GPT_ROWS = [("pytorch", "peer", False), ("wick", "wick", ""),
             ("wick cuda_graph", "wick", "cuda_graph"),
             ("wick, LibTorch's kernels", "wick", "libtorch_kernels"),
@@ -263,7 +264,8 @@ def run_limited(cmd, timeout, env=OWN_KERNELS):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise OutOfBudget(f"killed after {timeout:.0f} s (the budget's rest)\n{stderr_summary(err)}")
+        raise OutOfBudget(f"killed after {timeout:.0f} s (the budget's rest)\n"
+                          f"{stderr_summary(err)}")
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
@@ -416,7 +418,7 @@ def gpt_profiles(args, work, data, t_start, took, reserve):
 def budget_refusal(left, expected, reserve):
     """Why a step that may take `expected` s (None: not known) is skipped with `left` s of
     the budget, keeping `reserve` s for the compile row; "" to run it."""
-    if left < GPT_MIN_ROW_S:
+    if left < MIN_ROW_S:
         return f"{max(left, 0):.0f} s of the budget left"
     if expected is not None and left - expected < reserve:
         return (f"{left:.0f} s of the budget left, and after it (about {expected:.0f} s) the "
@@ -431,10 +433,9 @@ def gpt_rows(args, work, t_start):
     last as long as the wick row did), the row always when the wick row failed: then it is
     wick's number."""
     got, took = {}, {}
-    left = args.budget_s - (time.time() - t_start)
-    if left < GPT_MIN_ROW_S:
-        return {name: {"skipped": f"{max(left, 0):.0f} s of the budget left"}
-                for name, _, _ in GPT_ROWS}
+    why = budget_refusal(args.budget_s - (time.time() - t_start), None, 0)
+    if why:
+        return {name: {"skipped": why} for name, _, _ in GPT_ROWS}
     try:
         data = write_tokens(os.path.join(work, f"gpt2-tokens-{GPT['vocab']}-{GPT_TOKENS}-0.bin"),
                             GPT_TOKENS, GPT["vocab"], 0)
@@ -449,9 +450,9 @@ def gpt_rows(args, work, t_start):
                 got[name] = {"skipped": "--gpt-compile off"}
                 continue
         left = args.budget_s - (time.time() - t_start)
-        why = budget_refusal(left, None, 0)
-        if variant == "libtorch_kernels" and "failed" not in got.get("wick", {}):
-            why = budget_refusal(left, took.get("wick"), reserve)
+        # Only the LibTorch-kernel row keeps the compile row's reserve, and not as wick's number.
+        keeps = variant == "libtorch_kernels" and "failed" not in got.get("wick", {})
+        why = budget_refusal(left, took.get("wick") if keeps else None, reserve)
         if why:
             got[name] = {"skipped": why}
             print(f"gpu_bench: gpt2 {name} skipped: {why}", file=sys.stderr)
@@ -627,10 +628,10 @@ def main():
             got = {}
             for name, kind, extra in order:
                 left = args.budget_s - (time.time() - t_start)
-                if left < GPT_MIN_ROW_S:
-                    skipped[(model, name)] = f"{max(left, 0):.0f} s of the budget left"
-                    print(f"gpu_bench: {model} {name} skipped: {skipped[(model, name)]}",
-                          file=sys.stderr)
+                why = budget_refusal(left, None, 0)
+                if why:
+                    skipped[(model, name)] = why
+                    print(f"gpu_bench: {model} {name} skipped: {why}", file=sys.stderr)
                     continue
                 try:
                     if kind == "wick":

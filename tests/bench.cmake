@@ -18,6 +18,5 @@ endif()
 if(NOT WICK_SANITIZE_SUBSET)
   add_test(NAME gpu_bench_plan
            COMMAND ${WICK_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/gpu_bench/test_gpu_bench.py)
-  set_tests_properties(gpu_bench_plan
-                       PROPERTIES LABELS "unit" TIMEOUT 120)
+  set_tests_properties(gpu_bench_plan PROPERTIES LABELS "unit" TIMEOUT 120)
 endif()

@@ -21,7 +21,7 @@ def bench(tmp, *extra, fail=()):
     """gpu_bench.py on the stand-ins, one round; (exit code, the calls, bench.json, bench.md)."""
     out, log = os.path.join(tmp, "out"), os.path.join(tmp, "calls.log")
     os.makedirs(out)
-    env = {**os.environ, "STUB_LOG": log, "STUB_FAIL": ",".join(fail)}
+    env = {**os.environ, "STAND_IN_LOG": log, "STAND_IN_FAIL": ",".join(fail)}
     r = subprocess.run([sys.executable, BENCH, "--wick", os.path.join(HERE, "wick"), "--python",
                         os.path.join(HERE, "python"), "--out", out, "--work",
                         os.path.join(tmp, "work"), "--rounds", "1", "--budget-s", "300", *extra],
