@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <numeric>
 
@@ -26,9 +27,11 @@
 #include <wick/task.hpp>
 #include <wick/trainer.hpp>
 
+#include "cuda/own_kernels.hpp"
 #include "in_process.hpp"
 #include "ops/gelu_mlp.hpp"
 #include "ops/linear.hpp"
+#include "optim/bf16_copies.hpp"
 #include "support.hpp"
 
 using namespace wick;
@@ -514,6 +517,79 @@ TEST_CASE("wick::linear's autograd function: the product and its gradients in th
   const auto g = torch::autograd::grad({wick::linear(xg, w, b).pow(2).sum()}, {xg}, {}, {},
                                        /*create_graph=*/true);
   CHECK(g[0].requires_grad());
+}
+
+// The registry between fused Adam's CUDA kernel, which writes the copies, and the products,
+// which read them (optim/bf16_copies.hpp), here on CPU tensors with the test writing each copy
+// as the kernel would: the products read it while it holds the weight's value, and a cast once
+// anything else changed the weight.
+TEST_CASE("bf16 copies of the weights serve the products only while they hold the weights' values",
+          "[algorithms]") {
+  namespace copies = wick::bf16_copies;
+  wick::cuda::set_hidden_own_kernels(0);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(10);
+  const auto x = torch::randn({4, 16}, gen);
+  auto w = torch::randn({8, 16}, gen).requires_grad_();
+  const auto b = torch::randn({8}, gen);
+  // As the kernel after an update: the copy holds the weight, rounded, written through its
+  // pointer (which moves no version counter on, as copy_ would).
+  const auto step = [&](at::Tensor& p, const at::Tensor& value) {
+    auto c = copies::to_write(p);
+    REQUIRE(c.defined());
+    REQUIRE(value.is_contiguous());
+    std::memcpy(c.data_ptr(), value.data_ptr(), value.nbytes());
+    copies::written(p);
+    return c;
+  };
+  const auto served = copies::served();
+  // Not asked for yet: a cast, and no copy to write.
+  CHECK_FALSE(copies::to_write(w).defined());
+  CHECK(torch::equal(copies::of(w), w.to(torch::kBFloat16)));
+  CHECK(copies::served() == served);
+  // Asked for: the next step writes one, and the products read it. (Zeros here, to tell the
+  // copy from a cast: x 0^T + b is the bias.)
+  const auto c = step(w, torch::zeros({8, 16}, torch::kBFloat16));
+  const auto y = linear_in(torch::kBFloat16, x, w, b);
+  CHECK(copies::served() == served + 1);
+  CHECK(torch::equal(y, b.to(torch::kBFloat16).expand({4, 8})));
+  step(w, w.detach().to(torch::kBFloat16));
+  CHECK(copies::of(w).data_ptr() == c.data_ptr());  // the same copy, step after step
+  CHECK(copies::served() == served + 2);
+  // A step that writes the copy again fails a backward through a product that read it before.
+  auto xg = x.clone().requires_grad_();
+  const auto before = linear_in(torch::kBFloat16, xg, w, b);
+  step(w, w.detach().to(torch::kBFloat16));
+  CHECK_THROWS_WITH(before.sum().backward(), Contains("modified by an inplace operation"));
+  // Changed in place by anything else (a restore, SAM, an EMA swap): a cast of the new values.
+  {
+    torch::NoGradGuard no_grad;
+    w.mul_(0.5);
+  }
+  const auto now = copies::served();
+  CHECK(copies::of(w).data_ptr() != c.data_ptr());
+  CHECK(torch::equal(copies::of(w), w.to(torch::kBFloat16)));
+  CHECK(copies::served() == now);
+  step(w, w.detach().to(torch::kBFloat16));
+  CHECK(copies::of(w).data_ptr() == c.data_ptr());
+  // Given other storage (zero3 gathers, set_data): a cast.
+  w.set_data(torch::randn({8, 16}, gen));
+  CHECK(copies::of(w).data_ptr() != c.data_ptr());
+  CHECK(torch::equal(copies::of(w), w.to(torch::kBFloat16)));
+  // WICK_CUDA_DISABLE=bf16_copies: the products cast.
+  step(w, torch::zeros({8, 16}, torch::kBFloat16));
+  wick::cuda::set_hidden_own_kernels(1u
+                                     << static_cast<unsigned>(wick::cuda::OwnKernel::bf16_copies));
+  CHECK(rel(linear_in(torch::kBFloat16, x, w, b), at::linear(x, w, b).to(torch::kDouble)) < 2e-2);
+  wick::cuda::set_hidden_own_kernels(0);
+  CHECK(torch::equal(linear_in(torch::kBFloat16, x, w, b), b.to(torch::kBFloat16).expand({4, 8})));
+  // No copy of what is not a float parameter: a bf16 tensor is itself, a view or a result is
+  // cast.
+  const auto h = torch::randn({8, 16}, gen).to(torch::kBFloat16);
+  CHECK(copies::of(h).data_ptr() == h.data_ptr());
+  const auto view = w.t();
+  CHECK_FALSE(copies::of(view).is_same(c));
+  CHECK_FALSE(copies::to_write(view).defined());
+  CHECK_FALSE(copies::to_write(w * 2).defined());
 }
 
 namespace {

@@ -28,6 +28,7 @@
 
 #include "cuda/cuda_support.hpp"
 #include "cuda/own_kernels.hpp"
+#include "optim/bf16_copies.hpp"
 #endif
 
 #include <wick/activations.hpp>
@@ -126,6 +127,14 @@ OptimizerOptions adam(double lr, bool fused) {
   a.kind = OptimizerKind::adam;
   a.lr = lr;
   a.fused = fused;
+  return a;
+}
+// Fused AdamW, weight decay 0.1.
+OptimizerOptions adamw(double lr) {
+  OptimizerOptions a = adam(lr, true);
+  a.kind = OptimizerKind::adamw;
+  a.weight_decay = 0.1;
+  a.weight_decay_set = true;
   return a;
 }
 
@@ -297,7 +306,9 @@ TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's for
   // length mod 4, and empty; Adam's L2 decay on some, AdamW's shrink on others, each tensor's
   // own betas, step and eps. Each array sits in a buffer of sentinels, at its start (16-byte
   // aligned) or one float in: none, all four, or one of them misaligned, which must send the
-  // tensor element by element. Nothing outside the arrays may change.
+  // tensor element by element. Nothing outside the arrays may change. Two tensors in three
+  // write a bf16 copy, at its buffer's start or one value in (element by element again): the
+  // updated p cast to bf16, bit for bit.
   const std::int64_t sizes[] = {1, 3, 4, 5, 8191, 8192, 8193, 20000, 70001, 0};
   struct Scalars {
     float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
@@ -313,6 +324,7 @@ TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's for
   constexpr float kSentinel = 7.0f;
   std::vector<cuda::AdamUpdate> updates;
   std::vector<at::Tensor> buffers;            // 4 per tensor: the arrays' whole buffers
+  std::vector<at::Tensor> copy_buffers;       // the copies' whole buffers
   std::vector<std::vector<at::Tensor>> want;  // p, m, v after the step, in double
   for (int i = 0; i < 95; ++i) {
     const std::int64_t n = sizes[i % 10];
@@ -334,8 +346,14 @@ TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's for
       dev.push_back(buffers.back().slice(0, off, off + n));
       dev.back().copy_(host[k]);
     }
+    at::Tensor copy;
+    if (i % 3 != 1) {
+      const std::int64_t off = i % 4 == 3 ? 1 : 0;
+      copy_buffers.push_back(torch::full({n + 8}, kSentinel, torch::kCUDA).to(torch::kBFloat16));
+      copy = copy_buffers.back().slice(0, off, off + n);
+    }
     updates.push_back({dev[0], dev[1], dev[2], dev[3], a.beta1, a.beta2, a.step_size, a.bc2_sqrt,
-                       a.eps, a.decay, a.shrink});
+                       a.eps, a.decay, a.shrink, copy});
     const auto d = [](const at::Tensor& t) { return t.to(torch::kDouble); };
     want.push_back(step({d(host[0]), d(host[2]), d(host[3])}, d(host[1]), a));
     // Tensors 94 and 7 listed a second time, last (tied weights): updated twice, in order,
@@ -366,7 +384,17 @@ TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's for
       const auto outside = at::cat({buffer.slice(0, 0, off), buffer.slice(0, off + array.numel())});
       CHECK((outside == kSentinel).all().item<bool>());
     }
+    if (updates[i].copy.defined())
+      CHECK(torch::equal(updates[i].copy, updates[i].p.to(torch::kBFloat16)));
   }
+  std::int64_t copied = 0;
+  for (const auto& b : copy_buffers) copied += (b != kSentinel).sum().item<std::int64_t>();
+  std::int64_t want_copied = 0;
+  for (std::size_t i = 0; i < 95; ++i)
+    if (updates[i].copy.defined()) want_copied += updates[i].copy.numel();
+  // Nothing written around the copies (an updated value of about 7 would count as unwritten:
+  // randn gives none).
+  CHECK(copied == want_copied);
 #endif
 }
 
@@ -818,11 +846,7 @@ TEST_CASE(
   auto task = std::make_shared<Linear>();
   auto fit = [&](unsigned hidden) {
     wick::cuda::set_hidden_own_kernels(hidden);
-    OptimizerOptions a = adam(0.05, true);
-    a.kind = OptimizerKind::adamw;
-    a.weight_decay = 0.1;
-    a.weight_decay_set = true;
-    Trainer t(on_gpu(2), task, a);
+    Trainer t(on_gpu(2), task, adamw(0.05));
     const auto p0 = cpu_params(t);
     REQUIRE(t.fit().status == FitResult::Status::completed);
     wick::cuda::set_hidden_own_kernels(0);
@@ -832,6 +856,72 @@ TEST_CASE(
   CHECK(max_diff(own.first, lib.first) == 0);
   CHECK(max_diff(own.second, lib.second) < 1e-5);
   CHECK(max_diff(own.second, own.first) > 1e-2);  // it trained
+#endif
+}
+
+#ifdef WICK_TEST_CUDA
+namespace {
+
+// Linear's data through gelu_mlp and wick::linear under bf16 autocast, as samples/gpt's block
+// runs them: six float parameters whose bf16 copies fused Adam writes.
+class MlpTask : public Linear {
+ public:
+  std::shared_ptr<torch::nn::Module> model() override {
+    auto m = std::make_shared<torch::nn::Module>();
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(37);
+    const auto param = [&](const char* name, std::vector<std::int64_t> shape, double scale) {
+      return m->register_parameter(name, torch::randn(shape, gen) * scale);
+    };
+    w1_ = param("w1", {32, 8}, 0.3);
+    b1_ = param("b1", {32}, 0.1);
+    w2_ = param("w2", {16, 32}, 0.2);
+    b2_ = param("b2", {16}, 0.1);
+    w3_ = param("w3", {2, 16}, 0.2);
+    b3_ = param("b3", {2}, 0.1);
+    return m;
+  }
+  at::Tensor forward(Context&, const Batch& b) override {
+    const AutocastScope bf16(c10::DeviceType::CUDA, at::kBFloat16);
+    return wick::linear(wick::gelu_mlp(b.input, w1_, b1_, w2_, b2_), w3_, b3_).to(at::kFloat);
+  }
+
+ private:
+  at::Tensor w1_, b1_, w2_, b2_, w3_, b3_;
+};
+
+}  // namespace
+#endif
+
+TEST_CASE("fused AdamW's bf16 copies of the weights: read by the products, the same training",
+          "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  // The copies are the casts bit for bit, so training with them is training without them; the
+  // count of products that read one tells that they were read: each step's six but the first's
+  // (no step has written them yet).
+  auto task = std::make_shared<MlpTask>();
+  auto fit = [&](unsigned hidden) {
+    wick::cuda::set_hidden_own_kernels(hidden);
+    Trainer t(on_gpu(2), task, adamw(0.01));
+    auto guard = std::make_shared<NoSyncInSteps>();
+    t.add_hook(entry(guard, "no_sync", 0));
+    const auto p0 = cpu_params(t);
+    const auto served = bf16_copies::served();
+    const auto res = t.fit();
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    wick::cuda::set_hidden_own_kernels(0);
+    INFO(res.error);
+    REQUIRE(res.status == FitResult::Status::completed);
+    REQUIRE(guard->steps == 32);
+    return std::make_tuple(p0, cpu_params(t), bf16_copies::served() - served);
+  };
+  const auto [p0, with_copies, read] = fit(0);
+  const auto [p0_cast, cast, read_cast] = fit(hide_bit(wick::cuda::OwnKernel::bf16_copies));
+  CHECK(read == 6 * 31);
+  CHECK(read_cast == 0);
+  CHECK(max_diff(p0, p0_cast) == 0);
+  CHECK(max_diff(with_copies, cast) == 0);
+  CHECK(max_diff(with_copies, p0) > 1e-2);  // it trained
 #endif
 }
 

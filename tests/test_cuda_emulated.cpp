@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -272,6 +273,13 @@ void adam_reference(const wick::cuda::AdamTensor& t, AdamValue& x, double g) {
   x.p = x.p * t.shrink - step;
 }
 
+// A finite float rounded to bf16's nearest (ties to even), as its bits.
+std::uint16_t bf16_nearest(float f) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 }  // namespace
 
 TEST_CASE("The batched Adam kernel, emulated, updates every tensor as a reference in double",
@@ -279,21 +287,28 @@ TEST_CASE("The batched Adam kernel, emulated, updates every tensor as a referenc
   std::mt19937 gen(3);
   // 45 tensors (two launches of up to 40), of every size about a chunk (8192) and a vector
   // (4), some a float off 16 bytes (the element-wise path), with Adam's L2 decay and AdamW's
-  // shrink; the last is the first again (tied weights: updated twice, in order).
+  // shrink; the last is the first again (tied weights: updated twice, in order). Two in three
+  // write a bf16 copy, some of those a value off 8 bytes (the element-wise path again).
   const std::vector<std::int64_t> sizes = {20003, 1,    3,    4,     5, 4096, 8191, 8192,
                                            8193,  8196, 9000, 16384, 0, 7,    64};
   struct Tensor {
     std::vector<float> p, g, m, v;
-    std::size_t offset;  // floats into the storage: 0 aligned, 1 not
+    std::size_t offset;               // floats into the storage: 0 aligned, 1 not
+    std::vector<std::uint16_t> copy;  // empty: none written
+    std::size_t copy_offset;          // values into the copy: 0 aligned, 1 not
   };
+  constexpr std::uint16_t kUnwritten = 0xabcd;
   std::vector<Tensor> store;
   std::vector<wick::cuda::AdamTensor> args;
   for (int k = 0; k < 45; ++k) {
     const std::int64_t n = sizes[k % sizes.size()];
     const std::size_t offset = k % 3 == 2 ? 1 : 0;
     const auto size = static_cast<std::size_t>(n) + offset + 4;
+    const bool copy = k % 3 != 1;
+    const std::size_t copy_offset = k % 5 == 3 ? 1 : 0;
     store.push_back({floats(size, gen, 1.f), floats(size, gen, 0.1f), floats(size, gen, 0.01f),
-                     floats(size, gen, 0.001f), offset});
+                     floats(size, gen, 0.001f), offset,
+                     std::vector<std::uint16_t>(copy ? size + 1 : 0, kUnwritten), copy_offset});
     for (auto& v : store.back().v) v = std::abs(v);
   }
   for (int k = 0; k < 45; ++k) {
@@ -301,7 +316,8 @@ TEST_CASE("The batched Adam kernel, emulated, updates every tensor as a referenc
     const float decay = k % 4 == 1 ? 0.01f : 0.f, shrink = k % 4 == 2 ? 1 - 1e-3f * 0.1f : 1.f;
     args.push_back({t.p.data() + t.offset, t.g.data() + t.offset, t.m.data() + t.offset,
                     t.v.data() + t.offset, sizes[k % sizes.size()], 0.9f, 0.999f, 1e-3f / 0.1f,
-                    std::sqrt(1 - 0.999f), 1e-8f, decay, shrink});
+                    std::sqrt(1 - 0.999f), 1e-8f, decay, shrink,
+                    t.copy.empty() ? nullptr : t.copy.data() + t.copy_offset});
   }
   args.push_back(args.front());
   // Their values before, in double, updated as the kernel should.
@@ -334,6 +350,21 @@ TEST_CASE("The batched Adam kernel, emulated, updates every tensor as a referenc
     }
   INFO(bad << " of " << checked << " values differ");
   CHECK(bad == 0);
+  // Each copy is its tensor's updated values rounded, bit for bit; nothing around it written.
+  std::size_t bad_copies = 0, copies = 0;
+  for (std::size_t k = 0; k < store.size(); ++k) {
+    const auto& t = store[k];
+    const auto n = static_cast<std::size_t>(sizes[k % sizes.size()]);
+    for (std::size_t e = 0; e < t.copy.size(); ++e) {
+      const bool inside = e >= t.copy_offset && e < t.copy_offset + n;
+      const auto want = inside ? bf16_nearest(t.p[t.offset + e - t.copy_offset]) : kUnwritten;
+      bad_copies += t.copy[e] != want;
+      copies += inside;
+    }
+  }
+  INFO(bad_copies << " of the copies' values differ");
+  CHECK(copies > 50000);
+  CHECK(bad_copies == 0);
 }
 
 TEST_CASE("The cross-entropy kernels, emulated, match a reference in double", "[cuda-emulated]") {

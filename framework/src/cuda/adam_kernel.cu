@@ -1,6 +1,7 @@
 // Adam on the GPU, many tensors per launch: each block updates one chunk of one tensor, each
 // element's parameter, gradient and moments read once and written once, as fused_adam.cpp
 // does on the CPU, with the same formulas in the same order.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,6 +34,10 @@ __device__ __forceinline__ void update(const AdamTensor& t, float& p, float g, f
   p = p * t.shrink - t.step_size * m / (sqrtf(v) / t.bc2_sqrt + t.eps);
 }
 
+__device__ __forceinline__ std::uint16_t bf16_bits(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
 __global__ void adam_kernel(const Batch b) {
   const std::int64_t block = blockIdx.x;
   int i = 0;
@@ -41,10 +46,13 @@ __global__ void adam_kernel(const Batch b) {
   const std::int64_t begin = (block - b.first_block[i]) * kChunk;
   const std::int64_t end = begin + kChunk < t.n ? begin + kChunk : t.n;
   // 16 bytes at a time where all four arrays allow it (a chunk starts a multiple of 4 floats
-  // into its tensor), then the chunk's tail element by element.
+  // into its tensor) and the copy's 8, then the chunk's tail element by element.
   std::int64_t j = begin;
-  const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-  if (aligned(t.p) && aligned(t.g) && aligned(t.m) && aligned(t.v)) {
+  const auto aligned = [](const void* q, unsigned bytes) {
+    return reinterpret_cast<std::uintptr_t>(q) % bytes == 0;
+  };
+  if (aligned(t.p, 16) && aligned(t.g, 16) && aligned(t.m, 16) && aligned(t.v, 16) &&
+      aligned(t.copy, 8)) {
     const std::int64_t vec_end = begin + (end - begin) / 4 * 4;
     for (std::int64_t k = begin + 4 * threadIdx.x; k < vec_end; k += 4 * kThreads) {
       float4 p = *reinterpret_cast<const float4*>(t.p + k);
@@ -58,6 +66,9 @@ __global__ void adam_kernel(const Batch b) {
       *reinterpret_cast<float4*>(t.p + k) = p;
       *reinterpret_cast<float4*>(t.m + k) = m;
       *reinterpret_cast<float4*>(t.v + k) = v;
+      if (t.copy)
+        *reinterpret_cast<ushort4*>(t.copy + k) =
+            ushort4{bf16_bits(p.x), bf16_bits(p.y), bf16_bits(p.z), bf16_bits(p.w)};
     }
     j = vec_end;
   }
@@ -67,6 +78,7 @@ __global__ void adam_kernel(const Batch b) {
     t.p[k] = p;
     t.m[k] = m;
     t.v[k] = v;
+    if (t.copy) t.copy[k] = bf16_bits(p);
   }
 }
 

@@ -8,7 +8,8 @@
 namespace wick::cuda {
 
 // One tensor's update: adam_pass's arguments (decay: Adam's L2 term; shrink: AdamW's
-// 1 - lr * weight_decay, else 1).
+// 1 - lr * weight_decay, else 1), and where copy is not null, the updated p rounded to bf16
+// (to nearest even, as a cast: bits) written there too (optim/bf16_copies.hpp).
 struct AdamTensor {
   float* p;
   const float* g;
@@ -16,6 +17,7 @@ struct AdamTensor {
   float* v;
   std::int64_t n;
   float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
+  std::uint16_t* copy;
 };
 
 // Launches the updates of `count` tensors on `stream` (a cudaStream_t), in order, up to 40

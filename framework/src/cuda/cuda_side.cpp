@@ -83,9 +83,16 @@ void adam_steps(const std::vector<AdamUpdate>& updates) {
           throw std::logic_error(
               "cuda::adam_steps: every tensor must be a contiguous float32 tensor "
               "of the parameter's size on its GPU");
+      const auto& c = u.copy;
+      if (c.defined() && (!c.is_cuda() || c.scalar_type() != at::kBFloat16 || !c.is_contiguous() ||
+                          c.device() != device || c.numel() != u.p.numel()))
+        throw std::logic_error(
+            "cuda::adam_steps: a copy must be a contiguous bf16 tensor of the parameter's size "
+            "on its GPU");
       batch.push_back({u.p.data_ptr<float>(), u.g.data_ptr<float>(), u.m.data_ptr<float>(),
                        u.v.data_ptr<float>(), u.p.numel(), u.beta1, u.beta2, u.step_size,
-                       u.bc2_sqrt, u.eps, u.decay, u.shrink});
+                       u.bc2_sqrt, u.eps, u.decay, u.shrink,
+                       c.defined() ? static_cast<std::uint16_t*>(c.data_ptr()) : nullptr});
     }
     const c10::cuda::CUDAGuard guard(device);
     launch_adam(batch.data(), batch.size(), c10::cuda::getCurrentCUDAStream().stream());

@@ -51,10 +51,12 @@ at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 // One Adam step of a contiguous float32 CUDA parameter p (updated in place with its moments m
 // and v, from its gradient g): the formulas of fused_adam.cpp's CPU pass (decay > 0: L2 weight
 // decay added to the gradient; shrink != 1: AdamW's decoupled decay, the parameter scaled
-// first).
+// first). Where copy is defined (contiguous bf16 of p's size on its GPU), the updated p
+// rounded to bf16 is written there too (optim/bf16_copies.hpp).
 struct AdamUpdate {
   at::Tensor p, g, m, v;
   float beta1, beta2, step_size, bc2_sqrt, eps, decay, shrink;
+  at::Tensor copy;
 };
 
 // The updates on the current streams of their GPUs, in order, a few kernels for them all (one

@@ -20,9 +20,11 @@ namespace wick::cuda {
 //                  at::linear
 //   linear         wick::linear's function (float gradients from bf16 products): at::linear
 //   adam           fused Adam's multi-tensor kernel: torch::optim's tensor operations
-enum class OwnKernel : unsigned { layer_norm, cross_entropy, gelu_mlp, linear, adam };
+//   bf16_copies    the bf16 copies of the weights that kernel writes (optim/bf16_copies.hpp):
+//                  wick::linear and gelu_mlp cast each weight on every forward
+enum class OwnKernel : unsigned { layer_norm, cross_entropy, gelu_mlp, linear, adam, bf16_copies };
 inline constexpr const char* kOwnKernelNames[] = {"layer_norm", "cross_entropy", "gelu_mlp",
-                                                  "linear", "adam"};
+                                                  "linear",     "adam",          "bf16_copies"};
 inline constexpr std::size_t kOwnKernels = std::size(kOwnKernelNames);
 
 // A WICK_CUDA_DISABLE value (names separated by commas, "all" for every one; spaces around a

@@ -4,8 +4,10 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "cuda/own_kernels.hpp"
 #include "ops/autocast.hpp"
 #include "ops/cpu_data.hpp"
+#include "optim/bf16_copies.hpp"
 #include "wick/hardware.hpp"
 #include "wick/run.hpp"
 #include "wick/torch_compat.hpp"
@@ -26,6 +28,12 @@ bool takes_bf16_products(const at::Tensor& x, std::initializer_list<const at::Te
     if (p->defined() && !takes(*p)) return false;
   // Another autocast type would cast bf16 tensors to it for the products.
   return bf16_autocast(at::kCUDA) || (all_bf16 && !compat::autocast_enabled(at::kCUDA));
+}
+
+at::Tensor param_as(const at::Tensor& p, at::ScalarType type) {
+  if (type == at::kBFloat16 && !cuda::hidden(cuda::OwnKernel::bf16_copies))
+    return bf16_copies::of(p);
+  return p.to(type);
 }
 
 at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType type) {

@@ -16,6 +16,11 @@ namespace wick {
 // undefined parameter (an absent bias) is left out.
 bool takes_bf16_products(const at::Tensor& x, std::initializer_list<const at::Tensor*> params);
 
+// A parameter in the products' type: in bf16 the copy fused Adam's kernel keeps of a float
+// parameter where it holds the parameter's value (optim/bf16_copies.hpp; not with
+// WICK_CUDA_DISABLE=bf16_copies), else a cast, the same values.
+at::Tensor param_as(const at::Tensor& p, at::ScalarType type);
+
 // a [m, k] times b [k, n], the result in `type`. On a GPU of compute capability 8.0 or newer
 // with LibTorch 2.8 or newer, a bf16 product with a float result writes its float sums directly
 // (LibTorch's mm with an out_dtype: each value rounded once, and no cast); elsewhere the

@@ -28,15 +28,15 @@ class GeluMlp : public ag::Function<GeluMlp> {
                             const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2,
                             at::ScalarType type) {
     const auto x2 = x.reshape({-1, x.size(-1)}).to(type).contiguous();
-    const auto w1c = w1.to(type).contiguous(), w2c = w2.to(type).contiguous();
-    const auto b1c = b1.to(type).contiguous();
+    const auto w1c = param_as(w1, type).contiguous(), w2c = param_as(w2, type).contiguous();
+    const auto b1c = param_as(b1, type).contiguous();
     auto pre = at::empty({x2.size(0), w1c.size(0)}, x2.options());
     auto h = at::empty_like(pre);
     if (!x2.is_cuda() || !cuda::gelu_gemm_forward(x2, w1c, b1c, h, pre)) {
       at::addmm_out(pre, b1c, x2, w1c.t());
       h = at::gelu(pre, "tanh");
     }
-    const auto y = at::addmm(b2.to(type), h, w2c.t());
+    const auto y = at::addmm(param_as(b2, type), h, w2c.t());
     ctx->save_for_backward({x2, w1c, w2c, pre, h});
     std::vector<std::int64_t> types;
     for (const auto* t : {&x, &w1, &b1, &w2, &b2})

@@ -25,10 +25,10 @@ class Bf16Linear : public ag::Function<Bf16Linear> {
   static at::Tensor forward(ag::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const c10::optional<at::Tensor>& b, at::ScalarType type) {
     const auto x2 = x.reshape({-1, x.size(-1)}).to(type);
-    const auto wc = w.to(type);
+    const auto wc = param_as(w, type);
     // The bias in the product's epilogue, as at::linear adds it.
     const bool bias = b.has_value();
-    const auto y = bias ? at::addmm(b->to(type), x2, wc.t()) : at::mm(x2, wc.t());
+    const auto y = bias ? at::addmm(param_as(*b, type), x2, wc.t()) : at::mm(x2, wc.t());
     ctx->save_for_backward({x2, wc});
     ctx->saved_data["x_type"] = static_cast<std::int64_t>(x.scalar_type());
     ctx->saved_data["w_type"] = static_cast<std::int64_t>(w.scalar_type());

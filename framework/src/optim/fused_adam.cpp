@@ -5,8 +5,10 @@
 // dispatch. On a small model on one thread the optimizer step is a quarter of a training step
 // (the Fashion-MNIST MLP: 0.41 ms); fused, it takes 0.08 ms. Results differ from torch::optim's
 // by float rounding only. Contiguous float32 CUDA parameters get the same pass in CUDA kernels
-// of up to 40 tensors each (cuda/adam_kernel.cu): GPT-2's 148 in 4 launches. Other parameters
-// (another dtype, not contiguous, amsgrad) take the same formulas as tensor operations.
+// of up to 40 tensors each (cuda/adam_kernel.cu): GPT-2's 148 in 4 launches, writing the
+// bf16 copies that wick::linear and gelu_mlp asked for (optim/bf16_copies.hpp) as they go.
+// Other parameters (another dtype, not contiguous, amsgrad) take the same formulas as tensor
+// operations.
 #include "optim/fused_adam.hpp"
 
 #include <wick/torch_compat.hpp>
@@ -14,6 +16,7 @@
 #include "cuda/cuda_support.hpp"
 #include "cuda/own_kernels.hpp"
 #include "optim/adam_pass.hpp"
+#include "optim/bf16_copies.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -47,6 +50,13 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
     loss = closure();
   }
   std::vector<cuda::AdamUpdate> on_gpu;  // CUDA parameters, updated together
+  const bool copies = !cuda::hidden(cuda::OwnKernel::bf16_copies);
+  const auto update_on_gpu = [&] {
+    cuda::adam_steps(on_gpu);
+    for (const auto& u : on_gpu)
+      if (u.copy.defined()) bf16_copies::written(u.p);
+    on_gpu.clear();
+  };
   for (auto& group : param_groups) {
     const auto& o = static_cast<const Options&>(group.options());
     for (auto& p : group.params()) {
@@ -88,15 +98,13 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
         on_gpu.push_back({p, g, m, v, static_cast<float>(beta1), static_cast<float>(beta2),
                           static_cast<float>(step_size), static_cast<float>(std::sqrt(bc2)),
                           static_cast<float>(o.eps()), static_cast<float>(wd),
-                          static_cast<float>(shrink)});
+                          static_cast<float>(shrink),
+                          copies ? bf16_copies::to_write(p) : at::Tensor()});
         continue;
       }
       // torch::optim's own operations, after the queued kernels: a tensor listed twice (tied
       // weights) is updated in the order listed.
-      if (!on_gpu.empty()) {
-        cuda::adam_steps(on_gpu);
-        on_gpu.clear();
-      }
+      if (!on_gpu.empty()) update_on_gpu();
       if (shrink != 1) p.mul_(shrink);
       auto grad = wd != 0 ? g.add(p, wd) : g;
       m.mul_(beta1).add_(grad, 1 - beta1);
@@ -112,7 +120,7 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
       p.addcdiv_(m, denom, -step_size);
     }
   }
-  if (!on_gpu.empty()) cuda::adam_steps(on_gpu);
+  if (!on_gpu.empty()) update_on_gpu();
   return loss;
 }
 

@@ -1,0 +1,105 @@
+// optim/bf16_copies.hpp: the copies, kept per parameter by its TensorImpl.
+#include "optim/bf16_copies.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iterator>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+namespace wick::bf16_copies {
+namespace {
+
+struct Copy {
+  explicit Copy(c10::weak_intrusive_ptr<c10::TensorImpl> p) : param(std::move(p)) {}
+  // The parameter, not kept alive by its copy: a dead one's entry goes at the next new entry.
+  c10::weak_intrusive_ptr<c10::TensorImpl> param;
+  at::Tensor copy;    // defined once a step of fused Adam was asked for it
+  bool held = false;  // copy holds the parameter as it was at `version`, `data` and `numel`
+  std::uint32_t version = 0;
+  const void* data = nullptr;
+  std::int64_t numel = 0;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const c10::TensorImpl*, Copy> copies;
+  std::atomic<std::int64_t> served{0};
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// p's entry, where it has one (not one of a dead tensor at the same address). Under the mutex.
+Copy* find(Registry& r, const at::Tensor& p) {
+  const auto it = r.copies.find(p.unsafeGetTensorImpl());
+  if (it == r.copies.end() || it->second.param.lock().get() != p.unsafeGetTensorImpl())
+    return nullptr;
+  return &it->second;
+}
+
+bool takes_copy(const at::Tensor& p) {
+  return p.defined() && p.scalar_type() == at::kFloat && p.is_leaf() && p.is_contiguous();
+}
+
+}  // namespace
+
+at::Tensor of(const at::Tensor& p) {
+  if (p.scalar_type() == at::kBFloat16) return p;
+  if (!takes_copy(p)) return p.to(at::kBFloat16);
+  auto& r = registry();
+  {
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    if (Copy* c = find(r, p)) {
+      if (c->held && c->version == p._version() && c->data == p.data_ptr() &&
+          c->numel == p.numel()) {
+        r.served.fetch_add(1, std::memory_order_relaxed);
+        return c->copy;
+      }
+    } else {
+      for (auto it = r.copies.begin(); it != r.copies.end();)
+        it = it->second.param.expired() ? r.copies.erase(it) : std::next(it);
+      r.copies.insert_or_assign(
+          p.unsafeGetTensorImpl(),
+          Copy(c10::weak_intrusive_ptr<c10::TensorImpl>(p.getIntrusivePtr())));
+    }
+  }
+  return p.to(at::kBFloat16);
+}
+
+at::Tensor to_write(const at::Tensor& p) {
+  if (!takes_copy(p)) return {};
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  Copy* c = find(r, p);
+  if (!c) return {};
+  c->held = false;
+  if (!c->copy.defined() || c->copy.sizes() != p.sizes() || c->copy.device() != p.device())
+    c->copy = at::empty(p.sizes(), p.options().dtype(at::kBFloat16));
+  return c->copy;
+}
+
+void written(const at::Tensor& p) {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  Copy* c = find(r, p);
+  if (!c || !c->copy.defined()) return;
+  c->held = true;
+  c->version = p._version();
+  c->data = p.data_ptr();
+  c->numel = p.numel();
+  c->copy.unsafeGetTensorImpl()->bump_version();
+}
+
+std::int64_t served() {
+  return registry().served.load(std::memory_order_relaxed);
+}
+
+}  // namespace wick::bf16_copies
