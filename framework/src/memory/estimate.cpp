@@ -78,7 +78,9 @@ std::string memory_estimate_markdown(const torch::nn::Module& model,
   }
   out +=
       "mixed_precision (autocast, bf16 or fp16) keeps parameters, gradients and optimizer state "
-      "in float32: the first table holds; it shrinks activations. ddp adds flat gradient "
+      "in float32: the first table holds; it shrinks activations (on a GPU in bf16, fused "
+      "Adam adds a bf16 copy of each weight wick::linear or gelu_mlp reads: 2 bytes an "
+      "element). ddp adds flat gradient "
       "buckets the size of all gradients; with shard_gradients each rank keeps its share of "
       "the gradients between steps, while backward still makes them all.\n";
   return out;
