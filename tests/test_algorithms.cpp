@@ -526,6 +526,10 @@ TEST_CASE("wick::linear's autograd function: the product and its gradients in th
 TEST_CASE("bf16 copies of the weights serve the products only while they hold the weights' values",
           "[algorithms]") {
   namespace copies = wick::bf16_copies;
+  // WICK_CUDA_DISABLE's set again after the test, whatever it left.
+  struct Restore {
+    ~Restore() { wick::cuda::set_hidden_own_kernels(wick::cuda::hidden_own_kernels()); }
+  } restore;
   wick::cuda::set_hidden_own_kernels(0);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(10);
   const auto x = torch::randn({4, 16}, gen);
@@ -569,6 +573,26 @@ TEST_CASE("bf16 copies of the weights serve the products only while they hold th
   CHECK(copies::of(w).data_ptr() != c.data_ptr());
   CHECK(torch::equal(copies::of(w), w.to(torch::kBFloat16)));
   CHECK(copies::served() == now);
+  // Before the next step's forward, refresh() casts the changed weight into its copy: the
+  // products (and a CUDA graph that captured one, which reads the copy without asking) read the
+  // new values from it. A backward through a product that read the copy before fails.
+  auto xr = x.clone().requires_grad_();
+  step(w, w.detach().to(torch::kBFloat16));
+  const auto read_before = linear_in(torch::kBFloat16, xr, w, b);
+  {
+    torch::NoGradGuard no_grad;
+    w.mul_(0.5);
+  }
+  copies::refresh();
+  CHECK(copies::of(w).data_ptr() == c.data_ptr());
+  CHECK(torch::equal(c, w.to(torch::kBFloat16)));
+  CHECK(copies::served() == now + 2);
+  CHECK_THROWS_WITH(read_before.sum().backward(), Contains("modified by an inplace operation"));
+  // A copy that holds its weight is left as the step wrote it (zeros, told from a cast by
+  // the products giving the bias).
+  step(w, torch::zeros({8, 16}, torch::kBFloat16));
+  copies::refresh();
+  CHECK(torch::equal(linear_in(torch::kBFloat16, x, w, b), b.to(torch::kBFloat16).expand({4, 8})));
   step(w, w.detach().to(torch::kBFloat16));
   CHECK(copies::of(w).data_ptr() == c.data_ptr());
   // Given other storage (zero3 gathers, set_data): a cast.
@@ -582,14 +606,18 @@ TEST_CASE("bf16 copies of the weights serve the products only while they hold th
   CHECK(rel(linear_in(torch::kBFloat16, x, w, b), at::linear(x, w, b).to(torch::kDouble)) < 2e-2);
   wick::cuda::set_hidden_own_kernels(0);
   CHECK(torch::equal(linear_in(torch::kBFloat16, x, w, b), b.to(torch::kBFloat16).expand({4, 8})));
-  // No copy of what is not a float parameter: a bf16 tensor is itself, a view or a result is
-  // cast.
+  // At a fit's end the copies are freed: a cast, and none asked for.
+  copies::release({w});
+  CHECK_FALSE(copies::to_write(w).defined());
+  CHECK(torch::equal(copies::of(w), w.to(torch::kBFloat16)));
+  // No copy of what is not a contiguous float leaf: a bf16 tensor is itself; a leaf that is not
+  // contiguous is cast, and no later step is asked for its copy.
   const auto h = torch::randn({8, 16}, gen).to(torch::kBFloat16);
   CHECK(copies::of(h).data_ptr() == h.data_ptr());
-  const auto view = w.t();
-  CHECK_FALSE(copies::of(view).is_same(c));
-  CHECK_FALSE(copies::to_write(view).defined());
-  CHECK_FALSE(copies::to_write(w * 2).defined());
+  const auto strided = torch::randn({16, 8}, gen).t().requires_grad_();
+  REQUIRE(strided.is_leaf());
+  CHECK(torch::equal(copies::of(strided), strided.to(torch::kBFloat16)));
+  CHECK_FALSE(copies::to_write(strided).defined());
 }
 
 namespace {

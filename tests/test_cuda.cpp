@@ -925,6 +925,52 @@ TEST_CASE("fused AdamW's bf16 copies of the weights: read by the products, the s
 #endif
 }
 
+TEST_CASE("cuda_graph with bf16 copies: a weight changed between replays is read changed",
+          "[cuda]") {
+  need_gpu();
+  need_cuda_graph_plugin();
+#ifdef WICK_TEST_CUDA
+  // A replay reads the copies its capture read without asking whether they still hold their
+  // weights: before each step, refresh() casts a weight that something changed since the
+  // optimizer step into its copy. Here a hook scales the first weight after every step from the
+  // sixth on (as a weight constraint would), after the capture: replayed, the training is the
+  // eager one's (which casts or refreshes the same way), where stale copies would leave the
+  // forward on the unscaled weight.
+  class Shrink : public Hook {
+   public:
+    void connect(Registrar& r) override {
+      r.on(Point::after_step, [](Context& c) {
+        if (!c.state().training() || c.state().optimizer_step < 6) return;
+        torch::NoGradGuard no_grad;
+        c.model().parameters()[0].mul_(0.9);
+      });
+    }
+  };
+  auto task = std::make_shared<MlpTask>();
+  auto fit = [&](bool graphed) {
+    wick::cuda::set_hidden_own_kernels(0);
+    Trainer t(on_gpu(2), task, adamw(0.01));
+    if (graphed)
+      for (auto& h : load_hooks("[[hooks]]\nplugin = \"cuda_graph\"\nwarmup = 2\n"))
+        t.add_hook(std::move(h));
+    t.add_hook(entry(std::make_shared<Shrink>(), "shrink", 0));
+    const auto served = bf16_copies::served();
+    const auto res = t.fit();
+    INFO(res.error);
+    REQUIRE(res.status == FitResult::Status::completed);
+    return std::make_pair(cpu_params(t), bf16_copies::served() - served);
+  };
+  const auto [eager, eager_read] = fit(false);
+  const auto [graphed, graphed_read] = fit(true);
+  CHECK(eager_read == 6 * 31);   // every step's products but the first's read copies
+  CHECK(graphed_read == 6 * 2);  // the second warm-up step's and the capture's: a replay
+                                 // asks nothing
+  // The same kernels, captured or not; stale copies would have run the forward on a first
+  // weight 1 / 0.9^26, about 15 times, too large. (Not yet run on a GPU.)
+  CHECK(max_diff(graphed, eager) < 1e-3);
+#endif
+}
+
 TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: error)", "[cuda]") {
   need_gpu();
 #ifdef WICK_TEST_CUDA

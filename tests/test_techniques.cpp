@@ -1137,6 +1137,24 @@ TEST_CASE("fused adam and adamw: first step by hand, then torch::optim's steps",
     }
 }
 
+TEST_CASE("fused adam moves each parameter's version counter on at every step, as torch::optim",
+          "[techniques][optim]") {
+  // Its pass writes through pointers: without the counter a graph saved before a step would
+  // read the new values in backward, and a bf16 copy's record would never age.
+  for (const bool fused : {true, false}) {
+    INFO((fused ? "fused" : "torch::optim"));
+    OptimizerOptions o = optimizer("adamw", 0.05);
+    o.fused = fused;
+    Trainer t(options(8, 1), std::make_shared<LinearTask>(64), o);  // 8 steps
+    std::vector<std::uint32_t> before;
+    for (const auto& p : t.model().parameters()) before.push_back(p._version());
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    const auto params = t.model().parameters();
+    REQUIRE(params.size() == before.size());
+    for (std::size_t i = 0; i < params.size(); ++i) CHECK(params[i]._version() >= before[i] + 8);
+  }
+}
+
 TEST_CASE("an optimizer state whose counts do not fit the run's optimizer is refused unread",
           "[techniques][state]") {
   // LibTorch's optimizer load loops and allocates by the counts optimizer.pt states: a

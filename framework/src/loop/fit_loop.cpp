@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_support.hpp"
 #include "loop/trainer_impl.hpp"
+#include "optim/bf16_copies.hpp"
 #include "wick/system.hpp"  // warn_if_reference_blas
 
 namespace wick {
@@ -177,6 +178,7 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
     failed(e.what());
     std::fprintf(stderr, "wick: %s\n", e.what());
   }
+  bf16_copies::release(model->parameters());
   lock.release();
 }
 

@@ -4,6 +4,7 @@
 
 #include "cuda/cuda_support.hpp"
 #include "loop/step_engine.hpp"
+#include "optim/bf16_copies.hpp"
 #include "wick/system.hpp"
 
 namespace wick {
@@ -230,6 +231,9 @@ void StepEngine::train_step(BatchSource& loader) {
   }
   skip_batch_ = false;
   loss_kept_ = false;
+  // Weights' bf16 copies that something changed since the optimizer wrote them are cast again
+  // before the forward: a replayed CUDA graph reads them without asking.
+  bf16_copies::refresh();
   if (manual) {
     // The task runs backward and steps itself, through the Context (same stage chains).
     // Profiled, its time less its backward and steps (phases of their own) counts as forward.

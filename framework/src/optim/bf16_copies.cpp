@@ -11,19 +11,32 @@
 #include <mutex>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace wick::bf16_copies {
 namespace {
 
 struct Copy {
   explicit Copy(c10::weak_intrusive_ptr<c10::TensorImpl> p) : param(std::move(p)) {}
-  // The parameter, not kept alive by its copy: a dead one's entry goes at the next new entry.
+  // The parameter, not kept alive by its copy: a dead one's entry goes at the next new entry
+  // or refresh.
   c10::weak_intrusive_ptr<c10::TensorImpl> param;
   at::Tensor copy;    // defined once a step of fused Adam was asked for it
-  bool held = false;  // copy holds the parameter as it was at `version`, `data` and `numel`
+  bool held = false;  // copy holds the parameter as it was at `version` and `data`
   std::uint32_t version = 0;
   const void* data = nullptr;
-  std::int64_t numel = 0;
+
+  // Whether the copy holds p now (its sizes are p's: a reshape in place keeps storage and
+  // version counter).
+  bool holds(const at::Tensor& p) const {
+    return held && version == p._version() && data == p.data_ptr() && copy.sizes() == p.sizes();
+  }
+  // The copy holds p as it is now.
+  void record(const at::Tensor& p) {
+    held = true;
+    version = p._version();
+    data = p.data_ptr();
+  }
 };
 
 struct Registry {
@@ -58,8 +71,7 @@ at::Tensor of(const at::Tensor& p) {
   {
     const std::lock_guard<std::mutex> lock(r.mutex);
     if (Copy* c = find(r, p)) {
-      if (c->held && c->version == p._version() && c->data == p.data_ptr() &&
-          c->numel == p.numel()) {
+      if (c->holds(p)) {
         r.served.fetch_add(1, std::memory_order_relaxed);
         return c->copy;
       }
@@ -91,11 +103,37 @@ void written(const at::Tensor& p) {
   const std::lock_guard<std::mutex> lock(r.mutex);
   Copy* c = find(r, p);
   if (!c || !c->copy.defined()) return;
-  c->held = true;
-  c->version = p._version();
-  c->data = p.data_ptr();
-  c->numel = p.numel();
+  c->record(p);
   c->copy.unsafeGetTensorImpl()->bump_version();
+}
+
+void refresh() {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto it = r.copies.begin(); it != r.copies.end();) {
+    Copy& c = it->second;
+    const at::Tensor p(
+        c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(c.param.lock()));
+    if (!p.defined()) {
+      it = r.copies.erase(it);
+      continue;
+    }
+    // The cast a product would make, rounded as the kernel rounds (to nearest even); copy_
+    // moves the copy's version counter on, as written() does.
+    if (c.copy.defined() && !c.holds(p) && c.copy.sizes() == p.sizes() &&
+        c.copy.device() == p.device()) {
+      c.copy.copy_(p.detach());
+      c.record(p);
+    }
+    ++it;
+  }
+}
+
+void release(const std::vector<at::Tensor>& params) {
+  auto& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& p : params)
+    if (find(r, p)) r.copies.erase(p.unsafeGetTensorImpl());
 }
 
 std::int64_t served() {

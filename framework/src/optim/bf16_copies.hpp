@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
@@ -18,21 +19,32 @@ WICK_PUBLIC_BEGIN
 
 namespace wick::bf16_copies {
 
-// `p` in bf16 for a product: its copy where the last write of it was fused Adam's (the copy's
-// record: p's storage, size and version counter unchanged since, which any in-place operation
-// of LibTorch's moves on: a restore, SAM's perturbation, an EMA swap), else p.to(bf16), and
-// fused Adam's later steps are asked to write a copy. A bf16 p is itself; p must be a float32
-// parameter (a leaf) for a copy, else it is cast.
+// `p` in bf16 for a product: its copy where the last write of it was fused Adam's or refresh()'s
+// (the copy's record: p's storage, sizes and version counter unchanged since, which any in-place
+// operation of LibTorch's moves on: a restore, SAM's perturbation, an EMA swap), else
+// p.to(bf16), and fused Adam's later steps are asked to write a copy. A bf16 p is itself; p
+// must be a float32 parameter (a leaf) for a copy, else it is cast.
 at::Tensor of(const at::Tensor& p);
 
 // For fused Adam's kernel: the copy to write of p this step (contiguous bf16 of p's shape, kept
-// across steps so that a CUDA graph's replays write the one it captured), or undefined where
-// none was asked for.
+// across steps so that a CUDA graph which captured a product reading it reads each step's), or
+// undefined where none was asked for.
 at::Tensor to_write(const at::Tensor& p);
 // After the kernel is queued: the copy from to_write(p) holds p rounded (its version counter is
 // moved on, so that a graph which saved it before, and would now read the new values, fails
 // in backward as for p itself).
 void written(const at::Tensor& p);
+
+// Before a training step's forward: each copy that no longer holds its parameter (changed in
+// place since the kernel wrote it: a hook's weight constraint, a restore, an EMA swap) is cast
+// again into its own storage. A replayed CUDA graph reads the copy it captured without asking
+// `of`, so it must hold the parameter's values at every replay; eager steps then read the copy
+// too, rather than a new cast a product. The entries of parameters that died are dropped.
+void refresh();
+
+// At a fit's end: the copies of these parameters freed (two bytes an element on the device);
+// a later fit asks for them again.
+void release(const std::vector<at::Tensor>& params);
 
 // How many products `of` served from a copy in this process: the tests' seam.
 std::int64_t served();

@@ -51,10 +51,16 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
   }
   std::vector<cuda::AdamUpdate> on_gpu;  // CUDA parameters, updated together
   const bool copies = !cuda::hidden(cuda::OwnKernel::bf16_copies);
+  // The passes write through pointers, which move no version counter on: each parameter's is
+  // moved as torch::optim's in-place operations move it, so that a graph saved before the step
+  // fails in backward rather than reading the new values, and a bf16 copy's record ages.
+  const auto updated = [](const at::Tensor& p) { p.unsafeGetTensorImpl()->bump_version(); };
   const auto update_on_gpu = [&] {
     cuda::adam_steps(on_gpu);
-    for (const auto& u : on_gpu)
+    for (const auto& u : on_gpu) {
+      updated(u.p);
       if (u.copy.defined()) bf16_copies::written(u.p);
+    }
     on_gpu.clear();
   };
   for (auto& group : param_groups) {
@@ -91,6 +97,7 @@ at::Tensor fused_step(std::vector<torch::optim::OptimizerParamGroup>& param_grou
                   static_cast<float>(beta2), static_cast<float>(step_size),
                   static_cast<float>(std::sqrt(bc2)), static_cast<float>(o.eps()),
                   static_cast<float>(wd), static_cast<float>(shrink));
+        updated(p);
         continue;
       }
       if (!o.amsgrad() && cuda::compiled() && !cuda::hidden(cuda::OwnKernel::adam) &&
