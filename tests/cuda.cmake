@@ -23,6 +23,42 @@ if(TARGET test_cuda AND WICK_CUDA)
                              WICK_NOT_CUDA_MODULE="$<TARGET_FILE:wick_not_cuda_module>")
 endif()
 
+# The same program under ThreadSanitizer (test_cuda_emulated_tsan, about 25 s): the emulator
+# runs a launch's blocks on threads of their own, so a location that two blocks of one launch
+# touch, one writing, is a race it reports (on a GPU, a result that rides on the blocks'
+# timing). Torch-free, so a tree of its own flags: not the sanitizer tree (AddressSanitizer
+# excludes it), and where the compiler has no ThreadSanitizer, not at all. Function entries
+# and exits are not instrumented: the fibers switch stacks, which ThreadSanitizer's call
+# stacks cannot follow (a report gives the racing line, not its callers).
+function(wick_add_tsan_test name)
+  if(WICK_SANITIZE)
+    return()
+  endif()
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    set(no_calls --param=tsan-instrument-func-entry-exit=0)
+  else()
+    set(no_calls -mllvm -tsan-instrument-func-entry-exit=0)
+  endif()
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS "-fsanitize=thread ${no_calls}")
+  set(CMAKE_REQUIRED_LINK_OPTIONS -fsanitize=thread)
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${CMAKE_REQUIRED_FLAGS}")
+  check_cxx_source_compiles("int main() { return 0; }" WICK_HAS_TSAN)
+  if(NOT WICK_HAS_TSAN)
+    message(STATUS "wick: ${CMAKE_CXX_COMPILER} has no ThreadSanitizer: ${name} is not built")
+    return()
+  endif()
+  add_executable(${name} ${ARGN})
+  target_link_libraries(${name} PRIVATE Catch2::Catch2WithMain Threads::Threads)
+  target_include_directories(${name} PRIVATE ${emulator} ${PROJECT_SOURCE_DIR}/framework/src
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  # -O1 after the tests' -O0: a third of the time.
+  target_compile_options(${name} PRIVATE ${WICK_WARNINGS} -O1 -g -fsanitize=thread ${no_calls})
+  target_link_options(${name} PRIVATE -fsanitize=thread)
+  add_test(NAME ${name} COMMAND ${emulator}/run_tsan.sh $<TARGET_FILE:${name}>)
+  set_tests_properties(${name} PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 600 COST 30)
+endfunction()
+
 # wick's CUDA kernels run on the CPU (cuda_emulator/): the sources as built into libwick_cuda,
 # their launches rewritten into the emulator's calls, against references in double. It needs
 # the CUDA toolkit's headers, not a GPU or a CUDA LibTorch: built where the kernels are (a CUDA
@@ -51,6 +87,8 @@ if(CUDAToolkit_FOUND)
     target_include_directories(test_cuda_emulated PRIVATE ${emulator}
                                ${PROJECT_SOURCE_DIR}/framework/src ${CUDAToolkit_INCLUDE_DIRS})
   endif()
+  wick_add_tsan_test(test_cuda_emulated_tsan test_cuda_emulated.cpp ${emulator}/emulator.cpp
+                     ${emulated_sources})
 elseif(WICK_CUDA OR WICK_SANITIZE)
   message(STATUS "wick: no CUDA toolkit headers found: test_cuda_emulated is not built")
 endif()

@@ -1,22 +1,35 @@
-// The emulator's fibers, barriers and shuffles (emulator.hpp), and the CUDA runtime's calls
-// the kernels' launch checks make (cuda/launch_check.hpp): nothing of CUDA's runtime runs.
+// The emulator's workers, fibers, barriers and shuffles (emulator.hpp), and the CUDA runtime's
+// calls the kernels' launch checks make (cuda/launch_check.hpp): nothing of CUDA's runtime runs.
 #include "emulator.hpp"
 
 #include <ucontext.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+// ThreadSanitizer's build (test_cuda_emulated_tsan).
+#if defined(__SANITIZE_THREAD__)
+#define WICK_EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WICK_EMU_TSAN 1
+#endif
+#endif
 
 namespace wick_emu {
 
-uint3 thread_idx, block_idx;
-dim3 block_dim, grid_dim;
+thread_local uint3 thread_idx, block_idx;
+thread_local dim3 block_dim, grid_dim;
 
 namespace {
 
@@ -37,35 +50,39 @@ struct Fiber {
 
 constexpr std::size_t kStack = 256 * 1024;  // a fiber's stack (a sanitizer's frames are large)
 
-struct Grid {
+// A worker thread's blocks, one at a time: their CUDA threads are its fibers.
+struct Blocks {
   const std::function<void()>* body = nullptr;
-  std::vector<Fiber> fibers;
-  std::vector<std::vector<char>> stacks;  // kept from launch to launch
+  std::vector<Fiber> fibers;       // kept from block to block
+  std::unique_ptr<char[]> stacks;  // kStack a fiber (not zeroed)
   ucontext_t scheduler;
   int current = 0;
-  std::mt19937 schedule{1};  // the threads' order in each round
-} grid_state;
+  std::mt19937 schedule;  // the threads' order in each round
+};
+thread_local Blocks blocks;
 
-// The launches' error for cudaGetLastError.
+// The launches' error for cudaGetLastError (the launching thread's).
 cudaError_t last_error = cudaSuccess;
 
+// A fiber's whole life. It ends in the scheduler's context: its fiber is made anew for the
+// next block.
 void fiber_main() {
-  (*grid_state.body)();
-  grid_state.fibers[grid_state.current].state = State::returned;
-  // uc_link returns to the scheduler.
+  (*blocks.body)();
+  blocks.fibers[blocks.current].state = State::returned;
+  setcontext(&blocks.scheduler);
 }
 
 // Waits as `state` until the scheduler lets every thread waiting so go on.
 void wait_as(State state) {
-  Fiber& f = grid_state.fibers[grid_state.current];
+  Fiber& f = blocks.fibers[blocks.current];
   f.state = state;
-  swapcontext(&f.context, &grid_state.scheduler);
+  swapcontext(&f.context, &blocks.scheduler);
 }
 
 // Lets the threads waiting at a barrier every live thread of theirs has reached go on; false
 // when none could.
 bool release() {
-  auto& fibers = grid_state.fibers;
+  auto& fibers = blocks.fibers;
   const int n = static_cast<int>(fibers.size());
   bool all_at_block = true, any_live = false, released = false;
   for (int w = 0; w < n; w += 32) {
@@ -98,16 +115,19 @@ bool refused(dim3 grid, dim3 block, std::size_t shared) {
 }
 
 void run_block(int threads) {
-  auto& g = grid_state;
-  g.fibers.assign(threads, Fiber{});
-  while (g.stacks.size() < static_cast<std::size_t>(threads)) g.stacks.emplace_back(kStack);
+  auto& g = blocks;
+  if (static_cast<int>(g.fibers.size()) < threads) {
+    g.fibers.assign(threads, Fiber{});
+    g.stacks.reset(new char[kStack * threads]);
+  }
   for (int t = 0; t < threads; ++t) {
-    ucontext_t& c = g.fibers[t].context;
-    getcontext(&c);
-    c.uc_stack.ss_sp = g.stacks[t].data();
-    c.uc_stack.ss_size = kStack;
-    c.uc_link = &g.scheduler;
-    makecontext(&c, fiber_main, 0);
+    Fiber& f = g.fibers[t];
+    f.state = State::runnable;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = g.stacks.get() + kStack * t;
+    f.context.uc_stack.ss_size = kStack;
+    f.context.uc_link = nullptr;  // fiber_main never returns
+    makecontext(&f.context, fiber_main, 0);
   }
   // Round after round: each runnable thread runs until it waits or returns, in an order drawn
   // afresh each round (so that a race within the block, a result that rides on the order its
@@ -135,6 +155,111 @@ void run_block(int threads) {
     }
 }
 
+// One launch's share of a worker: blocks first, first + step, ... of the grid (x fastest).
+struct Share {
+  dim3 grid, block;
+  const std::function<void()>* body;
+  unsigned seed;
+  unsigned long long first, step;
+};
+
+void run_share(const Share& s) {
+  blocks.body = s.body;
+  block_dim = s.block;
+  grid_dim = s.grid;
+  const unsigned long long n = 1ull * s.grid.x * s.grid.y * s.grid.z;
+  for (unsigned long long b = s.first; b < n; b += s.step) {
+    block_idx = {static_cast<unsigned>(b % s.grid.x),
+                 static_cast<unsigned>(b / s.grid.x % s.grid.y),
+                 static_cast<unsigned>(b / s.grid.x / s.grid.y)};
+    blocks.schedule.seed(s.seed * 1000003u + static_cast<unsigned>(b));
+    run_block(static_cast<int>(s.block.x));
+  }
+}
+
+// The worker threads, kept from launch to launch. A worker's share is handed over under a
+// lock of its own, and its end reported under another: nothing passes between two workers, so
+// under ThreadSanitizer no block of one is ordered before a block of another in the same launch,
+// and a location one writes and another touches is reported (a race on a GPU).
+class Workers {
+ public:
+  // Under ThreadSanitizer every two blocks of a launch of up to kMax blocks run on two threads
+  // (the tests' largest grid has 500); elsewhere a few threads, for speed and memory (a
+  // fiber's stack each).
+#ifdef WICK_EMU_TSAN
+  static constexpr unsigned long long kMax = 512;
+#else
+  static constexpr unsigned long long kMax = 4;
+#endif
+
+  ~Workers() {
+    for (auto& w : workers_) {
+      {
+        const std::lock_guard<std::mutex> lock(w->start_mutex);
+        w->stop = true;
+      }
+      w->start.notify_one();
+      w->thread.join();
+    }
+  }
+
+  void run(dim3 grid, dim3 block, const std::function<void()>& body) {
+    const unsigned long long n = 1ull * grid.x * grid.y * grid.z;
+    const unsigned long long used = std::min(n, kMax);
+    while (workers_.size() < used) {
+      workers_.push_back(std::make_unique<Worker>());
+      Worker* w = workers_.back().get();
+      w->thread = std::thread([w] { w->loop(); });
+    }
+    ++launches_;
+    for (unsigned long long i = 0; i < used; ++i) {
+      Worker& w = *workers_[i];
+      {
+        const std::lock_guard<std::mutex> lock(w.start_mutex);
+        w.share = Share{grid, block, &body, launches_, i, used};
+        w.has_share = true;
+      }
+      w.start.notify_one();
+    }
+    for (unsigned long long i = 0; i < used; ++i) {
+      Worker& w = *workers_[i];
+      std::unique_lock<std::mutex> lock(w.done_mutex);
+      w.done.wait(lock, [&] { return w.finished; });
+      w.finished = false;
+    }
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    std::mutex start_mutex, done_mutex;
+    std::condition_variable start, done;
+    Share share{};
+    bool has_share = false, stop = false, finished = false;
+
+    void loop() {
+      for (;;) {
+        Share s;
+        {
+          std::unique_lock<std::mutex> lock(start_mutex);
+          start.wait(lock, [&] { return has_share || stop; });
+          if (stop) return;
+          s = share;
+          has_share = false;
+        }
+        run_share(s);
+        {
+          const std::lock_guard<std::mutex> lock(done_mutex);
+          finished = true;
+        }
+        done.notify_one();
+      }
+    }
+  };
+  std::vector<std::unique_ptr<Worker>> workers_;
+  unsigned launches_ = 0;  // seeds each block's order of threads
+};
+
 }  // namespace
 
 void sync_threads() {
@@ -142,8 +267,8 @@ void sync_threads() {
 }
 
 void shuffle(unsigned mask, void* value, std::size_t size, int lane_mask) {
-  auto& fibers = grid_state.fibers;
-  const int t = grid_state.current, lane = t % 32, from = (t - lane) + (lane ^ lane_mask);
+  auto& fibers = blocks.fibers;
+  const int t = blocks.current, lane = t % 32, from = (t - lane) + (lane ^ lane_mask);
   if (mask != ~0u) fail("a shuffle of part of a warp (not emulated)");
   std::memcpy(fibers[t].slot, value, size);
   wait_as(State::at_warp_barrier);
@@ -163,15 +288,20 @@ void run_grid(dim3 grid, dim3 block, std::size_t shared, const std::function<voi
     return;
   }
   if (block.y != 1 || block.z != 1) fail("a block of more than one dimension (not emulated)");
-  grid_state.body = &body;
-  block_dim = block;
-  grid_dim = grid;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        block_idx = {x, y, z};
-        run_block(static_cast<int>(block.x));
-      }
+#ifdef WICK_EMU_TSAN
+  static bool told = false;
+  if (1ull * grid.x * grid.y * grid.z > Workers::kMax && !told) {
+    told = true;
+    std::fprintf(stderr,
+                 "wick_emu: a grid of more than %llu blocks: blocks that many apart share a "
+                 "thread, and races between them go unseen\n",
+                 Workers::kMax);
+  }
+#endif
+  // A launch's blocks are dealt to up to Workers::kMax threads that run together, each its
+  // share one block after another: no block waits for another, as on a GPU.
+  static Workers workers;
+  workers.run(grid, block, body);
 }
 
 }  // namespace wick_emu

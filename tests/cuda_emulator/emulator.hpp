@@ -1,10 +1,12 @@
 // A CPU emulator for wick's CUDA kernels (test_cuda_emulated): a kernel source, its launches
-// rewritten by rewrite_launches.py, is compiled as C++ after this header. A block's CUDA
-// threads are fibers of the calling thread (ucontext), each run until it waits at a barrier
-// or returns; __syncthreads and the warp shuffles are barriers of the threads that have not
-// returned; blocks run one after another. Memory is the host's: a kernel's pointers are the
-// test's vectors. Only what wick's kernels use is emulated: one-dimensional blocks,
-// __shfl_xor_sync over whole warps, __shared__ arrays.
+// rewritten by rewrite_launches.py, is compiled as C++ after this header. A launch's blocks
+// run on threads of their own, started together (under ThreadSanitizer, test_cuda_emulated_tsan,
+// a location two blocks of one launch touch, one of them writing, is reported: a race on a
+// GPU). A block's CUDA threads are fibers of its thread (ucontext), each run until it waits at
+// a barrier or returns; __syncthreads and the warp shuffles are barriers of the threads that
+// have not returned. Memory is the host's: a kernel's pointers are the test's vectors. Only
+// what wick's kernels use is emulated: one-dimensional blocks, __shfl_xor_sync over whole
+// warps, __shared__ arrays.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,8 +19,8 @@
 #include <tuple>
 #include <type_traits>
 
-// CUDA's qualifiers, for the host compiler. A block's __shared__ array is a static: blocks run
-// one at a time, so each finds it as its own.
+// CUDA's qualifiers, for the host compiler. A block's __shared__ array is a static of its
+// thread: a thread runs its blocks one at a time, so each finds it as its own.
 #undef __global__
 #undef __device__
 #undef __host__
@@ -28,14 +30,14 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static thread_local
 #define __launch_bounds__(...)
 
 namespace wick_emu {
 
 // The running thread's place, as CUDA's built-in variables give it.
-extern uint3 thread_idx, block_idx;
-extern dim3 block_dim, grid_dim;
+extern thread_local uint3 thread_idx, block_idx;
+extern thread_local dim3 block_dim, grid_dim;
 
 void sync_threads();
 // Exchanges `size` bytes at value with the lane lane ^ lane_mask of the calling thread's warp.
