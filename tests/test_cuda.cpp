@@ -356,10 +356,11 @@ TEST_CASE("fused Adam's CUDA kernel: many tensors per launch, each as Adam's for
                        a.eps, a.decay, a.shrink, copy});
     const auto d = [](const at::Tensor& t) { return t.to(torch::kDouble); };
     want.push_back(step({d(host[0]), d(host[2]), d(host[3])}, d(host[1]), a));
-    // Tensors 94 and 7 listed a second time, last (tied weights): updated twice, in order,
-    // whether the first time was in the same launch (94) or an earlier one (7).
+    // Tensors 93 and 8 listed a second time, last (tied weights): updated twice, in order,
+    // whether the first time was in the same launch (93) or an earlier one (8); both write a
+    // copy, which must hold the second update.
     if (i == 94)
-      for (const std::size_t again : {94, 7}) {
+      for (const std::size_t again : {93, 8}) {
         updates.push_back(updates[again]);
         const auto& u = updates[again];
         want[again] = step(want[again], d(u.g.cpu()),
