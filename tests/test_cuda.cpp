@@ -129,7 +129,8 @@ OptimizerOptions adam(double lr, bool fused) {
   a.fused = fused;
   return a;
 }
-// Fused AdamW, weight decay 0.1.
+#ifdef WICK_TEST_CUDA
+// Fused AdamW, weight decay 0.1 (the CUDA-only tests').
 OptimizerOptions adamw(double lr) {
   OptimizerOptions a = adam(lr, true);
   a.kind = OptimizerKind::adamw;
@@ -137,6 +138,7 @@ OptimizerOptions adamw(double lr) {
   a.weight_decay_set = true;
   return a;
 }
+#endif
 
 // A synthetic-task config on the GPU, 8 batches of 32 per epoch.
 std::string gpu_config(const TempDir& d, const std::string& run, const std::string& extra) {
