@@ -26,8 +26,8 @@ endif()
 # The same program under ThreadSanitizer (test_cuda_emulated_tsan, about 25 s): the emulator
 # runs a launch's blocks on threads of their own, so a location that two blocks of one launch
 # touch, one writing, is a race it reports (on a GPU, a result that rides on the blocks'
-# timing). Torch-free, so a tree of its own flags: not the sanitizer tree (AddressSanitizer
-# excludes it), and where the compiler has no ThreadSanitizer, not at all. Function entries
+# timing). Torch-free, with flags of its own: built beside test_cuda_emulated where the
+# compiler has a ThreadSanitizer, but not in the sanitizer tree (AddressSanitizer excludes it). Function entries
 # and exits are not instrumented: the fibers switch stacks, which ThreadSanitizer's call
 # stacks cannot follow (a report gives the racing line, not its callers).
 function(wick_add_tsan_test name)

@@ -26,10 +26,14 @@ struct Copy {
   std::uint32_t version = 0;
   const void* data = nullptr;
 
-  // Whether the copy holds p now (its sizes are p's: a reshape in place keeps storage and
-  // version counter).
+  // Whether the copy has p's sizes and device: it can hold p.
+  bool fits(const at::Tensor& p) const {
+    return copy.defined() && copy.sizes() == p.sizes() && copy.device() == p.device();
+  }
+  // Whether the copy holds p now (sizes too: a reshape in place keeps storage and version
+  // counter).
   bool holds(const at::Tensor& p) const {
-    return held && version == p._version() && data == p.data_ptr() && copy.sizes() == p.sizes();
+    return held && version == p._version() && data == p.data_ptr() && fits(p);
   }
   // The copy holds p as it is now.
   void record(const at::Tensor& p) {
@@ -93,8 +97,7 @@ at::Tensor to_write(const at::Tensor& p) {
   Copy* c = find(r, p);
   if (!c) return {};
   c->held = false;
-  if (!c->copy.defined() || c->copy.sizes() != p.sizes() || c->copy.device() != p.device())
-    c->copy = at::empty(p.sizes(), p.options().dtype(at::kBFloat16));
+  if (!c->fits(p)) c->copy = at::empty(p.sizes(), p.options().dtype(at::kBFloat16));
   return c->copy;
 }
 
@@ -120,8 +123,7 @@ void refresh() {
     }
     // The cast a product would make, rounded as the kernel rounds (to nearest even); copy_
     // moves the copy's version counter on, as written() does.
-    if (c.copy.defined() && !c.holds(p) && c.copy.sizes() == p.sizes() &&
-        c.copy.device() == p.device()) {
+    if (c.fits(p) && !c.holds(p)) {
       c.copy.copy_(p.detach());
       c.record(p);
     }

@@ -39,7 +39,8 @@ void written(const at::Tensor& p);
 // place since the kernel wrote it: a hook's weight constraint, a restore, an EMA swap) is cast
 // again into its own storage. A replayed CUDA graph reads the copy it captured without asking
 // `of`, so it must hold the parameter's values at every replay; eager steps then read the copy
-// too, rather than a new cast a product. The entries of parameters that died are dropped.
+// too, rather than casting the weight in each product. The entries of parameters that died are
+// dropped.
 void refresh();
 
 // At a fit's end: the copies of these parameters freed (two bytes an element on the device);
