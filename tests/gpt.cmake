@@ -8,3 +8,5 @@ endif()
 wick_add_test(test_gpt SOURCES test_gpt.cpp TORCH DEPENDS gpt wick_gpt_generate checkpoint
               grad_accum grad_clip lr_schedule mixed_precision progress)
 target_compile_definitions(test_gpt PRIVATE WICK_GPT_GENERATE="$<TARGET_FILE:wick_gpt_generate>")
+# cuda/cuda_load.hpp: the GPU case loads wick's CUDA side before it asks LibTorch about CUDA.
+target_include_directories(test_gpt PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)

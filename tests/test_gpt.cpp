@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cuda_load.hpp"
 #include "support.hpp"
 
 using namespace wick::test;
@@ -332,6 +333,10 @@ TEST_CASE("wick_gpt_generate continues a prompt with the tokens the trained mode
 
 TEST_CASE("wick_gpt_generate on the GPU: the tokens predict gives there, and bf16 from the cache",
           "[cuda]") {
+  // LibTorch keeps its first answer to whether it has CUDA, and its CUDA side comes with
+  // wick's (this program links the CPU side only): load that first. Unloaded, a GPU machine
+  // skipped this (the GPU run of 2026-12-04).
+  if (const auto why = wick::cuda::load(); !why.empty()) skip("no CUDA here: " + why);
   if (!torch::cuda::is_available())
     skip("no CUDA device here (torch::cuda::is_available() is false)");
   const TempDir& ref = trained();

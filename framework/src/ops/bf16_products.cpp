@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "cuda/cuda_load.hpp"
 #include "cuda/own_kernels.hpp"
 #include "ops/autocast.hpp"
 #include "ops/cpu_data.hpp"
@@ -41,8 +42,12 @@ at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType t
   if (a.is_cuda() && type == at::kFloat && a.scalar_type() == at::kBFloat16 &&
       b.scalar_type() == at::kBFloat16) {
     // LibTorch refuses a bf16 product with a float result below compute capability 8.0 (where
-    // bf16 is not native: a V100, a T4).
-    if (native_bf16(Device{DeviceType::cuda, a.device().index()})) return at::mm(a, b, type);
+    // bf16 is not native: a V100, a T4). native_bf16 says false for a GPU until wick's CUDA
+    // side is loaded, which a program calling wick::linear without a Trainer has not: a CUDA
+    // tensor here means LibTorch's CUDA is up, so load it (the GPU run of 2026-12-04 found
+    // the product cast from bf16 there).
+    if (cuda::load().empty() && native_bf16(Device{DeviceType::cuda, a.device().index()}))
+      return at::mm(a, b, type);
   }
 #endif
   return at::mm(a, b).to(type);
