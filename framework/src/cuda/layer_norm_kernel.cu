@@ -1,4 +1,6 @@
-// Layer normalisation, one warp per row: the row's sums are warp reductions. A row of up to
+// Layer normalisation, one warp per row: the row's sums are warp reductions. No pointer a
+// kernel writes through overlaps another it reads (the callers allocate the outputs), so each
+// is __restrict__: without that, a GPU keeps every load after the stores before it. A row of up to
 // 1024 values, a multiple of 32 (GPT-2's 768), is held in registers: read from memory once,
 // its later passes from the registers, and the backward adds the weight and bias gradients'
 // share of its rows as it goes. Other rows are read from global memory on each pass (the later
@@ -49,9 +51,11 @@ __device__ __forceinline__ float row_value(const X* x, const float* s, bool summ
 }
 
 template <class X, class B, class Y>
-__global__ void forward_kernel(const X* x, const B* branch, float* s, Y* y, const float* w,
-                               const float* bias, float eps, std::int64_t rows, std::int64_t width,
-                               float* mean, float* rstd) {
+__global__ void forward_kernel(const X* __restrict__ x, const B* __restrict__ branch,
+                               float* __restrict__ s, Y* __restrict__ y,
+                               const float* __restrict__ w, const float* __restrict__ bias,
+                               float eps, std::int64_t rows, std::int64_t width,
+                               float* __restrict__ mean, float* __restrict__ rstd) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp: its row is past the end
   const int lane = threadIdx.x % 32;
@@ -83,9 +87,11 @@ __global__ void forward_kernel(const X* x, const B* branch, float* s, Y* y, cons
 }
 
 template <class S, class G, class B>
-__global__ void backward_kernel(const S* s, const G* dy, const S* ds, const float* w,
-                                const float* mean, const float* rstd, std::int64_t rows,
-                                std::int64_t width, S* dx, B* d_branch) {
+__global__ void backward_kernel(const S* __restrict__ s, const G* __restrict__ dy,
+                                const S* __restrict__ ds, const float* __restrict__ w,
+                                const float* __restrict__ mean, const float* __restrict__ rstd,
+                                std::int64_t rows, std::int64_t width, S* __restrict__ dx,
+                                B* __restrict__ d_branch) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -159,11 +165,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // The same forward with the row in registers: each lane's per = width / 32 values (at most
 // kPer) read once. The same operations in the same order as forward_kernel: the same results.
+// Every load of a row comes before its first store: a store between two loads would hold the
+// second back until the first returned (a GPU cannot tell that they do not overlap), a round
+// trip to memory per value (run 5, bench/results-gpu.md).
 template <int kPer, class X, class B, class Y>
 __global__ void __launch_bounds__(kWarps * 32)
-    forward_regs_kernel(const X* x, const B* branch, float* s, Y* y, const float* w,
-                        const float* bias, float eps, std::int64_t rows, std::int64_t width,
-                        float* mean, float* rstd) {
+    forward_regs_kernel(const X* __restrict__ x, const B* __restrict__ branch,
+                        float* __restrict__ s, Y* __restrict__ y, const float* __restrict__ w,
+                        const float* __restrict__ bias, float eps, std::int64_t rows,
+                        std::int64_t width, float* __restrict__ mean, float* __restrict__ rstd) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -176,12 +186,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (k >= per) break;
     const std::int64_t j = lane + 32 * k;
     float a = load(x, base + j);
-    if (branch != nullptr) {
-      a += load(branch, base + j);
-      s[base + j] = a;
-    }
+    if (branch != nullptr) a += load(branch, base + j);
     v[k] = a;
     sum += a;
+  }
+  if (branch != nullptr) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (k >= per) break;
+      s[base + lane + 32 * k] = v[k];
+    }
   }
   const float inv_n = 1.f / static_cast<float>(width);
   const float m = warp_sum(sum) * inv_n;
@@ -197,7 +211,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int k = 0; k < kPer; ++k) {
     if (k >= per) break;
     const std::int64_t j = lane + 32 * k;
-    store(y, base + j, (v[k] - m) * rs * w[j] + bias[j]);
+    v[k] = (v[k] - m) * rs * w[j] + bias[j];
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (k >= per) break;
+    store(y, base + lane + 32 * k, v[k]);
   }
   if (lane == 0) {
     mean[row] = m;
@@ -208,12 +227,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 // The backward with the row in registers, a block per chunk of rows (its warps take every
 // kWarps-th row): dx and d_branch as backward_kernel computes them, and each lane's sums of
 // dy xhat and dy for its columns over its rows, added over the block's warps in warp order into
-// partial[chunk][0 or 1][column], as param_partials_kernel writes them.
+// partial[chunk][0 or 1][column], as param_partials_kernel writes them. A row's loads (ds's
+// too) all come before its stores, as in forward_regs_kernel: on an H200 the first version,
+// which read ds between its stores, took 185 us a call at GPT-2's size, 4x its bytes' time.
 template <int kPer, class S, class G, class B>
 __global__ void __launch_bounds__(kWarps * 32)
-    backward_regs_kernel(const S* s, const G* dy, const S* ds, const float* w, const float* mean,
-                         const float* rstd, std::int64_t rows, std::int64_t width,
-                         std::int64_t chunk_rows, S* dx, B* d_branch, float* partial) {
+    backward_regs_kernel(const S* __restrict__ s, const G* __restrict__ dy,
+                         const S* __restrict__ ds, const float* __restrict__ w,
+                         const float* __restrict__ mean, const float* __restrict__ rstd,
+                         std::int64_t rows, std::int64_t width, std::int64_t chunk_rows,
+                         S* __restrict__ dx, B* __restrict__ d_branch,
+                         float* __restrict__ partial) {
   __shared__ float sums[2][kPer * 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per = static_cast<int>(width / 32);
@@ -226,29 +250,31 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (std::int64_t row = begin + warp; row < end; row += kWarps) {
     const std::int64_t base = row * width;
     const float m = mean[row], rs = rstd[row];
-    float xh[kPer], g[kPer];
+    // gw: dy w; d: ds's value (0 without ds, added only with it).
+    float xh[kPer], gw[kPer], d[kPer];
     float sum_g = 0, sum_gx = 0;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       if (k >= per) break;
       const std::int64_t j = lane + 32 * k;
-      g[k] = load(dy, base + j);
+      const float g = load(dy, base + j);
       xh[k] = (load(s, base + j) - m) * rs;
-      const float gw = g[k] * w[j];
-      sum_g += gw;
-      sum_gx += gw * xh[k];
+      d[k] = ds ? load(ds, base + j) : 0.f;
+      gw[k] = g * w[j];
+      sum_g += gw[k];
+      sum_gx += gw[k] * xh[k];
+      dw[k] += g * xh[k];
+      db[k] += g;
     }
     const float a = warp_sum(sum_g) * inv_n, c = warp_sum(sum_gx) * inv_n;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       if (k >= per) break;
       const std::int64_t j = lane + 32 * k;
-      float v = rs * (g[k] * w[j] - a - xh[k] * c);
-      if (ds) v += load(ds, base + j);
+      float v = rs * (gw[k] - a - xh[k] * c);
+      if (ds) v += d[k];
       store(dx, base + j, v);
       if (d_branch) store(d_branch, base + j, v);
-      dw[k] += g[k] * xh[k];
-      db[k] += g[k];
     }
   }
   for (int in_turn = 0; in_turn < kWarps; ++in_turn) {
