@@ -104,7 +104,7 @@ MlpImpl::MlpImpl(const GptShape& s) : dropout(s.dropout) {
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
   // GPT-2's GELU is the tanh approximation: wick's kernel on the CPU; on a GPU in bf16, in
-  // the products' epilogues.
+  // the first product's epilogue.
   const auto h = wick::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
   return at::dropout(h, dropout, is_training());
 }

@@ -48,8 +48,6 @@ struct Module {
                               const at::Tensor& db);
   bool (*gelu_gemm_forward)(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                             const at::Tensor& out, const at::Tensor& pre);
-  bool (*gelu_gemm_backward)(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& pre,
-                             const at::Tensor& d_pre, const at::Tensor& d_bias);
   std::unique_ptr<DeviceClock> (*event_clock)(const at::Device& device);
   c10::intrusive_ptr<compat::CommBackend> (*nccl_group)(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,

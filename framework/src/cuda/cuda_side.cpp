@@ -253,8 +253,8 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
 const Module kModule{
     sizeof(Module),     capturing,           native_bf16,        pinned,
     to_device_async,    adam_steps,          cross_entropy_rows, cross_entropy_grad,
-    layer_norm_forward, layer_norm_backward, lt_gelu_forward,    lt_gelu_backward,
-    event_clock,        nccl_group};
+    layer_norm_forward, layer_norm_backward, lt_gelu_forward,    event_clock,
+    nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

@@ -143,11 +143,6 @@ bool gelu_gemm_forward(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return module().gelu_gemm_forward(x, w, b, out, pre);
 }
 
-bool gelu_gemm_backward(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& pre,
-                        const at::Tensor& d_pre, const at::Tensor& d_bias) {
-  return module().gelu_gemm_backward(dy, w, pre, d_pre, d_bias);
-}
-
 std::unique_ptr<DeviceClock> event_clock(const at::Device& device) {
   return module().event_clock(device);
 }

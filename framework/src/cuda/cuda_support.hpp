@@ -88,15 +88,11 @@ void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Te
                          const at::Tensor& dx, const at::Tensor& d_branch, const at::Tensor& dw,
                          const at::Tensor& db);
 
-// wick::gelu_mlp's products with GELU in cuBLASLt's epilogue (gelu_gemm.hpp), for bf16
-// matrices on one GPU: false, with nothing written, where cuBLASLt cannot take them. Forward:
-// pre = x w^T + b and out = gelu_tanh(pre);
+// wick::gelu_mlp's first product with GELU in cuBLASLt's epilogue (gelu_gemm.hpp), for bf16
+// matrices on one GPU: pre = x w^T + b and out = gelu_tanh(pre); false, with nothing written,
+// where cuBLASLt cannot take them.
 bool gelu_gemm_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                        const at::Tensor& out, const at::Tensor& pre);
-// backward through the product after the GELU: d_pre = (dy w) * gelu_tanh'(pre) and d_bias its
-// sums over the rows.
-bool gelu_gemm_backward(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& pre,
-                        const at::Tensor& d_pre, const at::Tensor& d_bias);
 
 // A DeviceClock of CUDA events on `device`'s current stream (the profiler's clock on a GPU).
 // Marks made while the stream captures a CUDA graph are not recorded and time nothing.

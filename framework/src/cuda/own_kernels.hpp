@@ -16,7 +16,7 @@ namespace wick::cuda {
 // What each name hides on a GPU (the CPU keeps its own kernels):
 //   layer_norm     wick::layer_norm / add_layer_norm's kernels: at::layer_norm (and an add)
 //   cross_entropy  wick::cross_entropy's kernels: at::log_softmax and at::nll_loss
-//   gelu_mlp       gelu_mlp's function (the GELU in cuBLASLt's epilogues): at::linear, GELU,
+//   gelu_mlp       gelu_mlp's function (the GELU in cuBLASLt's epilogue): at::linear, GELU,
 //                  at::linear
 //   linear         wick::linear's function (float gradients from bf16 products): at::linear
 //   adam           fused Adam's multi-tensor kernel: torch::optim's tensor operations

@@ -1,6 +1,7 @@
-// wick::gelu_mlp (wick/activations.hpp): on a GPU in bf16 an autograd function whose products
-// carry the GELU and its gradient in cuBLASLt's epilogues (cuda/gelu_gemm.cpp, in the CUDA
-// module); elsewhere linear, gelu_tanh, linear.
+// wick::gelu_mlp (wick/activations.hpp): on a GPU in bf16 an autograd function whose first
+// product carries the GELU in cuBLASLt's epilogue (cuda/gelu_gemm.cpp, in the CUDA module) and
+// whose backward makes every parameter's gradient in its own type; elsewhere linear,
+// gelu_tanh, linear.
 #include "ops/gelu_mlp.hpp"
 
 #include <ATen/ATen.h>
@@ -61,19 +62,15 @@ class GeluMlp : public ag::Function<GeluMlp> {
     const auto types = ctx->saved_data["types"].toIntVector();
     const auto type = [&](std::size_t i) { return static_cast<at::ScalarType>(types[i]); };
     // The weights' and the biases' gradients made in their own types (float under autocast)
-    // by the products and the sums, not cast after (but db1 from the epilogue, in bf16).
+    // by the products and the sums, not cast after. GELU's gradient outside the product:
+    // cuBLASLt's DGELU_BGRAD epilogue ran as a slower pass of its own (cuda/gelu_gemm.cpp).
     const auto dy = grads[0].reshape({-1, w2c.size(0)}).to(x2.scalar_type()).contiguous();
-    auto d_pre = at::empty_like(pre);
-    auto db1 = at::empty({pre.size(1)}, pre.options());
-    if (!dy.is_cuda() || !cuda::gelu_gemm_backward(dy, w2c, pre, d_pre, db1)) {
-      d_pre = at::gelu_backward(at::mm(dy, w2c), pre, "tanh");
-      db1 = rows_sum_as(d_pre, type(2));
-    }
+    const auto d_pre = at::gelu_backward(at::mm(dy, w2c), pre, "tanh");
     ag::variable_list out(6);
     if (ctx->needs_input_grad(0))
       out[0] = at::mm(d_pre, w1c).view(ctx->saved_data["x_shape"].toIntVector()).to(type(0));
     if (ctx->needs_input_grad(1)) out[1] = product_as(d_pre.t(), x2, type(1));
-    if (ctx->needs_input_grad(2)) out[2] = db1.to(type(2));
+    if (ctx->needs_input_grad(2)) out[2] = rows_sum_as(d_pre, type(2));
     if (ctx->needs_input_grad(3)) out[3] = product_as(dy.t(), h, type(3));
     if (ctx->needs_input_grad(4)) out[4] = rows_sum_as(dy, type(4));
     return out;

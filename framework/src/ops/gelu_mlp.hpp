@@ -1,6 +1,6 @@
 // Private: wick::gelu_mlp's autograd function taken directly, on any device and in any
 // floating type (wick::gelu_mlp takes it on a GPU in bf16 only), so that the white-box tests
-// check its backward on the CPU; cuBLASLt's epilogues only on a GPU in bf16.
+// check its backward on the CPU; cuBLASLt's epilogue only on a GPU in bf16.
 #pragma once
 
 #include <ATen/core/Tensor.h>

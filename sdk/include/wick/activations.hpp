@@ -22,10 +22,10 @@ WICK_EXPORT at::Tensor gelu_tanh(const at::Tensor& x);
 // A transformer's feed-forward block (since SDK 2.16): linear(gelu_tanh(linear(x, fc_weight,
 // fc_bias)), proj_weight, proj_bias), x [..., in], fc_weight [hidden, in], proj_weight [out,
 // hidden], with their biases. On a GPU in bf16 (under bf16 autocast, or every tensor bf16)
-// while autograd records, the GELU is in the first product's epilogue and its gradient, with
-// fc_bias's, in the epilogue of the backward product through proj_weight (cuBLASLt's
-// GELU_AUX_BIAS and DGELU_BGRAD; in, hidden and out multiples of 8), where separately they are
-// four passes over the [rows, hidden] activations; the result is bf16 as at::linear's under
+// while autograd records, the GELU is in the first product's epilogue (cuBLASLt's
+// GELU_AUX_BIAS; in, hidden and out multiples of 8), where separately it is two passes over the
+// [rows, hidden] activations, and every parameter's gradient comes in its own type (float under
+// autocast) from the products and sums, not cast; the result is bf16 as at::linear's under
 // autocast, and that path has no second derivative (a backward with create_graph throws).
 // Elsewhere, and without autograd (a decoder's inference: autocast then casts each weight once
 // while its scope lives), the three operations (gelu_tanh's kernel on the CPU).
