@@ -69,7 +69,7 @@ whose Triton cache starts empty) for little. Compilation is outside the timed wi
 is left of --budget-s (the command is killed past it, the row marked failed, the others go
 on), a row with under 20 s left is skipped, and "pytorch compile", the baseline of the
 targets, runs last, so that a slow compile costs only its own row. Before it, "wick,
-LibTorch's kernels" and the profiles below run only while they leave the compile row 150 s
+LibTorch's kernels" and the profiles below run only while they leave the compile row 90 s
 (--compile-reserve-s; each taken to last as long as the wick row did), the LibTorch-kernel row
 always when the wick row failed (it is then wick's number). The extra MLP/CNN rounds then go
 on while they fit.
@@ -594,7 +594,8 @@ def main():
     ap.add_argument("--gpt-profile", choices=("on", "off"), default="on",
                     help="print where the GPT step's time goes into the log (wick's profiler "
                     "with its kernel table, gpt2.py's kernel table)")
-    ap.add_argument("--compile-reserve-s", type=float, default=150,
+    # Run 5 (H200, a cold Triton cache): the compile row, compilation included, took about 45 s.
+    ap.add_argument("--compile-reserve-s", type=float, default=90,
                     help="seconds the rows and profiles before the pytorch compile row leave it "
                     "(a cold Triton cache)")
     args = ap.parse_args()
