@@ -1,9 +1,9 @@
 // cuBLASLt's GELU_AUX_BIAS epilogue behind gelu_gemm.hpp. Not its backward twin, DGELU_BGRAD:
 // on an H200 (cuBLASLt 13, GPT-2's MLP, 16384 rows) it ran as a pass of its own after the
-// product, 0.32 ms a call, where LibTorch's gelu_backward and a row sum take about 0.11. Row-major
-// [rows, cols] is column-major [cols, rows] to cuBLASLt, so each product is written transposed: D^T
-// = op(A) op(B) with the weight as A and the activations as B, and the bias, aux and bias gradient
-// run along D^T's rows (the features).
+// product, 0.32 ms a call, where LibTorch's gelu_backward and a row sum take about 0.11.
+// Row-major [rows, cols] is column-major [cols, rows] to cuBLASLt, so the product is written
+// transposed: D^T = op(A) op(B) with the weight as A and the activations as B, and the bias and
+// aux run along D^T's rows (the features).
 #include "cuda/gelu_gemm.hpp"
 
 #include <ATen/cuda/CUDAContextLight.h>

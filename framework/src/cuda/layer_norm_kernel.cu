@@ -1,12 +1,12 @@
-// Layer normalisation, one warp per row: the row's sums are warp reductions. No pointer a
-// kernel writes through overlaps another it reads (the callers allocate the outputs), so each
-// is __restrict__: without that, a GPU keeps every load after the stores before it. A row of up to
+// Layer normalisation, one warp per row: the row's sums are warp reductions. A row of up to
 // 1024 values, a multiple of 32 (GPT-2's 768), is held in registers: read from memory once,
 // its later passes from the registers, and the backward adds the weight and bias gradients'
 // share of its rows as it goes. Other rows are read from global memory on each pass (the later
 // passes find them in the caches) and the weight and bias gradients take a pass of their own.
 // Those gradients are column sums over the rows: per chunk of rows, then over the chunks in
-// order, so that they do not depend on the order blocks run in.
+// order, so that they do not depend on the order blocks run in. No pointer a kernel writes
+// through overlaps another it reads (the callers allocate the outputs), so each is
+// __restrict__: without that, the compiler keeps each load after the stores before it.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -166,8 +166,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // The same forward with the row in registers: each lane's per = width / 32 values (at most
 // kPer) read once. The same operations in the same order as forward_kernel: the same results.
 // Every load of a row comes before its first store: a store between two loads would hold the
-// second back until the first returned (a GPU cannot tell that they do not overlap), a round
-// trip to memory per value (run 5, bench/results-gpu.md).
+// second back until the first returned (the compiler cannot tell that they do not overlap), a
+// round trip to memory per value (run 5, bench/results-gpu.md).
 template <int kPer, class X, class B, class Y>
 __global__ void __launch_bounds__(kWarps * 32)
     forward_regs_kernel(const X* __restrict__ x, const B* __restrict__ branch,
