@@ -77,7 +77,8 @@ on while they fit.
 Before the compile row (--gpt-profile on), where the time goes, into the log (stderr): wick's
 GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
 5 steps with the GPU's busy share of their wall time), gpt2.py --profile-kernels (the same
-table from torch.profiler), and wick's profiler on the Fashion-MNIST MLP (50 steps).
+table from torch.profiler), and wick's profiler on the Fashion-MNIST MLP (50 steps), eager and
+replayed by cuda_graph (where its host time goes).
 """
 import argparse
 import array
@@ -361,28 +362,30 @@ def wick_tables(stderr):
     return "\n".join(lines[start:start + 150])
 
 
-def profiled_wick(args, config, sets, out, after, steps, rows, timeout):
+def profiled_wick(args, config, sets, out, after, steps, rows, timeout, variant=""):
     """One epoch of `config` on CUDA, fp32 unless it is the GPT's, with the profiler and its
-    kernel table (`rows` kernels of batches after + 1 to after + steps)."""
+    kernel table (`rows` kernels of batches after + 1 to after + steps); `variant` as
+    wick_command takes it."""
     text = open(config).read() + (f'\n[[hooks]]\nplugin = "profiler"\nkernels = {rows}\n'
                                   f"kernel_after = {after}\nkernel_steps = {steps}\n")
     shutil.rmtree(out, ignore_errors=True)
     sets = ['trainer.device="cuda"', "trainer.epochs=1", f'trainer.output_dir="{out}"'] + sets
     if config != args.gpt_config and enables_amp(text):
         sets.append("hooks.mixed_precision.enabled=false")
-    return run_limited(wick_command(args, text, sets, "", out), timeout)
+    return run_limited(wick_command(args, text, sets, variant, out), timeout)
 
 
 def gpt_profiles(args, work, data, t_start, took, reserve):
     """Where the time goes, printed into the log (stderr): wick's GPT run with the profiler
     (its phases, timed with CUDA events, and a table of the GPU kernels of 5 steps),
     gpt2.py's kernel table of 5 steps in the same format, and wick's on the Fashion-MNIST MLP
-    (50 steps), whose GPU busy share says how much of its step is the host's. Each is skipped
-    when it would leave the compile row less than `reserve` s (each taken to last as long as
-    the row `took` names for it), or under 20 s of the budget are left; a failure is reported
-    and the bench goes on."""
+    (50 steps), eager and replayed by cuda_graph, whose GPU busy share says how much of its
+    step is the host's (run 5: the replayed step took about five times its GPU work). Each is
+    skipped when it would leave the compile row less than `reserve` s (each taken to last as
+    long as the row `took` names for it), or under 20 s of the budget are left; a failure is
+    reported and the bench goes on."""
     kernel_rows = 25
-    for name in ("wick", "pytorch", "wick mlp"):
+    for name in ("wick", "pytorch", "wick mlp", "wick mlp cuda_graph"):
         left = args.budget_s - (time.time() - t_start)
         why = budget_refusal(left, took.get("pytorch" if name == "pytorch" else "wick"), reserve)
         if why:
@@ -395,10 +398,11 @@ def gpt_profiles(args, work, data, t_start, took, reserve):
                 r = profiled_wick(args, args.gpt_config, sets, os.path.join(work, "gpt2-profile"),
                                   args.gpt_warmup, 5, kernel_rows, left)
                 text_out = wick_tables(r.stderr)
-            elif name == "wick mlp":  # the Fashion-MNIST MLP, eager fp32: a small step
+            elif name.startswith("wick mlp"):  # the Fashion-MNIST MLP, fp32: a small step
+                variant = "cuda_graph" if name.endswith("cuda_graph") else ""
+                out = os.path.join(work, "mlp-profile" + (f"-{variant}" if variant else ""))
                 r = profiled_wick(args, os.path.join(ROOT, "samples", "fashion_mnist", "mlp.toml"),
-                                  [], os.path.join(work, "mlp-profile"), 100, 50, kernel_rows,
-                                  left)
+                                  [], out, 100, 50, kernel_rows, left, variant)
                 text_out = wick_tables(r.stderr)
             else:
                 cmd = [args.python, os.path.join(PEERS, "gpt2.py"), "--data", data,

@@ -55,7 +55,7 @@ class GpuBenchPlan(unittest.TestCase):
             "python gpt2.py", "wick gpt2-wick.toml -", "wick gpt2-cuda_graph.toml -",
             "wick gpt2-libtorch_kernels.toml all", "wick gpt2-profile.toml -",
             "python gpt2.py --profile-kernels", "wick mlp-profile.toml -",
-            "python gpt2.py --compile"])
+            "wick mlp-profile-cuda_graph.toml -", "python gpt2.py --compile"])
         rows = gpt_rows(result)
         self.assertEqual(list(rows), GPT_ROWS)
         self.assertTrue(all(r["tokens_per_s"] for r in rows.values()), rows)
