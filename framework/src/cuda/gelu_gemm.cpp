@@ -92,10 +92,10 @@ struct Operand {
   cublasOperation_t op;
 };
 
-// D [m, n] (column-major, bf16) = op(A) op(B) through `epilogue`, whose bias has m elements and
-// whose aux is [m, n] with leading dimension m.
-bool product(const Lt& f, const Operand& a, const Operand& b, void* d, std::int64_t m,
-             std::int64_t n, cublasLtEpilogue_t epilogue, const void* bias, const void* aux) {
+// D [m, n] (column-major, bf16) = gelu_tanh(op(A) op(B) + bias), bias of m elements, and the
+// sums before the GELU into aux ([m, n], leading dimension m): GELU_AUX_BIAS.
+bool gelu_product(const Lt& f, const Operand& a, const Operand& b, void* d, std::int64_t m,
+                  std::int64_t n, const void* bias, const void* aux) {
   struct Descriptors {
     const Lt& f;
     cublasLtMatmulDesc_t op = nullptr;
@@ -116,7 +116,7 @@ bool product(const Lt& f, const Operand& a, const Operand& b, void* d, std::int6
   const std::uint64_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
   if (!ok(f.desc_create(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
       !set(CUBLASLT_MATMUL_DESC_TRANSA, a.op) || !set(CUBLASLT_MATMUL_DESC_TRANSB, b.op) ||
-      !set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue) ||
+      !set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX_BIAS) ||
       !set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias) ||
       !set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux) ||
       !set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld) ||
@@ -189,9 +189,9 @@ bool lt_gelu_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
     return false;
   const c10::cuda::CUDAGuard guard(x.device());
   // out^T [features, rows] = w [in, features]^T (stored as w's rows) x^T [in, rows].
-  if (product(*f, {w.data_ptr(), in, features, CUBLAS_OP_T}, {x.data_ptr(), in, rows, CUBLAS_OP_N},
-              out.data_ptr(), features, rows, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b.data_ptr(),
-              pre.data_ptr()))
+  if (gelu_product(*f, {w.data_ptr(), in, features, CUBLAS_OP_T},
+                   {x.data_ptr(), in, rows, CUBLAS_OP_N}, out.data_ptr(), features, rows,
+                   b.data_ptr(), pre.data_ptr()))
     return true;
   say_unfused(rows, in, features);
   return false;
