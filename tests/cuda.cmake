@@ -71,7 +71,7 @@ if(CUDAToolkit_FOUND)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   set(emulator ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulator)
   set(emulated_sources "")
-  foreach(kernel adam_kernel cross_entropy_kernel layer_norm_kernel)
+  foreach(kernel adam_kernel column_sum_kernel cross_entropy_kernel layer_norm_kernel)
     set(source ${PROJECT_SOURCE_DIR}/framework/src/cuda/${kernel}.cu)
     set(emulated ${CMAKE_CURRENT_BINARY_DIR}/cuda_emulated/${kernel}.cpp)
     add_custom_command(OUTPUT ${emulated}

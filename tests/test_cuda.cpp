@@ -1,7 +1,7 @@
-// What wick does on a CUDA device: training there, fused Adam's, cross-entropy's and layer
-// norm's CUDA kernels, gelu_mlp's epilogues, wick::linear's float gradients, batches copied
-// from pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss scaling's
-// CUDA path, NCCL, the cuda_graph plugin, and the GPT sample's step (wick's own kernels)
+// What wick does on a CUDA device: training there, fused Adam's, cross-entropy's, layer norm's
+// and the biases' gradients' CUDA kernels, gelu_mlp's epilogues, wick::linear's float gradients,
+// batches copied from pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss
+// scaling's CUDA path, NCCL, the cuda_graph plugin, and the GPT sample's step (wick's own kernels)
 // replayed by it (and against LibTorch's kernels: WICK_CUDA_DISABLE). Each test needs a GPU
 // and reports itself skipped (ctest: Skipped) without one, or in a build against a CPU-only
 // LibTorch, but three: native_bf16's answer for CUDA is checked everywhere, and the refusals of
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <functional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #ifdef WICK_TEST_CUDA
@@ -28,6 +29,7 @@
 
 #include "cuda/cuda_support.hpp"
 #include "cuda/own_kernels.hpp"
+#include "ops/bf16_products.hpp"
 #include "optim/bf16_copies.hpp"
 #endif
 
@@ -690,6 +692,49 @@ TEST_CASE("wick::linear on the GPU: the weight's and bias's gradients made in fl
       if (i > 0) CHECK(bf16_valued(in[i].grad()) == (i == 1 && !kFloatProducts));
     }
     if (!with_bias) CHECK_FALSE(in[2].grad().defined());
+  }
+#endif
+}
+
+TEST_CASE(
+    "the biases' gradients on the GPU: wick's column sums and GELU's gradient as LibTorch's, the "
+    "same from run to run, no host wait",
+    "[cuda]") {
+  need_gpu();
+#ifdef WICK_TEST_CUDA
+  REQUIRE(cuda::load().empty());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(29);
+  // GPT-2's rows (16 x 1024) at its widths (16-byte loads, 128 chunks of rows), and rows no
+  // load of 16 bytes fits (100 wide), in one chunk and several.
+  struct Shape {
+    std::int64_t rows, width;
+  };
+  for (const auto& [rows, width] :
+       {Shape{16384, 768}, Shape{16384, 3072}, Shape{1001, 100}, Shape{100, 2304}}) {
+    INFO(rows << " rows of " << width);
+    const auto g = torch::randn({rows, width}, gen).to(torch::kCUDA, torch::kBFloat16);
+    const auto pre = (torch::randn({rows, width}, gen) * 2).to(torch::kCUDA, torch::kBFloat16);
+    const auto want = g.to(torch::kDouble).sum(0).cpu();
+    for (const auto type : {torch::kFloat, torch::kBFloat16}) {
+      INFO("sums in " << type);
+      const auto [sums, again, d, d_sums] = without_host_wait(false, [&] {
+        auto [grad, grad_sums] = cuda::gelu_backward_sums(g, pre, type);
+        return std::make_tuple(cuda::column_sums(g, type), cuda::column_sums(g, type), grad,
+                               grad_sums);
+      });
+      REQUIRE(sums.scalar_type() == type);
+      CHECK(rel(sums, want) < (type == torch::kFloat ? 1e-5 : 8e-3));
+      CHECK(torch::equal(sums, again));  // a fixed order of the sums
+      // GELU's gradient as LibTorch's, each rounded to bf16 once; its sums those of d as written.
+      CHECK(rel(d, at::gelu_backward(g, pre, "tanh").to(torch::kDouble).cpu()) < 8e-3);
+      CHECK(rel(d_sums, d.to(torch::kDouble).sum(0).cpu()) < (type == torch::kFloat ? 1e-5 : 8e-3));
+      // rows_sum_as takes them; with bias_grad hidden, at::sum, the same sums within rounding.
+      CHECK(torch::equal(wick::rows_sum_as(g, type), sums));
+      wick::cuda::set_hidden_own_kernels(1u << static_cast<unsigned>(cuda::OwnKernel::bias_grad));
+      const auto lib = wick::rows_sum_as(g, type);
+      wick::cuda::set_hidden_own_kernels(0);
+      CHECK(rel(lib, sums.to(torch::kDouble).cpu()) < (type == torch::kFloat ? 1e-5 : 8e-3));
+    }
   }
 #endif
 }

@@ -2,11 +2,12 @@
 // cuda_emulator/ (a block's threads as threads, its barriers and warp shuffles as barriers),
 // against references in double: the layer norm forward and backward (both the registers' and
 // the general kernels, every row type, the weight and bias sums over chunks of rows), the
-// batched Adam (several launches, aligned and not, tails, a tensor listed twice), and
-// cross-entropy (packed and element-wise rows, an ignored and an invalid target). What the
-// emulator checks beyond the values: a launch's configuration, a shuffle from a lane that has
-// returned, threads that do not all reach a barrier; in the sanitizer build, every read and
-// write of the kernels is one of host memory, bounds-checked; built with ThreadSanitizer
+// column sums of bias gradients (and GELU's gradient with them; 16-byte and single loads, one
+// chunk of rows and several), the batched Adam (several launches, aligned and not, tails, a tensor
+// listed twice), and cross-entropy (packed and element-wise rows, an ignored and an invalid
+// target). What the emulator checks beyond the values: a launch's configuration, a shuffle from a
+// lane that has returned, threads that do not all reach a barrier; in the sanitizer build, every
+// read and write of the kernels is one of host memory, bounds-checked; built with ThreadSanitizer
 // (test_cuda_emulated_tsan), no location is touched by two blocks of one launch, one writing.
 // It cannot check what only a GPU does: the memory model between warps, timing, the
 // compiler's device code (test_cuda does, on a GPU).
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "cuda/adam_kernel.hpp"
+#include "cuda/column_sum_kernel.hpp"
 #include "cuda/cross_entropy_kernel.hpp"
 #include "cuda/layer_norm_kernel.hpp"
 
@@ -444,4 +446,75 @@ TEST_CASE("The cross-entropy kernels, emulated, match a reference in double", "[
       }
       CHECK(bad == 0);
     }
+}
+
+TEST_CASE("The column sums and GELU gradient kernels, emulated, match a reference in double",
+          "[cuda-emulated]") {
+  std::mt19937 gen(5);
+  struct Shape {
+    std::int64_t rows, width;
+    std::size_t offset;  // values the rows start past their storage's first: 16-byte loads or not
+  };
+  // Widths a multiple of 8 (a lane's 16-byte loads) and not, or rows not 16-byte aligned; one
+  // chunk of rows (the sums written at once), 3 chunks of 128 (the last short), 10 of 128; no
+  // rows (zeros); a tile of 256 columns with 3 lanes' worth.
+  const std::vector<Shape> shapes = {{1, 8, 0},     {37, 768, 0},   {37, 100, 0},
+                                     {300, 768, 0}, {300, 24, 0},   {300, 64, 1},
+                                     {1200, 40, 0}, {129, 3072, 0}, {0, 16, 0}};
+  for (const auto& [rows, width, offset] : shapes)
+    for (const RowType g_type : {RowType::f32, RowType::bf16})
+      for (const RowType out_type : {RowType::f32, RowType::bf16}) {
+        const auto n = static_cast<std::size_t>(rows * width);
+        INFO("rows " << rows << ", width " << width << ", offset " << offset << ", g "
+                     << name(g_type) << ", sums " << name(out_type));
+        Rows g = make_rows(g_type, n + offset, gen, 1.f, 0.25f);
+        std::vector<float> partial(
+            static_cast<std::size_t>(wick::cuda::column_sum_partials(rows, width)), std::nanf(""));
+        Rows out = empty_rows(out_type, static_cast<std::size_t>(width));
+        const void* g_rows = g_type == RowType::bf16
+                                 ? static_cast<const void*>(g.b.data() + offset)
+                                 : static_cast<const void*>(g.f.data() + offset);
+        wick::cuda::launch_column_sums(g_rows, g_type, rows, width, out.data(), out_type,
+                                       partial.data(), nullptr);
+        const auto got = out.read();
+        std::size_t bad = 0;
+        for (std::int64_t j = 0; j < width; ++j) {
+          double want = 0, scale = 0;
+          for (std::int64_t r = 0; r < rows; ++r) {
+            want += g.f[offset + r * width + j];
+            scale += std::abs(g.f[offset + r * width + j]);
+          }
+          if (!close(got[j], want, out_type, scale)) ++bad;
+        }
+        CHECK(bad == 0);
+
+        if (g_type != RowType::bf16) continue;  // GELU's gradient: bf16 rows
+        Rows dh = make_rows(RowType::bf16, n + offset, gen, 0.5f);
+        Rows pre = make_rows(RowType::bf16, n + offset, gen, 2.f);
+        Rows d = empty_rows(RowType::bf16, n + offset);
+        Rows sums = empty_rows(out_type, static_cast<std::size_t>(width));
+        wick::cuda::launch_gelu_backward_sums(dh.b.data() + offset, pre.b.data() + offset, rows,
+                                              width, d.b.data() + offset, sums.data(), out_type,
+                                              partial.data(), nullptr);
+        const auto got_d = d.read(), got_sums = sums.read();
+        for (std::int64_t j = 0; j < width; ++j) {
+          double sum = 0, scale = 0;
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const std::size_t i = offset + r * width + j;
+            // gelu(x) = x (1 + tanh(k (x + 0.044715 x^3))) / 2, k = sqrt(2 / pi), derived.
+            const double x = pre.f[i], k = std::sqrt(2 / M_PI);
+            const double t = std::tanh(k * (x + 0.044715 * x * x * x));
+            const double want =
+                dh.f[i] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x));
+            if (!close(got_d[i], want, RowType::bf16, std::abs(dh.f[i]))) ++bad;
+            sum += got_d[i];  // the values as written
+            scale += std::abs(got_d[i]);
+          }
+          if (!close(got_sums[j], sum, out_type, scale)) ++bad;
+        }
+        // Nothing written outside the rows.
+        for (std::size_t i = 0; i < offset; ++i)
+          if (!std::isnan(got_d[i])) ++bad;
+        CHECK(bad == 0);
+      }
 }

@@ -174,13 +174,14 @@ TEST_CASE("WICK_CUDA_DISABLE names wick's own CUDA kernels to leave unused, a wr
         ((1u << static_cast<unsigned>(OwnKernel::linear)) |
          (1u << static_cast<unsigned>(OwnKernel::cross_entropy))));
   const auto all = parse_own_kernels("all");
-  CHECK(own_kernel_names(all) == "layer_norm, cross_entropy, gelu_mlp, linear, adam, bf16_copies");
+  CHECK(own_kernel_names(all) ==
+        "layer_norm, cross_entropy, gelu_mlp, linear, adam, bf16_copies, bias_grad");
   CHECK(parse_own_kernels("gelu_mlp,all") == all);
   CHECK(own_kernel_names(0).empty());
   CHECK_THROWS_WITH(parse_own_kernels("adam,layernorm"),
                     "WICK_CUDA_DISABLE: 'layernorm' is not one of wick's CUDA kernels; name some "
-                    "of layer_norm, cross_entropy, gelu_mlp, linear, adam, bf16_copies (or "
-                    "all), separated by commas");
+                    "of layer_norm, cross_entropy, gelu_mlp, linear, adam, bf16_copies, "
+                    "bias_grad (or all), separated by commas");
   // A test may set the set; each name answers for itself alone.
   set_hidden_own_kernels(parse_own_kernels("gelu_mlp"));
   CHECK(hidden(OwnKernel::gelu_mlp));

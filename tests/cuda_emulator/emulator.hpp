@@ -65,6 +65,11 @@ inline void __syncthreads() {
   ::wick_emu::sync_threads();
 }
 
+// A 16-byte store (CUDA's says so in one instruction; here, a store).
+inline void __stwb(uint4* p, uint4 v) {
+  *p = v;
+}
+
 template <class T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
   static_assert(sizeof(T) <= 16 && std::is_trivially_copyable_v<T>);

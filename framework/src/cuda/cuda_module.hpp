@@ -46,6 +46,10 @@ struct Module {
                               const at::Tensor& rstd, const at::Tensor& dx,
                               const at::Tensor& d_branch, const at::Tensor& dw,
                               const at::Tensor& db);
+  at::Tensor (*column_sums)(const at::Tensor& g, at::ScalarType type);
+  std::pair<at::Tensor, at::Tensor> (*gelu_backward_sums)(const at::Tensor& dh,
+                                                          const at::Tensor& pre,
+                                                          at::ScalarType sum_type);
   bool (*gelu_gemm_forward)(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                             const at::Tensor& out, const at::Tensor& pre);
   std::unique_ptr<DeviceClock> (*event_clock)(const at::Device& device);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda/adam_kernel.hpp"
+#include "cuda/column_sum_kernel.hpp"
 #include "cuda/cross_entropy_kernel.hpp"
 #include "cuda/gelu_gemm.hpp"
 #include "cuda/layer_norm_kernel.hpp"
@@ -214,6 +215,46 @@ void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Te
                              partial.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
 }
 
+// Rows float32 or bf16 [rows, width] on a GPU, their sums float32 or bf16.
+void check_column_sums(const at::Tensor& g, at::ScalarType type) {
+  const auto takes = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
+  if (!g.is_cuda() || g.dim() != 2 || !takes(g.scalar_type()) || !takes(type))
+    throw std::logic_error(
+        "cuda::column_sums: float32 or bf16 rows [rows, width] on a GPU, summed into float32 "
+        "or bf16");
+}
+
+at::Tensor column_sums(const at::Tensor& g, at::ScalarType type) {
+  check_column_sums(g, type);
+  const c10::cuda::CUDAGuard guard(g.device());
+  const auto rows = g.contiguous();
+  auto out = at::empty({g.size(1)}, g.options().dtype(type));
+  auto partial =
+      at::empty({column_sum_partials(g.size(0), g.size(1))}, g.options().dtype(at::kFloat));
+  launch_column_sums(rows.data_ptr(), row_type(rows), g.size(0), g.size(1), out.data_ptr(),
+                     row_type(out), partial.data_ptr<float>(),
+                     c10::cuda::getCurrentCUDAStream().stream());
+  return out;
+}
+
+std::pair<at::Tensor, at::Tensor> gelu_backward_sums(const at::Tensor& dh, const at::Tensor& pre,
+                                                     at::ScalarType sum_type) {
+  check_column_sums(dh, sum_type);
+  if (dh.scalar_type() != at::kBFloat16 || pre.scalar_type() != at::kBFloat16 ||
+      pre.sizes() != dh.sizes() || pre.device() != dh.device())
+    throw std::logic_error("cuda::gelu_backward_sums: bf16 dh and pre of one shape on one GPU");
+  const c10::cuda::CUDAGuard guard(dh.device());
+  const auto h = dh.contiguous(), p = pre.contiguous();
+  auto d = at::empty_like(h, at::MemoryFormat::Contiguous);
+  auto sums = at::empty({dh.size(1)}, dh.options().dtype(sum_type));
+  auto partial =
+      at::empty({column_sum_partials(dh.size(0), dh.size(1))}, dh.options().dtype(at::kFloat));
+  launch_gelu_backward_sums(h.data_ptr(), p.data_ptr(), dh.size(0), dh.size(1), d.data_ptr(),
+                            sums.data_ptr(), row_type(sums), partial.data_ptr<float>(),
+                            c10::cuda::getCurrentCUDAStream().stream());
+  return {d, sums};
+}
+
 class EventClock final : public DeviceClock {
  public:
   explicit EventClock(const at::Device& device) : device_(device) {}
@@ -253,8 +294,8 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
 const Module kModule{
     sizeof(Module),     capturing,           native_bf16,        pinned,
     to_device_async,    adam_steps,          cross_entropy_rows, cross_entropy_grad,
-    layer_norm_forward, layer_norm_backward, lt_gelu_forward,    event_clock,
-    nccl_group};
+    layer_norm_forward, layer_norm_backward, column_sums,        gelu_backward_sums,
+    lt_gelu_forward,    event_clock,         nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

@@ -138,6 +138,15 @@ void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Te
   module().layer_norm_backward(s, dy, ds, weight, mean, rstd, dx, d_branch, dw, db);
 }
 
+at::Tensor column_sums(const at::Tensor& g, at::ScalarType type) {
+  return module().column_sums(g, type);
+}
+
+std::pair<at::Tensor, at::Tensor> gelu_backward_sums(const at::Tensor& dh, const at::Tensor& pre,
+                                                     at::ScalarType sum_type) {
+  return module().gelu_backward_sums(dh, pre, sum_type);
+}
+
 bool gelu_gemm_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                        const at::Tensor& out, const at::Tensor& pre) {
   return module().gelu_gemm_forward(x, w, b, out, pre);

@@ -88,6 +88,14 @@ void layer_norm_backward(const at::Tensor& s, const at::Tensor& dy, const at::Te
                          const at::Tensor& dx, const at::Tensor& d_branch, const at::Tensor& dw,
                          const at::Tensor& db);
 
+// The biases' gradients (column_sum_kernel.hpp) on the current stream, for float32 or bf16
+// rows [rows, width] on a GPU: the sums over the rows, in `type` (float32 or bf16):
+at::Tensor column_sums(const at::Tensor& g, at::ScalarType type);
+// and GELU's (tanh) gradient dh gelu'(pre) for bf16 dh and pre, with its column sums in
+// sum_type, from one pass.
+std::pair<at::Tensor, at::Tensor> gelu_backward_sums(const at::Tensor& dh, const at::Tensor& pre,
+                                                     at::ScalarType sum_type);
+
 // wick::gelu_mlp's first product with GELU in cuBLASLt's epilogue (gelu_gemm.hpp), for bf16
 // matrices on one GPU: pre = x w^T + b and out = gelu_tanh(pre); false, with nothing written,
 // where cuBLASLt cannot take them.

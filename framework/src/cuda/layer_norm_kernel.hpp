@@ -5,10 +5,9 @@
 
 #include <cstdint>
 
-namespace wick::cuda {
+#include "cuda/row_type.hpp"
 
-// A row's element type.
-enum class RowType { f32, bf16 };
+namespace wick::cuda {
 
 // One warp per row of `rows` x `width` contiguous values: s = x + branch (float, written to s)
 // when branch is not null, else s = x; the row's mean and rstd = 1 / sqrt(var + eps) (float

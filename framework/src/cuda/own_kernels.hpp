@@ -22,9 +22,19 @@ namespace wick::cuda {
 //   adam           fused Adam's multi-tensor kernel: torch::optim's tensor operations
 //   bf16_copies    the bf16 copies of the weights that kernel writes (optim/bf16_copies.hpp):
 //                  wick::linear and gelu_mlp cast each weight on every forward
-enum class OwnKernel : unsigned { layer_norm, cross_entropy, gelu_mlp, linear, adam, bf16_copies };
-inline constexpr const char* kOwnKernelNames[] = {"layer_norm", "cross_entropy", "gelu_mlp",
-                                                  "linear",     "adam",          "bf16_copies"};
+//   bias_grad      the column sums of wick::linear's and gelu_mlp's bias gradients (and
+//                  gelu_mlp's GELU gradient with its bias's): at::sum (at::gelu_backward)
+enum class OwnKernel : unsigned {
+  layer_norm,
+  cross_entropy,
+  gelu_mlp,
+  linear,
+  adam,
+  bf16_copies,
+  bias_grad
+};
+inline constexpr const char* kOwnKernelNames[] = {
+    "layer_norm", "cross_entropy", "gelu_mlp", "linear", "adam", "bf16_copies", "bias_grad"};
 inline constexpr std::size_t kOwnKernels = std::size(kOwnKernelNames);
 
 // A WICK_CUDA_DISABLE value (names separated by commas, "all" for every one; spaces around a

@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include "cuda/cuda_load.hpp"
+#include "cuda/cuda_support.hpp"
 #include "cuda/own_kernels.hpp"
 #include "ops/autocast.hpp"
 #include "ops/cpu_data.hpp"
@@ -53,7 +54,14 @@ at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType t
   return at::mm(a, b).to(type);
 }
 
+bool column_sums_take(const at::Tensor& g, at::ScalarType type) {
+  const auto takes = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
+  return g.is_cuda() && g.dim() == 2 && takes(g.scalar_type()) && takes(type) &&
+         !cuda::hidden(cuda::OwnKernel::bias_grad);
+}
+
 at::Tensor rows_sum_as(const at::Tensor& g, at::ScalarType type) {
+  if (column_sums_take(g, type)) return cuda::column_sums(g, type);
   return at::sum(g, {0}, /*keepdim=*/false, type);
 }
 

@@ -9,6 +9,11 @@
 
 #include <initializer_list>
 
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
+
+// Exported for the white-box tests (tests/), which link libwick; not an installed header.
+WICK_PUBLIC_BEGIN
+
 namespace wick {
 
 // Whether these take the bf16 function: on a GPU, float32 or bf16 tensors under bf16 autocast
@@ -27,8 +32,16 @@ at::Tensor param_as(const at::Tensor& p, at::ScalarType type);
 // product, then the cast.
 at::Tensor product_as(const at::Tensor& a, const at::Tensor& b, at::ScalarType type);
 
-// g [rows, n] summed over its rows into `type` (a bias's gradient): accumulated and written in
-// `type` in one pass.
+// Whether rows_sum_as takes wick's column sums kernel for g (cuda/column_sum_kernel.hpp): g
+// float32 or bf16 [rows, n] on a GPU, `type` float32 or bf16, WICK_CUDA_DISABLE without
+// bias_grad.
+bool column_sums_take(const at::Tensor& g, at::ScalarType type);
+
+// g [rows, n] summed over its rows into `type` (a bias's gradient): accumulated in float and
+// written in `type` in one pass: wick's kernel where column_sums_take (at::sum ran at about a
+// quarter of an H200's memory speed), else at::sum.
 at::Tensor rows_sum_as(const at::Tensor& g, at::ScalarType type);
 
 }  // namespace wick
+
+WICK_PUBLIC_END

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_support.hpp"
@@ -62,15 +63,24 @@ class GeluMlp : public ag::Function<GeluMlp> {
     const auto types = ctx->saved_data["types"].toIntVector();
     const auto type = [&](std::size_t i) { return static_cast<at::ScalarType>(types[i]); };
     // The weights' and the biases' gradients made in their own types (float under autocast)
-    // by the products and the sums, not cast after. GELU's gradient outside the product:
-    // cuBLASLt's DGELU_BGRAD epilogue ran as a slower pass of its own (cuda/gelu_gemm.cpp).
+    // by the products and the sums, not cast after. GELU's gradient outside the product
+    // (cuBLASLt's DGELU_BGRAD epilogue ran as a slower pass of its own), with fc_bias's
+    // gradient summed in the same pass where wick's kernel takes it.
     const auto dy = grads[0].reshape({-1, w2c.size(0)}).to(x2.scalar_type()).contiguous();
-    const auto d_pre = at::gelu_backward(at::mm(dy, w2c), pre, "tanh");
+    const auto dh = at::mm(dy, w2c);
+    at::Tensor d_pre, d_b1;
+    if (ctx->needs_input_grad(2) && pre.scalar_type() == at::kBFloat16 &&
+        column_sums_take(pre, type(2))) {
+      std::tie(d_pre, d_b1) = cuda::gelu_backward_sums(dh, pre, type(2));
+    } else {
+      d_pre = at::gelu_backward(dh, pre, "tanh");
+      if (ctx->needs_input_grad(2)) d_b1 = rows_sum_as(d_pre, type(2));
+    }
     ag::variable_list out(6);
     if (ctx->needs_input_grad(0))
       out[0] = at::mm(d_pre, w1c).view(ctx->saved_data["x_shape"].toIntVector()).to(type(0));
     if (ctx->needs_input_grad(1)) out[1] = product_as(d_pre.t(), x2, type(1));
-    if (ctx->needs_input_grad(2)) out[2] = rows_sum_as(d_pre, type(2));
+    out[2] = d_b1;
     if (ctx->needs_input_grad(3)) out[3] = product_as(dy.t(), h, type(3));
     if (ctx->needs_input_grad(4)) out[4] = rows_sum_as(dy, type(4));
     return out;
