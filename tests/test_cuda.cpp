@@ -1104,6 +1104,10 @@ TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in
   const auto dev = cuda::to_device_async(pinned, at::Device(at::kCUDA, 0));
   CHECK(dev.is_cuda());
   CHECK(torch::equal(dev.cpu(), host));
+  // A batch gathered on the GPU (trainer.data_on_device) is not copied again, whether the
+  // device names its index or not ("cuda", as the trainer holds it).
+  CHECK(cuda::to_device_async(dev, at::Device(at::kCUDA, 0)).is_same(dev));
+  CHECK(cuda::to_device_async(dev, at::Device(at::kCUDA)).is_same(dev));
 #endif
   // Loader threads pin and the copies overlap: the same training as batches drawn inline.
   TempDir d;

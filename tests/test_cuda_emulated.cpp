@@ -5,12 +5,12 @@
 // column sums of bias gradients (and GELU's gradient with them; 16-byte and single loads, one
 // chunk of rows and several), the batched Adam (several launches, aligned and not, tails, a tensor
 // listed twice), and cross-entropy (packed and element-wise rows, an ignored and an invalid
-// target). What the emulator checks beyond the values: a launch's configuration, a shuffle from a
-// lane that has returned, threads that do not all reach a barrier; in the sanitizer build, every
-// read and write of the kernels is one of host memory, bounds-checked; built with ThreadSanitizer
-// (test_cuda_emulated_tsan), no location is touched by two blocks of one launch, one writing.
-// It cannot check what only a GPU does: the memory model between warps, timing, the
-// compiler's device code (test_cuda does, on a GPU).
+// target, masked (-inf) and infinite logits). What the emulator checks beyond the values: a
+// launch's configuration, a shuffle from a lane that has returned, threads that do not all reach a
+// barrier; in the sanitizer build, every read and write of the kernels is one of host memory,
+// bounds-checked; built with ThreadSanitizer (test_cuda_emulated_tsan), no location is touched by
+// two blocks of one launch, one writing. It cannot check what only a GPU does: the memory model
+// between warps, timing, the compiler's device code (test_cuda does, on a GPU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <catch2/catch.hpp>
@@ -391,6 +391,14 @@ TEST_CASE("The cross-entropy kernels, emulated, match a reference in double", "[
       for (std::int64_t r = 0; r < rows; ++r) target[r] = (r * 37) % vocab;
       target[1] = -100;   // ignored
       target[2] = vocab;  // outside the vocabulary: a NaN loss
+      // Row 3 starts with masked logits (-inf: nothing to the sum; a whole 16-byte pack of them
+      // at 64 and more); row 4 holds a +inf (a NaN loss).
+      const bool infinities = vocab >= 16;
+      if (infinities) {
+        for (std::int64_t j = 0; j < 8; ++j)
+          if (j != target[3]) x[3 * vocab + j] = -INFINITY;
+        x[4 * vocab + (target[4] + 1) % vocab] = INFINITY;
+      }
       // The logits in the type, and the floats they hold.
       std::vector<__nv_bfloat16> xb(n);
       std::vector<__half> xh(n);
@@ -424,12 +432,18 @@ TEST_CASE("The cross-entropy kernels, emulated, match a reference in double", "[
         double mx = -INFINITY, sum = 0;
         for (std::int64_t j = 0; j < vocab; ++j) mx = std::max<double>(mx, x[r * vocab + j]);
         for (std::int64_t j = 0; j < vocab; ++j) sum += std::exp(x[r * vocab + j] - mx);
+        const bool infinite = infinities && r == 4;
         const double l = mx + std::log(sum);
         const bool ignored = target[r] == -100, invalid = target[r] == vocab;
-        if (std::abs(lse[r] - l) > 1e-5 * (1 + std::abs(l))) ++bad;
+        if (infinite) {  // NaN, as LibTorch's log_softmax gives (inf - inf)
+          if (!std::isnan(lse[r]) || !std::isnan(loss[r])) ++bad;
+          continue;
+        }
+        // Written so that a NaN fails them.
+        if (!(std::abs(lse[r] - l) <= 1e-5 * (1 + std::abs(l)))) ++bad;
         if (invalid ? !std::isnan(loss[r])
-                    : std::abs(loss[r] - (ignored ? 0 : l - x[r * vocab + target[r]])) >
-                          1e-5 * (1 + std::abs(l)))
+                    : !(std::abs(loss[r] - (ignored ? 0 : l - x[r * vocab + target[r]])) <=
+                        1e-5 * (1 + std::abs(l))))
           ++bad;
         if (invalid) continue;  // its gradient is not defined
         for (std::int64_t j = 0; j < vocab; ++j) {
@@ -441,7 +455,7 @@ TEST_CASE("The cross-entropy kernels, emulated, match a reference in double", "[
           const double rounding = type == LogitType::bf16  ? std::abs(want) / 256
                                   : type == LogitType::f16 ? std::abs(want) / 2048
                                                            : 0;
-          if (std::abs(got - want) > rounding + 1e-6) ++bad;
+          if (!(std::abs(got - want) <= rounding + 1e-6)) ++bad;
         }
       }
       CHECK(bad == 0);

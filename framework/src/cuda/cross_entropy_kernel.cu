@@ -1,6 +1,8 @@
 // Cross-entropy over rows of logits, one block per row. Forward: one pass over the row keeps a
-// running maximum and the sum of exp(x - maximum) (rescaled when the maximum grows), so the
-// log-sum-exp needs no second pass and no log-probabilities are written. Backward: one pass
+// running maximum and the sum of exp(x - maximum) (rescaled when the maximum grows, once per
+// 16 bytes of logits: a rescale per value, a branch each, held GPT-2's forward to 1.9 TB/s on an
+// H200, where its backward, reading and writing, reached 4.1), so the log-sum-exp needs no
+// second pass and no log-probabilities are written. Backward: one pass
 // that reads the logits and writes softmax - onehot, scaled. Rows of 16-byte-aligned logits are
 // read (and the gradient written) 16 bytes at a time.
 #include <cuda_bf16.h>
@@ -67,6 +69,25 @@ __device__ __forceinline__ MaxSum add(MaxSum a, float x) {
   return a;
 }
 
+// A pack of values added at once: their maximum first, so that the sum is rescaled once a pack
+// and each value costs an exp and an add. Where that maximum is infinite (only -inf seen so
+// far, or a +inf), value by value as add() does, whose results those are.
+template <int n>
+__device__ __forceinline__ MaxSum add_pack(MaxSum a, const float (&x)[n]) {
+  float m = a.m;
+#pragma unroll
+  for (int j = 0; j < n; ++j) m = fmaxf(m, x[j]);
+  if (fabsf(m) == INFINITY) {
+#pragma unroll
+    for (int j = 0; j < n; ++j) a = add(a, x[j]);
+    return a;
+  }
+  float s = a.s * expf(a.m - m);  // a.m = -inf: 0
+#pragma unroll
+  for (int j = 0; j < n; ++j) s += expf(x[j] - m);
+  return {m, s};
+}
+
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, a.s + b.s};
@@ -104,8 +125,10 @@ __global__ void forward_kernel(const T* __restrict__ logits,
     const auto* packs = reinterpret_cast<const Pack<T>*>(x);
     for (std::int64_t i = threadIdx.x; i < vocab / Pack<T>::n; i += blockDim.x) {
       const Pack<T> p = packs[i];
+      float v[Pack<T>::n];
 #pragma unroll
-      for (int j = 0; j < Pack<T>::n; ++j) acc = add(acc, as_float(p.v[j]));
+      for (int j = 0; j < Pack<T>::n; ++j) v[j] = as_float(p.v[j]);
+      acc = add_pack(acc, v);
     }
   } else {
     for (std::int64_t i = threadIdx.x; i < vocab; i += blockDim.x) acc = add(acc, as_float(x[i]));

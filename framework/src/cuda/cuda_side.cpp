@@ -52,6 +52,9 @@ at::Tensor pinned(const at::Tensor& host) {
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
   if (!host.defined()) return host;
   const c10::cuda::CUDAGuard guard(device);
+  // Gathered there already (trainer.data_on_device): a device without an index ("cuda", as
+  // the trainer holds it) is the current GPU, which no tensor's device equals as such.
+  if (host.device() == at::Device(at::kCUDA, c10::cuda::current_device())) return host;
   const auto compute = c10::cuda::getCurrentCUDAStream();
   const auto copy = c10::cuda::getStreamFromPool();
   at::Tensor out;

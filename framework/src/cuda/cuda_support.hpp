@@ -45,7 +45,8 @@ at::Tensor pinned(const at::Tensor& host);
 
 // Copies `host` to `device` on a copy stream of its own, so that the copy overlaps the work
 // already queued on the current stream (the previous step); the current stream waits for the
-// copy (an event, not the host) before the work queued after this call.
+// copy (an event, not the host) before the work queued after this call. A tensor on that GPU
+// already (a device without an index: the current GPU) comes back as it is.
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 
 // One Adam step of a contiguous float32 CUDA parameter p (updated in place with its moments m
