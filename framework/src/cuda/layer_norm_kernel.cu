@@ -145,7 +145,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + lane;
   float a = 0, b = 0;
+  // Unrolled, so that a thread's loads are in flight together: run 5 timed this kernel at 10 us
+  // a call for 3 MB, a round trip to memory per chunk.
   if (j < width)
+#pragma unroll 8
     for (std::int64_t c = warp; c < chunks; c += kWarps) {
       a += partial[2 * c * width + j];
       b += partial[(2 * c + 1) * width + j];
