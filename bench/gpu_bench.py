@@ -513,8 +513,8 @@ def gpt_report(got, args, gpu):
     if own and lib:
         lines += ["", f"wick's own CUDA kernels (layer norm with the residual add, cross-entropy, "
                   f"gelu_mlp's cuBLASLt epilogue, wick::linear's float gradients, the biases' "
-                  f"column sums, the batched AdamW) make wick {own / lib:.2f}x itself with them hidden "
-                  f"(WICK_CUDA_DISABLE=all: LibTorch's operators in their place)."]
+                  f"column sums, the batched AdamW) make wick {own / lib:.2f}x itself with them "
+                  f"hidden (WICK_CUDA_DISABLE=all: LibTorch's operators in their place)."]
     lines += ["", "loss (end): gpt2.py's last step; wick's last step record's train/loss (the "
               f"mean over its last {math.gcd(args.gpt_warmup, args.gpt_steps)} steps). On "
               f"uniform random tokens it stays near ln({GPT['vocab']}) = "

@@ -71,13 +71,15 @@ if(CUDAToolkit_FOUND)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   set(emulator ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulator)
   set(emulated_sources "")
+  # The device headers the kernels include, which the rewrite writes into each source.
+  file(GLOB emulated_headers ${PROJECT_SOURCE_DIR}/framework/src/cuda/*.cuh)
   foreach(kernel adam_kernel column_sum_kernel cross_entropy_kernel layer_norm_kernel)
     set(source ${PROJECT_SOURCE_DIR}/framework/src/cuda/${kernel}.cu)
     set(emulated ${CMAKE_CURRENT_BINARY_DIR}/cuda_emulated/${kernel}.cpp)
     add_custom_command(OUTPUT ${emulated}
                        COMMAND ${Python3_EXECUTABLE} ${emulator}/rewrite_launches.py ${source}
                                ${emulated}
-                       DEPENDS ${source} ${emulator}/rewrite_launches.py
+                       DEPENDS ${source} ${emulated_headers} ${emulator}/rewrite_launches.py
                        COMMENT "Rewriting ${kernel}.cu for the CPU emulator")
     list(APPEND emulated_sources ${emulated})
   endforeach()

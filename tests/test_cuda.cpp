@@ -736,6 +736,12 @@ TEST_CASE(
       CHECK(rel(lib, sums.to(torch::kDouble).cpu()) < (type == torch::kFloat ? 1e-5 : 8e-3));
     }
   }
+  // Rows of another type are refused, naming the function (rows_sum_as never passes them).
+  CHECK_THROWS_WITH(
+      cuda::column_sums(torch::ones({4, 8}, torch::kCUDA).to(torch::kInt), torch::kFloat),
+      Contains("cuda::column_sums: float32 or bf16 rows"));
+  CHECK_FALSE(
+      wick::column_sums_take(torch::ones({4, 8}, torch::kCUDA).to(torch::kInt), torch::kFloat));
 #endif
 }
 

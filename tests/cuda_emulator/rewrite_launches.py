@@ -2,8 +2,10 @@
 # KERNEL<<<grid, block[, shared[, stream]]>>>(args), becomes
 # ::wick_emu::launch(grid, block, shared, stream, KERNEL, args), on as many lines as it had, so
 # that the compiler's and the sanitizers' line numbers are the source's; nvcc's unrolling hints
-# (#pragma unroll) become empty lines: the host compiler does not know them, or fails them.
+# (#pragma unroll) become empty lines: the host compiler does not know them, or fails them. A
+# device header the source includes (cuda/NAME.cuh) is written in its place the same way.
 #   python3 rewrite_launches.py SOURCE.cu OUTPUT.cpp
+import os
 import sys
 
 
@@ -67,10 +69,26 @@ def rewrite(src, path):
     return out
 
 
+def emulated(path):
+    """path's text for the emulator: its launches rewritten, its unrolling hints (and a
+    header's #pragma once) dropped, and the device headers it includes (#include
+    "cuda/NAME.cuh", beside it) written in place the same way, each under #line directives
+    that keep its own line numbers."""
+    with open(path) as f:
+        lines = f.read().split('\n')
+    out = []
+    for n, line in enumerate(lines, 1):
+        words = line.split()
+        if line.strip().startswith('#pragma unroll') or line.strip() == '#pragma once':
+            out.append('')
+        elif len(words) == 2 and words[0] == '#include' and words[1].endswith('.cuh"'):
+            header = os.path.join(os.path.dirname(path), os.path.basename(words[1].strip('"')))
+            out.append('#line 1 "%s"\n%s\n#line %d "%s"' % (header, emulated(header), n + 1, path))
+        else:
+            out.append(line)
+    return rewrite('\n'.join(out), path)
+
+
 source, output = sys.argv[1], sys.argv[2]
-with open(source) as f:
-    lines = f.read().split('\n')
-text = rewrite('\n'.join('' if l.strip().startswith('#pragma unroll') else l for l in lines),
-               source)
 with open(output, 'w') as f:
-    f.write('#include "emulator.hpp"\n#line 1 "%s"\n%s' % (source, text))
+    f.write('#include "emulator.hpp"\n#line 1 "%s"\n%s' % (source, emulated(source)))

@@ -54,9 +54,9 @@ void apply_cpu_disable();
 
 // WICK_CUDA_DISABLE (README: CUDA paths) names wick's own CUDA kernels to leave unused on a
 // GPU, LibTorch's operators in their place: layer_norm, cross_entropy, gelu_mlp, linear, adam,
-// bf16_copies, bias_grad, or all (comma separated). Returns the names it hides, checked and comma separated ("" for
-// none); a name that is none of them throws std::invalid_argument naming the variable and the
-// names it takes. `wick` checks it at start (exit 2).
+// bf16_copies, bias_grad, or all (comma separated). Returns the names it hides, checked and
+// comma separated ("" for none); a name that is none of them throws std::invalid_argument
+// naming the variable and the names it takes. `wick` checks it at start (exit 2).
 std::string hidden_cuda_kernels();
 
 // trainer.device as a run uses it: "auto" (auto_device) becomes the current CUDA device where

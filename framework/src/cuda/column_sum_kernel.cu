@@ -4,7 +4,7 @@
 // 32 x kVec columns and a chunk of rows: each lane reads kVec neighbouring values of a row at
 // once (16-byte loads where the rows allow), its warp every kWarps-th row of the chunk, a
 // group of kUnroll rows loaded before any is used. The warps' sums are added in warp order,
-// the chunks' sums then in chunk order by a second kernel: the same result from run to run.
+// the chunks' sums then in chunk order (chunk_sums.cuh): the same result from run to run.
 // GELU's gradient takes the same pass, writing each value before summing it.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cuda/chunk_sums.cuh"
 #include "cuda/column_sum_kernel.hpp"
 #include "cuda/launch_check.hpp"
 
@@ -26,25 +27,12 @@ constexpr int kVec = 8;                      // columns per lane where 16-byte l
 constexpr std::int64_t kMinChunkRows = 128;  // so that a lane has 16 rows of a chunk to read
 constexpr std::int64_t kMaxChunks = 256;
 
-__device__ __forceinline__ float to_float(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ void store(float* p, std::int64_t i, float v) {
-  p[i] = v;
-}
-__device__ __forceinline__ void store(__nv_bfloat16* p, std::int64_t i, float v) {
-  p[i] = __float2bfloat16(v);
-}
-
 // n values of p from i: with n = kVec, in 16-byte loads (the caller checked the alignment).
 template <int n, class T>
 __device__ __forceinline__ void load_values(const T* __restrict__ p, std::int64_t i,
                                             float (&v)[n]) {
   if constexpr (n == 1) {
-    v[0] = to_float(p[i]);
+    v[0] = load(p, i);
   } else {
     constexpr int kPerLoad = 16 / static_cast<int>(sizeof(T));
 #pragma unroll
@@ -53,7 +41,7 @@ __device__ __forceinline__ void load_values(const T* __restrict__ p, std::int64_
       T values[kPerLoad];
       memcpy(static_cast<void*>(values), &raw, sizeof raw);
 #pragma unroll
-      for (int k = 0; k < kPerLoad; ++k) v[l * kPerLoad + k] = to_float(values[k]);
+      for (int k = 0; k < kPerLoad; ++k) v[l * kPerLoad + k] = load(values, k);
     }
   }
 }
@@ -155,27 +143,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// out from the chunks' sums: a block per 32 columns (a lane each), its warp k adding chunks k,
-// k + kWarps, ..., then warp 0 the warps' sums in warp order.
-template <class Out>
-__global__ void __launch_bounds__(kWarps * 32)
-    chunks_sum_kernel(const float* __restrict__ partial, std::int64_t chunks, std::int64_t width,
-                      Out* __restrict__ out) {
-  __shared__ float sums[kWarps][32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + lane;
-  float a = 0;
-  if (j < width)
-#pragma unroll 4
-    for (std::int64_t c = warp; c < chunks; c += kWarps) a += partial[c * width + j];
-  sums[warp][lane] = a;
-  __syncthreads();
-  if (warp != 0 || j >= width) return;
-  a = 0;
-  for (int k = 0; k < kWarps; ++k) a += sums[k][lane];
-  store(out, j, a);
-}
-
 std::int64_t chunk_rows(std::int64_t rows) {
   const std::int64_t r = (rows + kMaxChunks - 1) / kMaxChunks;
   return r > kMinChunkRows ? r : kMinChunkRows;
@@ -221,8 +188,9 @@ void launch_sums(const Op& op, std::int64_t rows, std::int64_t width, void* out,
   check_launch(kSums);
   with_out_type(out_type, out, [&](auto* o) {
     using Out = std::remove_pointer_t<decltype(o)>;
-    chunks_sum_kernel<Out><<<static_cast<unsigned>((width + 31) / 32), kWarps * 32, 0, stream>>>(
-        partial, count, width, o);
+    chunks_sum_kernel<1, Out>
+        <<<static_cast<unsigned>((width + 31) / 32), kChunkSumWarps * 32, 0, stream>>>(
+            partial, count, width, ChunkSumOut<1, Out>{{o}});
   });
   check_launch(kChunksSum);
 }

@@ -4,8 +4,8 @@
 // share of its rows as it goes. Other rows are read from global memory on each pass (the later
 // passes find them in the caches) and the weight and bias gradients take a pass of their own.
 // Those gradients are column sums over the rows: per chunk of rows, then over the chunks in
-// order, so that they do not depend on the order blocks run in. No pointer a kernel writes
-// through overlaps another it reads (the callers allocate the outputs), so each is
+// order (chunk_sums.cuh), so that they do not depend on the order blocks run in. No pointer a
+// kernel writes through overlaps another it reads (the callers allocate the outputs), so each is
 // __restrict__: without that, the compiler keeps each load after the stores before it.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/chunk_sums.cuh"
 #include "cuda/launch_check.hpp"
 #include "cuda/layer_norm_kernel.hpp"
 
@@ -23,19 +24,6 @@ namespace {
 constexpr int kWarps = 8;                 // rows per block of the row kernels
 constexpr int kColumns = 256;             // columns per block of param_partials_kernel
 constexpr std::int64_t kMaxChunks = 512;  // chunks of rows those are first summed over
-
-__device__ __forceinline__ float load(const float* p, std::int64_t i) {
-  return p[i];
-}
-__device__ __forceinline__ float load(const __nv_bfloat16* p, std::int64_t i) {
-  return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void store(float* p, std::int64_t i, float v) {
-  p[i] = v;
-}
-__device__ __forceinline__ void store(__nv_bfloat16* p, std::int64_t i, float v) {
-  p[i] = __float2bfloat16(v);
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -132,38 +120,6 @@ __global__ void param_partials_kernel(const S* s, const G* dy, const float* mean
   }
   partial[2 * blockIdx.y * width + j] = dw;
   partial[(2 * blockIdx.y + 1) * width + j] = db;
-}
-
-// dw and db from the chunks' sums: a block per 32 columns (a lane each), its warp k summing
-// chunks k, k + kWarps, ..., then warp 0 adding the warps' sums in warp order: deterministic,
-// and at GPT-2's 768 columns 24 blocks of 64 chunks a thread, where a thread per column
-// summing all 512 chunks ran on 3 of the GPU's SMs, each thread's 1,024 loads in a row.
-__global__ void __launch_bounds__(kWarps * 32)
-    param_sum_kernel(const float* partial, std::int64_t chunks, std::int64_t width, float* dw,
-                     float* db) {
-  __shared__ float sums[2][kWarps][32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + lane;
-  float a = 0, b = 0;
-  // Unrolled, so that a thread's loads are in flight together: run 5 timed this kernel at 10 us
-  // a call for 3 MB, a round trip to memory per chunk.
-  if (j < width)
-#pragma unroll 8
-    for (std::int64_t c = warp; c < chunks; c += kWarps) {
-      a += partial[2 * c * width + j];
-      b += partial[(2 * c + 1) * width + j];
-    }
-  sums[0][warp][lane] = a;
-  sums[1][warp][lane] = b;
-  __syncthreads();
-  if (warp != 0 || j >= width) return;
-  a = b = 0;
-  for (int k = 0; k < kWarps; ++k) {
-    a += sums[0][k][lane];
-    b += sums[1][k][lane];
-  }
-  dw[j] = a;
-  db[j] = b;
 }
 
 // The same forward with the row in registers: each lane's per = width / 32 values (at most
@@ -414,8 +370,10 @@ void launch_layer_norm_backward(const void* s, RowType s_type, const void* dy, R
       }
     });
   });
-  const unsigned column_blocks = static_cast<unsigned>((width + 31) / 32);
-  param_sum_kernel<<<column_blocks, kWarps * 32, 0, st>>>(partial, chunks, width, dw, db);
+  // partial: [chunk][dw, db][width].
+  chunks_sum_kernel<2, float>
+      <<<static_cast<unsigned>((width + 31) / 32), kChunkSumWarps * 32, 0, st>>>(
+          partial, chunks, width, ChunkSumOut<2, float>{{dw, db}});
   check_launch(kWeightGradientSum);
 }
 
