@@ -51,6 +51,14 @@ class GpuBenchPlan(unittest.TestCase):
         # 8 rows for each of the MLP and the CNN, then the GPT rows and the profiles.
         self.assertEqual(len(result["rows"]), 16)
         self.assertTrue(all(r["samples_per_s"] for r in result["rows"]), result["rows"])
+        # wick's rows are timed past their set-up, from the step records (as the peers time
+        # themselves past their first step); summary.json's whole-epoch rate is kept beside.
+        mlp = result["rows"][0]
+        self.assertEqual(mlp["row"], "wick fp32")
+        self.assertAlmostEqual(mlp["samples_per_s"]["median"], 64000.0)
+        self.assertEqual(mlp["whole_epoch_samples_per_s"]["median"], 50000.0)
+        self.assertIsNone(result["rows"][6]["whole_epoch_samples_per_s"])  # the python loop
+        self.assertIn("| mlp | wick fp32 | 64,000 | 64,000 | 64,000 |", md)
         self.assertEqual(calls[16:], [
             "python gpt2.py", "wick gpt2-wick.toml -", "wick gpt2-cuda_graph.toml -",
             "wick gpt2-libtorch_kernels.toml all", "wick gpt2-profile.toml -",
@@ -81,7 +89,8 @@ class GpuBenchPlan(unittest.TestCase):
         mlp = result["rows"][0]
         self.assertEqual((mlp["model"], mlp["row"]), ("mlp", "wick fp32"))
         self.assertTrue(mlp["libtorch_kernels"])
-        self.assertEqual(mlp["samples_per_s"]["median"], 40000.0)
+        self.assertAlmostEqual(mlp["samples_per_s"]["median"], 48000.0)
+        self.assertEqual(mlp["whole_epoch_samples_per_s"]["median"], 40000.0)
         self.assertIn("| mlp | wick fp32 (failed; every round's number with WICK_CUDA_DISABLE=all)",
                       md)
         # The GPT row failed: the LibTorch-kernel row runs whatever the reserve, as wick's number.
