@@ -84,7 +84,7 @@ Before the compile row (--gpt-profile on), where the time goes, into the log (st
 GPT run with the profiler (phases timed with CUDA events, and `kernels`: the GPU kernels of
 5 steps with the GPU's busy share of their wall time), gpt2.py --profile-kernels (the same
 table from torch.profiler), and wick's profiler on the Fashion-MNIST MLP (50 steps), eager and
-replayed by cuda_graph (where its host time goes).
+replayed by cuda_graph, its phases on the host's clock (where its host time goes).
 """
 import argparse
 import array
@@ -373,12 +373,14 @@ def wick_tables(stderr):
     return "\n".join(lines[start:start + 150])
 
 
-def profiled_wick(args, config, sets, out, after, steps, rows, timeout, variant=""):
-    """One epoch of `config` on CUDA, fp32 unless it is the GPT's, with the profiler and its
-    kernel table (`rows` kernels of batches after + 1 to after + steps); `variant` as
-    wick_command takes it."""
+def profiled_wick(args, config, sets, out, after, steps, rows, timeout, variant="",
+                  clock="device"):
+    """One epoch of `config` on CUDA, fp32 unless it is the GPT's, with the profiler (its
+    steps and phases on `clock`) and its kernel table (`rows` kernels of batches after + 1 to
+    after + steps); `variant` as wick_command takes it."""
     text = open(config).read() + (f'\n[[hooks]]\nplugin = "profiler"\nkernels = {rows}\n'
-                                  f"kernel_after = {after}\nkernel_steps = {steps}\n")
+                                  f"kernel_after = {after}\nkernel_steps = {steps}\n"
+                                  f'clock = "{clock}"\n')
     shutil.rmtree(out, ignore_errors=True)
     sets = ['trainer.device="cuda"', "trainer.epochs=1", f'trainer.output_dir="{out}"'] + sets
     if config != args.gpt_config and enables_amp(text):
@@ -391,7 +393,9 @@ def gpt_profiles(args, work, data, t_start, took, reserve):
     (its phases, timed with CUDA events, and a table of the GPU kernels of 5 steps),
     gpt2.py's kernel table of 5 steps in the same format, and wick's on the Fashion-MNIST MLP
     (50 steps), eager and replayed by cuda_graph, whose GPU busy share says how much of its
-    step is the host's (run 5: the replayed step took about five times its GPU work). Each is
+    step is the host's (run 5: the replayed step took about five times its GPU work); the
+    MLP's phases on the host's clock (the profiler's clock = "host"), which is what bounds
+    that step, without two CUDA events a phase. Each is
     skipped when it would leave the compile row less than `reserve` s (each taken to last as
     long as the row `took` names for it), or under 20 s of the budget are left; a failure is
     reported and the bench goes on."""
@@ -413,7 +417,7 @@ def gpt_profiles(args, work, data, t_start, took, reserve):
                 variant = "cuda_graph" if name.endswith("cuda_graph") else ""
                 out = os.path.join(work, "mlp-profile" + (f"-{variant}" if variant else ""))
                 r = profiled_wick(args, os.path.join(ROOT, "samples", "fashion_mnist", "mlp.toml"),
-                                  [], out, 100, 50, kernel_rows, left, variant)
+                                  [], out, 100, 50, kernel_rows, left, variant, clock="host")
                 text_out = wick_tables(r.stderr)
             else:
                 cmd = [args.python, os.path.join(PEERS, "gpt2.py"), "--data", data,

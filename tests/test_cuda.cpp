@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1069,6 +1070,61 @@ TEST_CASE("a profiled fit on the GPU: steps and phases timed on the device's tim
       }
     }
   CHECK(phases <= p.step_s * 1.001 + 1e-4);  // event times are rounded to 0.5 us
+}
+
+TEST_CASE("a profiled fit on the GPU on the host's clock: a phase takes what the host spent",
+          "[cuda]") {
+  need_gpu();
+  // A forward handler queues far more GPU work than its launches cost the host. On the
+  // device's timeline the forward phase takes that work's time; on the host's clock, which
+  // waits for nothing there, a small part of it.
+  const at::Tensor m = at::randn({2048, 2048}, at::device(at::kCUDA)) / 64;
+  auto work = [m] {
+    at::Tensor x = m;
+    for (int i = 0; i < 8; ++i) x = at::mm(x, m);
+  };
+  work();  // cuBLAS's set-up outside the timing
+  c10::cuda::device_synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  c10::cuda::device_synchronize();
+  const double work_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  class Timed : public Hook {
+   public:
+    Timed(ProfileClock clock, std::function<void()> work) : clock_(clock), work_(std::move(work)) {}
+    Profile seen;
+    void connect(Registrar& r) override {
+      r.request_profile_on(clock_);
+      r.stage(Stage::forward, [this](Context&, Next next) {
+        work_();
+        return next();
+      });
+      r.on(Point::after_fit, [this](Context& c) { seen = c.profile(); });
+    }
+
+   private:
+    ProfileClock clock_;
+    std::function<void()> work_;
+  };
+  auto forward_s = [&](ProfileClock clock) {
+    auto timed = std::make_shared<Timed>(clock, work);
+    Trainer t(on_gpu(1), std::make_shared<Linear>());
+    t.add_hook(entry(timed, "timed", 0));
+    REQUIRE(t.fit().status == FitResult::Status::completed);
+    for (const auto& e : timed->seen.entries)
+      if (e.kind == "phase" && e.name == "forward") {
+        CHECK(e.calls == 16);
+        return e.total_s / static_cast<double>(e.calls);
+      }
+    FAIL("no forward phase in the profile");
+    return 0.0;
+  };
+  const double on_device = forward_s(ProfileClock::device), on_host = forward_s(ProfileClock::host);
+  INFO("the work " << work_s * 1e3 << " ms; the forward phase " << on_device * 1e3
+                   << " ms on the device's timeline, " << on_host * 1e3 << " ms on the host's");
+  CHECK(on_device > 0.8 * work_s);
+  CHECK(on_host < 0.25 * work_s);
 }
 
 TEST_CASE("the profiler's kernel table lists the GPU kernels of its window of steps", "[cuda]") {

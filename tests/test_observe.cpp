@@ -411,6 +411,8 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
        "must be >= 1"},
       {"[[hooks]]\nplugin = \"profiler\"\nkernel_after = -1\n", "kernel_after", "[hooks.profiler]",
        "must be >= 0"},
+      {"[[hooks]]\nplugin = \"profiler\"\nclock = \"hots\"\n", "clock", "[hooks.profiler]",
+       "did you mean \"host\"?"},
   };
   if (TORCH_VERSION_MAJOR < 2)  // no kernel table on LibTorch 1.13
     cases.push_back({"[[hooks]]\nplugin = \"profiler\"\nkernels = 5\n", "kernels",

@@ -3,8 +3,9 @@
 // optimizer, hooks, records; validation as a whole). At the end of the fit (completed or not)
 // it prints the table sorted by total time and writes profile.json; summary.json carries the
 // same under "profile". Then the peak memory of each phase (summary.json's "memory"). Without
-// this hook nothing is timed or counted. On CUDA, `kernels` adds a table of the GPU kernels
-// that a window of steps ran (kernel_trace.hpp).
+// this hook nothing is timed or counted. On CUDA the steps and phases are timed on the GPU's
+// timeline, or with `clock = "host"` on the host's clock (for a step that waits for the host);
+// `kernels` adds a table of the GPU kernels that a window of steps ran (kernel_trace.hpp).
 #include <wick/wick.hpp>
 
 #include <cstdint>
@@ -22,6 +23,7 @@ class Profiler : public wick::Hook {
  public:
   explicit Profiler(const wick::Params& p)
       : file_(p.get_string("file")),
+        host_clock_(p.get_string("clock") == "host"),
         top_(p.get_int("top")),
         kernels_(p.get_int("kernels")),
         kernel_after_(p.get_int("kernel_after")),
@@ -36,7 +38,7 @@ class Profiler : public wick::Hook {
   }
 
   void connect(wick::Registrar& r) override {
-    r.request_profile();
+    r.request_profile_on(host_clock_ ? wick::ProfileClock::host : wick::ProfileClock::device);
     r.on(wick::Point::after_fit, [this](wick::Context& c) { report(c); });
     r.on(wick::Point::after_cancel, [this](wick::Context& c) {
       if (c.cancellation()->ends_fit()) report(c);
@@ -78,7 +80,8 @@ class Profiler : public wick::Hook {
     if (trace_.running()) print_trace(c, c.state().micro_step - kernel_after_);
     const auto p = c.profile();
     if (!p.enabled) return;
-    std::fprintf(stderr, "wick: profile (rank %lld)\n%s", static_cast<long long>(c.run().rank),
+    std::fprintf(stderr, "wick: profile (rank %lld%s)\n%s", static_cast<long long>(c.run().rank),
+                 host_clock_ && c.run().device.is_cuda() ? ", the steps on the host's clock" : "",
                  wick::profile_table(p, static_cast<std::size_t>(top_)).c_str());
     std::fprintf(stderr, "wick: peak memory per phase (rank %lld)\n%s",
                  static_cast<long long>(c.run().rank),
@@ -90,6 +93,7 @@ class Profiler : public wick::Hook {
   }
 
   std::string file_;
+  bool host_clock_;
   std::int64_t top_, kernels_, kernel_after_, kernel_steps_;
   wick_profiler::KernelTrace trace_;
 };
@@ -97,12 +101,16 @@ class Profiler : public wick::Hook {
 }  // namespace
 
 WICK_PLUGIN(Profiler,
-            wick::PluginDef("profiler", "1.1.0",
+            wick::PluginDef("profiler", "1.2.0",
                             "time every hook, stage handler and step phase, and each phase's "
                             "peak memory; tables at the end, profile.json")
                 .order(1000)
                 .main_process_only()
                 .param_string("file", "profile.json", "JSON file, relative to the run directory")
+                .param_choice("clock", {"device", "host"}, "device",
+                              "CUDA runs: \"device\" times the steps and their phases on the "
+                              "GPU's timeline (CUDA events); \"host\" on the host's clock, for "
+                              "a step that waits for the host")
                 .param_int("top", 25, "rows of the printed table (0: every row)")
                 .param_int("kernels", 0,
                            "CUDA runs: rows of a table of the GPU kernels run by batches "

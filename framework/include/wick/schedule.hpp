@@ -48,7 +48,7 @@ class HookSink {
   virtual void on_record(const HookEntry& h, std::function<void(const Record&)> fn) = 0;
   virtual void on_rewind(const HookEntry& h,
                          std::function<void(const std::vector<Record>&)> fn) = 0;
-  virtual void request_profile(const HookEntry& h) = 0;
+  virtual void request_profile(const HookEntry& h, ProfileClock clock) = 0;
 };
 
 // Stable-sorts hooks by order (ties keep their given order), calls connect() on each (skipping

@@ -29,11 +29,15 @@ class Dispatcher::Sink : public HookSink {
   void on_rewind(const HookEntry&, std::function<void(const std::vector<Record>&)> fn) override {
     d_.rewinds_.push_back(std::move(fn));
   }
-  void request_profile(const HookEntry&) override { profile = true; }
+  void request_profile(const HookEntry&, ProfileClock c) override {
+    profile = true;
+    if (c == ProfileClock::host) clock = c;
+  }
 
   std::vector<PendingPoint> points;
   std::vector<PendingStage> stages;
   bool profile = false;
+  ProfileClock clock = ProfileClock::device;
 
  private:
   Dispatcher& d_;
@@ -61,7 +65,7 @@ void Dispatcher::connect(std::int64_t rank) {
   Sink sink(*this);
   connect_hooks(hooks_, rank, &sink, table_);
   if (sink.profile) {
-    profiler_ = std::make_unique<Profiler>();
+    profiler_ = std::make_unique<Profiler>(sink.clock);
     for (std::size_t s = 0; s < kNumStages; ++s)
       default_ids_[s] = profiler_->add_entry(
           "stage", "default @ " + std::string(to_string(static_cast<Stage>(s))));

@@ -27,8 +27,10 @@ std::shared_ptr<void> Trainer::Impl::start_fit() {
   std::shared_ptr<void> memory_counting;
   if (auto* p = dispatch.profiler()) {
     memory_counting = p->memory.start(cpu_tensor_bytes(*model));
-    // On a GPU the host only queues the steps' work: their phases are timed on the device.
-    if (device.is_cuda()) p->use_device_clock(cuda::event_clock(device));
+    // On a GPU the host only queues the steps' work: their phases are timed on the device,
+    // unless a hook asked for the host's time (ProfileClock::host).
+    if (device.is_cuda() && p->clock() == ProfileClock::device)
+      p->use_device_clock(cuda::event_clock(device));
   }
   warn_if_reference_blas();
   open_outputs();

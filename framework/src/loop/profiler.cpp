@@ -10,7 +10,8 @@ const char* const kPhaseNames[Profiler::kNumPhases] = {
     "data", "forward", "loss", "backward", "optimizer", "hooks", "records", "validation"};
 }
 
-Profiler::Profiler() : memory({std::begin(kPhaseNames), std::end(kPhaseNames)}) {
+Profiler::Profiler(ProfileClock clock)
+    : memory({std::begin(kPhaseNames), std::end(kPhaseNames)}), clock_kind_(clock) {
   for (const char* n : kPhaseNames) add_entry("phase", n);
 }
 

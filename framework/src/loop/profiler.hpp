@@ -2,8 +2,9 @@
 // each hook at each point, each stage handler's own time. Exists only when a hook asked for
 // it; the loop checks for a null Profiler and times nothing otherwise. On a GPU the phases and
 // steps are timed on the device's timeline (a DeviceClock: CUDA events), since the host only
-// queues work there: its clock would time the queueing. Hooks and handlers keep the host's
-// clock (their own code is host code). Torch-free.
+// queues work there: its clock would time the queueing; unless a hook asked for the host's
+// clock (ProfileClock::host), for steps that wait for the host. Hooks and handlers keep the
+// host's clock (their own code is host code). Torch-free.
 #pragma once
 
 #include <chrono>
@@ -37,7 +38,9 @@ class Profiler {
     kNumPhases
   };
 
-  Profiler();
+  explicit Profiler(ProfileClock clock = ProfileClock::device);
+  // What a CUDA run's steps and phases are to be timed by (fit_loop installs the device's).
+  ProfileClock clock() const { return clock_kind_; }
   // A new row of kind "point" or "stage"; returns its id for add().
   std::size_t add_entry(std::string kind, std::string name);
   void add(std::size_t id, double seconds) {
@@ -82,6 +85,7 @@ class Profiler {
   void settle();
 
   std::vector<ProfileEntry> entries_;
+  ProfileClock clock_kind_;
   std::int64_t steps_ = 0;
   double step_s_ = 0;
 

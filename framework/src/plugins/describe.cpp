@@ -45,9 +45,10 @@ class RecordingRegistrar : public Registrar {
   void on_rewind(std::function<void(const std::vector<Record>&)> fn) override {
     if (sink_) sink_->on_rewind(h_, std::move(fn));
   }
-  void request_profile() override {
+  void request_profile() override { request_profile_on(ProfileClock::device); }
+  void request_profile_on(ProfileClock clock) override {
     t_.profiled_by.push_back(h_.instance);
-    if (sink_) sink_->request_profile(h_);
+    if (sink_) sink_->request_profile(h_, clock);
   }
 
  private:

@@ -13,6 +13,7 @@
 
 #include "wick/metrics.hpp"
 #include "wick/points.hpp"
+#include "wick/profile.hpp"
 #include "wick/version.hpp"
 
 WICK_PUBLIC_BEGIN
@@ -119,6 +120,10 @@ class Registrar {
   // Since SDK 2.3: time the loop's phases and every hook and stage handler of this run, for
   // Context::profile() (the profiler plugin asks). Without it nothing is timed.
   virtual void request_profile() = 0;
+  // Since SDK 2.19: the same, with the clock a CUDA run's steps and phases are timed by
+  // (request_profile() asks for ProfileClock::device). One clock a run: the host's when any
+  // hook asks for it.
+  virtual void request_profile_on(ProfileClock clock) = 0;
 };
 
 class Hook {

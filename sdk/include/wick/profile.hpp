@@ -16,6 +16,13 @@ WICK_PUBLIC_BEGIN
 
 namespace wick {
 
+// Since SDK 2.19: what times a CUDA run's steps and their phases (Registrar::request_profile_on).
+// device: the GPU's timeline (CUDA events), what the GPU spent between a phase's start and end,
+// for a step the GPU is the bound of. host: the host's clock, what the host spent queueing and
+// waiting, for a step that waits for the host (a small model's, a replayed CUDA graph's); no
+// event is recorded. On a CPU both are the host's clock.
+enum class ProfileClock { device, host };
+
 struct ProfileEntry {
   // "phase": a part of every training step (data, forward, loss, backward, optimizer, hooks,
   // records) or of the fit (validation); "point": one hook instance at one lifecycle point;

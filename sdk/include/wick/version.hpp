@@ -34,10 +34,11 @@
 //        own type by the products)
 //   2.18 wick/autocast.hpp (AutocastScope: autocast for a scope, the weights' casts kept
 //        while it lives)
+//   2.19 Registrar::request_profile_on (ProfileClock: a CUDA run's steps on the host's clock)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 18
+#define WICK_API_MINOR 19
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
