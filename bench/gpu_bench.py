@@ -1,8 +1,11 @@
 """The GPU bench of scripts/gpu-check.sh: the Fashion-MNIST MLP and CNN of
 samples/fashion_mnist/{mlp,cnn}.toml (batch 64, Adam lr 1e-3) on one GPU, trained by
 
-  wick fp32        the shipped config, mixed_precision off
-  wick bf16        mixed_precision dtype = "bf16"
+  wick fp32        the shipped config, mixed_precision off, and channels_last off where the
+                   config has it (the CNN), as cnn.toml says for a GPU in fp32 (run 4: cuDNN's
+                   default layout is faster for these small convolutions); the other fp32 rows
+                   likewise
+  wick bf16        mixed_precision dtype = "bf16" (channels_last as shipped)
   wick cuda_graph  fp32, the step captured once and replayed (cuda_graph; drop_last = true)
   wick on device   fp32, trainer.data_on_device = true: the training set copied to the GPU once,
                    each batch gathered there (no host gather, pinning and copy per step)
@@ -135,10 +138,10 @@ def stderr_summary(err):
     return "\n".join(named[:6] + ["..."] + lines[-12:])[-3000:]
 
 
-def enables_amp(text):
-    """Whether a config has a mixed_precision [[hooks]] entry (its line, not a comment that
-    names the plugin: mlp.toml has one)."""
-    return re.search(r'^\s*plugin\s*=\s*"mixed_precision"', text, re.M) is not None
+def has_hook(text, plugin):
+    """Whether a config has a [[hooks]] entry of `plugin` (its line, not a comment that names
+    the plugin: mlp.toml names mixed_precision in one)."""
+    return re.search(r'^\s*plugin\s*=\s*"' + plugin + '"', text, re.M) is not None
 
 
 # wick's own CUDA kernels left unused, LibTorch's operators in their place (README: CUDA paths),
@@ -163,13 +166,16 @@ def wick_row(args, model, variant, out, timeout, env=OWN_KERNELS):
     text = open(shipped).read()
     sets = ["trainer.device=\"cuda\"", f"trainer.epochs={args.epochs}",
             f"trainer.output_dir=\"{out}\""]
-    has_amp = enables_amp(text)
+    has_amp = has_hook(text, "mixed_precision")
     if variant == "bf16":
         if not has_amp:
             text += '\n[[hooks]]\nplugin = "mixed_precision"\n'
         sets.append("hooks.mixed_precision.dtype=\"bf16\"")
-    elif has_amp:
-        sets.append("hooks.mixed_precision.enabled=false")
+    else:
+        if has_amp:
+            sets.append("hooks.mixed_precision.enabled=false")
+        if has_hook(text, "channels_last"):  # cnn.toml: "On a GPU in fp32, leave it out"
+            sets.append("hooks.channels_last.enabled=false")
     if variant.endswith("on_device"):
         sets.append("trainer.data_on_device=true")
     shutil.rmtree(out, ignore_errors=True)  # a retry's summary is its own
@@ -383,7 +389,7 @@ def profiled_wick(args, config, sets, out, after, steps, rows, timeout, variant=
                                   f'clock = "{clock}"\n')
     shutil.rmtree(out, ignore_errors=True)
     sets = ['trainer.device="cuda"', "trainer.epochs=1", f'trainer.output_dir="{out}"'] + sets
-    if config != args.gpt_config and enables_amp(text):
+    if config != args.gpt_config and has_hook(text, "mixed_precision"):
         sets.append("hooks.mixed_precision.enabled=false")
     return run_limited(wick_command(args, text, sets, variant, out), timeout)
 

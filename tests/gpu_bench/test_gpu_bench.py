@@ -59,6 +59,12 @@ class GpuBenchPlan(unittest.TestCase):
         self.assertEqual(mlp["whole_epoch_samples_per_s"]["median"], 50000.0)
         self.assertIsNone(result["rows"][6]["whole_epoch_samples_per_s"])  # the python loop
         self.assertIn("| mlp | wick fp32 | 64,000 | 64,000 | 64,000 |", md)
+        # The CNN's fp32 rows leave channels_last out, as cnn.toml says for a GPU in fp32; its
+        # bf16 row keeps it.
+        cnn = [c for c in calls if c.startswith("wick cnn-")]
+        self.assertEqual(len(cnn), 5, calls)
+        for c in cnn:
+            self.assertEqual(c.endswith(" nchw"), "-bf16-" not in c, c)
         self.assertEqual(calls[16:], [
             "python gpt2.py", "wick gpt2-wick.toml -", "wick gpt2-cuda_graph.toml -",
             "wick gpt2-libtorch_kernels.toml all", "wick gpt2-profile.toml -",
