@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <sstream>
+#include <string>
 
 #include "support.hpp"
 
@@ -105,7 +108,9 @@ TEST_CASE("progress redraws one line in place on a terminal") {
 TEST_CASE("progress prints plain lines every N steps when stdout is not a terminal") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir, "[[hooks]]\nplugin = \"progress\"\nevery = 3\n"));
-  auto r = run_wick({"fit", (dir / "cfg.toml").string()}, {"TERM=xterm"});
+  // A step record every 3 steps too: its train/loss is the mean over the same steps as a line's.
+  auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "trainer.log_every=3"},
+                    {"TERM=xterm"});
   INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find('\r') == std::string::npos);
@@ -118,6 +123,18 @@ TEST_CASE("progress prints plain lines every N steps when stdout is not a termin
   }
   CHECK(count(r.out, "  step ") == 6);
   CHECK(count(r.out, " done in ") == 2);
+  // A line's loss is the mean of the step losses since the line before (printed to 4 places).
+  std::map<std::int64_t, double> logged;
+  for (const auto& rec : read_jsonl(dir / "run" / "metrics.jsonl"))
+    if (rec["kind"] == "step") logged[rec["step"].get<std::int64_t>()] = rec["train/loss"];
+  for (const std::int64_t step : {3, 6}) {
+    const std::string at = "epoch 1/2  step " + std::to_string(step) + "/8  loss ";
+    const auto p = r.out.find(at);
+    REQUIRE(p != std::string::npos);
+    REQUIRE(logged.count(step));
+    INFO("step " << step);
+    CHECK(std::abs(std::stod(r.out.substr(p + at.size(), 6)) - logged[step]) <= 5.1e-5);
+  }
   CHECK(count(r.out, "valid/accuracy ") >= 2);
 }
 

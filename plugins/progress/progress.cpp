@@ -2,7 +2,9 @@
 // since the last redraw, samples/s, time left in the epoch), at most every redraw_s seconds.
 // Elsewhere (a pipe, a CI log): a plain line every `every` training steps. Each epoch ends
 // with a line of its record (train and valid metrics). Reading the loss costs one device
-// sync per line drawn, never one per step: the step losses are summed on the device.
+// sync per line drawn, never one per step, and a step costs no device work: the step losses
+// are kept (a reference each, as the trainer keeps them) and summed on the device when a line
+// is drawn, or every kFold steps.
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
@@ -17,10 +19,14 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Step losses kept between two sums: a bound on what a long wait between lines holds.
+constexpr std::size_t kFold = 1024;
 
 std::string hms(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -64,8 +70,8 @@ class Progress : public wick::Hook {
       samples_ += c.state().batch_size * c.state().num_processes;
       const auto& loss = c.output().loss;
       if (loss.defined()) {
-        loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach().clone();
-        ++loss_count_;
+        losses_.push_back(loss.detach());
+        if (losses_.size() >= kFold) fold_losses();
       }
       const auto now = Clock::now();
       const bool last = c.state().batch_idx + 1 == c.state().batches_in_epoch;
@@ -135,8 +141,17 @@ class Progress : public wick::Hook {
     return "epoch " + std::to_string(c.state().epoch + 1) + "/" + std::to_string(epochs_);
   }
   void reset_loss() {
+    losses_.clear();
     loss_sum_ = at::Tensor();
     loss_count_ = 0;
+  }
+  // The kept losses into the running sum (in double): two kernels on a GPU, no wait.
+  void fold_losses() {
+    if (losses_.empty()) return;
+    const at::Tensor sum = at::stack(losses_).sum(at::kDouble);
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + sum : sum;
+    loss_count_ += static_cast<std::int64_t>(losses_.size());
+    losses_.clear();
   }
   void draw(wick::Context& c, Clock::time_point now) {
     const auto& s = c.state();
@@ -145,6 +160,7 @@ class Progress : public wick::Hook {
     const std::int64_t left = s.batches_in_epoch - (s.batch_idx + 1);
     std::string line = head(c) + "  step " + std::to_string(s.batch_idx + 1) + "/" +
                        std::to_string(s.batches_in_epoch);
+    fold_losses();
     if (loss_count_ > 0) {
       // The one device sync of this line: the mean loss since the last line.
       line += "  loss " + fmt("%.4f", loss_sum_.item<double>() / static_cast<double>(loss_count_));
@@ -180,7 +196,8 @@ class Progress : public wick::Hook {
   std::int64_t first_batch_ = 0;
   std::int64_t samples_ = 0;
   Clock::time_point epoch_start_, last_draw_;
-  at::Tensor loss_sum_;
+  std::vector<at::Tensor> losses_;  // since the last fold
+  at::Tensor loss_sum_;             // of the losses folded since the last line
   std::int64_t loss_count_ = 0;
 };
 
