@@ -7,6 +7,7 @@
 // LibTorch, but three: native_bf16's answer for CUDA is checked everywhere, and the refusals of
 // a stale CUDA module and of cuda_graph that need no GPU run wherever the module and the
 // plugin are built (a CUDA LibTorch).
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -1084,10 +1085,10 @@ TEST_CASE("a profiled fit on the GPU on the host's clock: a phase takes what the
     for (int i = 0; i < 8; ++i) x = at::mm(x, m);
   };
   work();  // cuBLAS's set-up outside the timing
-  c10::cuda::device_synchronize();
+  torch::cuda::synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   work();
-  c10::cuda::device_synchronize();
+  torch::cuda::synchronize();
   const double work_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   class Timed : public Hook {
