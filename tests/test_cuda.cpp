@@ -1076,13 +1076,14 @@ TEST_CASE("a profiled fit on the GPU: steps and phases timed on the device's tim
 TEST_CASE("a profiled fit on the GPU on the host's clock: a phase takes what the host spent",
           "[cuda]") {
   need_gpu();
-  // A forward handler queues far more GPU work than its launches cost the host. On the
-  // device's timeline the forward phase takes that work's time; on the host's clock, which
-  // waits for nothing there, a small part of it.
-  const at::Tensor m = at::randn({2048, 2048}, at::device(at::kCUDA)) / 64;
+  // A forward handler queues far more GPU work than its launches cost the host: 4 float32
+  // products of 4096 x 4096 (about 9 ms on an H200) for 4 launches (tens of microseconds, a
+  // slow or busy host's included). On the device's timeline the forward phase takes that
+  // work's time; on the host's clock, which waits for nothing there, a small part of it.
+  const at::Tensor m = at::randn({4096, 4096}, at::device(at::kCUDA)) / 64;
   auto work = [m] {
     at::Tensor x = m;
-    for (int i = 0; i < 8; ++i) x = at::mm(x, m);
+    for (int i = 0; i < 4; ++i) x = at::mm(x, m);
   };
   work();  // cuBLAS's set-up outside the timing
   torch::cuda::synchronize();
