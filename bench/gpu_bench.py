@@ -15,7 +15,8 @@ samples/fashion_mnist/{mlp,cnn}.toml (batch 64, Adam lr 1e-3) on one GPU, traine
                    model, data and Adam in a hand-written LibTorch loop, the training set on the
                    GPU, nothing read back in the epoch; LibTorch's own floor on this machine.
                    Its host milliseconds per step (forward + loss, backward, optimizer) go to
-                   the log
+                   the log, and what one call costs the host (an op, a small backward pass by
+                   LibTorch's autograd thread and on the calling thread, as wick runs it)
   python loop      a plain PyTorch loop (bench/peers/plain.py), fp32
   lightning        PyTorch Lightning (bench/peers/lightning_peer.py), fp32, no progress bar
 
@@ -211,6 +212,8 @@ def hand_row(args, model, timeout):
     j = json.loads(r.stdout.strip().splitlines()[-1])
     host = ", ".join(f"{k} {v:.3f}" for k, v in j.get("host_ms", {}).items())
     print(f"gpu_bench: {model} libtorch loop: host ms per step: {host}", file=sys.stderr)
+    calls = ", ".join(f"{k} {v:.1f}" for k, v in j.get("per_call_us", {}).items())
+    print(f"gpu_bench: {model} libtorch loop: host us per call: {calls}", file=sys.stderr)
     return j["samples_per_s"], j.get("valid_accuracy")
 
 

@@ -16,19 +16,25 @@
 // loop is LibTorch's own floor on that machine: forward, loss, backward and torch::optim::Adam,
 // each a host thread dispatching kernels. "host_ms" adds the host's milliseconds per step in
 // forward + loss, backward and zero_grad + step (host clocks: on a GPU that outruns the host,
-// where the step's time goes).
+// where the step's time goes); "per_call_us", measured after the epoch, what one op and one
+// small backward pass cost the host there (per_call_us below).
+#include <c10/core/AutogradState.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "idx.hpp"
@@ -145,6 +151,42 @@ double accuracy(const std::function<at::Tensor(const at::Tensor&)>& forward, con
     right += forward(x.narrow(0, i, n)).argmax(1).eq(y.narrow(0, i, n)).sum().item<std::int64_t>();
   }
   return static_cast<double>(right) / static_cast<double>(x.size(0));
+}
+
+// What one call costs the host on this device, in microseconds (the median of 5 runs of
+// `reps` calls): an op that queues one kernel (add_ on one value), and a backward pass of two
+// ops with its forward, run by LibTorch's autograd thread for the device (its default, as in
+// this loop) and on the calling thread (wick's step: loop/backward_here.hpp). On a GPU whose
+// host bounds the step, these say what each of the step's calls costs where the time goes.
+nlohmann::json per_call_us(const torch::Device& device) {
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
+  auto median_us = [&](long reps, const std::function<void()>& call) {
+    for (long i = 0; i < reps / 10; ++i) call();  // warm-up
+    sync();
+    std::vector<double> us;
+    for (int run = 0; run < 5; ++run) {
+      const auto t0 = Clock::now();
+      for (long i = 0; i < reps; ++i) call();
+      us.push_back(1e6 * wick::bench::seconds_since(t0) / static_cast<double>(reps));
+      sync();
+    }
+    std::sort(us.begin(), us.end());
+    return us[2];
+  };
+  auto one = torch::zeros({1}, torch::TensorOptions().device(device));
+  auto w = torch::ones({1}, torch::TensorOptions().device(device).requires_grad(true));
+  auto backward = [&] { (w * one).sum().backward(); };
+  nlohmann::json out = {{"add_", median_us(1000, [&] { one.add_(1); })},
+                        {"backward_autograd_thread", median_us(300, backward)}};
+#if TORCH_VERSION_MAJOR >= 2
+  auto& autograd = c10::AutogradState::get_tls_state();
+  autograd.set_multithreading_enabled(false);
+  out["backward_this_thread"] = median_us(300, backward);
+  autograd.set_multithreading_enabled(true);
+#endif
+  return out;
 }
 
 }  // namespace
@@ -279,6 +321,7 @@ int main(int argc, char** argv) {
       }
       train_mode(false);
       out["valid_accuracy"] = accuracy(forward, vx, vy);
+      if (a.workload != "transformer") out["per_call_us"] = per_call_us(device);
     }
     out["steps"] = m.steps;
     out["samples_per_s"] = m.seconds > 0 ? m.samples / m.seconds : 0.0;

@@ -1,6 +1,7 @@
 // What wick does on a CUDA device: training there, fused Adam's, cross-entropy's, layer norm's
 // and the biases' gradients' CUDA kernels, gelu_mlp's epilogues, wick::linear's float gradients,
-// batches copied from pinned memory on a side stream, the CUDA generator in checkpoints, fp16 loss
+// batches copied from pinned memory on a side stream, the backward pass on the training thread,
+// the CUDA generator in checkpoints, fp16 loss
 // scaling's CUDA path, NCCL, the cuda_graph plugin, and the GPT sample's step (wick's own kernels)
 // replayed by it (and against LibTorch's kernels: WICK_CUDA_DISABLE). Each test needs a GPU
 // and reports itself skipped (ctest: Skipped) without one, or in a build against a CPU-only
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <functional>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -1041,6 +1043,41 @@ TEST_CASE("a training step on the GPU never waits for it (CUDA sync debug mode: 
 #endif
 }
 
+TEST_CASE("a training step's backward pass on the GPU runs on the training thread", "[cuda]") {
+  need_gpu();
+#if TORCH_VERSION_MAJOR >= 2
+  // The threads a hook on the prediction's gradient runs on, inside the backward passes.
+  struct Watched : Linear {
+    std::vector<std::thread::id> ran_on;
+    at::Tensor forward(Context& c, const Batch& b) override {
+      at::Tensor pred = Linear::forward(c, b);
+      if (c.state().training())
+        pred.register_hook(
+            [this](const at::Tensor&) { ran_on.push_back(std::this_thread::get_id()); });
+      return pred;
+    }
+  };
+  // LibTorch's own way, for contrast: a pass on the GPU run by its autograd thread.
+  {
+    auto w = torch::ones({4}, torch::TensorOptions().device(torch::kCUDA).requires_grad(true));
+    auto y = w * 2;
+    std::thread::id seen;
+    y.register_hook([&](const at::Tensor&) { seen = std::this_thread::get_id(); });
+    y.sum().backward();
+    CHECK(seen != std::this_thread::get_id());
+  }
+  auto task = std::make_shared<Watched>();
+  Trainer t(on_gpu(1), task, adam(0.01, true));
+  const auto res = t.fit();
+  INFO(res.error);
+  REQUIRE(res.status == FitResult::Status::completed);
+  REQUIRE(task->ran_on.size() == 16);
+  for (const auto& id : task->ran_on) CHECK(id == std::this_thread::get_id());
+#else
+  skip("LibTorch " TORCH_VERSION " has no switch for its autograd threads");
+#endif
+}
+
 TEST_CASE("a profiled fit on the GPU: steps and phases timed on the device's timeline", "[cuda]") {
   need_gpu();
   // The phases are CUDA events' spans; they cover the step, whose span they cannot exceed.
@@ -1172,6 +1209,14 @@ TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in
   // device names its index or not ("cuda", as the trainer holds it).
   CHECK(cuda::to_device_async(dev, at::Device(at::kCUDA, 0)).is_same(dev));
   CHECK(cuda::to_device_async(dev, at::Device(at::kCUDA)).is_same(dev));
+  // A batch's tensors copied together (one event for the lot), the gathered one left as it is,
+  // an undefined one (predict's target) left undefined.
+  std::vector<at::Tensor> batch{pinned, cuda::pinned(torch::arange(10)), dev, at::Tensor()};
+  cuda::to_device_async(batch, at::Device(at::kCUDA));
+  CHECK(torch::equal(batch[0].cpu(), host));
+  CHECK(torch::equal(batch[1].cpu(), torch::arange(10)));
+  CHECK(batch[2].is_same(dev));
+  CHECK_FALSE(batch[3].defined());
 #endif
   // Loader threads pin and the copies overlap: the same training as batches drawn inline.
   TempDir d;

@@ -1,10 +1,13 @@
 // The step engine in process, without a Trainer or the CLI (white-box: framework/src/loop): a
 // training step's points and stages in order, one SGD step to the hand-computed weight and the
-// loop's counters moved; a handler that ends the optimizer_step chain; nan_policy "skip" and
-// "error"; recompute_loss inside an optimizer_step handler; manual optimization; each service
-// refused outside its place. The hooks are a hand-written StageRunner that logs what runs, the
-// batches a hand-written BatchSource, the model a single weight.
+// loop's counters moved; the backward pass on the stepping thread; a handler that ends the
+// optimizer_step chain; nan_policy "skip" and "error"; recompute_loss inside an optimizer_step
+// handler; manual optimization; each service refused outside its place. The hooks are a
+// hand-written StageRunner that logs what runs, the batches a hand-written BatchSource, the model a
+// single weight.
+#include <c10/core/AutogradState.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <array>
@@ -13,8 +16,10 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -153,6 +158,36 @@ TEST_CASE(
   rig.state.num_processes = 2;
   rig.step();
   CHECK(rig.state.samples_seen == 2 + 4);
+}
+
+TEST_CASE(
+    "step engine: the backward pass runs on the stepping thread, not LibTorch's autograd "
+    "thread for the device") {
+#if TORCH_VERSION_MAJOR < 2
+  wick::test::skip("LibTorch " TORCH_VERSION " has no switch for its autograd threads");
+#else
+  Rig rig;
+  // Seen by a hook on the prediction's gradient, which runs inside the pass.
+  std::optional<bool> threaded;
+  std::thread::id ran_on;
+  rig.hooks.handler = [&](Stage s, const std::function<bool()>& rest) {
+    const bool r = rest();
+    if (s == Stage::forward)
+      rig.engine.output.pred.register_hook([&](const at::Tensor&) {
+        threaded = c10::AutogradState::get_tls_state().get_multithreading_enabled();
+        ran_on = std::this_thread::get_id();
+      });
+    return r;
+  };
+  REQUIRE(c10::AutogradState::get_tls_state().get_multithreading_enabled());
+  rig.step();
+  REQUIRE(threaded.has_value());
+  CHECK_FALSE(*threaded);
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(rig.w() == Approx(1.0 - kLr * kGrad));
+  // Set for the pass only.
+  CHECK(c10::AutogradState::get_tls_state().get_multithreading_enabled());
+#endif
 }
 
 TEST_CASE(

@@ -18,7 +18,8 @@ GPT_ROWS = ["pytorch", "wick", "wick cuda_graph", "wick, LibTorch's kernels", "p
 
 
 def bench(tmp, *extra, fail=()):
-    """gpu_bench.py on the stand-ins, one round; (exit code, the calls, bench.json, bench.md)."""
+    """gpu_bench.py on the stand-ins, one round; (exit code, the calls, bench.json, bench.md,
+    its log)."""
     out, log = os.path.join(tmp, "out"), os.path.join(tmp, "calls.log")
     os.makedirs(out)
     env = {**os.environ, "STAND_IN_LOG": log, "STAND_IN_FAIL": ",".join(fail)}
@@ -36,7 +37,7 @@ def bench(tmp, *extra, fail=()):
         result = json.load(f)
     with open(os.path.join(out, "bench.md")) as f:
         md = f.read()
-    return r.returncode, calls, result, md
+    return r.returncode, calls, result, md, r.stderr
 
 
 def gpt_rows(result):
@@ -46,7 +47,7 @@ def gpt_rows(result):
 class GpuBenchPlan(unittest.TestCase):
     def test_every_row_in_order_with_the_compile_row_last(self):
         with tempfile.TemporaryDirectory() as tmp:
-            code, calls, result, md = bench(tmp, "--compile-reserve-s", "0")
+            code, calls, result, md, log = bench(tmp, "--compile-reserve-s", "0")
         self.assertEqual(code, 0, md)
         # 8 rows for each of the MLP and the CNN, then the GPT rows and the profiles.
         self.assertEqual(len(result["rows"]), 16)
@@ -59,6 +60,7 @@ class GpuBenchPlan(unittest.TestCase):
         self.assertEqual(mlp["whole_epoch_samples_per_s"]["median"], 50000.0)
         self.assertIsNone(result["rows"][6]["whole_epoch_samples_per_s"])  # the python loop
         self.assertIn("| mlp | wick fp32 | 64,000 | 64,000 | 64,000 |", md)
+        self.assertIn("mlp libtorch loop: host us per call: add_ 5.0", log)
         # The CNN's fp32 rows leave channels_last out, as cnn.toml says for a GPU in fp32; its
         # bf16 row keeps it.
         cnn = [c for c in calls if c.startswith("wick cnn-")]
@@ -77,7 +79,7 @@ class GpuBenchPlan(unittest.TestCase):
 
     def test_rows_before_the_compile_row_leave_it_its_reserve(self):
         with tempfile.TemporaryDirectory() as tmp:
-            code, calls, result, md = bench(tmp, "--compile-reserve-s", "100000")
+            code, calls, result, md, _ = bench(tmp, "--compile-reserve-s", "100000")
         self.assertEqual(code, 0, md)
         self.assertEqual(calls[16:], ["python gpt2.py", "wick gpt2-wick.toml -",
                                       "wick gpt2-cuda_graph.toml -", "python gpt2.py --compile"])
@@ -87,7 +89,7 @@ class GpuBenchPlan(unittest.TestCase):
 
     def test_a_failed_wick_row_is_measured_again_with_libtorch_kernels(self):
         with tempfile.TemporaryDirectory() as tmp:
-            code, calls, result, md = bench(tmp, "--compile-reserve-s", "100000",
+            code, calls, result, md, _ = bench(tmp, "--compile-reserve-s", "100000",
                                             fail=("gpt2-wick.toml", "mlp-fp32-0.toml"))
         self.assertEqual(code, 1, md)
         # The MLP row again with WICK_CUDA_DISABLE=all, its number marked so.
@@ -107,7 +109,7 @@ class GpuBenchPlan(unittest.TestCase):
 
     def test_rows_with_no_budget_left_are_skipped_and_reported(self):
         with tempfile.TemporaryDirectory() as tmp:
-            code, calls, result, md = bench(tmp, "--budget-s", "10")
+            code, calls, result, md, _ = bench(tmp, "--budget-s", "10")
         self.assertEqual(code, 0, md)
         self.assertEqual(calls, [])
         self.assertTrue(all("budget left" in r["skipped"] for r in result["rows"]))

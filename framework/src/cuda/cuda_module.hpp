@@ -29,7 +29,7 @@ struct Module {
   bool (*capturing)(const at::Device& device);
   bool (*native_bf16)(const at::Device& device);
   at::Tensor (*pinned)(const at::Tensor& host);
-  at::Tensor (*to_device_async)(const at::Tensor& host, const at::Device& device);
+  void (*to_device_async)(std::vector<at::Tensor>& tensors, const at::Device& device);
   void (*adam_steps)(const std::vector<AdamUpdate>& updates);
   std::pair<at::Tensor, at::Tensor> (*cross_entropy_rows)(const at::Tensor& logits,
                                                           const at::Tensor& target,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -49,26 +50,41 @@ at::Tensor pinned(const at::Tensor& host) {
   return host.pin_memory();
 }
 
-at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
-  if (!host.defined()) return host;
+// The event the compute stream waits on for a batch's copies, one per GPU, kept from batch to
+// batch: one record and one wait a batch, not an event made, recorded, waited on and
+// destroyed per tensor.
+at::cuda::CUDAEvent& copies_done(c10::DeviceIndex gpu) {
+  thread_local std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
+  const auto i = static_cast<std::size_t>(gpu);
+  if (events.size() <= i) events.resize(i + 1);
+  if (!events[i]) events[i] = std::make_unique<at::cuda::CUDAEvent>();
+  return *events[i];
+}
+
+void to_device_async(std::vector<at::Tensor>& tensors, const at::Device& device) {
   const c10::cuda::CUDAGuard guard(device);
-  // Gathered there already (trainer.data_on_device): a device without an index ("cuda", as
-  // the trainer holds it) is the current GPU, which no tensor's device equals as such.
-  if (host.device() == at::Device(at::kCUDA, c10::cuda::current_device())) return host;
+  // A device without an index ("cuda", as the trainer holds it) is the current GPU, which no
+  // tensor's device equals as such.
+  const at::Device gpu(at::kCUDA, c10::cuda::current_device());
   const auto compute = c10::cuda::getCurrentCUDAStream();
-  const auto copy = c10::cuda::getStreamFromPool();
-  at::Tensor out;
-  {
-    const c10::cuda::CUDAStreamGuard on_copy(copy);
-    out = host.to(device, /*non_blocking=*/true);
+  std::optional<c10::cuda::CUDAStream> copy;
+  for (auto& t : tensors) {
+    // Undefined (predict's targets) stays so; gathered there already (trainer.data_on_device)
+    // is taken as it is.
+    if (!t.defined() || t.device() == gpu) continue;
+    if (!copy) copy = c10::cuda::getStreamFromPool();
+    {
+      const c10::cuda::CUDAStreamGuard on_copy(*copy);
+      t = t.to(gpu, /*non_blocking=*/true);
+    }
+    // Allocated on the copy stream, used on the compute stream: its memory must not be reused
+    // before the compute stream is done with it.
+    t.record_stream(compute);
   }
-  at::cuda::CUDAEvent copied;
-  copied.record(copy);
+  if (!copy) return;
+  auto& copied = copies_done(gpu.index());
+  copied.record(*copy);
   copied.block(compute);
-  // Allocated on the copy stream, used on the compute stream: its memory must not be reused
-  // before the compute stream is done with it.
-  out.record_stream(compute);
-  return out;
 }
 
 void adam_steps(const std::vector<AdamUpdate>& updates) {

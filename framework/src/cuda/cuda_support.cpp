@@ -103,10 +103,16 @@ at::Tensor pinned(const at::Tensor& host) {
   return compiled() ? module().pinned(host) : host;
 }
 
+void to_device_async(std::vector<at::Tensor>& tensors, const at::Device& device) {
+  if (device.is_cuda()) return module().to_device_async(tensors, device);
+  for (auto& t : tensors)
+    if (t.defined()) t = t.to(device, /*non_blocking=*/true);
+}
+
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
-  if (host.defined() && host.device() == device) return host;  // gathered there already
-  if (!device.is_cuda()) return host.defined() ? host.to(device, /*non_blocking=*/true) : host;
-  return module().to_device_async(host, device);
+  std::vector<at::Tensor> one{host};
+  to_device_async(one, device);
+  return one[0];
 }
 
 void adam_steps(const std::vector<AdamUpdate>& updates) {

@@ -43,10 +43,13 @@ bool native_bf16(const at::Device& device);
 // run asynchronously. Called on the loader threads.
 at::Tensor pinned(const at::Tensor& host);
 
-// Copies `host` to `device` on a copy stream of its own, so that the copy overlaps the work
-// already queued on the current stream (the previous step); the current stream waits for the
-// copy (an event, not the host) before the work queued after this call. A tensor on that GPU
-// already (a device without an index: the current GPU) comes back as it is.
+// Copies each of `tensors` (a batch's) to `device`, in place, on a copy stream of their own, so
+// that the copies overlap the work already queued on the current stream (the previous step);
+// the current stream waits for them (one event, not the host) before the work queued after
+// this call. A tensor on that GPU already (a device without an index: the current GPU) and an
+// undefined one stay as they are.
+void to_device_async(std::vector<at::Tensor>& tensors, const at::Device& device);
+// One tensor, the same way.
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 
 // One Adam step of a contiguous float32 CUDA parameter p (updated in place with its moments m

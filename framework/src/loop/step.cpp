@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "cuda/cuda_support.hpp"
+#include "loop/backward_here.hpp"
 #include "loop/step_engine.hpp"
 #include "optim/bf16_copies.hpp"
 #include "wick/system.hpp"
@@ -33,6 +34,7 @@ void StepEngine::install_stage_defaults() {
     return true;
   });
   p_.stages.set_terminal(Stage::backward, [e](Context&) {
+    BackwardHere here;
     e->backward_loss.backward();
     return true;
   });
@@ -57,8 +59,10 @@ Batch StepEngine::to_device(Batch b) const {
   if (p_.device.is_cpu()) return b;
   // From page-locked memory (LoadPlan::pin) on a copy stream: overlapped with the previous
   // step's work still running on the GPU. Predict's inputs have no target (undefined stays so).
-  b.input = cuda::to_device_async(b.input, p_.device);
-  b.target = cuda::to_device_async(b.target, p_.device);
+  std::vector<at::Tensor> moved{std::move(b.input), std::move(b.target)};
+  cuda::to_device_async(moved, p_.device);
+  b.input = std::move(moved[0]);
+  b.target = std::move(moved[1]);
   return b;
 }
 
@@ -205,6 +209,7 @@ at::Tensor StepEngine::recompute_loss() {
   {
     PhaseTimer t(step_profiler(), Profiler::backward);
     p_.stages.set_where("the backward pass of Context::recompute_loss()");
+    BackwardHere here;
     loss.backward();
   }
   return loss.detach();
