@@ -212,8 +212,9 @@ def hand_row(args, model, timeout):
     j = json.loads(r.stdout.strip().splitlines()[-1])
     host = ", ".join(f"{k} {v:.3f}" for k, v in j.get("host_ms", {}).items())
     print(f"gpu_bench: {model} libtorch loop: host ms per step: {host}", file=sys.stderr)
-    calls = ", ".join(f"{k} {v:.1f}" for k, v in j.get("per_call_us", {}).items())
-    print(f"gpu_bench: {model} libtorch loop: host us per call: {calls}", file=sys.stderr)
+    if "per_call_us" in j:
+        calls = ", ".join(f"{k} {v:.1f}" for k, v in j["per_call_us"].items())
+        print(f"gpu_bench: {model} libtorch loop: host us per call: {calls}", file=sys.stderr)
     return j["samples_per_s"], j.get("valid_accuracy")
 
 

@@ -181,10 +181,15 @@ nlohmann::json per_call_us(const torch::Device& device) {
   nlohmann::json out = {{"add_", median_us(1000, [&] { one.add_(1); })},
                         {"backward_autograd_thread", median_us(300, backward)}};
 #if TORCH_VERSION_MAJOR >= 2
-  auto& autograd = c10::AutogradState::get_tls_state();
-  autograd.set_multithreading_enabled(false);
-  out["backward_this_thread"] = median_us(300, backward);
-  autograd.set_multithreading_enabled(true);
+  struct Inline {  // the switch off for the pass, as it was after
+    bool was = c10::AutogradState::get_tls_state().get_multithreading_enabled();
+    Inline() { c10::AutogradState::get_tls_state().set_multithreading_enabled(false); }
+    ~Inline() { c10::AutogradState::get_tls_state().set_multithreading_enabled(was); }
+  };
+  {
+    Inline here;
+    out["backward_this_thread"] = median_us(300, backward);
+  }
 #endif
   return out;
 }

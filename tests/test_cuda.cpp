@@ -21,6 +21,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #ifdef WICK_TEST_CUDA
 #include <dlfcn.h>
@@ -1064,6 +1065,7 @@ TEST_CASE("a training step's backward pass on the GPU runs on the training threa
     std::thread::id seen;
     y.register_hook([&](const at::Tensor&) { seen = std::this_thread::get_id(); });
     y.sum().backward();
+    REQUIRE(seen != std::thread::id());
     CHECK(seen != std::this_thread::get_id());
   }
   auto task = std::make_shared<Watched>();

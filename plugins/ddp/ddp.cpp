@@ -173,7 +173,9 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
     });
   }
 
-  // Called by GradReady on the thread running backward (the training thread on CPU).
+  // Called by GradReady on the thread running backward: the training thread (on a GPU with
+  // LibTorch 2: the step's pass runs there), or LibTorch's autograd thread for the GPU (LibTorch
+  // 1.13, or a backward a plugin runs itself).
   void grad_ready(std::size_t i) {
     if (!armed_) return;
     std::lock_guard<std::mutex> lock(mu_);
@@ -613,7 +615,7 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
   Times window_, total_;
   // Overlap state: hooks on the gradient accumulators, where each parameter sits, which
   // parameters are packed this step, the next bucket to start. mu_ guards them against
-  // backward threads (CUDA); on CPU backward runs on the training thread.
+  // LibTorch's autograd thread for a GPU (grad_ready), which may run a backward pass.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> hooks_;
   std::vector<Slot> slot_;
   std::vector<std::string> names_;  // of the gradient tensors, in bucket order (for errors)

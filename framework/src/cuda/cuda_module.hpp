@@ -22,10 +22,16 @@ class Store;
 
 namespace wick::cuda {
 
+// The table's version, raised whenever an entry is added, removed or changes its signature:
+// a changed signature keeps the table's size.
+constexpr std::uint32_t kModuleVersion = 2;
+
 struct Module {
-  // sizeof(Module) as the module was built: a module left from another build of wick, whose
-  // table differs, is refused at load rather than called through the wrong entries.
+  // sizeof(Module) and kModuleVersion as the module was built: a module left from another build
+  // of wick, whose table differs, is refused at load rather than called through the wrong
+  // entries.
   std::size_t size;
+  std::uint32_t version;
   bool (*capturing)(const at::Device& device);
   bool (*native_bf16)(const at::Device& device);
   at::Tensor (*pinned)(const at::Tensor& host);

@@ -52,7 +52,8 @@ at::Tensor pinned(const at::Tensor& host) {
 
 // The event the compute stream waits on for a batch's copies, one per GPU, kept from batch to
 // batch: one record and one wait a batch, not an event made, recorded, waited on and
-// destroyed per tensor.
+// destroyed per tensor. Destroyed when the thread ends: the main thread's at exit(), before
+// the CUDA runtime's own teardown.
 at::cuda::CUDAEvent& copies_done(c10::DeviceIndex gpu) {
   thread_local std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
   const auto i = static_cast<std::size_t>(gpu);
@@ -311,10 +312,10 @@ c10::intrusive_ptr<compat::CommBackend> nccl_group(const c10::intrusive_ptr<c10d
 }
 
 const Module kModule{
-    sizeof(Module),     capturing,           native_bf16,        pinned,
-    to_device_async,    adam_steps,          cross_entropy_rows, cross_entropy_grad,
-    layer_norm_forward, layer_norm_backward, column_sums,        gelu_backward_sums,
-    lt_gelu_forward,    event_clock,         nccl_group};
+    sizeof(Module),      kModuleVersion, capturing,          native_bf16,        pinned,
+    to_device_async,     adam_steps,     cross_entropy_rows, cross_entropy_grad, layer_norm_forward,
+    layer_norm_backward, column_sums,    gelu_backward_sums, lt_gelu_forward,    event_clock,
+    nccl_group};
 
 }  // namespace
 }  // namespace wick::cuda

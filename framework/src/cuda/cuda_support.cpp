@@ -61,7 +61,7 @@ std::string load_module(const std::string& path) {
     return path + " has no " WICK_CUDA_MODULE_SYMBOL "; rebuild wick";
   }
   const Module* found = table();
-  if (found->size != sizeof(Module))
+  if (found->size != sizeof(Module) || found->version != kModuleVersion)
     return path + " is of another build of wick (its function table differs); rebuild wick";
   // Then global, with its libraries, as a program linked to LibTorch's CUDA libraries would
   // see their symbols (the plugins that use LibTorch's CUDA API bind to them).

@@ -1,6 +1,7 @@
 // The step engine (step_engine.hpp).
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "cuda/cuda_support.hpp"
 #include "loop/backward_here.hpp"
