@@ -18,7 +18,6 @@
 // forward + loss, backward and zero_grad + step (host clocks: on a GPU that outruns the host,
 // where the step's time goes); "per_call_us", measured after the epoch, what one op and one
 // small backward pass cost the host there (per_call_us below).
-#include <c10/core/AutogradState.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -34,10 +33,12 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
 #include "idx.hpp"
+#include "loop/backward_here.hpp"
 #include "wick/system.hpp"
 
 namespace nn = torch::nn;
@@ -172,8 +173,7 @@ nlohmann::json per_call_us(const torch::Device& device) {
       us.push_back(1e6 * wick::bench::seconds_since(t0) / static_cast<double>(reps));
       sync();
     }
-    std::sort(us.begin(), us.end());
-    return us[2];
+    return wick::bench::make_stats(std::move(us)).median;
   };
   auto one = torch::zeros({1}, torch::TensorOptions().device(device));
   auto w = torch::ones({1}, torch::TensorOptions().device(device).requires_grad(true));
@@ -181,13 +181,8 @@ nlohmann::json per_call_us(const torch::Device& device) {
   nlohmann::json out = {{"add_", median_us(1000, [&] { one.add_(1); })},
                         {"backward_autograd_thread", median_us(300, backward)}};
 #if TORCH_VERSION_MAJOR >= 2
-  struct Inline {  // the switch off for the pass, as it was after
-    bool was = c10::AutogradState::get_tls_state().get_multithreading_enabled();
-    Inline() { c10::AutogradState::get_tls_state().set_multithreading_enabled(false); }
-    ~Inline() { c10::AutogradState::get_tls_state().set_multithreading_enabled(was); }
-  };
   {
-    Inline here;
+    wick::BackwardHere here;
     out["backward_this_thread"] = median_us(300, backward);
   }
 #endif

@@ -1116,10 +1116,11 @@ TEST_CASE("a profiled fit on the GPU on the host's clock: a phase takes what the
           "[cuda]") {
   need_gpu();
   // A forward handler queues far more GPU work than its launches cost the host: 4 float32
-  // products of 4096 x 4096 (about 9 ms on an H200) for 4 launches (tens of microseconds, a
-  // slow or busy host's included). On the device's timeline the forward phase takes that
-  // work's time; on the host's clock, which waits for nothing there, a small part of it.
-  const at::Tensor m = at::randn({4096, 4096}, at::device(at::kCUDA)) / 64;
+  // products of 8192 x 8192 (about 70 ms on an H200) for 4 launches (tens of microseconds; a
+  // busy host that preempts the step for milliseconds still stays far under a quarter of it).
+  // On the device's timeline the forward phase takes that work's time; on the host's clock,
+  // which waits for nothing there, a small part of it.
+  const at::Tensor m = at::randn({8192, 8192}, at::device(at::kCUDA)) / 90;
   auto work = [m] {
     at::Tensor x = m;
     for (int i = 0; i < 4; ++i) x = at::mm(x, m);
@@ -1214,7 +1215,7 @@ TEST_CASE("batches reach the GPU from pinned memory, copied on a side stream, in
   // A batch's tensors copied together (one event for the lot), the gathered one left as it is,
   // an undefined one (predict's target) left undefined.
   std::vector<at::Tensor> batch{pinned, cuda::pinned(torch::arange(10)), dev, at::Tensor()};
-  cuda::to_device_async(batch, at::Device(at::kCUDA));
+  cuda::to_device_async(batch.data(), batch.size(), at::Device(at::kCUDA));
   CHECK(torch::equal(batch[0].cpu(), host));
   CHECK(torch::equal(batch[1].cpu(), torch::arange(10)));
   CHECK(batch[2].is_same(dev));

@@ -24,7 +24,7 @@ namespace wick::cuda {
 
 // The table's version, raised whenever an entry is added, removed or changes its signature:
 // a changed signature keeps the table's size.
-constexpr std::uint32_t kModuleVersion = 2;
+constexpr std::uint32_t kModuleVersion = 3;
 
 struct Module {
   // sizeof(Module) and kModuleVersion as the module was built: a module left from another build
@@ -35,7 +35,7 @@ struct Module {
   bool (*capturing)(const at::Device& device);
   bool (*native_bf16)(const at::Device& device);
   at::Tensor (*pinned)(const at::Tensor& host);
-  void (*to_device_async)(std::vector<at::Tensor>& tensors, const at::Device& device);
+  void (*to_device_async)(at::Tensor* tensors, std::size_t n, const at::Device& device);
   void (*adam_steps)(const std::vector<AdamUpdate>& updates);
   std::pair<at::Tensor, at::Tensor> (*cross_entropy_rows)(const at::Tensor& logits,
                                                           const at::Tensor& target,

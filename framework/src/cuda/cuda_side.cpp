@@ -62,14 +62,15 @@ at::cuda::CUDAEvent& copies_done(c10::DeviceIndex gpu) {
   return *events[i];
 }
 
-void to_device_async(std::vector<at::Tensor>& tensors, const at::Device& device) {
+void to_device_async(at::Tensor* tensors, std::size_t n, const at::Device& device) {
   const c10::cuda::CUDAGuard guard(device);
   // A device without an index ("cuda", as the trainer holds it) is the current GPU, which no
   // tensor's device equals as such.
   const at::Device gpu(at::kCUDA, c10::cuda::current_device());
   const auto compute = c10::cuda::getCurrentCUDAStream();
   std::optional<c10::cuda::CUDAStream> copy;
-  for (auto& t : tensors) {
+  for (std::size_t i = 0; i < n; ++i) {
+    at::Tensor& t = tensors[i];
     // Undefined (predict's targets) stays so; gathered there already (trainer.data_on_device)
     // is taken as it is.
     if (!t.defined() || t.device() == gpu) continue;

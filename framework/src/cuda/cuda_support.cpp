@@ -103,16 +103,16 @@ at::Tensor pinned(const at::Tensor& host) {
   return compiled() ? module().pinned(host) : host;
 }
 
-void to_device_async(std::vector<at::Tensor>& tensors, const at::Device& device) {
-  if (device.is_cuda()) return module().to_device_async(tensors, device);
-  for (auto& t : tensors)
-    if (t.defined()) t = t.to(device, /*non_blocking=*/true);
+void to_device_async(at::Tensor* tensors, std::size_t n, const at::Device& device) {
+  if (device.is_cuda()) return module().to_device_async(tensors, n, device);
+  for (std::size_t i = 0; i < n; ++i)
+    if (tensors[i].defined()) tensors[i] = tensors[i].to(device, /*non_blocking=*/true);
 }
 
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
-  std::vector<at::Tensor> one{host};
-  to_device_async(one, device);
-  return one[0];
+  at::Tensor one = host;
+  to_device_async(&one, 1, device);
+  return one;
 }
 
 void adam_steps(const std::vector<AdamUpdate>& updates) {

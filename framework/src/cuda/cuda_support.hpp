@@ -11,6 +11,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -43,12 +44,12 @@ bool native_bf16(const at::Device& device);
 // run asynchronously. Called on the loader threads.
 at::Tensor pinned(const at::Tensor& host);
 
-// Copies each of `tensors` (a batch's) to `device`, in place, on a copy stream of their own, so
-// that the copies overlap the work already queued on the current stream (the previous step);
-// the current stream waits for them (one event, not the host) before the work queued after
-// this call. A tensor on that GPU already (a device without an index: the current GPU) and an
-// undefined one stay as they are.
-void to_device_async(std::vector<at::Tensor>& tensors, const at::Device& device);
+// Copies each of the n `tensors` (a batch's) to `device`, in place, on a copy stream of their own,
+// so that the copies overlap the work already queued on the current stream (the previous step); the
+// current stream waits for them (one event, not the host) before the work queued after this call. A
+// tensor on that GPU already (a device without an index: the current GPU) and an undefined one stay
+// as they are.
+void to_device_async(at::Tensor* tensors, std::size_t n, const at::Device& device);
 // One tensor, the same way.
 at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
 

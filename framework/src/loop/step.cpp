@@ -1,7 +1,6 @@
 // The step engine (step_engine.hpp).
 #include <cmath>
 #include <optional>
-#include <vector>
 
 #include "cuda/cuda_support.hpp"
 #include "loop/backward_here.hpp"
@@ -60,8 +59,8 @@ Batch StepEngine::to_device(Batch b) const {
   if (p_.device.is_cpu()) return b;
   // From page-locked memory (LoadPlan::pin) on a copy stream: overlapped with the previous
   // step's work still running on the GPU. Predict's inputs have no target (undefined stays so).
-  std::vector<at::Tensor> moved{std::move(b.input), std::move(b.target)};
-  cuda::to_device_async(moved, p_.device);
+  at::Tensor moved[] = {std::move(b.input), std::move(b.target)};
+  cuda::to_device_async(moved, 2, p_.device);
   b.input = std::move(moved[0]);
   b.target = std::move(moved[1]);
   return b;
