@@ -291,6 +291,30 @@ TEST_CASE("a stop signal sent to a running `wick fit`: after_cancel, exit 128 + 
   }
 }
 
+TEST_CASE("a stop signal from two senders (the scheduler and wick launch) is one stop") {
+  TempDir dir;
+  const pid_t pid = start_paused_fit(dir);
+  // Another process signals first, as SLURM does every process of a job; then this one, as
+  // wick launch forwards what it got. Two signals of one kind could merge while pending.
+  const pid_t other = fork();
+  REQUIRE(other >= 0);
+  if (other == 0) _exit(kill(pid, SIGUSR1) == 0 ? 0 : 1);
+  int helper = 0;
+  REQUIRE(waitpid(other, &helper, 0) == other);
+  REQUIRE(exit_status(helper) == 0);
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO(read_file(dir / "stdout.txt") << read_file(dir / "stderr.txt"));
+  // Whichever came first stops the fit at the step boundary: after_cancel ran, the summary is
+  // written. A second signal taken as "exit now" would leave neither.
+  CHECK((exit_status(status) == 143 || exit_status(status) == 138));
+  CHECK(read_json(dir / "run" / "summary.json")["status"] == "cancelled");
+  auto rec = recorded(dir);
+  REQUIRE(!rec.empty());
+  CHECK(rec.back() == "after_cancel 0 1");
+}
+
 TEST_CASE("one fit per output folder: a second is refused with the holder's pid, exit 2") {
   TempDir dir;
   const pid_t pid = start_paused_fit(dir);

@@ -203,6 +203,29 @@ TEST_CASE("a stop signal to the launcher reaches every rank, which exits 128 + t
   }
 }
 
+TEST_CASE("a rank that stops on a signal of its own is no failure: the others finish stopping") {
+  TempDir d;
+  wick::LaunchOptions o;
+  o.nproc = 2;
+  o.grace_s = 0.1;
+  o.max_restarts = 1;
+  // As wick fit's ranks after a SIGINT sent to each: they stop at the same step, rank 1 exits
+  // 130 at once, rank 0 writes the cancel checkpoint first. Ended when rank 1 exited
+  // (SIGTERM), rank 0 would write nothing.
+  const std::string ckpt = (d / "ckpt").string();
+  o.command = {"sh", "-c",
+               "if [ $RANK = 1 ]; then exit 130; fi; sleep 1; touch " + ckpt + "; exit 130"};
+  auto c = run_launch(o);
+  INFO(c.err << c.out);
+  CHECK(fs::exists(ckpt));
+  CHECK(c.res.exit_code == 130);
+  CHECK(c.res.failed_rank == -1);
+  CHECK(c.res.restarts == 0);  // a stop is not restarted
+  CHECK(c.err.find("wick launch: rank 1 (local rank 1, pid ") != std::string::npos);
+  CHECK(c.err.find(") stopped on SIGINT; waiting for the others to end\n") != std::string::npos);
+  CHECK(c.err.find("wick launch: stopped by SIGINT (first on rank 1)\n") != std::string::npos);
+}
+
 TEST_CASE("launch rejects bad options with the option named") {
   wick::LaunchOptions o;
   o.command = {"true"};

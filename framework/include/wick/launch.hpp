@@ -2,7 +2,9 @@
 // with ordinary programs. Each local rank gets torchrun's environment (RANK, LOCAL_RANK,
 // WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT); its output lines are
 // prefixed with "[rank R] "; when one rank fails the others get SIGTERM, then SIGKILL after a
-// grace period, and the result names the first rank that failed and why.
+// grace period, and the result names the first rank that failed and why. A rank that exits
+// 128 + a stop signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) stopped and did not fail: the others
+// are waited for, not ended (when they got the signal too, rank 0 writes the cancel checkpoint).
 #pragma once
 
 #include <sys/types.h>
@@ -24,14 +26,14 @@ struct LaunchOptions {
   int master_port = 0;   // 0: pick a free port (single node only)
   double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when ending the other ranks
   // When a rank fails: end every rank, then start all again with "--resume auto" (replacing
-  // any --resume of the command), up to this many times. Not after a forwarded signal.
+  // any --resume of the command), up to this many times. Not after a stop signal.
   int max_restarts = 0;
   std::vector<std::string> command;  // program and arguments, run once per local rank
 };
 
 struct LaunchResult {
   // 0 when every rank exited 0; else the failed rank's exit code (1 when a signal killed it),
-  // or 128 + the signal forwarded.
+  // or 128 + the stop signal: forwarded, or one a rank stopped on.
   int exit_code = 0;
   int failed_rank = -1;  // global rank that failed first (-1: none)
   std::string reason;    // "exit code 3", "killed by signal 9 (SIGKILL)"

@@ -118,8 +118,8 @@ class Trainer {
 };
 
 // The first SIGINT, SIGTERM, SIGHUP or SIGUSR1 asks the running fit to stop at the next step
-// boundary; a second ends the process at once with status 128 + that signal. Installed by
-// fit() for its duration.
+// boundary; a second from the same sender (or a third from any) ends the process at once with
+// status 128 + that signal. Installed by fit() for its duration.
 // interrupt_requested() and interrupt_signal(): wick/interrupt.hpp (SDK).
 void request_interrupt(int sig = SIGINT);  // what the first signal does (tests call it directly)
 void clear_interrupt();

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -245,12 +246,21 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
   }
 
   bool ending = false, killed = false;
-  int interrupted = 0;  // the first signal forwarded
+  int interrupted = 0;    // the first stop signal: forwarded, or one a rank stopped on
+  int stopped_rank = -1;  // the rank that stopped on a signal of its own (-1: forwarded)
   Clock::time_point kill_at{};
   // Each rank leads its own process group: signalling the group reaches what it started too
   // (a shell's children would otherwise keep its output pipe open).
   auto end_others = [&](int sig) {
     for (auto& r : ranks) kill(-r.pid, sig);
+  };
+  // Ranks that stop write the cancel checkpoint (rank 0) and summary.json first: they get
+  // the grace period and 25 s more before SIGKILL.
+  auto wait_for_stops = [&] {
+    if (ending) return;
+    ending = true;
+    kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(o.grace_s + 25.0));
   };
 
   for (;;) {
@@ -293,11 +303,7 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
       // Forward the launcher's signal to every rank; they stop as they would alone.
       if (!interrupted) interrupted = s;
       end_others(s);
-      if (!ending) {
-        ending = true;
-        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(o.grace_s + 25.0));
-      }
+      wait_for_stops();
     }
 
     Rank* first = nullptr;
@@ -311,6 +317,23 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
       // After a forwarded interrupt, ranks ending with 130 or by signal are expected, not the
       // cause; after a first failure, the others' endings are our doing.
       if (ok || interrupted || res.failed_rank >= 0) continue;
+      // A rank that exits 128 + a stop signal sent to it stopped, it did not fail. When every
+      // rank got the signal (a scheduler signals every process of a job), the others stop at
+      // the same step, rank 0 writing the cancel checkpoint: ending them now would lose it.
+      // Peers of a rank signalled alone fail in their next collective, as on a rank's death.
+      if (const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+          std::find(std::begin(forwarded), std::end(forwarded), code - 128) !=
+          std::end(forwarded)) {
+        interrupted = code - 128;
+        stopped_rank = r.rank;
+        std::fprintf(err,
+                     "wick launch: rank %d (local rank %d, pid %d) stopped on SIG%s; waiting "
+                     "for the others to end\n",
+                     r.rank, r.local, static_cast<int>(r.pid), sigabbrev_np(interrupted));
+        std::fflush(err);
+        wait_for_stops();
+        continue;
+      }
       // Of ranks found dead together, one killed by a signal is likelier the cause: its peers
       // exit with an error code once their collectives notice it is gone.
       if (!first || (WIFSIGNALED(st) && !WIFSIGNALED(first->status))) first = &r;
@@ -342,8 +365,12 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
     std::fprintf(err, "wick launch: failed: rank %d %s\n", res.failed_rank, res.reason.c_str());
   } else if (interrupted) {
     res.exit_code = 128 + interrupted;
-    std::fprintf(err, "wick launch: stopped by SIG%s (forwarded to every rank)\n",
-                 sigabbrev_np(interrupted));
+    if (stopped_rank >= 0)
+      std::fprintf(err, "wick launch: stopped by SIG%s (first on rank %d)\n",
+                   sigabbrev_np(interrupted), stopped_rank);
+    else
+      std::fprintf(err, "wick launch: stopped by SIG%s (forwarded to every rank)\n",
+                   sigabbrev_np(interrupted));
   }
   std::fflush(err);
   return res;

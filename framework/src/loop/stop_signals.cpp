@@ -13,15 +13,25 @@ namespace wick {
 
 namespace {
 
-// The first stop signal's number (0: none) and how many have come.
+// The first stop signal's number (0: none), how many have come, and the process that sent
+// the first (0: the kernel, as for a terminal's Ctrl-C).
 std::atomic<int> g_stop_signal{0};
 std::atomic<int> g_stop_count{0};
+std::atomic<pid_t> g_first_sender{0};
 
-void on_stop_signal(int sig) {
-  // A second signal: the user (or the scheduler) wants out now.
-  if (g_stop_count.fetch_add(1) >= 1) _exit(128 + sig);
-  int none = 0;
-  g_stop_signal.compare_exchange_strong(none, sig);
+void on_stop_signal(int sig, siginfo_t* info, void*) {
+  const pid_t from = info ? info->si_pid : 0;
+  const int before = g_stop_count.fetch_add(1);
+  if (before == 0) {
+    g_first_sender.store(from);
+    int none = 0;
+    g_stop_signal.compare_exchange_strong(none, sig);
+    return;
+  }
+  // A second signal from the first one's sender, or a third: the user (or the scheduler)
+  // wants out now. A second from another sender is the same stop delivered twice: SLURM
+  // signals every process of a job, and wick launch forwards what it gets to its ranks too.
+  if (before >= 2 || from == g_first_sender.load()) _exit(128 + sig);
 }
 
 }  // namespace
@@ -31,7 +41,8 @@ void on_stop_signal(int sig) {
 // step boundary, so that the cancel checkpoint and a truthful summary.json get written.
 StopSignalScope::StopSignalScope() {
   struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &old_[i]);
 }
@@ -60,12 +71,14 @@ int interrupt_signal() {
   return g_stop_signal.load(std::memory_order_relaxed);
 }
 void request_interrupt(int sig) {
+  g_first_sender.store(getpid());  // as if raised
   g_stop_signal.store(sig);
   g_stop_count.store(1);
 }
 void clear_interrupt() {
   g_stop_signal.store(0);
   g_stop_count.store(0);
+  g_first_sender.store(0);
 }
 
 void StopRequests::save(StateDict& out, bool keep_pending) const {
