@@ -294,8 +294,10 @@ TEST_CASE("a stop signal sent to a running `wick fit`: after_cancel, exit 128 + 
 TEST_CASE("a stop signal from two senders (the scheduler and wick launch) is one stop") {
   TempDir dir;
   const pid_t pid = start_paused_fit(dir);
-  // Another process signals first, as SLURM does every process of a job; then this one, as
-  // wick launch forwards what it got. Two signals of one kind could merge while pending.
+  // Another process signals, as SLURM does every process of a job, and this one, as wick
+  // launch forwards what it got. The fit is held stopped meanwhile, so that both arrive before
+  // it could end on the first (two signals of one kind could merge while pending).
+  REQUIRE(kill(pid, SIGSTOP) == 0);
   const pid_t other = fork();
   REQUIRE(other >= 0);
   if (other == 0) _exit(kill(pid, SIGUSR1) == 0 ? 0 : 1);
@@ -303,6 +305,7 @@ TEST_CASE("a stop signal from two senders (the scheduler and wick launch) is one
   REQUIRE(waitpid(other, &helper, 0) == other);
   REQUIRE(exit_status(helper) == 0);
   REQUIRE(kill(pid, SIGTERM) == 0);
+  REQUIRE(kill(pid, SIGCONT) == 0);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   INFO(read_file(dir / "stdout.txt") << read_file(dir / "stderr.txt"));
