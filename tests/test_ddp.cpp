@@ -243,20 +243,24 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
                        "all-reduces (3 bucket(s) by exchange, 2.0 started") != std::string::npos);
     CHECK(max_abs_diff(reference, read_numbers(dir / "run" / "params_rank0.txt")) <= 1e-5);
 
-    // A stop signal on each rank's 6th batch, mid-window: taken where the window ends (batch
-    // 8), so that the cancel checkpoint (rank 0's) holds no rank's own pending gradients, and
-    // the resume ends with the uninterrupted run's weights.
+    // A stop signal on rank 1 alone, at its 6th batch, mid-window. The ranks agree on it where
+    // the window ends (batch 8): both stop there, so that the cancel checkpoint (rank 0's)
+    // holds no rank's own pending gradients, and the resume ends with the uninterrupted run's
+    // weights.
     write_file(dir / "cut.toml",
                config(dir / "cut",
                       "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n[[hooks]]\nplugin = "
                       "\"checkpoint\"\n[[hooks]]\nplugin = \"fault\"\naction = \"sigint\"\n"
-                      "step = 6\n"));
+                      "step = 6\nrank = 1\n"));
     const std::vector<std::string> cut = {"fit",   (dir / "cut.toml").string(), "--nproc", "2",
                                           "--set", "trainer.batch_size=8"};
     auto stopped = run_wick(cut);
     INFO(stopped.err << stopped.out);
     CHECK(stopped.exit_code == 130);
     CHECK(fs::exists(dir / "cut" / "checkpoints" / "ckpt-e0000-b0000008"));
+    const auto summary = read_json(dir / "cut" / "summary.json");
+    CHECK(summary["status"] == "cancelled");
+    CHECK(summary["stop_reason"] == "interrupted (SIGINT) on rank 1");
     auto resumed = cut;
     resumed.insert(resumed.end(), {"--set", "hooks.fault.step=100000", "--resume", "latest"});
     REQUIRE(run_wick(resumed).exit_code == 0);

@@ -29,10 +29,11 @@
 //   gradient on this rank contribute zeros), starts the remaining buckets, waits for all and
 //   copies the averaged gradients back: one all-reduce per bucket per optimizer step.
 // - Stop agreement without extra messages per step: the last bucket carries a trailer,
-//   [stop flag, compute ms of rank 0 .. world-1]. A stop requested on any rank before a step's
-//   all-reduce stops every rank after that step; one requested later rides on the next
-//   all-reduce. After each epoch one small all-reduce agrees on stops requested at epoch end
-//   (early stopping, main-process-only hooks). The compute times give each rank its wait.
+//   [stop flag, compute ms of rank 0 .. world-1]. A stop requested (or a stop signal got) on
+//   any rank before a step's all-reduce stops every rank after that step; one requested later
+//   rides on the next all-reduce. After each epoch one small all-reduce agrees on stops requested
+//   at epoch end (early stopping, main-process-only hooks). The compute times give each rank its
+//   wait.
 // - Checkpoints: hooks that write shared files call Context::barrier() on every rank (a no-op
 //   without this plugin); rank 0 writes, the others wait, so nobody runs ahead of a half-
 //   written checkpoint. Resuming needs the same world size (the data shards depend on it).
@@ -530,7 +531,7 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
         // Trailer: [this rank's stop flag, compute ms per rank (ours in our slot)].
         double* t = trailer_host_.data_ptr<double>();
         std::fill(t, t + trailer_host_.numel(), 0.0);
-        t[0] = c.stop_requested() ? 1.0 : 0.0;
+        t[0] = c.stop_requested() || wick::interrupt_requested() ? 1.0 : 0.0;
         t[1 + rank_] = compute;
         trailer_.copy_(trailer_host_);
       }

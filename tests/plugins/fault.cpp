@@ -13,7 +13,8 @@
 //   savekill  kill -9 itself as a checkpoint is made (when it asks the hooks for their state,
 //             before its files are written): the one after `saves` more once the point is
 //             reached (saves = 1: the second of the two the checkpoint hook may write together)
-// step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any).
+// step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any);
+// rank fires it on that rank only (-1: every rank).
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -37,6 +38,7 @@ class Fault : public wick::Hook {
         action_(p.get_string("action")),
         step_(p.get_int("step")),
         epoch_(p.get_int("epoch")),
+        rank_(p.get_int("rank")),
         message_(p.get_string("message")),
         path_(p.get_string("path")),
         bytes_(p.get_int("bytes")),
@@ -70,6 +72,7 @@ class Fault : public wick::Hook {
   bool matches(wick::Context& c) const {
     const auto& s = c.state();
     if (epoch_ >= 0 && s.epoch != epoch_) return false;
+    if (rank_ >= 0 && s.rank != rank_) return false;
     if (step_ <= 0) return true;
     if (!s.training()) return false;
     // At after_step the batch is counted in micro_step; before it, it is the next one.
@@ -108,7 +111,7 @@ class Fault : public wick::Hook {
 
   std::string at_, action_;
   wick::Point point_ = wick::Point::after_step;
-  std::int64_t step_, epoch_;
+  std::int64_t step_, epoch_, rank_;
   std::string message_, path_;
   std::int64_t bytes_;
   mutable std::int64_t saves_;  // writes still to let through once armed
@@ -125,6 +128,7 @@ WICK_PLUGIN(Fault,
                               "noise or savekill")
                 .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
+                .param_int("rank", -1, "the rank it fires on (-1: every rank)")
                 .param_string("message", "injected fault", "message for throw")
                 .param_string("path", "checkpoints", "folder for readonly, in output_dir")
                 .param_int("bytes", 4096, "file size cap for fsize")

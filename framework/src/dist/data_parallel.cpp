@@ -1,7 +1,11 @@
 // The trainer's data-parallel strategy: its checks and wick's own group outside a fit.
 #include "dist/data_parallel.hpp"
 
+#include <ATen/ATen.h>
+
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "dist/ranks.hpp"
 #include "wick/params.hpp"  // ConfigError
@@ -10,6 +14,17 @@ namespace wick {
 
 void DataParallel::all_reduce_sum(at::Tensor& t) const {
   if (distributed()) collectives_->all_reduce_sum(t);
+}
+
+std::pair<std::int64_t, int> DataParallel::first_signal(int mine) const {
+  if (!distributed()) return {mine ? rank() : -1, mine};
+  auto sigs = at::zeros({world()}, at::kDouble);
+  sigs.data_ptr<double>()[rank()] = mine;
+  collectives_->all_reduce_sum(sigs);
+  const double* v = sigs.data_ptr<double>();
+  for (std::int64_t r = 0; r < world(); ++r)
+    if (v[r] != 0) return {r, static_cast<int>(v[r])};
+  return {-1, 0};
 }
 
 DataParallel::WholeState::WholeState(const DataParallel& dp, Whole what) : dp_(dp), what_(what) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "wick/cluster.hpp"
 #include "wick/collectives.hpp"
@@ -73,6 +74,9 @@ class DataParallel {
   bool agree_stop(bool mine, bool epoch_end) const {
     return collectives_ ? collectives_->agree_stop(mine, epoch_end) : mine;
   }
+  // The lowest rank with a stop signal, and that signal, given this rank's (0: none);
+  // {-1, 0} when none has one. Collective with several ranks.
+  std::pair<std::int64_t, int> first_signal(int mine) const;
   void barrier() const {
     if (collectives_) collectives_->barrier();
   }

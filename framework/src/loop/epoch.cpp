@@ -116,10 +116,9 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
         // Batches gathered on the device are cut on the main thread, on its stream.
         BatchLoader loader(train_plan(first_batch), train_on_device ? 0 : opt.num_workers);
         for (std::int64_t b = first_batch; b < nb; ++b) {
-          // With several ranks, a stop signal is taken where an accumulation window starts:
-          // there no rank holds gradients of its own, which a checkpoint (rank 0's) would lose.
-          if (interrupt_requested() && (!dp.distributed() || b % state.grad_accum_steps == 0))
-            throw Interrupted{};
+          // With several ranks a stop signal is agreed on after a step (agreed_stop), as a
+          // signal may reach one rank alone, or each at another step.
+          if (!dp.distributed() && interrupt_requested()) throw Interrupted{};
           // Resumed from a stop at max_steps with the same limit: no step past it.
           if (max_reached()) {
             whole = false;
@@ -133,7 +132,7 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
               },
               on_cancel);
           if (!stepped) loop.pos = {state.epoch, b + 1};
-          if (max_reached() || agreed_stop(false)) {
+          if (max_reached() || agreed_stop(false, (b + 1) % state.grad_accum_steps == 0)) {
             whole = b + 1 == nb;
             break;
           }

@@ -81,7 +81,7 @@ void Trainer::Impl::run_epochs() {
     const auto t_epoch = Clock::now();
     const auto samples_before = times.samples_this_run;
     const bool whole = train_epoch(loop.resume.first_batch(e));
-    if (interrupt_requested()) throw Interrupted{};
+    stop_if_interrupted();
     {
       PhaseTimer t(dispatch.profiler(), Profiler::validation);
       const auto whole = dp.whole(DataParallel::Whole::weights);  // gathered when sharded
@@ -98,9 +98,30 @@ void Trainer::Impl::run_epochs() {
     records.commit();  // with what hooks logged at after_epoch
     state.batch_idx = 0;
     // A Ctrl-C during validation or after_epoch (the last epoch's included) still counts.
-    if (interrupt_requested()) throw Interrupted{};
+    stop_if_interrupted();
     if (agreed_stop(true)) return;
   }
+}
+
+bool Trainer::Impl::agreed_stop(bool epoch_end, bool window_end) {
+  const bool signalled = dp.distributed() && window_end && interrupt_requested();
+  stops.acted = dp.agree_stop(stops.requested || signalled, epoch_end);
+  // The ranks stop here together; whether for a signal is asked only then, not every step.
+  if (stops.acted && dp.distributed()) stop_if_interrupted();
+  return stops.acted;
+}
+
+void Trainer::Impl::stop_if_interrupted() {
+  if (!dp.distributed()) {
+    if (interrupt_requested()) throw Interrupted{};
+    return;
+  }
+  const auto [rank, sig] = dp.first_signal(interrupt_signal());
+  if (sig == 0) return;
+  // Another rank's signal: this rank ends as if it had got it (the same exit status).
+  if (!interrupt_requested()) request_interrupt(sig);
+  stops.signal_rank = rank;
+  throw Interrupted{};
 }
 
 void Trainer::Impl::fit_ended_by(const std::exception_ptr& error, FitResult& res,
@@ -116,7 +137,10 @@ void Trainer::Impl::fit_ended_by(const std::exception_ptr& error, FitResult& res
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, dispatch.blame("CancelFit"));
   } catch (const Interrupted&) {
     res.signal = interrupt_signal();
-    end_with(FitResult::Status::cancelled, CancelReason::interrupt, stop_signal_reason(res.signal));
+    const auto rank = stops.signal_rank;
+    end_with(FitResult::Status::cancelled, CancelReason::interrupt,
+             stop_signal_reason(res.signal) +
+                 (rank >= 0 ? " on rank " + std::to_string(rank) : std::string()));
   } catch (const Cancel& c) {
     // A CancelStep or CancelEpoch thrown outside its scope (e.g. in before_fit) ends the fit.
     end_with(FitResult::Status::cancelled, CancelReason::cancel_fit, dispatch.blame(c.what()));

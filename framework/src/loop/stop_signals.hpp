@@ -45,6 +45,7 @@ struct StopRequests {
   bool by_hook = false;                    // the first request was a hook's (Context::request_stop)
   bool acted = false;                      // the loop stopped for it
   bool restored = false;                   // a checkpoint kept it: the resumed run trains no more
+  std::int64_t signal_rank = -1;           // with several ranks, the first whose signal stopped all
   std::int64_t epochs = 0, max_steps = 0;  // this fit's limits, which a kept request names
   std::int64_t cancelled_steps = 0, cancelled_epochs = 0;
   const CancelInfo* cancel = nullptr;  // what after_cancel hooks hear of, while they run
@@ -59,6 +60,7 @@ struct StopRequests {
   // A new fit, to train `fit_epochs` epochs and at most `fit_max_steps` steps: no request yet.
   void start(std::int64_t fit_epochs, std::int64_t fit_max_steps) {
     requested = by_hook = acted = restored = false;
+    signal_rank = -1;
     reason.clear();
     epochs = fit_epochs;
     max_steps = fit_max_steps;

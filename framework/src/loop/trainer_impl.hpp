@@ -120,11 +120,14 @@ struct Trainer::Impl final : CheckpointStore {
   // Whether the epoch ran to its end (false: a stop came before its last batch).
   bool train_epoch(std::int64_t first_batch);
   void cancelled(CancelScope scope);
-  // max_steps, or a stop requested (and agreed on by the ranks).
-  bool agreed_stop(bool epoch_end) {
-    stops.acted = dp.agree_stop(stops.requested, epoch_end);
-    return stops.acted;
-  }
+  // Whether a stop requested on any rank stops the fit here, agreed on by the ranks. With
+  // several ranks a stop signal counts as a request where an accumulation window ends
+  // (`window_end`): no rank holds gradients of its own there, which rank 0's cancel checkpoint
+  // would lose. Throws Interrupted when a signal stops the ranks, on every rank at this step.
+  bool agreed_stop(bool epoch_end, bool window_end = true);
+  // A stop signal ends the fit here: this process's or, with several ranks, any rank's (a
+  // collective, so that every rank ends at the same point). Throws Interrupted.
+  void stop_if_interrupted();
 
   // ---- the run's outputs (run_outputs.cpp) ----
   bool writes_outputs() const;  // this process writes the run folder (rank 0)
