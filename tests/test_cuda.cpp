@@ -1235,7 +1235,9 @@ TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "
   const std::string noise =
       "[[hooks]]\nplugin = \"fault\"\nname = \"noise\"\nat = \"after_loss\"\n"
       "action = \"noise\"\nstep = 3\n";
-  const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 4\n";
+  // 8 batches an epoch: the last checkpoint before the kill (step 9) is mid-epoch, so the
+  // resumed epoch's record joins the checkpoint's losses to those made on the GPU after it.
+  const std::string ck = "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 3\n";
   const auto whole = fit(d, "whole", noise + ck);
   write_file(
       d / "killed.toml",
@@ -1249,6 +1251,13 @@ TEST_CASE("kill -9 then resume on CUDA is exact, the CUDA generator included", "
   REQUIRE(r.exit_code == 0);
   CHECK(read_json(d / "killed" / "summary.json")["model_fingerprint"] ==
         whole["model_fingerprint"]);
+  auto epoch_losses = [&](const char* run) {
+    std::vector<double> v;
+    for (const auto& l : read_jsonl(d / run / "metrics.jsonl"))
+      if (l["kind"] == "epoch") v.push_back(l["train/loss"].get<double>());
+    return v;
+  };
+  CHECK(epoch_losses("killed") == epoch_losses("whole"));
 }
 
 TEST_CASE("fp16 loss scaling on CUDA: one fused unscale and check, as on the CPU", "[cuda]") {

@@ -170,13 +170,17 @@ np.savetxt(f"{d}/x.csv", x, delimiter=",", fmt="%.9g",
 np.save(f"{d}/fortran.npy", np.asfortranarray(x))
 np.save(f"{d}/narrow.npy", x[:, :5])
 np.save(f"{d}/text.npy", np.array(["a", "b"]))
+# As torch.save writes tensors of a GPU (tagged cuda:0), which a CPU machine reads here.
+import torch, torch.serialization
+torch.serialization.location_tag = lambda storage: "cuda:0"
+torch.save({"input": torch.from_numpy(x)}, f"{d}/gpu.pt")
 )py");
   auto py = run({kPython, (d / "make.py").string(), d.path().string()});
   INFO(py.err);
   REQUIRE(py.exit_code == 0);
 
   const std::string own = read_file(d / "own.npy");
-  for (const char* in : {"x.npy", "x64.npy", "x.csv", "x.pt", "xt.pt"}) {
+  for (const char* in : {"x.npy", "x64.npy", "x.csv", "x.pt", "xt.pt", "gpu.pt"}) {
     INFO(in);
     const auto out = d / (std::string(in) + ".out.npy");
     auto r = run_wick({"predict", cfg, "--input", (d / in).string(), "--output", out.string()});
@@ -217,6 +221,44 @@ np.save(f"{d}/text.npy", np.array(["a", "b"]))
   REQUIRE(run({kPython, (d / "none.py").string(), d.path().string()}).exit_code == 0);
   CHECK(refused("none.npy").find("none.npy: the input holds no sample; give one row per sample") !=
         std::string::npos);
+}
+
+TEST_CASE("a GPU run's checkpoint is evaluated and resumed on a CPU") {
+  need_python({"torch"});
+  TempDir d;
+  // An ema hook: its weights, in state.pt, are the ones evaluated.
+  write_file(d / "cfg.toml",
+             synthetic_config(d / "run", "[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n"));
+  const std::string cfg = (d / "cfg.toml").string();
+  REQUIRE(run_wick({"fit", cfg}).exit_code == 0);
+  REQUIRE(run_wick({"evaluate", cfg, "--json", (d / "cpu.json").string()}).exit_code == 0);
+  // state.pt (the hooks' states, the epoch's losses) rewritten as a GPU run's holds its tensors:
+  // tagged cuda:0, which torch.load without map_location cannot read where CUDA is not in use.
+  fs::path ck;  // the last of the run's checkpoints (its only one: the epoch's)
+  for (const auto& e : fs::directory_iterator(d / "run" / "checkpoints"))
+    ck = std::max(ck, e.path());
+  REQUIRE(fs::exists(ck / "state.pt"));
+  write_file(d / "to_gpu.py", R"py(
+import hashlib, json, sys, torch, torch.serialization
+ck = sys.argv[1]
+state = torch.load(f"{ck}/state.pt")
+torch.serialization.location_tag = lambda storage: "cuda:0"
+torch.save(state, f"{ck}/state.pt")
+m = json.load(open(f"{ck}/manifest.json"))
+b = open(f"{ck}/state.pt", "rb").read()
+m["files"]["state.pt"] = {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+json.dump(m, open(f"{ck}/manifest.json", "w"))
+)py");
+  auto py = run({kPython, (d / "to_gpu.py").string(), ck.string()});
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  auto ev = run_wick({"evaluate", cfg, "--json", (d / "gpu.json").string()});
+  INFO(ev.err << ev.out);
+  REQUIRE(ev.exit_code == 0);
+  check_equal(valid_values(read_json(d / "cpu.json")), valid_values(read_json(d / "gpu.json")));
+  auto resumed = run_wick({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=2"});
+  INFO(resumed.err << resumed.out);
+  CHECK(resumed.exit_code == 0);
 }
 
 TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, naming them") {

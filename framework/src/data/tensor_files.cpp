@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "state/pickle_load.hpp"
 #include "wick/files.hpp"
 #include "wick/params.hpp"
 
@@ -311,7 +312,8 @@ Csv read_csv(const std::string& path) {
 c10::IValue read_pt(const std::string& path) {
   const std::string b = read_bytes(path);
   try {
-    return torch::pickle_load(std::vector<char>(b.begin(), b.end()));
+    // On the CPU, where the loader works, whichever device Python saved them from.
+    return load_pickle(b, c10::Device(c10::kCPU));
   } catch (const std::exception& e) {
     std::string why = e.what();
     throw ConfigError(path + ": not a file torch.save wrote (" + why.substr(0, why.find('\n')) +

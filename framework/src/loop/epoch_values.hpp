@@ -26,7 +26,8 @@ struct EpochValues {
   // Everything since the last step record is logged now.
   void mark_logged();
   void save(StateDict& out) const;
-  void load(const StateDict& in);
+  // Onto `device`, where the resumed epoch's values are made: a record stacks them together.
+  void load(const StateDict& in, const at::Device& device);
 };
 
 }  // namespace wick

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
+#include "state/pickle_load.hpp"
 #include "wick/sha256.hpp"
 #include "wick/state_dict.hpp"
 
@@ -50,10 +52,14 @@ std::string pickle_weights(const IDict& tensors) {
   return archive;
 }
 
-IDict unpickle_dict(const std::string& bytes, const std::string& what) {
+// `device`: where the tensors go. The CPU unless a run restores its state: a GPU run's
+// checkpoint read where CUDA is not in use (wick evaluate, inspect or a resume on a CPU) has
+// its tensors mapped to the CPU, as torch.load's map_location would.
+IDict unpickle_dict(const std::string& bytes, const std::string& what,
+                    std::optional<c10::Device> device = c10::Device(c10::kCPU)) {
   c10::IValue v;
   try {
-    v = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    v = load_pickle(bytes, device);
   } catch (const c10::Error& e) {
     throw std::runtime_error(what + " does not load: " + e.what_without_backtrace());
   }
@@ -415,7 +421,9 @@ void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
   try {
     std::istringstream in(bytes_of("optimizer.pt"));
     torch::serialize::InputArchive a;
-    a.load_from(in);
+    // Beside the parameters, wherever the checkpoint's run kept them.
+    const auto params = run.model.parameters();
+    a.load_from(in, params.empty() ? c10::Device(c10::kCPU) : params.front().device());
     for (auto& o : run.optimizers) {
       torch::serialize::InputArchive sub;
       if (!a.try_read(o.name, sub))
@@ -431,7 +439,9 @@ void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
                              "config?): " +
                              e.what_without_backtrace());
   }
-  auto d = unpickle_dict(bytes_of("state.pt"), where + ": state.pt");
+  // A GPU run's tensors where it saved them (hooks' states, the epoch's values), as before.
+  auto d = unpickle_dict(bytes_of("state.pt"), where + ": state.pt",
+                         run.cuda ? std::nullopt : std::optional(c10::Device(c10::kCPU)));
   auto step = from_ivalue(get(d, "step"), "step");
   auto& s = run.state;
   s.epoch = m.position.epoch;

@@ -1,0 +1,20 @@
+#include "state/pickle_load.hpp"
+
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+
+#include <memory>
+
+namespace wick {
+
+c10::IValue load_pickle(const std::string& bytes, std::optional<c10::Device> device) {
+  // torch::pickle_load's reading, which takes no device: the same archive reader with one.
+  auto adapter = std::make_shared<caffe2::serialize::MemoryReadAdapter>(
+      bytes.data(), static_cast<off_t>(bytes.size()));
+  caffe2::serialize::PyTorchStreamReader reader(adapter);
+  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                           /*type_resolver=*/{}, /*obj_loader=*/{}, device, reader);
+}
+
+}  // namespace wick
