@@ -173,7 +173,7 @@ np.save(f"{d}/text.npy", np.array(["a", "b"]))
 # As torch.save writes tensors of a GPU (tagged cuda:0), which a CPU machine reads here.
 import torch, torch.serialization
 torch.serialization.location_tag = lambda storage: "cuda:0"
-torch.save({"input": torch.from_numpy(x)}, f"{d}/gpu.pt")
+torch.save({"input": torch.from_numpy(x), "rows": torch.tensor(len(x))}, f"{d}/gpu.pt")
 )py");
   auto py = run({kPython, (d / "make.py").string(), d.path().string()});
   INFO(py.err);
@@ -239,11 +239,24 @@ TEST_CASE("a GPU run's checkpoint is evaluated and resumed on a CPU") {
     ck = std::max(ck, e.path());
   REQUIRE(fs::exists(ck / "state.pt"));
   write_file(d / "to_gpu.py", R"py(
-import hashlib, json, sys, torch, torch.serialization
+import hashlib, json, pickle, sys, torch, torch.serialization
+class Pickler(pickle._Pickler):
+    # Every dict as MARK ... SETITEMS, as LibTorch writes them: LibTorch 1.13 does not read
+    # the SETITEM that Python's pickler writes for a dict of one entry.
+    def _batch_setitems(self, items, *rest):
+        items = list(items)
+        if items:
+            self.write(pickle.MARK)
+            for k, v in items:
+                self.save(k)
+                self.save(v)
+            self.write(pickle.SETITEMS)
+class pickler_module:
+    Pickler = Pickler
 ck = sys.argv[1]
 state = torch.load(f"{ck}/state.pt")
 torch.serialization.location_tag = lambda storage: "cuda:0"
-torch.save(state, f"{ck}/state.pt")
+torch.save(state, f"{ck}/state.pt", pickle_module=pickler_module)
 m = json.load(open(f"{ck}/manifest.json"))
 b = open(f"{ck}/state.pt", "rb").read()
 m["files"]["state.pt"] = {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()}

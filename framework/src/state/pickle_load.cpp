@@ -13,8 +13,10 @@ c10::IValue load_pickle(const std::string& bytes, std::optional<c10::Device> dev
   auto adapter = std::make_shared<caffe2::serialize::MemoryReadAdapter>(
       bytes.data(), static_cast<off_t>(bytes.size()));
   caffe2::serialize::PyTorchStreamReader reader(adapter);
-  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                           /*type_resolver=*/{}, /*obj_loader=*/{}, device, reader);
+  // LibTorch 1.13 takes a c10::optional, 2.x a std::optional: a Device or {} suits both.
+  using torch::jit::readArchiveAndTensors;
+  return device ? readArchiveAndTensors("data", "", "", {}, {}, *device, reader)
+                : readArchiveAndTensors("data", "", "", {}, {}, {}, reader);
 }
 
 }  // namespace wick
