@@ -246,12 +246,14 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
     // A stop signal on rank 1 alone, at its 6th batch, mid-window. The ranks agree on it where
     // the window ends (batch 8): both stop there, so that the cancel checkpoint (rank 0's)
     // holds no rank's own pending gradients, and the resume ends with the uninterrupted run's
-    // weights.
+    // weights. Rank 0 then gets a signal of its own while it stops: its first, since it took
+    // on rank 1's without counting it, so no "second signal" ends it before its checkpoint.
     write_file(dir / "cut.toml",
                config(dir / "cut",
                       "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n[[hooks]]\nplugin = "
                       "\"checkpoint\"\n[[hooks]]\nplugin = \"fault\"\naction = \"sigint\"\n"
-                      "step = 6\nrank = 1\n"));
+                      "step = 6\nrank = 1\n[[hooks]]\nplugin = \"fault\"\nname = \"own\"\n"
+                      "at = \"after_cancel\"\naction = \"sigint\"\nrank = 0\n"));
     const std::vector<std::string> cut = {"fit",   (dir / "cut.toml").string(), "--nproc", "2",
                                           "--set", "trainer.batch_size=8"};
     auto stopped = run_wick(cut);

@@ -29,11 +29,11 @@
 //   gradient on this rank contribute zeros), starts the remaining buckets, waits for all and
 //   copies the averaged gradients back: one all-reduce per bucket per optimizer step.
 // - Stop agreement without extra messages per step: the last bucket carries a trailer,
-//   [stop flag, compute ms of rank 0 .. world-1]. A stop requested (or a stop signal got) on
-//   any rank before a step's all-reduce stops every rank after that step; one requested later
-//   rides on the next all-reduce. After each epoch one small all-reduce agrees on stops requested
-//   at epoch end (early stopping, main-process-only hooks). The compute times give each rank its
-//   wait.
+//   [stop flag, stop signal flag, compute ms of rank 0 .. world-1]. A stop requested (or a
+//   stop signal got) on any rank before a step's all-reduce stops every rank after that step;
+//   one requested later rides on the next all-reduce. After each epoch one small all-reduce agrees
+//   on stops requested at epoch end (early stopping, main-process-only hooks). The compute times
+//   give each rank its wait.
 // - Checkpoints: hooks that write shared files call Context::barrier() on every rank (a no-op
 //   without this plugin); rank 0 writes, the others wait, so nobody runs ahead of a half-
 //   written checkpoint. Resuming needs the same world size (the data shards depend on it).
@@ -248,7 +248,7 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
     auto& st = c.state();
     world_ = static_cast<int>(st.num_processes);
     rank_ = static_cast<int>(st.rank);
-    agreed_stop_ = false;
+    agreed_stop_ = hook_stop_ = false;
     comm_noticed_ = false;
     window_ = total_ = {};
     barriers_ = all_reduces_ = 0;
@@ -320,7 +320,7 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
       max_bucket_numel_ = std::max(max_bucket_numel_, b.numel);
       for (std::size_t k = 0; k < b.ids.size(); ++k) slot_[b.ids[k]] = Slot{bi, k};
     }
-    const std::int64_t trailer_len = 1 + world_;
+    const std::int64_t trailer_len = 2 + world_;
     rank_compute_.assign(static_cast<std::size_t>(world_), 0.0);
     for (std::size_t i = 0; i < grad_buckets_.size(); ++i) {
       auto& b = grad_buckets_[i];
@@ -377,11 +377,15 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
   }
   bool agree_stop(bool local, bool epoch_end) override {
     if (epoch_end) {
-      auto flag = torch::full({1}, local ? 1.0 : 0.0, torch::kDouble);
-      sum_host_tensor(flag);
-      agreed_stop_ = agreed_stop_ || flag.item<double>() > 0;
+      // [a hook's stop request, any stop request (a stop signal's too)] over the ranks.
+      auto flags =
+          torch::tensor({ctx_->stop_requested() ? 1.0 : 0.0, local ? 1.0 : 0.0}, torch::kDouble);
+      sum_host_tensor(flags);
+      hook_stop_ = hook_stop_ || flags[0].item<double>() > 0;
+      agreed_stop_ = agreed_stop_ || flags[1].item<double>() > 0;
     }
-    if (agreed_stop_ && !local) ctx_->request_stop("stop requested by another rank");
+    // A hook's request elsewhere stops this rank's fit too; a stop signal is the trainer's.
+    if (hook_stop_ && !ctx_->stop_requested()) ctx_->request_stop("stop requested by another rank");
     return agreed_stop_;
   }
 
@@ -531,8 +535,9 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
         // Trailer: [this rank's stop flag, compute ms per rank (ours in our slot)].
         double* t = trailer_host_.data_ptr<double>();
         std::fill(t, t + trailer_host_.numel(), 0.0);
-        t[0] = c.stop_requested() || wick::interrupt_requested() ? 1.0 : 0.0;
-        t[1 + rank_] = compute;
+        t[0] = c.stop_requested() ? 1.0 : 0.0;
+        t[1] = wick::interrupt_requested() ? 1.0 : 0.0;
+        t[2 + rank_] = compute;
         trailer_.copy_(trailer_host_);
       }
       start(b);
@@ -561,11 +566,12 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
     }
     trailer_host_.copy_(trailer_);
     const double* v = trailer_host_.data_ptr<double>();
-    if (v[0] > 0) agreed_stop_ = true;
+    if (v[0] > 0) hook_stop_ = true;
+    if (v[0] > 0 || v[1] > 0) agreed_stop_ = true;
     double slowest = 0;
     for (int r = 0; r < world_; ++r) {
-      slowest = std::max(slowest, v[1 + r]);
-      rank_compute_[static_cast<std::size_t>(r)] += v[1 + r];
+      slowest = std::max(slowest, v[2 + r]);
+      rank_compute_[static_cast<std::size_t>(r)] += v[2 + r];
     }
     const double comm = ms_between(t0, Clock::now());
     const double wait = std::min(comm, std::max(0.0, slowest - compute));
@@ -608,7 +614,8 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
   at::Tensor trailer_, trailer_host_;   // the last bucket's trailer, and a CPU double copy
   std::vector<at::Tensor> trailer_io_;  // {trailer_}, all-reduced alone with sharded gradients
   std::vector<double> rank_compute_;    // sum over steps of each rank's compute ms
-  bool agreed_stop_ = false;
+  bool agreed_stop_ = false;  // the ranks stop: a stop requested, or a stop signal, on any
+  bool hook_stop_ = false;    // a hook's stop request on some rank among them
   bool comm_noticed_ = false;
   wick::Context* ctx_ = nullptr;
   std::int64_t barriers_ = 0, all_reduces_ = 0;

@@ -75,11 +75,14 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
   void all_reduce_sum(at::Tensor& t) override { wick_ddp::all_reduce_host(comm(), t); }
   void barrier() override { wait(pg_->barrier(), "barrier"); }
   bool agree_stop(bool local, bool /*epoch_end*/) override {
-    auto flag = torch::full({1}, local ? 1.0 : 0.0, torch::kDouble);
-    all_reduce_sum(flag);
-    const bool stop = flag.item<double>() > 0;
-    if (stop && !local) ctx_->request_stop("stop requested by another rank");
-    return stop;
+    // [a hook's stop request, any stop request (a stop signal's too)] over the ranks.
+    auto flags =
+        torch::tensor({ctx_->stop_requested() ? 1.0 : 0.0, local ? 1.0 : 0.0}, torch::kDouble);
+    all_reduce_sum(flags);
+    // A hook's request elsewhere stops this rank's fit too; a stop signal is the trainer's.
+    if (flags[0].item<double>() > 0 && !ctx_->stop_requested())
+      ctx_->request_stop("stop requested by another rank");
+    return flags[1].item<double>() > 0;
   }
   void gather_whole(Whole what) override {
     if (weights_held_++ == 0 && freed_) gather_params();

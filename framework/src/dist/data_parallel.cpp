@@ -17,7 +17,6 @@ void DataParallel::all_reduce_sum(at::Tensor& t) const {
 }
 
 std::pair<std::int64_t, int> DataParallel::first_signal(int mine) const {
-  if (!distributed()) return {mine ? rank() : -1, mine};
   auto sigs = at::zeros({world()}, at::kDouble);
   sigs.data_ptr<double>()[rank()] = mine;
   collectives_->all_reduce_sum(sigs);

@@ -75,7 +75,7 @@ class DataParallel {
     return collectives_ ? collectives_->agree_stop(mine, epoch_end) : mine;
   }
   // The lowest rank with a stop signal, and that signal, given this rank's (0: none);
-  // {-1, 0} when none has one. Collective with several ranks.
+  // {-1, 0} when none has one. A collective: with several ranks only (distributed()).
   std::pair<std::int64_t, int> first_signal(int mine) const;
   void barrier() const {
     if (collectives_) collectives_->barrier();

@@ -317,10 +317,9 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
       // After a forwarded interrupt, ranks ending with 130 or by signal are expected, not the
       // cause; after a first failure, the others' endings are our doing.
       if (ok || interrupted || res.failed_rank >= 0) continue;
-      // A rank that exits 128 + a stop signal sent to it stopped, it did not fail. When every
-      // rank got the signal (a scheduler signals every process of a job), the others stop at
-      // the same step, rank 0 writing the cancel checkpoint: ending them now would lose it.
-      // Peers of a rank signalled alone fail in their next collective, as on a rank's death.
+      // A rank that exits 128 + a stop signal sent to it stopped, it did not fail. The ranks
+      // agree on a stop signal that reached any of them, and the others stop at the same
+      // step, rank 0 writing the cancel checkpoint: ending them now would lose it.
       if (const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0;
           std::find(std::begin(forwarded), std::end(forwarded), code - 128) !=
           std::end(forwarded)) {

@@ -47,10 +47,9 @@ void EpochValues::save(StateDict& out) const {
   }
 }
 
-void EpochValues::load(const StateDict& in, const at::Device& device) {
+void EpochValues::load(const StateDict& in) {
   clear();
-  auto unstack = [&](const at::Tensor& saved) {
-    const auto t = saved.to(device);
+  auto unstack = [](const at::Tensor& t) {
     std::vector<at::Tensor> v;
     for (std::int64_t i = 0; i < t.size(0); ++i) v.push_back(t[i]);
     return v;

@@ -26,8 +26,7 @@ struct EpochValues {
   // Everything since the last step record is logged now.
   void mark_logged();
   void save(StateDict& out) const;
-  // Onto `device`, where the resumed epoch's values are made: a record stacks them together.
-  void load(const StateDict& in, const at::Device& device);
+  void load(const StateDict& in);
 };
 
 }  // namespace wick

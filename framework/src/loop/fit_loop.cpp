@@ -106,7 +106,7 @@ void Trainer::Impl::run_epochs() {
 bool Trainer::Impl::agreed_stop(bool epoch_end, bool window_end) {
   const bool signalled = dp.distributed() && window_end && interrupt_requested();
   stops.acted = dp.agree_stop(stops.requested || signalled, epoch_end);
-  // The ranks stop here together; whether for a signal is asked only then, not every step.
+  // The ranks stop here together; whether for a signal is asked then, not at every step.
   if (stops.acted && dp.distributed()) stop_if_interrupted();
   return stops.acted;
 }
@@ -118,9 +118,9 @@ void Trainer::Impl::stop_if_interrupted() {
   }
   const auto [rank, sig] = dp.first_signal(interrupt_signal());
   if (sig == 0) return;
-  // Another rank's signal: this rank ends as if it had got it (the same exit status).
-  if (!interrupt_requested()) request_interrupt(sig);
+  adopt_interrupt(sig);  // another rank's: this one ends with it too (the same exit status)
   stops.signal_rank = rank;
+  stops.acted = false;  // the ranks stop for the signal: a hook's request stays pending
   throw Interrupted{};
 }
 

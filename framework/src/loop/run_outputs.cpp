@@ -35,7 +35,12 @@ std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whol
       parts.push_back(torch::zeros({2}, torch::kDouble));
       return;
     }
-    auto s = torch::stack(at::TensorList(v).slice(from)).to(torch::kDouble).sum().cpu();
+    std::vector<at::Tensor> part(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
+    // A resumed epoch's values from the checkpoint may sit on another device than the run's
+    // new ones (a CPU run's checkpoint resumed on a GPU): those come first, so the ends tell.
+    if (part.front().device() != part.back().device())
+      for (auto& t : part) t = t.to(part.back().device());
+    auto s = torch::stack(part).to(torch::kDouble).sum().cpu();
     parts.push_back(torch::stack(
         {s, torch::scalar_tensor(static_cast<double>(v.size() - from), torch::kDouble)}));
   };

@@ -75,6 +75,10 @@ void request_interrupt(int sig) {
   g_stop_signal.store(sig);
   g_stop_count.store(1);
 }
+void adopt_interrupt(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+}
 void clear_interrupt() {
   g_stop_signal.store(0);
   g_stop_count.store(0);

@@ -31,6 +31,11 @@ class StopSignalScope {
 // "interrupted (SIGINT)", "terminated (SIGTERM)", ...: summary.json's stop_reason.
 std::string stop_signal_reason(int sig);
 
+// Another rank's stop signal, which the ranks agreed to stop for: this process ends as if it
+// had got it, but counts no signal of its own, so that its own copy (the scheduler's, the
+// launcher's) is still a first signal, not the second that exits at once.
+void adopt_interrupt(int sig);
+
 // Thrown at a step boundary when a stop signal came; fit() ends the run cancelled.
 struct Interrupted {};
 

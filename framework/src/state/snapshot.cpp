@@ -53,8 +53,9 @@ std::string pickle_weights(const IDict& tensors) {
 }
 
 // `device`: where the tensors go. The CPU unless a run restores its state: a GPU run's
-// checkpoint read where CUDA is not in use (wick evaluate, inspect or a resume on a CPU) has
-// its tensors mapped to the CPU, as torch.load's map_location would.
+// checkpoint read where CUDA is not in use (evaluate, predict, export, a checkpoint's
+// inspection, a resume on a CPU) has its tensors mapped to the CPU, as torch.load's
+// map_location would.
 IDict unpickle_dict(const std::string& bytes, const std::string& what,
                     std::optional<c10::Device> device = c10::Device(c10::kCPU)) {
   c10::IValue v;

@@ -26,8 +26,8 @@ class Collectives {
   // signal it got (wick/interrupt.hpp; passed where an accumulation window ends). Called by the
   // trainer on every process after every training step (epoch_end false) and after every
   // epoch (true); true on one process must become true on all, at the same step. When it
-  // is, the trainer asks the processes (all_reduce_sum) whether any got a stop signal, to end
-  // all of them interrupted.
+  // is, and after each epoch's training and its after_epoch, the trainer asks the processes
+  // (all_reduce_sum) whether any got a stop signal, to end all of them interrupted.
   virtual bool agree_stop(bool local_stop, bool epoch_end) = 0;
 };
 
