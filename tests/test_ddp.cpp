@@ -268,6 +268,20 @@ TEST_CASE("2 ranks with accumulation train like 1 process x batch 64") {
     REQUIRE(run_wick(resumed).exit_code == 0);
     CHECK(max_abs_diff(read_numbers(dir / "run" / "params_rank0.txt"),
                        read_numbers(dir / "cut" / "params_rank0.txt")) <= 1e-6);
+
+    // A stop signal on rank 1 alone during the first validation: the ranks agree on it after
+    // the epoch, and both stop there.
+    write_file(dir / "valid.toml",
+               config(dir / "valid",
+                      "[[hooks]]\nplugin = \"checkpoint\"\n[[hooks]]\nplugin = \"fault\"\n"
+                      "at = \"before_valid\"\nepoch = 0\naction = \"sigint\"\nrank = 1\n"));
+    auto in_valid = run_wick({"fit", (dir / "valid.toml").string(), "--nproc", "2"});
+    INFO(in_valid.err << in_valid.out);
+    CHECK(in_valid.exit_code == 130);
+    CHECK(fs::exists(dir / "valid" / "checkpoints" / "ckpt-e0001-b0000000"));
+    const auto valid = read_json(dir / "valid" / "summary.json");
+    CHECK(valid["status"] == "cancelled");  // rank 0 did not fail in a collective
+    CHECK(valid["stop_reason"] == "interrupted (SIGINT) on rank 1");
   }
 }
 
