@@ -230,8 +230,14 @@ TEST_CASE("a GPU run's checkpoint is evaluated and resumed on a CPU") {
   write_file(d / "cfg.toml",
              synthetic_config(d / "run", "[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n"));
   const std::string cfg = (d / "cfg.toml").string();
-  REQUIRE(run_wick({"fit", cfg}).exit_code == 0);
-  REQUIRE(run_wick({"evaluate", cfg, "--json", (d / "cpu.json").string()}).exit_code == 0);
+  // One thread throughout: both evaluations sum in the same order, whatever the machine's load.
+  const std::vector<std::string> one_thread = {"--set", "trainer.threads=1"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), one_thread.begin(), one_thread.end());
+    return run_wick(args);
+  };
+  REQUIRE(with({"fit", cfg}).exit_code == 0);
+  REQUIRE(with({"evaluate", cfg, "--json", (d / "cpu.json").string()}).exit_code == 0);
   // state.pt (the hooks' states, the epoch's losses) rewritten as a GPU run's holds its tensors:
   // tagged cuda:0, which torch.load without map_location cannot read where CUDA is not in use.
   fs::path ck;  // the last of the run's checkpoints (its only one: the epoch's)
@@ -265,11 +271,11 @@ json.dump(m, open(f"{ck}/manifest.json", "w"))
   auto py = run({kPython, (d / "to_gpu.py").string(), ck.string()});
   INFO(py.err);
   REQUIRE(py.exit_code == 0);
-  auto ev = run_wick({"evaluate", cfg, "--json", (d / "gpu.json").string()});
+  auto ev = with({"evaluate", cfg, "--json", (d / "gpu.json").string()});
   INFO(ev.err << ev.out);
   REQUIRE(ev.exit_code == 0);
   check_equal(valid_values(read_json(d / "cpu.json")), valid_values(read_json(d / "gpu.json")));
-  auto resumed = run_wick({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=2"});
+  auto resumed = with({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=2"});
   INFO(resumed.err << resumed.out);
   CHECK(resumed.exit_code == 0);
 }

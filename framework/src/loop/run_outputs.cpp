@@ -35,11 +35,15 @@ std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whol
       parts.push_back(torch::zeros({2}, torch::kDouble));
       return;
     }
-    std::vector<at::Tensor> part(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
+    auto part = at::TensorList(v).slice(from);
     // A resumed epoch's values from the checkpoint may sit on another device than the run's
     // new ones (a CPU run's checkpoint resumed on a GPU): those come first, so the ends tell.
-    if (part.front().device() != part.back().device())
-      for (auto& t : part) t = t.to(part.back().device());
+    // Moved copies only then: a record otherwise stacks the values where they are.
+    std::vector<at::Tensor> moved;
+    if (part.front().device() != part.back().device()) {
+      for (const auto& t : part) moved.push_back(t.to(part.back().device()));
+      part = moved;
+    }
     auto s = torch::stack(part).to(torch::kDouble).sum().cpu();
     parts.push_back(torch::stack(
         {s, torch::scalar_tensor(static_cast<double>(v.size() - from), torch::kDouble)}));
