@@ -161,6 +161,7 @@ TEST_CASE("SIGINT mid-epoch 2 saves on cancel and resume latest ends bit-identic
   auto r2 = resume_without_fault(d);
   CHECK(r2.out.find("resumed from " + (ckpt_dir(d) / "ckpt-e0001-b0000005").string() +
                     " (epoch 1, batch 5, optimizer step 13)") != std::string::npos);
+  CHECK(r2.err.find("optimizer settings") == std::string::npos);  // the same config
   check_matches_reference(d);
 }
 
@@ -518,6 +519,50 @@ TEST_CASE("a resume into another model or data order is refused with the differe
   CHECK(r2.err.find("shuffle: checkpoint 1, this run 0") != std::string::npos);
   CHECK(r2.err.find("seed: checkpoint 7, this run 8") != std::string::npos);
   CHECK(file_hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
+}
+
+TEST_CASE(
+    "a resume takes a changed lr from the config, and another accumulation where windows "
+    "begin") {
+  // 8 batches, windows of 2: stopped at max_steps 2, the checkpoint is at batch 4.
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 1\n",
+                    "[optimizer]\nname = \"adamw\"\nlr = 0.01\nweight_decay = 0.1\n"
+                    "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"linear\"\ntotal_steps = 4\n"
+                    "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"));
+  const std::string cfg = (d / "cfg.toml").string();
+  REQUIRE(run_wick({"fit", cfg, "--set", "trainer.epochs=1", "--set", "trainer.max_steps=2"})
+              .exit_code == 0);
+  REQUIRE(fs::exists(ckpt_dir(d) / "ckpt-e0000-b0000004"));
+  const auto before = file_hashes(ckpt_dir(d) / "ckpt-e0000-b0000004");
+
+  // Windows of 3 would begin at batch 3: batch 4 is inside one.
+  auto r = run_wick({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=1", "--set",
+                     "hooks.grad_accum.steps=3"});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("(epoch 0, batch 4) was written by a run accumulating 2 micro-batches per "
+                   "optimizer step, and this run accumulates 3") != std::string::npos);
+  CHECK(r.err.find("resume with hooks.grad_accum.steps = 2") != std::string::npos);
+  CHECK(file_hashes(ckpt_dir(d) / "ckpt-e0000-b0000004") == before);
+
+  // Windows of 4 begin at batch 4: one more step, at the new lr's schedule.
+  auto r2 = run_wick({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=1", "--set",
+                      "hooks.grad_accum.steps=4", "--set", "optimizer.lr=0.005", "--set",
+                      "optimizer.weight_decay=0"});
+  INFO(r2.err << r2.out);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(r2.err.find("optimizer 'optimizer', parameter group 0: lr 0.01 -> 0.005, weight_decay "
+                    "0.1 -> 0") != std::string::npos);
+  CHECK(r2.err.find("written by a run accumulating 2 micro-batches per optimizer step, with 4") !=
+        std::string::npos);
+  CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 3);
+  // Linear to 0 over 4 steps: after step 3 the lr is a quarter of the base, the new one's.
+  double lr = 0;
+  for (const auto& l : read_jsonl(d / "run" / "metrics.jsonl"))
+    if (l.contains("lr")) lr = l["lr"].get<double>();
+  CHECK(lr == Approx(0.005 / 4));
 }
 
 TEST_CASE("resume without a checkpoint hook is an error and not a silent fresh start") {

@@ -1450,25 +1450,34 @@ TEST_CASE("cuda_graph refuses shapes that change and a hook that syncs inside th
                            Contains("cuda_graph cannot capture the step"));
 }
 
-TEST_CASE("cuda_graph refuses grad_accum windows and a device that is not CUDA", "[cuda]") {
+TEST_CASE("cuda_graph refuses a device that is not CUDA and grad_accum windows", "[cuda]") {
   need_cuda_graph_plugin();
   TempDir d;
   auto refusal = [&](const std::string& name, const std::string& extra,
-                     const std::vector<std::string>& args) {
+                     const std::vector<std::string>& args, int code) {
     write_file(d / (name + ".toml"),
                gpu_config(d, name, "[[hooks]]\nplugin = \"cuda_graph\"\n" + extra));
     std::vector<std::string> argv = {"fit", (d / (name + ".toml")).string()};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_wick(argv);
     INFO(r.err << r.out);
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == code);
     return r.err;
   };
-  // On the CPU (no GPU needed): these are decided before anything runs.
-  CHECK_THAT(refusal("accum", "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n",
-                     {"--set", "trainer.device=\"cpu\""}),
+  // On the CPU (no GPU needed): the run's facts settle these when the config is read, so
+  // `wick check` refuses them as fit does, with the config's exit code.
+  CHECK_THAT(refusal("cpu", "", {"--set", "trainer.device=\"cpu\""}, 2),
+             Contains("(plugin 'cuda_graph') captures CUDA work, but trainer.device is \"cpu\"; "
+                      "set trainer.device = \"cuda\""));
+  CHECK(
+      run_wick({"check", (d / "cpu.toml").string(), "--set", "trainer.device=\"cpu\""}).exit_code ==
+      2);
+  CHECK_THAT(
+      refusal("skip", "",
+              {"--set", "trainer.nan_policy=\"skip\"", "--set", "trainer.device=\"cpu\""}, 2),
+      Contains("a non-finite step cannot be skipped"));
+  // The accumulation is set by a hook in before_fit: refused there, past construction (a GPU).
+  need_gpu();
+  CHECK_THAT(refusal("accum", "[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n", {}, 1),
              Contains("grad_accum (steps = 2) makes micro-batches differ"));
-  CHECK_THAT(refusal("cpu", "", {"--set", "trainer.device=\"cpu\""}),
-             Contains("cuda_graph captures CUDA work, but trainer.device is \"cpu\"; set "
-                      "trainer.device = \"cuda\""));
 }

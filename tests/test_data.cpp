@@ -259,6 +259,8 @@ TEST_CASE("a stream resumes only with the batch size it was numbered by") {
   CHECK(r.err.find("batch_size: checkpoint 8, this run 4") != std::string::npos);
   CHECK(r.err.find("(a stream's samples are numbered by world size and batch size)") !=
         std::string::npos);
+  CHECK(r.err.find("drop_last, and on a stream its batch size and world size (they fix") !=
+        std::string::npos);
 }
 
 TEST_CASE("a loader thread's exception fails the fit naming the samples, checkpoints intact") {

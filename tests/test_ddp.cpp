@@ -353,7 +353,11 @@ TEST_CASE("ddp's parameters are checked before anything starts") {
       {"first_bucket_mb=-1", "'first_bucket_mb' in [hooks.ddp] (plugin 'ddp') must be > 0"},
       {"two_rank_exchange_mb=-0.5",
        "'two_rank_exchange_mb' in [hooks.ddp] (plugin 'ddp') must be >= 0"},
-      {"timeout_s=0", "'timeout_s' in [hooks.ddp] (plugin 'ddp') must be > 0"}};
+      {"timeout_s=0",
+       "'timeout_s' in [hooks.ddp] (plugin 'ddp') must be seconds in [0.001, "
+       "604800]"},
+      // Its milliseconds past int64's range: it once became a negative timeout.
+      {"timeout_s=1e30", "'timeout_s' in [hooks.ddp] (plugin 'ddp') must be seconds in"}};
   for (const auto& [set, message] : bad) {
     auto r =
         run_wick({"check", (dir / "cfg.toml").string(), "--set", std::string("hooks.ddp.") + set});
@@ -375,6 +379,13 @@ TEST_CASE("validation metrics of a 2-rank run are reduced over all validation sa
   CHECK(s["valid/accuracy"].get<double>() ==
         Approx(full["valid/accuracy"].get<double>()).margin(1e-9));
   CHECK(s["valid/loss"].get<double>() == Approx(full["valid/loss"].get<double>()).epsilon(1e-5));
+  // One validation sample for two ranks: refused before anything runs, on both alike (a rank
+  // without a shard had no values for the others' all-reduce, which then waited forever).
+  auto one = run_wick(
+      {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "task.valid_samples=1"});
+  CHECK(one.exit_code == 2);
+  CHECK(one.err.find("the task's validation data has 1 sample(s), fewer than the 2 ranks") !=
+        std::string::npos);
   // Step records carry the communication breakdown.
   bool timed = false;
   for (auto& l : read_jsonl(dir / "run" / "metrics.jsonl"))

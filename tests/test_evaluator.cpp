@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/sampler.hpp"
 #include "loop/evaluator.hpp"
 #include "support.hpp"
 
@@ -145,4 +146,25 @@ TEST_CASE("evaluator: an evaluation plan cuts the order into batches of valid_ba
   CHECK(plan.end == 3);
   CHECK(torch::equal(plan.indices(2), torch::tensor({8, 9}, torch::kLong)));
   CHECK(plan.phase == Phase::valid);
+}
+
+TEST_CASE("validation shards: contiguous, sizes within one, none empty while samples >= ranks") {
+  auto shard = [](std::int64_t n, std::int64_t world, std::int64_t rank) {
+    const at::Tensor o = valid_order(n, {world, rank});
+    return std::vector<std::int64_t>(o.data_ptr<std::int64_t>(),
+                                     o.data_ptr<std::int64_t>() + o.numel());
+  };
+  // 4 over 3 ranks: rounding up per rank gave 2, 2 and none (a rank with no values to sum).
+  CHECK(shard(4, 3, 0) == std::vector<std::int64_t>{0, 1});
+  CHECK(shard(4, 3, 1) == std::vector<std::int64_t>{2});
+  CHECK(shard(4, 3, 2) == std::vector<std::int64_t>{3});
+  CHECK(shard(101, 2, 0).size() == 51);
+  CHECK(shard(101, 2, 1).front() == 51);
+  CHECK(shard(101, 2, 1).back() == 100);
+  CHECK_NOTHROW(check_valid_shards(3, {3, 2}, "the validation data"));
+  CHECK_NOTHROW(check_valid_shards(1, {1, 0}, "the validation data"));
+  CHECK_THROWS_WITH(check_valid_shards(2, {3, 1}, "the validation data"),
+                    Catch::Contains("the validation data has 2 sample(s), fewer than the 3 "
+                                    "ranks") &&
+                        Catch::Contains("run fewer ranks (--nproc)"));
 }

@@ -112,6 +112,19 @@ TEST_CASE("the GPT sample learns bytes of text and resumes exactly after kill -9
   CHECK(r2.out.find("(epoch 1, batch 40, optimizer step 50)") != std::string::npos);
   CHECK(read_json(d / "run" / "summary.json")["model_fingerprint"] == s["model_fingerprint"]);
   CHECK(logged_values(d) == logged_values(ref));
+  CHECK(r2.err.find("is not the token file") == std::string::npos);
+
+  // Resumed (from the end, nothing left to train) on a training file whose first token
+  // changed: it goes on, and says that its windows are not the checkpoint's run's.
+  auto tokens = read_file(d / "data" / "train.bin");
+  tokens[0] = static_cast<char>(tokens[0] == 'a' ? 'b' : 'a');
+  write_file(d / "data" / "train.bin", tokens);
+  auto r3 = run_wick(args);
+  INFO(r3.err << r3.out);
+  CHECK(r3.exit_code == 0);
+  CHECK(r3.err.find("wick: warning: task.data (" + (d / "data" / "train.bin").string() +
+                    ") is not the token file the checkpoint's run trained on (its contents "
+                    "differ)") != std::string::npos);
 }
 
 TEST_CASE("the GPT sample refuses token files it cannot use, naming them") {
@@ -146,6 +159,14 @@ TEST_CASE("the GPT sample refuses token files it cannot use, naming them") {
     CHECK(r.exit_code == 2);
     CHECK(r.err.find((d / "short.bin").string() +
                      ": it holds 64 tokens, fewer than the 65 of one window") != std::string::npos);
+  }
+  SECTION("evaluate without validation data does not send the user to the stream") {
+    auto r = run_wick({"evaluate", (trained() / "cfg.toml").string(), "--set",
+                       "trainer.output_dir=" + (trained() / "run").string(), "--set",
+                       "task.valid_data=\"\""});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("configure the task's validation data (its training data is a stream") !=
+          std::string::npos);
   }
   SECTION("a token outside the vocabulary stops the fit at the batch that holds it") {
     // Bytes of English text with a 100-token vocabulary: the letters d-z are 100-122, and the

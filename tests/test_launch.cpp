@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -231,7 +232,15 @@ TEST_CASE("launch rejects bad options with the option named") {
   o.command = {"true"};
   o.nproc = 0;
   CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--nproc"));
+  o.nproc = wick::kMaxLocalRanks + 1;
+  CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--nproc must be in [1, 1024]"));
   o.nproc = 1;
+  // Not finite or negative: the SIGKILL's time would be in the past (ranks killed at once).
+  for (double g : {std::numeric_limits<double>::infinity(), std::nan(""), -1.0, 1e17}) {
+    o.grace_s = g;
+    CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--grace must be seconds"));
+  }
+  o.grace_s = 5;
   o.nnodes = 2;
   CHECK_THROWS_WITH(wick::check_launch_options(o), Catch::Contains("--master-port"));
   o.master_port = 1234;

@@ -73,8 +73,9 @@ TEST_CASE("the resume point: the restored epoch starts at its batch, its values 
   CHECK_FALSE(r.rewind_records());
   CHECK_FALSE(r.take_mid_epoch(0));
 
-  r.restored({2, 5}, 17);
+  r.restored({2, 5}, 17, 4);
   CHECK(r.resumed());
+  CHECK(r.accumulation() == 4);
   CHECK(r.first_epoch() == 2);
   CHECK(r.first_batch(2) == 5);
   CHECK(r.first_batch(3) == 0);  // the epochs after it start at their first batch
@@ -86,7 +87,7 @@ TEST_CASE("the resume point: the restored epoch starts at its batch, its values 
 
   // A restore at an epoch's start has no earlier values to keep.
   wick::ResumePoint at_start;
-  at_start.restored({1, 0}, 4);
+  at_start.restored({1, 0}, 4, 0);
   CHECK_FALSE(at_start.take_mid_epoch(0));
 
   // A new fit forgets the rewind; "--resume auto" with nothing restored rewinds to none.

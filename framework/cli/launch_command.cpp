@@ -82,7 +82,8 @@ void add_launch_command(CLI::App& app, Registry& r) {
   static LaunchOptions o;
   auto* c = app.add_subcommand(
       "launch", "run COMMAND once per data-parallel rank with torchrun's environment variables");
-  c->add_option("--nproc", o.nproc, "ranks to start on this node")->check(CLI::PositiveNumber);
+  c->add_option("--nproc", o.nproc, "ranks to start on this node")
+      ->check(CLI::Range(1, kMaxLocalRanks));
   c->add_option("--nnodes", o.nnodes,
                 "nodes in the job (each runs its own wick launch; under srun: SLURM_NTASKS, "
                 "with --node-rank, --master-addr and --master-port from SLURM too)");
@@ -92,7 +93,8 @@ void add_launch_command(CLI::App& app, Registry& r) {
   c->add_option("--master-port", o.master_port,
                 "rendezvous port on the master (default: a free one; required with --nnodes > 1)");
   c->add_option("--grace", o.grace_s,
-                "seconds between SIGTERM and SIGKILL when ending ranks (default 5)");
+                "seconds between SIGTERM and SIGKILL when ending ranks (default 5; at most "
+                "86400)");
   c->add_option("--max-restarts", o.max_restarts,
                 "when a rank dies, end every rank and start all again with --resume auto, up "
                 "to N times (default 0)");
@@ -113,7 +115,7 @@ void add_launch_command(CLI::App& app, Registry& r) {
   for (int i = 0; i < 3; ++i) {
     CLI::App* cmd = app.get_subcommand(names[i]);
     cmd->add_option("--nproc", nproc[i], "run data-parallel on N local ranks (via wick launch)")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1, kMaxLocalRanks));
     for (auto& s : r)
       if (s.app == cmd) {
         s.run = [single = s.run, n = &nproc[i]] { return *n > 1 ? relaunch(*n) : single(); };

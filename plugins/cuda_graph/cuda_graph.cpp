@@ -66,11 +66,26 @@ void on_side_stream(const at::Device& dev, F&& work) {
 
 class CudaGraph : public wick::Hook {
  public:
+  // What the run's facts settle is refused here, so that `wick check` refuses it too (exit 2).
   explicit CudaGraph(const wick::Params& p) : warmup_(p.get_int("warmup")) {
     if (warmup_ < 1)
       throw p.error("warmup",
                     "must be >= 1: lazy set-up on the first step (optimizer state, cuDNN "
                     "plans) must not be captured");
+    const auto& run = p.run();
+    const std::string why = "replays one captured step";
+    if (run.world_size > 1)
+      throw p.error(why +
+                    ", but data-parallel training all-reduces gradients from host code during "
+                    "backward; train on one GPU or remove cuda_graph");
+    if (run.nan_policy == wick::NanPolicy::skip)
+      throw p.error(why +
+                    ", whose gradients are computed before the loss can be read, so a "
+                    "non-finite step cannot be skipped: set trainer.nan_policy = \"error\" or "
+                    "\"ignore\"");
+    if (!run.device.is_cuda())
+      throw p.error("captures CUDA work, but trainer.device is \"" + run.device.str() +
+                    "\"; set trainer.device = \"cuda\"");
   }
 
   void connect(wick::Registrar& r) override {
@@ -92,10 +107,9 @@ class CudaGraph : public wick::Hook {
   }
 
  private:
-  // Before anything runs, on every rank alike.
+  // Before anything runs: what the hooks settle (the constructor refused the rest).
   void refuse_what_cannot_replay(wick::Context& c) {
     const std::string why = "cuda_graph replays one captured step";
-    const auto& run = c.run();
     if (c.task().manual_optimization())
       throw std::runtime_error(why +
                                ", but this task drives its own steps (manual "
@@ -105,20 +119,7 @@ class CudaGraph : public wick::Hook {
           why + ", but grad_accum (steps = " + std::to_string(c.state().grad_accum_steps) +
           ") makes micro-batches differ: the last of each window steps, the others add to the "
           "gradients; remove grad_accum and raise trainer.batch_size, or remove cuda_graph");
-    if (c.collectives() && c.state().num_processes > 1)
-      throw std::runtime_error(why +
-                               ", but data-parallel training all-reduces gradients from "
-                               "host code during backward; train on one GPU or remove "
-                               "cuda_graph");
-    if (run.nan_policy == wick::NanPolicy::skip)
-      throw std::runtime_error(why +
-                               ", whose gradients are computed before the loss can be "
-                               "read, so a non-finite step cannot be skipped: set "
-                               "trainer.nan_policy = \"error\" or \"ignore\"");
-    if (!run.device.is_cuda())
-      throw std::runtime_error("cuda_graph captures CUDA work, but trainer.device is \"" +
-                               run.device.str() + "\"; set trainer.device = \"cuda\"");
-    device_ = at::Device(run.device.str());
+    device_ = at::Device(c.run().device.str());
     if (device_.index() < 0) device_ = at::Device(at::kCUDA, c10::cuda::current_device());
   }
 

@@ -60,6 +60,7 @@
 
 #include "buckets.hpp"
 #include "memory.hpp"
+#include "timeout.hpp"
 #include "zero.hpp"
 
 #include <wick/rendezvous.hpp>
@@ -107,8 +108,7 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
   explicit Ddp(const wick::Params& p)
       : bucket_mb_(p.get_float("bucket_mb")),
         first_bucket_mb_(p.get_float("first_bucket_mb")),
-        timeout_(std::chrono::milliseconds(
-            static_cast<std::int64_t>(p.get_float("timeout_s") * 1000.0))),
+        timeout_(wick_ddp::collective_timeout(p)),
         broadcast_(p.get_bool("broadcast_parameters")),
         overlap_(p.get_bool("overlap")),
         exchange_mb_(p.get_float("two_rank_exchange_mb")),
@@ -123,7 +123,6 @@ class Ddp : public wick::Hook, public wick::DataParallelStrategy {
       throw p.error("two_rank_exchange_mb", "must be >= 0 (0: always Gloo's ring all-reduce)");
     if (first_bucket_mb_ <= 0)
       throw p.error("first_bucket_mb", "must be > 0 (megabytes in the first bucket)");
-    if (p.get_float("timeout_s") <= 0) throw p.error("timeout_s", "must be > 0 seconds");
     // A conflict with [trainer], caught by `wick check` as well as `wick fit` (exit 2).
     if (p.run().nan_policy == wick::NanPolicy::skip)
       throw p.error(
@@ -659,7 +658,7 @@ WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "2.0.0",
                                   "rather than Gloo's ring; 0: never")
                      .param_float("timeout_s", 300.0,
                                   "seconds before a collective (or the rendezvous) gives up on a "
-                                  "peer")
+                                  "peer (0.001 to 604800)")
                      .param_bool("broadcast_parameters", true,
                                  "start every rank from rank 0's parameters and buffers")
                      .param_bool("shard_optimizer", false,

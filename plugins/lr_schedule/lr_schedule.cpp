@@ -1,5 +1,6 @@
 // Learning-rate schedules on optimizer steps. With t the optimizer steps taken so far (the
-// lr set for step t+1), W = warmup_steps, T = total_steps, base = each group's initial lr:
+// lr set for step t+1), W = warmup_steps, T = total_steps, base = each group's lr as the
+// config gives it (this run's config's on a resume, so a resume with another lr takes it):
 //   warm-up (t < W):  base * (t + 1) / W
 //   then, with p = (t - W) / (T - W) clamped to [0, 1]:
 //   constant  base
@@ -11,6 +12,7 @@
 //             else:   end + (base - end) * (1 + cos(pi (t - up) / (T - up))) / 2
 // The schedule advances only when the optimizer really stepped (not on accumulation
 // micro-batches nor on steps the loss scaler skipped).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -70,19 +72,21 @@ class LrSchedule : public wick::Hook {
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
-      if (optimizer_.empty()) return;
-      std::string known;
-      for (const auto& n : c.optimizer_names()) {
-        if (n == optimizer_) return;
-        known += (known.empty() ? "" : ", ") + n;
+      const auto names = c.optimizer_names();
+      if (!optimizer_.empty() && std::find(names.begin(), names.end(), optimizer_) == names.end()) {
+        std::string known;
+        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        throw wick::ConfigError("hooks." + instance_ + ".optimizer = \"" + optimizer_ +
+                                "\" names no optimizer of this run; its optimizers: " + known);
       }
-      throw wick::ConfigError("hooks." + instance_ + ".optimizer = \"" + optimizer_ +
-                              "\" names no optimizer of this run; its optimizers: " + known);
+      base_.clear();
+      for (const auto& n : names)
+        if (optimizer_.empty() || n == optimizer_)
+          for (std::size_t g = 0; g < c.optimizer(n).param_groups().size(); ++g)
+            base_.push_back(c.configured_lr(n, g));
     });
     // The number of batches is known from before_epoch on.
     r.on(wick::Point::before_epoch, [this](wick::Context& c) {
-      if (base_.empty())
-        for (auto* g : groups(c)) base_.push_back(g->options().get_lr());
       if (total_ == 0) total_ = derive_total(c);
       apply(c);
     });
@@ -96,19 +100,14 @@ class LrSchedule : public wick::Hook {
   }
 
   bool has_state() const override { return true; }
+  // The base lrs are the config's (before_fit), not state.
   void save_state(wick::StateDict& out) const override {
     out.set_int("steps", steps_);
     out.set_int("total_steps", total_);
-    out.set_int("num_groups", static_cast<std::int64_t>(base_.size()));
-    for (std::size_t i = 0; i < base_.size(); ++i)
-      out.set_float("base_lr." + std::to_string(i), base_[i]);
   }
   void load_state(const wick::StateDict& in) override {
     steps_ = in.get_int("steps");
     total_ = in.get_int("total_steps");
-    base_.assign(static_cast<std::size_t>(in.get_int("num_groups")), 0.0);
-    for (std::size_t i = 0; i < base_.size(); ++i)
-      base_[i] = in.get_float("base_lr." + std::to_string(i));
   }
 
  private:

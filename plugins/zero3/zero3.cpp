@@ -16,6 +16,7 @@
 // Simple by design: no overlap with backward, one all-reduce per step for the stop flag.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "timeout.hpp"
 #include "zero.hpp"
 
 #include <wick/rendezvous.hpp>
@@ -36,10 +37,7 @@ namespace {
 
 class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
  public:
-  explicit Zero3(const wick::Params& p)
-      : timeout_(std::chrono::milliseconds(
-            static_cast<std::int64_t>(p.get_float("timeout_s") * 1000.0))) {
-    if (p.get_float("timeout_s") <= 0) throw p.error("timeout_s", "must be > 0 seconds");
+  explicit Zero3(const wick::Params& p) : timeout_(wick_ddp::collective_timeout(p)) {
     if (p.run().nan_policy == wick::NanPolicy::skip)
       throw p.error(
           "needs every rank to take part in every optimizer step, but trainer.nan_policy = "
@@ -287,4 +285,4 @@ WICK_PLUGIN(Zero3, wick::PluginDef("zero3", "1.0.0",
                        .order(-7)
                        .param_float("timeout_s", 300.0,
                                     "seconds before a collective (or the rendezvous) gives up on "
-                                    "a peer"))
+                                    "a peer (0.001 to 604800)"))

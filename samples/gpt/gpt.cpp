@@ -5,6 +5,7 @@
 #include <wick/task.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -35,7 +36,12 @@ class GptTask : public wick::Task {
     if (!p.get_string("valid_data").empty()) {
       valid_ = open_tokens(p, "valid_data", shape_.context);
       // valid_batches whole batches: the loader cuts the windows at the validation batch size.
-      valid_windows_ = valid_batches * p.run().valid_batch_size;
+      const std::int64_t per_batch = p.run().valid_batch_size, most = std::int64_t{1} << 31;
+      if (valid_batches > most / per_batch)
+        throw p.error("valid_batches", "times trainer.valid_batch_size (" +
+                                           std::to_string(per_batch) + ") must be at most " +
+                                           std::to_string(most) + " windows");
+      valid_windows_ = valid_batches * per_batch;
     }
   }
 
@@ -52,6 +58,28 @@ class GptTask : public wick::Task {
                                                     valid_windows_);
   }
   wick::OptimizerDefaults default_optimizer() const override { return {"adamw", 6e-4}; }
+
+  // The training file's size and fingerprint: a resume on another file goes on (more data is
+  // a reason to), but it draws other windows than the interrupted run would have, so it says so.
+  bool has_state() const override { return true; }
+  void save_state(wick::StateDict& out) const override {
+    out.set_int("data_tokens", train_->size());
+    out.set_int("data_fingerprint", train_->fingerprint());
+  }
+  void load_state(const wick::StateDict& in) override {
+    const auto tokens = in.get_int("data_tokens");
+    const auto fingerprint = in.get_int("data_fingerprint");
+    if (tokens == train_->size() && fingerprint == train_->fingerprint()) return;
+    std::fprintf(stderr,
+                 "wick: warning: task.data (%s) is not the token file the checkpoint's run "
+                 "trained on (%s): the resumed run draws other windows than the interrupted one "
+                 "would have\n",
+                 train_->path().c_str(),
+                 tokens != train_->size() ? (std::to_string(tokens) + " tokens then, " +
+                                             std::to_string(train_->size()) + " now")
+                                                .c_str()
+                                          : "its contents differ");
+  }
 
   at::Tensor forward(wick::Context&, const wick::Batch& b) override {
     return net_->forward(b.input);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,6 +36,22 @@ wick::Batch cut(const TokenFile& file, const std::vector<std::int64_t>& starts, 
   auto* out = w.data_ptr<std::int64_t>();
   for (std::int64_t b = 0; b < B; ++b) file.window(starts[b], T + 1, vocab, out + b * (T + 1));
   return {w.slice(1, 0, T).contiguous(), w.slice(1, 1, T + 1).contiguous()};
+}
+
+std::uint32_t sampled_crc(const unsigned char* data, std::size_t bytes) {
+  const std::size_t edge = 64 * 1024, block = 4096, blocks = 64;
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  auto add = [&](std::size_t from, std::size_t n) {
+    n = std::min(n, bytes - from);
+    crc = crc32_z(crc, data + from, n);
+  };
+  add(0, edge);
+  if (bytes > 2 * edge) {
+    const std::size_t middle = bytes - 2 * edge;
+    for (std::size_t i = 0; i < blocks; ++i) add(edge + middle / blocks * i, block);
+  }
+  if (bytes > edge) add(bytes - std::min(edge, bytes - edge), edge);
+  return static_cast<std::uint32_t>(crc);
 }
 
 }  // namespace
@@ -69,6 +86,7 @@ TokenFile::TokenFile(const std::string& path, std::int64_t min_tokens) : path_(p
   if (p == MAP_FAILED)
     throw std::runtime_error(path + ": cannot map it (" + std::strerror(err) + ")");
   data_ = static_cast<const unsigned char*>(p);
+  fingerprint_ = sampled_crc(data_, bytes_);
 }
 
 TokenFile::~TokenFile() {

@@ -25,6 +25,10 @@ class TokenFile {
 
   const std::string& path() const { return path_; }
   std::int64_t size() const { return tokens_; }
+  // A CRC-32 of the file's first and last 64 KiB and of 64 blocks of 4 KiB spread between:
+  // what tells a resume that its file was replaced (its windows would differ), without a pass
+  // over a file of gigabytes.
+  std::uint32_t fingerprint() const { return fingerprint_; }
   // Tokens [start, start + n) into out as int64; throws, naming the file and the offset, on a
   // token >= vocab.
   void window(std::int64_t start, std::int64_t n, std::int64_t vocab, std::int64_t* out) const;
@@ -34,6 +38,7 @@ class TokenFile {
   const unsigned char* data_ = nullptr;  // bytes, so that reads need no alignment
   std::size_t bytes_ = 0;
   std::int64_t tokens_ = 0;
+  std::uint32_t fingerprint_ = 0;
 };
 
 // Training data: a stream (size() is wick::kUnsized; an epoch is trainer.steps_per_epoch

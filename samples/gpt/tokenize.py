@@ -4,7 +4,8 @@
 Every byte of the input is one token (its value, 0-255), written as a little-endian uint16:
 nanoGPT's token-file layout, which the gpt task reads (vocab = 256 suffices). The files are
 joined in the order given; the last --valid-fraction of the bytes (default 0.1) go to
-valid.bin, the rest to train.bin.
+valid.bin (none with 0), the rest to train.bin. Each file is written anew and renamed into
+place, so a fit that is reading the old one goes on reading it.
 
 Usage:
     python3 samples/gpt/tokenize.py /usr/share/common-licenses/GPL-3
@@ -16,14 +17,24 @@ Python 3 standard library only.
 
 import argparse
 import os
+import sys
 
 
 def write_tokens(path, data):
     # A byte b is the uint16 b little-endian: b, then a zero byte.
     out = bytearray(2 * len(data))
     out[0::2] = data
-    with open(path, "wb") as f:
-        f.write(out)
+    # A new file renamed over the old one: a fit that has the old one mapped keeps reading it,
+    # where rewriting it in place would cut it short under the fit (a bus error).
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(out)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return len(data)
 
 
@@ -41,19 +52,39 @@ def main():
 
     data = bytearray()
     for name in args.inputs:
-        with open(name, "rb") as f:
-            data += f.read()
+        try:
+            with open(name, "rb") as f:
+                data += f.read()
+        except OSError as e:
+            sys.exit(f"tokenize.py: cannot read {name}: {e.strerror}")
     if not data:
         ap.error("the inputs hold no bytes")
     n_valid = int(len(data) * args.valid_fraction)
     split = len(data) - n_valid
 
-    os.makedirs(args.out, exist_ok=True)
-    train = write_tokens(os.path.join(args.out, "train.bin"), data[:split])
-    valid = write_tokens(os.path.join(args.out, "valid.bin"), data[split:])
+    valid_path = os.path.join(args.out, "valid.bin")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        train = write_tokens(os.path.join(args.out, "train.bin"), data[:split])
+        stale = n_valid == 0 and os.path.exists(valid_path)
+        if n_valid > 0:
+            write_tokens(valid_path, data[split:])
+        elif stale:
+            os.remove(valid_path)  # another text's: validating on it would mislead
+    except OSError as e:
+        sys.exit(f"tokenize.py: cannot write in {args.out}: {e.strerror}")
     print(f"{len(args.inputs)} file(s), {len(data)} bytes: train.bin {train} tokens, "
-          f"valid.bin {valid} tokens, vocabulary 256 (bytes), in {args.out}")
-
+          + (f"valid.bin {n_valid} tokens, " if n_valid > 0 else "no valid.bin, ")
+          + f"vocabulary 256 (bytes), in {args.out}")
+    if n_valid == 0:
+        print(f"tokenize.py: no bytes for valid.bin (--valid-fraction {args.valid_fraction})"
+              + ("; the old valid.bin was removed" if stale else "")
+              + "; set [task] valid_data = \"\" to train without validation", file=sys.stderr)
+    # The gpt task needs context + 1 tokens in a file.
+    for name, n in (("train.bin", train), ("valid.bin", n_valid)):
+        if 0 < n <= 64:
+            print(f"tokenize.py: warning: {name} holds {n} tokens, too few for gpt.toml's "
+                  "context of 64 (the gpt task needs context + 1)", file=sys.stderr)
 
 if __name__ == "__main__":
     main()

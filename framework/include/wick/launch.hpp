@@ -18,6 +18,10 @@ WICK_PUBLIC_BEGIN
 
 namespace wick {
 
+// Bounds check_launch_options keeps: ranks one node runs, and the grace period.
+constexpr int kMaxLocalRanks = 1024;
+constexpr double kMaxGraceS = 86400;
+
 struct LaunchOptions {
   int nproc = 1;      // ranks on this node
   int nnodes = 1;     // nodes in the job

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "wick/params.hpp"  // ConfigError
+
 namespace wick {
 
 namespace {
@@ -48,8 +50,19 @@ at::Tensor train_order(std::int64_t seed, std::int64_t epoch, std::int64_t n, bo
 at::Tensor valid_order(std::int64_t n, Sharding s) {
   at::Tensor order = at::arange(n, at::kLong);
   if (s.world <= 1) return order;
-  const std::int64_t per = (n + s.world - 1) / s.world;
-  return order.slice(0, std::min(n, s.rank * per), std::min(n, (s.rank + 1) * per));
+  // As even as can be (the first n % world shards one longer): with n >= world no rank is
+  // left without a sample, as n rounded up per rank would leave the last (4 over 3: 2, 2, 0).
+  const std::int64_t per = n / s.world, longer = n % s.world;
+  const std::int64_t begin = s.rank * per + std::min(s.rank, longer);
+  return order.slice(0, begin, begin + per + (s.rank < longer ? 1 : 0));
+}
+
+void check_valid_shards(std::int64_t n, Sharding s, const std::string& what) {
+  if (n >= s.world || s.world <= 1) return;
+  throw ConfigError(what + " has " + std::to_string(n) + " sample(s), fewer than the " +
+                    std::to_string(s.world) +
+                    " ranks, and each rank validates a shard of at least one; give it at least " +
+                    std::to_string(s.world) + " samples, or run fewer ranks (--nproc)");
 }
 
 }  // namespace wick

@@ -6,9 +6,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 #include "data/epoch_start.hpp"
 #include "wick/state.hpp"
+#include "wick/version.hpp"  // WICK_PUBLIC_BEGIN
 
 namespace wick {
 
@@ -27,8 +29,15 @@ std::uint64_t fetch_seed(std::int64_t seed, Phase phase, std::int64_t epoch, std
 // r + world, ...), so every rank runs the same number of batches.
 at::Tensor train_order(std::int64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle,
                        Sharding s, std::int64_t offset = 0);
-// Validation: 0..n-1 in contiguous, unpadded shards, so reduced metrics count each sample once.
+// Exported for their test (tests/test_evaluator.cpp).
+WICK_PUBLIC_BEGIN
+// Validation: 0..n-1 in contiguous, unpadded shards, so reduced metrics count each sample once;
+// their sizes differ by at most one.
 at::Tensor valid_order(std::int64_t n, Sharding s);
+// Throws ConfigError when n samples of `what` ("the validation data") leave a rank without
+// a validation shard: its pass would have no values to sum with the others'.
+void check_valid_shards(std::int64_t n, Sharding s, const std::string& what);
+WICK_PUBLIC_END
 
 // Batches of `local` samples at batch size bs.
 inline std::int64_t batches_of(std::int64_t local, std::int64_t bs, bool drop_last) {

@@ -111,7 +111,9 @@ std::string describe_wait_status(int status) {
 }
 
 void check_launch_options(const LaunchOptions& o) {
-  if (o.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
+  if (o.nproc < 1 || o.nproc > kMaxLocalRanks)
+    throw std::invalid_argument("--nproc must be in [1, " + std::to_string(kMaxLocalRanks) +
+                                "] (ranks on this node)");
   if (o.nnodes < 1) throw std::invalid_argument("--nnodes must be >= 1");
   // WORLD_SIZE is an int for every rank's c10d.
   if (static_cast<std::int64_t>(o.nnodes) * o.nproc > std::numeric_limits<int>::max())
@@ -125,6 +127,10 @@ void check_launch_options(const LaunchOptions& o) {
   if (o.nnodes > 1 && o.master_port == 0)
     throw std::invalid_argument(
         "--master-port is required with --nnodes > 1: every node must use the same port");
+  // Finite: the SIGKILL's time is a clock's point (inf or NaN would put it in the past).
+  if (!(o.grace_s >= 0 && o.grace_s <= kMaxGraceS))
+    throw std::invalid_argument("--grace must be seconds in [0, " +
+                                std::to_string(static_cast<int>(kMaxGraceS)) + "]");
   if (o.max_restarts < 0)
     throw std::invalid_argument("--max-restarts must be >= 0 (0: never restart)");
   if (o.command.empty())
@@ -230,6 +236,11 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
 
   std::vector<Rank> ranks(static_cast<std::size_t>(o.nproc));
   for (int i = 0; i < o.nproc; ++i) {
+    // A stop signal while ranks start: the ones started get it (below), no more start.
+    if (g_signal.load() != 0) {
+      ranks.resize(static_cast<std::size_t>(i));
+      break;
+    }
     Rank& r = ranks[static_cast<std::size_t>(i)];
     r.local = i;
     r.rank = o.node_rank * o.nproc + i;

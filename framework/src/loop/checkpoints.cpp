@@ -46,7 +46,7 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           loop.pos,
           loop.epoch_start,
           {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last, run_id,
-           at::get_num_threads()},
+           at::get_num_threads(), state.grad_accum_steps},
           records.count(),
           dispatch.stateful_hooks(),
           [this](StateDict& out) {
@@ -132,14 +132,22 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   }
   if (!diff.empty())
     throw std::runtime_error(where + " was written by a run with other settings:" + diff +
-                             "\na resume must use the checkpoint's seed, shuffle and drop_last "
-                             "(they fix the data order)");
+                             "\na resume must use the checkpoint's seed, shuffle and drop_last" +
+                             (regeared && streaming() ? ", and on a stream its batch size and "
+                                                        "world size"
+                                                      : "") +
+                             " (they fix the data order)");
   if (m.position.epoch > opt.epochs)
     throw std::runtime_error(where + " is at epoch " + std::to_string(m.position.epoch) +
                              ", past this run's trainer.epochs = " + std::to_string(opt.epochs) +
                              "; raise trainer.epochs to continue it");
   auto parts = snapshot_parts();
-  restore_files(parts, m, files, where);
+  const std::string changed = restore_files(parts, m, files, where);
+  if (!changed.empty() && state.is_main_process())
+    std::fprintf(stderr,
+                 "wick: resuming %s with optimizer settings this config gives otherwise than "
+                 "its run did; the config's are taken (a schedule goes on from its position):%s\n",
+                 where.c_str(), changed.c_str());
   // The run continues its own metrics history from the checkpoint: records a killed run
   // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
   // before_fit is over (every sink is set up by then).
@@ -151,7 +159,7 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
     at::set_num_threads(static_cast<int>(m.run.threads));
     threads_why = "the checkpoint's count";
   }
-  loop.resume.restored(m.position, m.records);
+  loop.resume.restored(m.position, m.records, m.run.grad_accum_steps);
   loop.pos = m.position;
   loop.epoch_start = {m.dealt_from_batch, m.dealt_from_sample};
   if (regeared) {
@@ -179,6 +187,35 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   std::uint64_t bytes = 0;
   for (const auto& f : files) bytes += f.second.size();
   return checkpoint_info(dir, m, bytes);
+}
+
+void Trainer::Impl::check_resumed_accumulation() const {
+  const std::int64_t then = loop.resume.accumulation(), now = state.grad_accum_steps;
+  if (!loop.resume.resumed() || then == 0 || then == now) return;
+  const auto& at = loop.resume.start();
+  const std::string where = "the checkpoint restored (epoch " + std::to_string(at.epoch) +
+                            ", batch " + std::to_string(at.batch) + ")";
+  // Windows begin at multiples of the count within an epoch; a checkpoint inside one holds
+  // its first micro-batches' gradients, each scaled by 1 / its run's count.
+  if (at.batch % then != 0 || at.batch % now != 0)
+    throw std::runtime_error(
+        where + " was written by a run accumulating " + std::to_string(then) +
+        " micro-batches per optimizer step, and this run accumulates " + std::to_string(now) +
+        " (hooks.grad_accum.steps): batch " + std::to_string(at.batch) +
+        " is not where both runs' windows begin (at multiples of the count in an epoch), so the "
+        "resumed window's gradients would be scaled for micro-batches it does not hold; resume "
+        "with hooks.grad_accum.steps = " +
+        std::to_string(then) +
+        ", or change it from a checkpoint at an epoch's start (ckpt-eNNNN-b0000000)");
+  if (state.is_main_process())
+    std::fprintf(stderr,
+                 "wick: resuming %s, written by a run accumulating %lld micro-batches per "
+                 "optimizer step, with %lld: a step now takes %lld samples per rank (it took "
+                 "%lld); a step-based lr_schedule keeps the total steps it worked out at the "
+                 "first start unless total_steps is set\n",
+                 where.c_str(), static_cast<long long>(then), static_cast<long long>(now),
+                 static_cast<long long>(now * opt.batch_size),
+                 static_cast<long long>(then * opt.batch_size));
 }
 
 }  // namespace wick

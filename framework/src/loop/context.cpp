@@ -71,6 +71,14 @@ std::vector<std::string> Context::optimizer_names() const {
 torch::optim::Optimizer& Context::optimizer(std::string_view name) {
   return *host_->optimizers[optimizer_index(host_->optimizers, name)].optimizer;
 }
+double Context::configured_lr(std::string_view optimizer, std::size_t group) const {
+  const auto& o = host_->optimizers[optimizer_index(host_->optimizers, optimizer)];
+  if (group >= o.configured.size())
+    throw std::invalid_argument("optimizer '" + o.name + "' has " +
+                                std::to_string(o.configured.size()) +
+                                " parameter group(s); there is no group " + std::to_string(group));
+  return o.configured[group]->get_lr();
+}
 
 void Context::backward(const at::Tensor& loss, std::string_view optimizer) {
   host_->steps.manual_backward(loss, optimizer);

@@ -5,6 +5,7 @@
 #include "loop/trainer_impl.hpp"
 
 #include <cstdint>
+#include <functional>
 
 namespace wick {
 
@@ -88,6 +89,17 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
   const double probe0 = flops.probe_seconds(), probe_cpu0 = flops.probe_cpu_seconds();
+  // The epoch's training time counts however it ends (after the losses' check below, or a
+  // stop or failure mid-epoch): the run's samples/s divides every sample it trained by it.
+  struct AtExit {
+    std::function<void()> run;
+    ~AtExit() { run(); }
+  } add_time{[&] {
+    times.epoch_train_s = seconds_since(t0) - (flops.probe_seconds() - probe0);
+    times.train_seconds += times.epoch_train_s;
+    times.train_cpu_seconds +=
+        process_cpu_seconds() - c0 - (flops.probe_cpu_seconds() - probe_cpu0);
+  }};
   flops.start_window(state.micro_step);
   times.epoch_micro0 = state.micro_step;
   // The state the data starts the epoch with (restored, or as the task made it), before any
@@ -141,9 +153,6 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
       on_cancel);
   // The epoch's losses are trusted before its validation, records and after_epoch hooks.
   steps.loss_check.verify();
-  times.epoch_train_s = seconds_since(t0) - (flops.probe_seconds() - probe0);
-  times.train_seconds += times.epoch_train_s;
-  times.train_cpu_seconds += process_cpu_seconds() - c0 - (flops.probe_cpu_seconds() - probe_cpu0);
   return whole;
 }
 

@@ -37,10 +37,14 @@ std::string shape_of(at::IntArrayRef s) {
 // The data of a split, checked to be something an evaluation can run over.
 Dataset& split_data(Trainer::Impl& I, Split split) {
   Dataset* ds = split == Split::valid ? I.valid_ds.get() : I.train_ds.get();
-  if (!ds)
-    throw ConfigError(
-        "the task has no validation data (its valid_data() gives none); use the training "
-        "split (--split train)");
+  if (!ds) {
+    const bool train_sized = I.train_ds && I.train_ds->size() != kUnsized;
+    throw ConfigError(std::string("the task has no validation data (its valid_data() gives "
+                                  "none); ") +
+                      (train_sized ? "use the training split (--split train)"
+                                   : "configure the task's validation data (its training data "
+                                     "is a stream, which evaluate and predict cannot run over)"));
+  }
   if (ds->size() == kUnsized)
     throw ConfigError("the task's " + std::string(to_string(split)) +
                       " data is a stream without a size; evaluate and predict run over a "
@@ -125,8 +129,9 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
   const bool valid = ds == p_.valid_ds.get();
   // The dispatcher keeps a view of its place: literals only.
   const char* get_where = valid ? "the validation data's get()" : "the training data's get()";
-  LoadPlan plan = eval_plan(*ds, valid_order(ds->size(), sharding()),
-                            valid ? "the validation data" : "the training data");
+  const char* what = valid ? "the validation data" : "the training data";
+  check_valid_shards(ds->size(), sharding(), what);
+  LoadPlan plan = eval_plan(*ds, valid_order(ds->size(), sharding()), what);
   p_.state.batches_in_epoch = plan.end;
   p_.state.batch_idx = 0;
 

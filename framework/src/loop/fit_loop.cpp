@@ -40,6 +40,7 @@ std::shared_ptr<void> Trainer::Impl::start_fit() {
   loop.phase = LoopPhase::before_fit;  // where a checkpoint may be restored
   dispatch.emit(Point::before_fit);
   loop.phase = LoopPhase::fit;
+  check_resumed_accumulation();
   // "--resume auto" with nothing to resume from (a restart before the first checkpoint):
   // a fresh start, so what the failed attempt logged is dropped.
   const bool fresh_auto = run.resume == "auto" && !loop.resume.resumed();

@@ -34,17 +34,21 @@ class ResumePoint {
  public:
   // A fit begins: no records to rewind yet.
   void begin_fit() { rewind_.reset(); }
-  // A checkpoint at `at`, written after `records` metrics records, was restored.
-  void restored(Position at, std::int64_t records) {
+  // A checkpoint at `at`, written after `records` metrics records by a run accumulating
+  // `accumulation` micro-batches a step (0: not recorded), was restored.
+  void restored(Position at, std::int64_t records, std::int64_t accumulation) {
     start_ = at;
     resumed_ = true;
     mid_epoch_ = at.batch > 0;
     rewind_ = records;
+    accumulation_ = accumulation;
   }
   // "--resume auto" with nothing restored: a fresh start drops what a failed attempt logged.
   void start_afresh() { rewind_ = 0; }
 
   bool resumed() const { return resumed_; }
+  const Position& start() const { return start_; }
+  std::int64_t accumulation() const { return accumulation_; }
   std::int64_t first_epoch() const { return start_.epoch; }
   // The batch epoch `e` begins at: the restored position's in its epoch, else 0.
   std::int64_t first_batch(std::int64_t e) const { return e == start_.epoch ? start_.batch : 0; }
@@ -63,6 +67,7 @@ class ResumePoint {
   bool resumed_ = false;
   bool mid_epoch_ = false;
   std::optional<std::int64_t> rewind_;
+  std::int64_t accumulation_ = 0;
 };
 
 // Where the loop is, one member of Trainer::Impl. The fit loop (fit_loop.cpp) moves it between

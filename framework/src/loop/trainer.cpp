@@ -100,6 +100,8 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
     throw ConfigError(cfg_at +
                       "the task's validation data has no size (a stream); validation runs "
                       "over a finite data set: give valid_data() one, or return nullptr");
+  if (I.valid_ds)
+    check_valid_shards(I.valid_ds->size(), I.sharding(), cfg_at + "the task's validation data");
   if (I.train_ds->size() == 0)
     throw ConfigError(cfg_at + "the task's training data is empty (0 samples)");
   if (I.train_batches() == 0) {

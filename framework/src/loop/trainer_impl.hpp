@@ -152,6 +152,9 @@ struct Trainer::Impl final : CheckpointStore {
   CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason) override;
   CheckpointInfo inspect_checkpoint(const std::string& folder) const override;
   CheckpointInfo restore_checkpoint(const std::string& folder) override;
+  // After before_fit, once grad_accum has set this run's count: refuses a resume inside an
+  // accumulation window whose count changed; notes a change between windows.
+  void check_resumed_accumulation() const;
 
   // ---- the weights a run leaves (final_weights.cpp) ----
   // The weights a hook keeps for evaluation, from the first hook (SDK 2.5 or newer) that

@@ -127,6 +127,12 @@ std::unique_ptr<torch::optim::Optimizer> make_one(const OptimizerOptions& o, con
   return build(o, std::move(groups), *defaults);
 }
 
+std::vector<NamedOptimizer> with_configured(std::vector<NamedOptimizer> out) {
+  for (auto& o : out)
+    for (const auto& g : o.optimizer->param_groups()) o.configured.push_back(g.options().clone());
+  return out;
+}
+
 }  // namespace
 
 std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>& specs,
@@ -136,8 +142,8 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
   if (specs.size() == 1 && specs[0].module.empty()) {
     Named all;
     for (const auto& kv : model.named_parameters()) all.emplace_back(kv.key(), kv.value());
-    out.push_back({"optimizer", make_one(specs[0], all)});
-    return out;
+    out.push_back({"optimizer", make_one(specs[0], all), {}});
+    return with_configured(std::move(out));
   }
   std::vector<std::string> modules;
   for (const auto& kv : model.named_children()) modules.push_back(kv.key());
@@ -164,7 +170,7 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
     Named mine;
     for (const auto& kv : model.named_children()[o.module]->named_parameters())
       mine.emplace_back(o.module + "." + kv.key(), kv.value());
-    out.push_back({o.module, make_one(o, mine)});
+    out.push_back({o.module, make_one(o, mine), {}});
   }
   // Every trainable parameter must have an optimizer, or it would silently never train.
   for (const auto& kv : model.named_parameters()) {
@@ -183,7 +189,7 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
                                      "[optimizers." +
                                      owner + "] table (or freeze it)");
   }
-  return out;
+  return with_configured(std::move(out));
 }
 
 std::size_t optimizer_index(const std::vector<NamedOptimizer>& optimizers, std::string_view name) {

@@ -16,6 +16,9 @@ namespace wick {
 struct NamedOptimizer {
   std::string name;  // "optimizer" for the single one; else the module's name
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // Each parameter group's options as the config gave them, before a schedule or a resume
+  // changed them: what a schedule scales, and what a checkpoint records of the config.
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> configured;
 };
 
 // Throws ConfigError, placed at the optimizer's or group's table, for a module the model does

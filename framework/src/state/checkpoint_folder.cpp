@@ -120,6 +120,7 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
               {"files", listed}};
     if (!m.run.id.empty()) j["run"]["id"] = m.run.id;
     if (m.run.threads > 0) j["run"]["threads"] = m.run.threads;
+    if (m.run.grad_accum_steps > 0) j["run"]["grad_accum_steps"] = m.run.grad_accum_steps;
     // The manifest last: a folder without one is an unfinished write.
     write_file_atomic((tmp / "manifest.json").string(), j.dump(2) + "\n");
     fsync_dir(tmp);
@@ -212,6 +213,12 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
     if (m.run.threads < 1 || m.run.threads > 1024)
       throw CheckpointError(mf + " run 'threads' is out of range (" +
                             std::to_string(m.run.threads) + ")");
+  }
+  if (r.contains("grad_accum_steps")) {
+    m.run.grad_accum_steps = get_count(r, "grad_accum_steps", mf + " run");
+    if (m.run.grad_accum_steps < 1 || m.run.grad_accum_steps > (std::int64_t{1} << 31))
+      throw CheckpointError(mf + " run 'grad_accum_steps' is out of range (" +
+                            std::to_string(m.run.grad_accum_steps) + ")");
   }
   if (r.contains("id")) {
     const auto& id = r.at("id");

@@ -27,6 +27,9 @@ struct RunIdentity {
   // resume with trainer.threads = "auto" takes the same count, as reductions split over
   // threads round differently with another.
   std::int64_t threads = 0;
+  // Micro-batches per optimizer step (grad_accum; 0 in checkpoints written before wick
+  // recorded it): a resume inside an accumulation window needs the same windows.
+  std::int64_t grad_accum_steps = 0;
 };
 
 struct Manifest {

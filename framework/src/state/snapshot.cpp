@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "optim/hyperparameters.hpp"
 #include "state/pickle_load.hpp"
 #include "wick/sha256.hpp"
 #include "wick/state_dict.hpp"
@@ -17,6 +18,12 @@
 namespace wick {
 
 namespace {
+
+// state.pt's "configured" entry: optimizer NAME's group G's hyperparameter KEY.
+std::string configured_key(const std::string& optimizer, std::size_t group,
+                           const std::string& key) {
+  return optimizer + "/" + std::to_string(group) + "/" + key;
+}
 
 // str -> any: what pickle_save writes for a dict of mixed values.
 using IDict = c10::impl::GenericDict;
@@ -293,6 +300,13 @@ Files snapshot_files(SnapshotParts& run) {
   StateDict loop;
   run.save_loop(loop);
   d.insert("loop", to_ivalue(loop));
+  // What the config gave each optimizer group, for a resume to compare with its own config.
+  StateDict configured;
+  for (const auto& o : run.optimizers)
+    for (std::size_t g = 0; g < o.configured.size(); ++g)
+      for (const auto& [key, value] : hyperparameters(*o.configured[g]))
+        configured.set_float(configured_key(o.name, g, key), value);
+  d.insert("configured", to_ivalue(configured));
 
   // Gradients pending inside an accumulation window (a save between micro-batches).
   IDict grads = new_dict();
@@ -413,8 +427,51 @@ std::string load_eval_weights(torch::nn::Module& model, const std::vector<HookEn
   return "";
 }
 
-void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
-                   const std::string& where) {
+namespace {
+
+// A setting in a notice: as the config would write it, to 8 significant digits.
+std::string shown(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.8g", v);
+  return buf;
+}
+
+// Where this run's config sets an optimizer group's hyperparameters otherwise than the
+// checkpoint's run did, the group takes the config's (its lr too when the config changed it;
+// otherwise the lr stays where the checkpoint's schedule left it). Returns one line per
+// group changed. A checkpoint written before the config was recorded compares nothing.
+std::string take_changed_settings(std::vector<NamedOptimizer>& optimizers, const IDict& d) {
+  auto it = d.find("configured");
+  if (it == d.end()) return {};
+  const StateDict then = from_ivalue(it->value(), "configured");
+  std::string notes;
+  for (auto& o : optimizers) {
+    auto& groups = o.optimizer->param_groups();
+    for (std::size_t g = 0; g < o.configured.size() && g < groups.size(); ++g) {
+      std::string changed;
+      bool lr_changed = false;
+      for (const auto& [key, now] : hyperparameters(*o.configured[g])) {
+        const auto k = configured_key(o.name, g, key);
+        if (!then.has(k) || then.get_float(k) == now) continue;
+        changed += (changed.empty() ? " " : ", ") + key + " " + shown(then.get_float(k)) + " -> " +
+                   shown(now);
+        lr_changed = lr_changed || key == "lr";
+      }
+      if (changed.empty()) continue;
+      const double lr = groups[g].options().get_lr();
+      groups[g].set_options(o.configured[g]->clone());
+      if (!lr_changed) groups[g].options().set_lr(lr);
+      notes +=
+          "\n  optimizer '" + o.name + "', parameter group " + std::to_string(g) + ":" + changed;
+    }
+  }
+  return notes;
+}
+
+}  // namespace
+
+std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
+                          const std::string& where) {
   auto bytes_of = [&](const char* name) -> const std::string& {
     return wick::bytes_of(files, name);
   };
@@ -453,6 +510,7 @@ void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
   s.skipped_steps = step.get_int("skipped_steps");
   set_rng(from_ivalue(get(d, "rng"), "rng"), run.cuda);
   run.load_loop(from_ivalue(get(d, "loop"), "loop"));
+  const std::string changed = take_changed_settings(run.optimizers, d);
 
   auto gv = get(d, "grads");
   if (!gv.isGenericDict()) throw std::runtime_error(where + ": state.pt grads is not a dict");
@@ -522,6 +580,7 @@ void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
                    "wick: warning: %s holds state for hook '%s', which this config does not "
                    "enable; it is ignored\n",
                    where.c_str(), kv.key().toStringRef().c_str());
+  return changed;
 }
 
 }  // namespace wick

@@ -75,8 +75,10 @@ void load_model_file(torch::nn::Module& model, const Files& files, const std::st
 std::string load_eval_weights(torch::nn::Module& model, const std::vector<HookEntry>& hooks,
                               const Files& files, const std::string& where);
 // Loads verified files into the run. Throws std::runtime_error for a model, optimizer or
-// state that does not fit this run.
-void restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
-                   const std::string& where);
+// state that does not fit this run. An optimizer setting this run's config gives otherwise
+// than the checkpoint's run (a lower lr for the rest of a run) is taken from the config;
+// returns those changes, a line each ("" when none).
+std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
+                          const std::string& where);
 
 }  // namespace wick

@@ -103,6 +103,11 @@ class WICK_EXPORT Context {
   // std::invalid_argument naming the known ones).
   std::vector<std::string> optimizer_names() const;
   torch::optim::Optimizer& optimizer(std::string_view name);
+  // Since SDK 2.20: the learning rate this run's config gives parameter group `group` of the
+  // named optimizer (its table's lr, or its [[groups]] lr): what a schedule scales. The
+  // group's own lr is where a schedule or a resumed checkpoint left it. Throws
+  // std::invalid_argument for an optimizer or group the run does not have.
+  double configured_lr(std::string_view optimizer, std::size_t group) const;
 
   // ---- manual optimization (a task whose manual_optimization() is true) ----------------
   // In the task's train_step: runs the backward stage chain on `loss` for the named
