@@ -455,12 +455,17 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
   SECTION("a manifest that is a link to /dev/zero") {
     fs::remove(bad / "manifest.json");
     fs::create_symlink("/dev/zero", bad / "manifest.json");
-    refused("manifest.json is not a regular file (a link, FIFO or device)");
+    refused("manifest.json is not a regular file (it is a symbolic link)");
   }
   SECTION("a manifest that is a FIFO") {
     fs::remove(bad / "manifest.json");
     REQUIRE(::mkfifo((bad / "manifest.json").c_str(), 0600) == 0);
-    refused("manifest.json is not a regular file (a link, FIFO or device)");
+    refused("manifest.json is not a regular file (it is a FIFO)");
+  }
+  SECTION("a folder in place of model.pt") {
+    fs::remove(bad / "model.pt");
+    fs::create_directory(bad / "model.pt");
+    refused("model.pt is not a regular file (it is a folder)");
   }
   SECTION("wrong JSON types") {
     tamper([](nlohmann::json& m) { m["position"]["epoch"] = "two"; });

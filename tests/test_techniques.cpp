@@ -289,6 +289,22 @@ TEST_CASE("lr_schedule: each kind matches its formula", "[techniques][lr_schedul
     CHECK(lr[5] == Approx(0.05));
     CHECK(lr[9] == Approx(0.01));
   }
+  SECTION("a warm-up as long as the run: the lr still rising at its end") {
+    auto lr = lrs_used("kind = \"cosine\"\nwarmup_steps = 12\n", 10);
+    REQUIRE(lr.size() == 10);
+    CHECK(lr[0] == Approx(0.1 / 12));
+    CHECK(lr[9] == Approx(1.0 / 12));
+  }
+  SECTION("a min_lr above the lr it decays from is refused when the fit starts") {
+    Trainer t(options(4, 1), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
+    for (auto& h :
+         load_hooks("[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nmin_lr = 0.5\n"))
+      t.add_hook(std::move(h));
+    const auto r = t.fit();
+    CHECK(r.status == FitResult::Status::failed);
+    CHECK_THAT(r.error, Catch::Contains("hooks.lr_schedule.min_lr = 0.5 is above the lr 0.1 of "
+                                        "optimizer 'optimizer' (group 0) that it decays from"));
+  }
   SECTION("bad values are refused") {
     CHECK_THROWS_WITH(load_hooks("[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosin\"\n"),
                       Catch::Contains("cosine"));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,18 @@ class LrSchedule : public wick::Hook {
       base_.clear();
       for (const auto& n : names)
         if (optimizer_.empty() || n == optimizer_)
-          for (std::size_t g = 0; g < c.optimizer(n).param_groups().size(); ++g)
+          for (std::size_t g = 0; g < c.optimizer(n).param_groups().size(); ++g) {
             base_.push_back(c.configured_lr(n, g));
+            // A decay that would climb: min_lr is where linear and cosine end.
+            if ((kind_ == Kind::linear || kind_ == Kind::cosine) && min_lr_ > base_.back()) {
+              char buf[96];
+              std::snprintf(buf, sizeof buf, "min_lr = %g is above the lr %g", min_lr_,
+                            base_.back());
+              throw wick::ConfigError("hooks." + instance_ + "." + buf + " of optimizer '" + n +
+                                      "' (group " + std::to_string(g) +
+                                      ") that it decays from; set min_lr below it");
+            }
+          }
     });
     // The number of batches is known from before_epoch on.
     r.on(wick::Point::before_epoch, [this](wick::Context& c) {
@@ -122,15 +133,23 @@ class LrSchedule : public wick::Hook {
 
   // epochs x optimizer steps per epoch (the last, short accumulation window steps too),
   // capped by trainer.max_steps; with unit = "epochs", the epochs.
+  // A warm-up as long as the run is stretched past it (the decay never starts): said once.
   std::int64_t derive_total(wick::Context& c) const {
     const auto& s = c.state();
-    if (per_epoch_) return std::max<std::int64_t>(s.epochs, warmup_ + 1);
-    const std::int64_t per_epoch =
-        (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
-    std::int64_t t = s.epochs * per_epoch;
-    const auto max_steps = c.run().max_steps;
-    if (max_steps > 0 && max_steps < t) t = max_steps;
-    return std::max<std::int64_t>(t, warmup_ + 1);
+    std::int64_t t = s.epochs;
+    if (!per_epoch_) {
+      t *= (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
+      const auto max_steps = c.run().max_steps;
+      if (max_steps > 0 && max_steps < t) t = max_steps;
+    }
+    if (t > warmup_) return t;
+    if (s.is_main_process())
+      std::fprintf(stderr,
+                   "wick: warning: hooks.%s.warmup_steps = %lld is not below the run's %lld %s: "
+                   "the lr is still warming up when training ends; lower warmup_steps\n",
+                   instance_.c_str(), static_cast<long long>(warmup_), static_cast<long long>(t),
+                   per_epoch_ ? "epochs" : "optimizer steps");
+    return warmup_ + 1;
   }
 
   double lr_at(double base, std::int64_t t) const {

@@ -34,13 +34,22 @@ void fsync_dir(const fs::path& dir) {
   }
 }
 
+// What a path that should be a regular file is instead, for messages.
+std::string not_regular(const std::string& name, mode_t mode) {
+  const char* kind = S_ISDIR(mode)    ? "a folder"
+                     : S_ISLNK(mode)  ? "a symbolic link"
+                     : S_ISFIFO(mode) ? "a FIFO"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "a device";
+  return name + " is not a regular file (it is " + kind + ")";
+}
+
 // Reads a regular file (never following a symlink, never opening a FIFO or device) of at
 // most `limit` bytes.
 std::string read_regular(const fs::path& p, std::uint64_t limit, const std::string& name) {
   struct stat st {};
   if (::lstat(p.c_str(), &st) != 0) throw CheckpointError(name + " is missing");
-  if (!S_ISREG(st.st_mode))
-    throw CheckpointError(name + " is not a regular file (a link, FIFO or device)");
+  if (!S_ISREG(st.st_mode)) throw CheckpointError(not_regular(name, st.st_mode));
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size > limit)
     throw CheckpointError(name + " has " + std::to_string(size) + " bytes, more than " +
@@ -154,8 +163,9 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
 
 Manifest read_checkpoint(const fs::path& dir, Files* files) {
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw CheckpointError("not a checkpoint folder");
+  if (::lstat(dir.c_str(), &st) != 0)
+    throw CheckpointError(std::string("no such folder (") + std::strerror(errno) + ")");
+  if (!S_ISDIR(st.st_mode)) throw CheckpointError("not a checkpoint folder (not a folder)");
   if (::lstat((dir / "manifest.json").c_str(), &st) != 0)
     throw CheckpointError("no manifest.json (an unfinished write?)");
   json j;
@@ -245,8 +255,7 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
     const auto want = info.at("bytes").get<std::uint64_t>();
     const auto p = dir / name;
     if (::lstat(p.c_str(), &st) != 0) throw CheckpointError(name + " is missing");
-    if (!S_ISREG(st.st_mode))
-      throw CheckpointError(name + " is not a regular file (a link, FIFO or device)");
+    if (!S_ISREG(st.st_mode)) throw CheckpointError(not_regular(name, st.st_mode));
     if (static_cast<std::uint64_t>(st.st_size) != want)
       throw CheckpointError(name + " has " + std::to_string(st.st_size) +
                             " bytes, the manifest says " + std::to_string(want) + " (truncated?)");
