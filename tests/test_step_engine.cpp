@@ -92,9 +92,10 @@ struct OneBatch : BatchSource {
 // Context has no framework behind it: the task and the stages' defaults here ask nothing of it.
 struct Rig {
   Rig() {
-    optimizers.push_back(
-        {"optimizer", std::make_unique<torch::optim::SGD>(task->line->parameters(),
-                                                          torch::optim::SGDOptions(0.1))});
+    optimizers.push_back({"optimizer",
+                          std::make_unique<torch::optim::SGD>(task->line->parameters(),
+                                                              torch::optim::SGDOptions(0.1)),
+                          {}});
     engine.install_stage_defaults();
     state.epoch = 2;
     state.batch_idx = 3;
