@@ -185,6 +185,20 @@ TEST_CASE("SIGINT raised in a step: the run stops at the next step boundary with
   CHECK(r.recorded.back() == "after_cancel 0 1");
 }
 
+TEST_CASE("a run stopped inside its first epoch reports the samples/s of what it trained") {
+  TempDir dir;
+  write_file(dir / "cfg.toml",
+             config(dir, "point = \"after_step\"\nstep = 1\naction = \"sigint\"\n"));
+  // 4 batches an epoch: the signal stops it after its second, inside the first epoch, whose
+  // time was once counted only when the epoch ended (0 samples/s).
+  auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--set", "task.samples=128"});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 130);
+  const auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["samples_seen"] == 64);
+  CHECK(s["train_samples_per_s"].get<double>() > 0);
+}
+
 namespace {
 
 // Starts `wick ARGS...` without waiting; its output goes to files in dir.

@@ -462,6 +462,12 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
     REQUIRE(::mkfifo((bad / "manifest.json").c_str(), 0600) == 0);
     refused("manifest.json is not a regular file (it is a FIFO)");
   }
+  SECTION("a --resume folder that does not exist") {
+    auto r = run_wick({"fit", (d / "cfg.toml").string(), "--resume", (d / "nowhere").string()});
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot resume from checkpoint '" + (d / "nowhere").string() +
+                     "': no such folder (No such file or directory)") != std::string::npos);
+  }
   SECTION("a folder in place of model.pt") {
     fs::remove(bad / "model.pt");
     fs::create_directory(bad / "model.pt");

@@ -160,6 +160,19 @@ TEST_CASE("the GPT sample refuses token files it cannot use, naming them") {
     CHECK(r.err.find((d / "short.bin").string() +
                      ": it holds 64 tokens, fewer than the 65 of one window") != std::string::npos);
   }
+  SECTION("validation windows past what can be counted") {
+    auto r = run_wick({"check", cfg.string(), "--set", "task.valid_batches=4611686018427387904"});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("'valid_batches' in [task] (plugin 'gpt') times trainer.valid_batch_size") !=
+          std::string::npos);
+  }
+  SECTION("tokenize.py names an input it cannot read, in one line") {
+    auto r = run({kPython, (kSample / "tokenize.py").string(), (d / "nowhere.txt").string(),
+                  "--out", (d / "out").string()});
+    CHECK(r.exit_code == 1);
+    CHECK(r.err == "tokenize.py: cannot read " + (d / "nowhere.txt").string() +
+                       ": No such file or directory\n");
+  }
   SECTION("evaluate without validation data does not send the user to the stream") {
     auto r = run_wick({"evaluate", (trained() / "cfg.toml").string(), "--set",
                        "trainer.output_dir=" + (trained() / "run").string(), "--set",

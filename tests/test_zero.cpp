@@ -213,6 +213,16 @@ TEST_CASE("zero3 trains like ddp, each parameter kept by one rank") {
   CHECK(sz["skipped_steps"] == sd["skipped_steps"]);
   CHECK(std::abs(sz["valid/loss"].get<double>() - sd["valid/loss"].get<double>()) <= 1e-5);
   CHECK(fs::file_size(dir / "z3" / "model.pt") > 797 * 4);
+
+  // ema averages whole weights, which zero3 frees between steps: it stops naming both.
+  write_file(dir / "ema.toml", zero3_config(dir / "ema", "[[hooks]]\nplugin = \"ema\"\n"));
+  auto ema =
+      run_wick({"fit", (dir / "ema.toml").string(), "--nproc", "2", "--set", "trainer.epochs=1"});
+  INFO(ema.err << ema.out);
+  CHECK(ema.exit_code == 1);
+  CHECK(ema.err.find("plugin 'ema'") != std::string::npos);
+  CHECK(ema.err.find("the data-parallel strategy (zero3) keeps only each rank's own parameters "
+                     "between steps; use ddp with ema") != std::string::npos);
 }
 
 TEST_CASE("zero3 killed on 2 ranks resumes exactly on 4 ranks") {

@@ -33,13 +33,6 @@ class Ema : public wick::Hook {
     r.on(wick::Point::after_step, [this](wick::Context& c) {
       const auto& s = c.state();
       if (!s.training() || !s.stepped || s.optimizer_step % every_ != 0) return;
-      // zero3 frees the parameters other ranks own between steps: no whole model to average.
-      for (const auto& p : params(c))
-        if (p.numel() == 0)
-          throw std::runtime_error(
-              "ema averages the whole model's weights after each step, but a parameter is "
-              "empty here: the data-parallel strategy (zero3) keeps only each rank's own "
-              "parameters between steps; use ddp with ema");
       update(c);
     });
     r.on(wick::Point::before_valid, [this](wick::Context& c) { swap_in(c); });
@@ -102,6 +95,13 @@ class Ema : public wick::Hook {
     if (shadow_.empty()) init(c);
     torch::NoGradGuard no_grad;
     auto ps = params(c);
+    // zero3 frees the parameters other ranks own between steps: no whole model to average.
+    for (const auto& p : ps)
+      if (p.numel() == 0)
+        throw std::runtime_error(
+            "ema averages the whole model's weights after each step, but a parameter is empty "
+            "here: the data-parallel strategy (zero3) keeps only each rank's own parameters "
+            "between steps; use ddp with ema");
     // With warm-up the early updates follow the weights closely, so that a short run does
     // not validate what are still mostly the initial weights.
     const double n = static_cast<double>(updates_);
