@@ -173,6 +173,18 @@ TEST_CASE("the GPT sample refuses token files it cannot use, naming them") {
     CHECK(r.err == "tokenize.py: cannot read " + (d / "nowhere.txt").string() +
                        ": No such file or directory\n");
   }
+  SECTION("tokenize.py with no validation bytes removes an older text's valid.bin") {
+    write_file(d / "text.txt", std::string(300, 'q'));
+    write_file(d / "out" / "valid.bin", std::string(200, 'z'));
+    auto r = run({kPython, (kSample / "tokenize.py").string(), (d / "text.txt").string(), "--out",
+                  (d / "out").string(), "--valid-fraction", "0"});
+    INFO(r.err << r.out);
+    CHECK(r.exit_code == 0);
+    CHECK_FALSE(fs::exists(d / "out" / "valid.bin"));
+    CHECK(fs::file_size(d / "out" / "train.bin") == 600);
+    CHECK(r.err.find("; the old valid.bin was removed; set [task] valid_data = \"\"") !=
+          std::string::npos);
+  }
   SECTION("evaluate without validation data does not send the user to the stream") {
     auto r = run_wick({"evaluate", (trained() / "cfg.toml").string(), "--set",
                        "trainer.output_dir=" + (trained() / "run").string(), "--set",

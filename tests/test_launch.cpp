@@ -224,7 +224,7 @@ TEST_CASE("a rank that stops on a signal of its own is no failure: the others fi
   CHECK(c.res.restarts == 0);  // a stop is not restarted
   CHECK(c.err.find("wick launch: rank 1 (local rank 1, pid ") != std::string::npos);
   CHECK(c.err.find(") stopped on SIGINT; waiting for the others to end\n") != std::string::npos);
-  CHECK(c.err.find("wick launch: stopped by SIGINT (first on rank 1)\n") != std::string::npos);
+  CHECK(c.err.find("wick launch: stopped by SIGINT (rank 1 ended first)\n") != std::string::npos);
 }
 
 TEST_CASE("launch rejects bad options with the option named") {

@@ -289,11 +289,17 @@ TEST_CASE("lr_schedule: each kind matches its formula", "[techniques][lr_schedul
     CHECK(lr[5] == Approx(0.05));
     CHECK(lr[9] == Approx(0.01));
   }
-  SECTION("a warm-up as long as the run: the lr still rising at its end") {
-    auto lr = lrs_used("kind = \"cosine\"\nwarmup_steps = 12\n", 10);
+  SECTION("a warm-up as long as the run: the lr still rising at its end, and said so") {
+    std::vector<double> lr;
+    std::string out, err;
+    wick::test::capturing([&] { lr = lrs_used("kind = \"cosine\"\nwarmup_steps = 12\n", 10); }, out,
+                          err);
     REQUIRE(lr.size() == 10);
     CHECK(lr[0] == Approx(0.1 / 12));
     CHECK(lr[9] == Approx(1.0 / 12));
+    CHECK_THAT(err, Catch::Contains("wick: warning: hooks.lr_schedule.warmup_steps = 12 is not "
+                                    "below the run's 10 optimizer steps: the lr is still warming "
+                                    "up when training ends; lower warmup_steps\n"));
   }
   SECTION("a min_lr above the lr it decays from is refused when the fit starts") {
     Trainer t(options(4, 1), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));

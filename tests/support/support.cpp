@@ -193,10 +193,6 @@ RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::
   return run(argv, env);
 }
 
-namespace {
-
-// Runs `body` with this process's standard output and error going to files, and appends what
-// they received to `out` and `err` (what a child's would have printed: warnings included).
 void capturing(const std::function<void()>& body, std::string& out, std::string& err) {
   std::fflush(nullptr);
   const TempDir dir;
@@ -223,8 +219,6 @@ void capturing(const std::function<void()>& body, std::string& out, std::string&
   }
   if (failure) std::rethrow_exception(failure);
 }
-
-}  // namespace
 
 RunResult wick_check(const fs::path& file, const std::vector<std::string>& sets) {
   // The first check of a test process goes through the command: its output and exit code.

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -67,6 +68,10 @@ RunResult run_wick(const std::vector<std::string>& args, const std::vector<std::
 // run what it runs in this process (wick::check_config) and give what it would print and exit
 // with. A test of many configs so checks the command's output once and costs one start.
 RunResult wick_check(const fs::path& file, const std::vector<std::string>& sets = {});
+
+// Runs `body` with this process's standard output and error going to files, and appends what
+// they received to `out` and `err` (what a child's would have printed: warnings included).
+void capturing(const std::function<void()>& body, std::string& out, std::string& err);
 
 // The [plugins] line that makes a config find the test-only plugins.
 std::string test_plugins_toml();

@@ -376,7 +376,7 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
   } else if (interrupted) {
     res.exit_code = 128 + interrupted;
     if (stopped_rank >= 0)
-      std::fprintf(err, "wick launch: stopped by SIG%s (first on rank %d)\n",
+      std::fprintf(err, "wick launch: stopped by SIG%s (rank %d ended first)\n",
                    sigabbrev_np(interrupted), stopped_rank);
     else
       std::fprintf(err, "wick launch: stopped by SIG%s (forwarded to every rank)\n",

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda/cuda_support.hpp"
+#include "loop/stop_signals.hpp"
 #include "wick/params.hpp"
 
 namespace wick {
@@ -58,7 +59,11 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
   so.numWorkers = static_cast<std::size_t>(world);
   so.waitWorkers = true;
   so.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(addr, so);
+  c10::intrusive_ptr<c10d::Store> store;
+  {
+    ExitOnStopScope stop_ends_the_wait;  // it lasts until every rank came, up to the timeout
+    store = c10::make_intrusive<c10d::TCPStore>(addr, so);
+  }
   if (agent_store) {
     const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
     store = c10::make_intrusive<c10d::PrefixStore>(
@@ -126,6 +131,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
   else
     o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   o->threads = 2;
+  ExitOnStopScope stop_ends_the_wait;  // the group connects to every rank
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, o);
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 
 #include "wick/interrupt.hpp"
 #include "wick/state_dict.hpp"
@@ -18,8 +19,11 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<int> g_stop_count{0};
 std::atomic<pid_t> g_first_sender{0};
+std::atomic<bool> g_exit_on_stop{false};  // an ExitOnStopScope lives
+std::atomic<bool> g_handling{false};      // a StopSignalScope lives: a fit's signals are ours
 
 void on_stop_signal(int sig, siginfo_t* info, void*) {
+  if (g_exit_on_stop.load()) _exit(128 + sig);
   const pid_t from = info ? info->si_pid : 0;
   const int before = g_stop_count.fetch_add(1);
   if (before == 0) {
@@ -45,10 +49,25 @@ StopSignalScope::StopSignalScope() {
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &old_[i]);
+  g_handling.store(true);
 }
 
 StopSignalScope::~StopSignalScope() {
+  g_handling.store(false);
   for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &old_[i], nullptr);
+}
+
+ExitOnStopScope::ExitOnStopScope() : outer_(g_exit_on_stop.exchange(true)) {
+  // A signal this fit's handler took before the wait began (outside a fit, the flag may be
+  // an earlier fit's, and signals end the process as they always do).
+  if (const int sig = g_stop_signal.load(); sig != 0 && g_handling.load()) {
+    std::fflush(nullptr);
+    _exit(128 + sig);
+  }
+}
+
+ExitOnStopScope::~ExitOnStopScope() {
+  g_exit_on_stop.store(outer_);
 }
 
 std::string stop_signal_reason(int sig) {

@@ -28,6 +28,20 @@ class StopSignalScope {
   struct sigaction old_[std::size(kSignals)]{};
 };
 
+// While one lives, a stop signal ends the process at once with 128 + the signal, as does one
+// that came before it: for waits on other ranks before a fit trains (the rendezvous), which
+// hold nothing to save and would otherwise outlast the signal by the collective timeout.
+class ExitOnStopScope {
+ public:
+  ExitOnStopScope();
+  ~ExitOnStopScope();
+  ExitOnStopScope(const ExitOnStopScope&) = delete;
+  ExitOnStopScope& operator=(const ExitOnStopScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 // "interrupted (SIGINT)", "terminated (SIGTERM)", ...: summary.json's stop_reason.
 std::string stop_signal_reason(int sig);
 
