@@ -1139,12 +1139,16 @@ TEST_CASE("freeze: matched parameters get no gradient and keep their values unti
   for (std::size_t i = 2; i < initial.size(); ++i) CHECK(max_diff(at_end[0][i], initial[i]) > 1e-4);
 }
 
-TEST_CASE("freeze names the model's parameters when a pattern matches none",
+TEST_CASE("freeze names the model's parameters when a pattern matches none, or all",
           "[algorithms][freeze]") {
   auto task = std::make_shared<ImageTask>(4, 2, ImageTask::Net::linear);
   CHECK_THAT(
       fit_error(task, options(4), "[[hooks]]\nplugin = \"freeze\"\npatterns = [\"encoder.*\"]\n"),
       Contains("pattern 'encoder.*' matches no parameter") && Contains("1.weight, 1.bias"));
+  // Nor may the patterns leave nothing to train (LibTorch's backward would fail, naming none).
+  CHECK_THAT(fit_error(task, options(4), "[[hooks]]\nplugin = \"freeze\"\npatterns = [\"*\"]\n"),
+             Contains("hooks.freeze.patterns match every trainable parameter of the model (2), "
+                      "so nothing would train; narrow the patterns"));
 }
 
 // ---- channels_last and mixed_precision dtype = "auto" -------------------------------------

@@ -749,6 +749,21 @@ TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") 
         std::vector<std::string>{"best", "ckpt-e0000-b0000008", "ckpt-e0001-b0000000"});
   CHECK(now[3].rfind("superseded-", 0) == 0);
   CHECK(fs::exists(ckpt_dir(d) / now[3] / "ckpt-e0003-b0000000" / "manifest.json"));
+
+  // A fit that fails before it trains (a hook's check in before_fit, after the checkpoint
+  // hook's) saves nothing and leaves the earlier run's checkpoints and records as they were.
+  const auto records = read_file(d / "run" / "metrics.jsonl");
+  const auto table = read_file(d / "run" / "metrics.csv");
+  write_file(d / "fails.toml",
+             config(d, "every_n_steps = 2\nkeep_last = 2\n", fault("at = \"before_fit\"\n")));
+  auto r3 = run_wick({"fit", (d / "fails.toml").string()});
+  INFO(r3.err << r3.out);
+  CHECK(r3.exit_code == 1);
+  CHECK(r3.err.find("not saving on failure: nothing was trained since the fit started") !=
+        std::string::npos);
+  CHECK(checkpoints(d) == now);
+  CHECK(read_file(d / "run" / "metrics.jsonl") == records);
+  CHECK(read_file(d / "run" / "metrics.csv") == table);
 }
 
 TEST_CASE(

@@ -104,6 +104,11 @@ TEST_CASE("unknown keys are reported where they are, with a suggestion") {
                            "'data_parallel' in [plugins] must be a plugin's name (a string: "
                            "letters, digits and '_', at most 64 characters)");
   }
+  SECTION("a misspelt plugin, found by the nearest installed name") {
+    Case c("[task]\nplugin = \"synthetic\"\n[[hooks]]\nplugin = \"grad_clp\"\n");
+    CHECK_THAT(c.error(), Catch::Contains("no plugin named 'grad_clp'; did you mean "
+                                          "'grad_clip'? (looked for wick_grad_clp.so in:"));
+  }
   SECTION("a misspelt section") {
     Case c("[trainr]\nepochs = 2\n");
     CHECK(c.error() == c.at(1, 2) + "unknown top-level key 'trainr'; did you mean 'trainer'?");
@@ -167,6 +172,18 @@ TEST_CASE("missing required keys are reported at their table") {
     Case c("[[hooks]]\nname = \"x\"\n");
     CHECK(c.error() == c.at(1, 1) + "missing required key 'plugin' in [[hooks]]");
   }
+}
+
+TEST_CASE("a second instance of a one-instance hook is refused, naming both tables") {
+  // grad_accum declares PluginDef::one_instance: two would divide the loss twice.
+  Case c(
+      "[task]\nplugin = \"synthetic\"\n[[hooks]]\nplugin = \"grad_accum\"\nsteps = 2\n"
+      "[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 1.0\n[[hooks]]\nplugin = \"grad_accum\"\n"
+      "name = \"again\"\nsteps = 2\n");
+  CHECK(c.error() == c.at(9, 1) + "a second [[hooks]] plugin = \"grad_accum\" (the first is at " +
+                         c.at(3, 1).substr(0, c.at(3, 1).size() - 2) +
+                         "); it takes one instance, since a second would redo its work on "
+                         "every step: keep one");
 }
 
 TEST_CASE("names a config gives are refused where empty or not plain, before they are used") {
@@ -301,6 +318,9 @@ TEST_CASE("overrides given with --set are typed by the schema") {
     CHECK(c.error({"trainer.epochs=abc"}) ==
           "--set trainer.epochs=abc: 'epochs' in [trainer] must be an integer, not a string "
           "('abc')");
+    CHECK_THAT(c.error({"optimizer.lr=1e309"}),
+               Catch::StartsWith("--set optimizer.lr=1e309: '1e309' is not a number TOML can "
+                                 "hold ("));
     CHECK(c.error({"hooks.typed.flag=yes"}) ==
           "--set hooks.typed.flag=yes: 'flag' in [hooks.typed] must be a boolean (true or "
           "false), not a string ('yes')");

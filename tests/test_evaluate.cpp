@@ -320,6 +320,8 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
   usage({"evaluate", "--split", "test"}, "--split test: give valid or train");
   usage({"predict", "--output", (d / "p.npy").string()},
         "give the samples to predict: --split valid|train or --input FILE");
+  usage({"predict", "--split", "valid", "--input", "x.npy", "--output", (d / "p.npy").string()},
+        "--split valid and --input x.npy: give one of them");
   usage({"predict", "--split", "valid", "--output", (d / "p.txt").string()},
         "p.txt: name a .npy or .csv file");
 

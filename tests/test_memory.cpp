@@ -328,7 +328,7 @@ TEST_CASE("a TorchScript part runs as one checkpointed segment with the plain pa
   auto make = [] {
     torch::jit::Module m("Part");
     torch::manual_seed(2);
-    m.register_parameter("w", torch::randn({5, 5}), false);
+    m.register_parameter("w", torch::randn({5, 5}).requires_grad_(), false);
     m.define(R"(
 def forward(self, x):
     return torch.tanh(torch.relu(x.matmul(self.w)).matmul(self.w))

@@ -143,8 +143,19 @@ TEST_CASE("a metric that does not fit the prediction says what it found and the 
   CHECK(update("plugin = \"top_k_accuracy\"\nk = 20", scores, classes) ==
         "k = 20 is above the 10 classes the prediction scores; set k to at most 10");
   CHECK(update("plugin = \"f1\"", scores, torch::tensor({0.5, 1.0, 2.0, 3.0})) ==
-        "needs integer class targets [N]; got prediction [4, 10] Float and target [4] Float (a "
-        "regression target: use mae, mse, rmse or r2)");
+        "needs integer class targets [N] (or 0/1 ones for a single score per sample); got "
+        "prediction [4, 10] Float and target [4] Float (a regression target: use mae, mse, rmse "
+        "or r2)");
+  // A single score per sample (bce_with_logits' binary logit) takes 0/1 floating targets, as
+  // the integer classes they are, [N] or [N, 1]; other values are refused.
+  const auto logit = torch::tensor({-1.0, 2.0, 0.5, -3.0}).unsqueeze(1);
+  for (const auto& t :
+       {torch::tensor({0.0, 1.0, 0.0, 0.0}), torch::tensor({0.0, 1.0, 0.0, 0.0}).unsqueeze(1)})
+    CHECK(value_of("plugin = \"accuracy\"", {{logit, t}}) == Approx(0.75));
+  CHECK(value_of("plugin = \"accuracy\"", {{logit, torch::tensor({0, 1, 0, 0})}}) == Approx(0.75));
+  CHECK(update("plugin = \"auroc\"", logit, torch::tensor({0.0, 1.0, 0.5, 0.0})) ==
+        "needs 0/1 targets for a single score per sample (a binary logit); got prediction [4, 1] "
+        "Float and target [4] Float (a regression target: use mae, mse, rmse or r2)");
   CHECK(update("plugin = \"accuracy\"", scores, torch::tensor({1, 2, 3, 12})) ==
         "target class 12 is outside the 10 classes the prediction scores; got prediction [4, "
         "10] Float and target [4] Long");

@@ -170,6 +170,40 @@ TEST_CASE(
   CHECK(scalars(events, "train/loss").size() == 16);
 }
 
+TEST_CASE("tensorboard: runs sharing one dir replace their own event files, no one else's") {
+  TempDir d;
+  const auto logdir = d / "tb";
+  write_file(logdir / "events.out.tfevents.1700000000.otherhost.12.v2", "another tool's");
+  auto fit_into = [&](const std::string& run) {
+    write_file(
+        d / "cfg.toml",
+        config(d, "[[hooks]]\nplugin = \"tensorboard\"\ndir = \"" + logdir.string() + "\"\n", 1));
+    auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set",
+                       "trainer.output_dir=\"" + (d / run).string() + "\""});
+    INFO(r.err << r.out);
+    REQUIRE(r.exit_code == 0);
+  };
+  auto files = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(logdir)) out.insert(e.path().filename().string());
+    return out;
+  };
+  fit_into("a");
+  const auto after_a = files();
+  REQUIRE(after_a.size() == 2);
+  fit_into("b");
+  const auto after_b = files();
+  REQUIRE(after_b.size() == 3);  // a's stays
+  fit_into("a");                 // replaces its own only
+  const auto after_a2 = files();
+  CHECK(after_a2.size() == 3);
+  CHECK(after_a2.count("events.out.tfevents.1700000000.otherhost.12.v2") == 1);
+  for (const auto& f : after_b)
+    if (!after_a.count(f)) CHECK(after_a2.count(f) == 1);  // b's
+  for (const auto& f : after_a)
+    if (f.find(".wick") != std::string::npos) CHECK(after_a2.count(f) == 0);  // a's first
+}
+
 TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases cover the steps") {
   TempDir d;
   write_file(d / "cfg.toml",

@@ -42,8 +42,9 @@ double make_script(const fs::path& file) {
   // Modules scripted in Python carry a "training" attribute; one built in C++ must add it.
   torch::jit::Module fc(c10::QualifiedName("__torch__.Fc"), cu);
   fc.register_attribute("training", c10::BoolType::get(), true);
-  fc.register_parameter("weight", torch::randn({4, 4}), false);
-  fc.register_parameter("bias", torch::randn({4}), false);
+  // requires_grad on, as nn.Parameter has it in Python.
+  fc.register_parameter("weight", torch::randn({4, 4}).requires_grad_(), false);
+  fc.register_parameter("bias", torch::randn({4}).requires_grad_(), false);
   fc.define("def forward(self, x):\n    return torch.matmul(x, self.weight) + self.bias\n");
   torch::jit::Module enc(c10::QualifiedName("__torch__.Enc"), cu);
   enc.register_attribute("training", c10::BoolType::get(), true);
@@ -255,6 +256,42 @@ TEST_CASE("JitModule in process: moved as a submodule, train/eval forwarded, bar
   CHECK_THROWS_AS((*t)["nosuch"], std::out_of_range);
 }
 
+TEST_CASE("JitModule: a tied weight is one parameter stepped once, one frozen in the file stays") {
+  // As torch.jit.script saves `head.weight = embed.weight` and a requires_grad_(False).
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  const auto w = torch::randn({3, 3}).requires_grad_();
+  auto holder = [&](const char* name) {
+    torch::jit::Module m(c10::QualifiedName(std::string("__torch__.") + name), cu);
+    m.register_attribute("training", c10::BoolType::get(), true);
+    m.register_parameter("weight", w, false);
+    return m;
+  };
+  torch::jit::Module top(c10::QualifiedName("__torch__.Top"), cu);
+  top.register_attribute("training", c10::BoolType::get(), true);
+  top.register_parameter("scale", torch::full({3}, 2.0), false);  // requires_grad off
+  top.register_module("embed", holder("Embed"));
+  top.register_module("head", holder("Head"));
+  top.define(
+      "def forward(self, x):\n"
+      "    return torch.matmul(torch.matmul(x, self.embed.weight), self.head.weight) * "
+      "self.scale\n");
+  wick::JitModule part(top, wick::JitMode::trainable);
+  CHECK(part->named_parameters().keys() == std::vector<std::string>{"scale", "embed.weight"});
+  CHECK_FALSE(part->named_parameters()["scale"].requires_grad());
+
+  // One SGD step against autograd on a copy: w - lr * dL/dw, the gradient of both uses summed
+  // once (stepped once per name, the update would be twice that).
+  const auto x = torch::randn({4, 3});
+  const auto w0 = w.detach().clone().requires_grad_();
+  torch::matmul(torch::matmul(x, w0), w0).mul(2.0).sum().backward();
+  const auto expected = w0.detach() - 0.1 * w0.grad();
+  torch::optim::SGD sgd(part->parameters(), torch::optim::SGDOptions(0.1));
+  part->forward(x).sum().backward();
+  sgd.step();
+  CHECK(torch::allclose(w.detach(), expected, 1e-6, 1e-6));
+  CHECK(torch::equal(part->named_parameters()["scale"], torch::full({3}, 2.0)));
+}
+
 TEST_CASE(
     "activation_checkpointing takes whole TorchScript parts and refuses what it cannot reach") {
   TempDir dir;
@@ -273,15 +310,15 @@ TEST_CASE(
   CHECK(has(ok.err, "activation_checkpointing: 1 segment(s) recomputed in backward: enc"));
   // Inside the part: the graph calls fc itself.
   auto inside = fit(trainable, "enc.fc");
-  CHECK(inside.exit_code == 1);
+  CHECK(inside.exit_code == 2);  // a config error
   CHECK(has(inside.err, "activation_checkpointing: 'enc.fc' is inside a TorchScript part"));
   // A frozen part keeps no activations for backward already.
   auto frozen = fit("jit = \"enc.pt\"", "enc");
-  CHECK(frozen.exit_code == 1);
+  CHECK(frozen.exit_code == 2);
   CHECK(has(frozen.err, "activation_checkpointing: 'enc' is a frozen TorchScript part"));
   // The model's own forward calls head: nothing to reroute from outside.
   auto head = fit("", "head");
-  CHECK(head.exit_code == 1);
+  CHECK(head.exit_code == 2);
   CHECK(has(head.err,
             "activation_checkpointing: 'head' is called by the forward of its parent "
             "'(the model)'"));

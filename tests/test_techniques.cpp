@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -225,8 +226,11 @@ TEST_CASE("grad_clip: closed-form clipped gradient, once per real step",
 namespace {
 // The lr each optimizer step used, read in the optimizer_step chain just before the step.
 std::vector<double> lrs_used(const std::string& schedule_toml, std::int64_t batches,
-                             std::int64_t epochs = 1, const std::string& extra = "") {
-  Trainer t(options(4, epochs), std::make_shared<LinearTask>(4 * batches), optimizer("sgd", 0.1));
+                             std::int64_t epochs = 1, const std::string& extra = "",
+                             std::int64_t max_steps = 0) {
+  auto o = options(4, epochs);
+  o.max_steps = max_steps;
+  Trainer t(o, std::make_shared<LinearTask>(4 * batches), optimizer("sgd", 0.1));
   for (auto& h : load_hooks(extra + "[[hooks]]\nplugin = \"lr_schedule\"\n" + schedule_toml))
     t.add_hook(std::move(h));
   auto probe = std::make_shared<Probe>();
@@ -300,6 +304,12 @@ TEST_CASE("lr_schedule: each kind matches its formula", "[techniques][lr_schedul
     CHECK_THAT(err, Catch::Contains("wick: warning: hooks.lr_schedule.warmup_steps = 12 is not "
                                     "below the run's 10 optimizer steps: the lr is still warming "
                                     "up when training ends; lower warmup_steps\n"));
+  }
+  SECTION("more epochs than steps can count: the length is max_steps") {
+    auto lr = lrs_used("kind = \"linear\"\n", 10, std::numeric_limits<std::int64_t>::max(), "", 6);
+    REQUIRE(lr.size() == 6);
+    CHECK(lr[0] == Approx(0.1));
+    CHECK(lr[5] == Approx(0.1 / 6));
   }
   SECTION("a min_lr above the lr it decays from is refused when the fit starts") {
     Trainer t(options(4, 1), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
@@ -743,6 +753,46 @@ TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume
   CHECK(b.at("early_stopping").get_float("best") == a.at("early_stopping").get_float("best"));
   CHECK(b.at("early_stopping").get_int("best_epoch") ==
         a.at("early_stopping").get_int("best_epoch"));
+}
+
+TEST_CASE("lr_schedule resumed into a longer run spans the new length, saying so",
+          "[techniques][lr_schedule]") {
+  const std::string toml =
+      "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n";
+  // Stopped by max_steps = 5 (its derived length: 5), then resumed for 2 epochs of 5 steps.
+  auto stopped = options(8, 2);
+  stopped.max_steps = 5;
+  Trainer first(stopped, std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(toml)) first.add_hook(std::move(h));
+  REQUIRE(first.fit().status == FitResult::Status::completed);
+  REQUIRE(first.state().optimizer_step == 5);
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  first.context().save_checkpoint(ckpt, "test");
+
+  Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(toml)) second.add_hook(std::move(h));
+  std::vector<double> lrs;
+  auto probe = std::make_shared<Probe>();
+  probe->stage_fn = [&](Context& c, Stage st) {
+    if (st == Stage::optimizer_step)
+      lrs.push_back(c.optimizer().param_groups()[0].options().get_lr());
+  };
+  second.add_hook(entry(probe, "probe", 100));
+  restore_at_start(second, ckpt);
+  std::string out, err;
+  wick::test::capturing([&] { REQUIRE(second.fit().status == FitResult::Status::completed); }, out,
+                        err);
+  // Steps 5..9 of a cosine over 10 with 2 of warm-up (the checkpoint's length: lr 0 on each).
+  const double pi = std::acos(-1.0);
+  REQUIRE(lrs.size() == 5);
+  for (std::size_t k = 0; k < lrs.size(); ++k) {
+    INFO("step " << 5 + k);
+    CHECK(lrs[k] == Approx(0.1 * (1 + std::cos(pi * static_cast<double>(3 + k) / 8.0)) / 2));
+  }
+  CHECK_THAT(err, Catch::Contains("wick: note: hooks.lr_schedule spans 10 optimizer steps in "
+                                  "this run, 5 in the checkpoint's; it goes on from step 5 of "
+                                  "the new length"));
 }
 
 // ---- composition --------------------------------------------------------------------------

@@ -127,6 +127,8 @@ torch.save({"input": x[:, :3], "target": y}, f"{d}/narrow.pt")
 torch.save({"input": x, "target": y + 2}, f"{d}/labels.pt")
 torch.save({"input": x, "target": y[:50]}, f"{d}/short.pt")
 torch.save({"input": x, "target": y.float() + 0.5}, f"{d}/halves.pt")
+torch.save({"input": x[:0], "target": y[:0]}, f"{d}/empty.pt")
+torch.save({"input": x, "target": y.unsqueeze(1)}, f"{d}/column.pt")
 )py";
 
 std::string small_config(const TempDir& d, const std::string& out, const std::string& task) {
@@ -220,8 +222,8 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(no_ema.err.find("--weights ema: " + (d / "one" / "checkpoints").string()) !=
         std::string::npos);
   CHECK(no_ema.err.find("holds no weights a hook keeps for evaluation (no hook of the run, such "
-                        "as [[hooks]] plugin = \"ema\", offered any); export its trained weights "
-                        "with --weights trained") != std::string::npos);
+                        "as [[hooks]] plugin = \"ema\", offered any); use --weights trained") !=
+        std::string::npos);
   const auto a = read_json(d / "one" / "summary.json"), b = read_json(d / "two" / "summary.json");
   CHECK(b["optimizer_steps"] == a["optimizer_steps"]);
   CHECK(b["valid/loss"].get<double>() == Approx(a["valid/loss"].get<double>()).epsilon(1e-4));
@@ -249,6 +251,25 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(acc("ema.pt") ==
         Approx(read_json(d / "ema" / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
   CHECK(read_file(d / "ema.pt") != read_file(d / "trained.pt"));
+  // Nothing the run keeps is overwritten: its final weights, or a checkpoint's files.
+  const auto model_before = read_file(d / "ema" / "model.pt");
+  auto onto_final =
+      run_wick({"export", (d / "ema").string(), "--out", (d / "ema" / "model.pt").string()});
+  CHECK(onto_final.exit_code == 2);
+  CHECK(onto_final.err.find("is the run's own model.pt; write the export elsewhere") !=
+        std::string::npos);
+  CHECK(read_file(d / "ema" / "model.pt") == model_before);
+  auto into_checkpoints = run_wick(
+      {"export", (d / "ema").string(), "--out", (d / "ema" / "checkpoints" / "x.pt").string()});
+  CHECK(into_checkpoints.exit_code == 2);
+  CHECK(into_checkpoints.err.find("is inside the run's checkpoints folder") != std::string::npos);
+  // evaluate takes the weights validation used too: the summary's numbers.
+  auto ev = run_wick({"evaluate", (d / "ema.toml").string(), "--json", (d / "ev.json").string()});
+  INFO(ev.err << ev.out);
+  REQUIRE(ev.exit_code == 0);
+  CHECK(read_json(d / "ev.json")["weights"] == "ema");
+  CHECK(read_json(d / "ev.json")["values"]["valid/accuracy"].get<double>() ==
+        Approx(read_json(d / "ema" / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
 
   // A third party's weight average (tests/plugins/weight_mean.cpp, SDK headers only) does
   // what ema does: validation, the run's default export and --weights by its word.
@@ -344,9 +365,24 @@ TEST_CASE("the torchscript task refuses bad models and data with the file and th
       "fractional values");
   has(check("train = \"dict.pt\"\nloss = \"module\"", "noloss.pt"),
       "has no loss(prediction, target) method");
+  // The validation file is probed as the training file is.
+  has(check("train = \"dict.pt\"\nvalid = \"labels.pt\""),
+      (d / "labels.pt").string() + ": labels out of range for cross_entropy");
+  has(check("train = \"empty.pt\""), (d / "empty.pt").string() + ": it holds no samples");
+  has(check("train = \"dict.pt\"\nloss = \"mse\""),
+      "task.loss \"mse\" compares the prediction with the target value by value, but the model "
+      "gives [2, 3] Float for targets of [2] Float in " +
+          (d / "dict.pt").string());
+  // A column of labels [N, 1] is one class per sample.
+  write_file(d / "column.toml", small_config(d, "run", "train = \"column.pt\""));
+  CHECK(run_wick({"check", (d / "column.toml").string()}).exit_code == 0);
   write_file(d / "bad.csv", "a,b,c,d,label\n1,2,3,4,0\n1,2,x3,4,1\n");
   has(check("train = \"bad.csv\"\ntarget_key = \"label\""),
       (d / "bad.csv").string() + ":3:5: 'x3' is not a number");
+  // A byte order mark before the header (Excel's "CSV UTF-8") is not part of a column's name.
+  write_file(d / "bom.csv", "\xEF\xBB\xBFlabel,a,b,c,d\n0,1,2,3,4\n1,1,2,3,4\n");
+  write_file(d / "bom.toml", small_config(d, "run", "train = \"bom.csv\"\ntarget_key = \"label\""));
+  CHECK(run_wick({"check", (d / "bom.toml").string()}).exit_code == 0);
   has(check("train = \"data.csv\""),
       "no column 'target' in the header row ('a', 'b', 'c', 'd', 'label'); set target_key");
   CHECK_FALSE(fs::exists(d / "run"));  // check writes nothing

@@ -377,6 +377,18 @@ TEST_CASE("wick sweep runs a grid two trials at a time and writes results and th
                 (dir / "sweep").string()});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("holds another sweep"));
+  // So is the same sweep of an edited config: its results are not the new config's.
+  write_file(dir / "cfg.toml", read_file(dir / "cfg.toml") + "# edited\n");
+  r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param",
+                "optimizer.lr=[0.0001, 0.001, 0.01]", "--grid", "--jobs", "2", "--out",
+                (dir / "sweep").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("as it was before an edit (its sha256 was "));
+  // And a trial folder is the sweep's to choose.
+  r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param",
+                "trainer.output_dir=[\"a\", \"b\"]", "--out", (dir / "other").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("the sweep sets each trial's folder (OUT/trial-NNN)"));
 }
 
 TEST_CASE("wick sweep --halving stops the trials below the best at a rung") {

@@ -28,7 +28,8 @@ namespace {
 struct UseArgs {
   ConfigArgs config;
   std::string checkpoint = "latest";
-  std::string split;  // "" : valid for evaluate; predict needs --split or --input
+  std::string weights = "auto";  // auto, trained, or a hook's word (ema)
+  std::string split;             // "" : valid for evaluate; predict needs --split or --input
   std::string input, output, json;
 };
 
@@ -44,7 +45,10 @@ Loaded load(const UseArgs& a) {
   // The trainer builds the task's model and data; hooks are built (their parameters checked)
   // but never connected, so none runs.
   auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
-  auto used = load_run_weights(cfg, finder, *trainer, a.checkpoint, /*evaluation=*/false);
+  // The weights validation used (a hook's evaluation weights: EMA's) unless asked otherwise.
+  auto used = load_run_weights(cfg, finder, *trainer, a.checkpoint,
+                               /*evaluation=*/a.weights != "trained");
+  check_weights_word(used, a.weights);
   if (trainer->run().is_main_process())
     std::fprintf(stderr, "wick: using %s\n", used.describe().c_str());
   return {std::move(cfg), std::move(trainer), std::move(used)};
@@ -87,8 +91,11 @@ int cmd_evaluate(const UseArgs& a) {
 
 int cmd_predict(const UseArgs& a) {
   return guarded([&] {
-    if (a.split.empty() == a.input.empty())
+    if (a.split.empty() && a.input.empty())
       throw ConfigError("give the samples to predict: --split valid|train or --input FILE");
+    if (!a.split.empty() && !a.input.empty())
+      throw ConfigError("--split " + a.split + " and --input " + a.input +
+                        ": give one of them, the samples to predict");
     // Refused before any work: an output wick cannot write.
     const auto ext = fs::path(a.output).extension().string();
     if (ext != ".npy" && ext != ".csv")
@@ -126,13 +133,18 @@ int cmd_predict(const UseArgs& a) {
   });
 }
 
-void add_checkpoint_option(CLI::App* c, UseArgs& a) {
+void add_weights_options(CLI::App* c, UseArgs& a) {
   c->add_option(
        "--checkpoint", a.checkpoint,
        "the weights: latest (default: the newest checkpoint, or without any the final weights), "
        "best, final (RUN_DIR/model.pt, written when the fit ended), a checkpoint folder or "
        "the path of a model.pt")
       ->type_name("latest|best|final|PATH");
+  c->add_option("--weights", a.weights,
+                "auto (default: the weights validation used: a hook's evaluation weights, the "
+                "ema hook's, when it ran, else the trained ones), trained, or the word of the "
+                "hook's weights (ema, or a plugin's own)")
+      ->type_name("auto|trained|WORD");
 }
 
 }  // namespace
@@ -144,7 +156,7 @@ void add_evaluate_commands(CLI::App& app, Registry& r) {
       "loss and metrics of a checkpoint's weights over a whole split, as the fit's validation "
       "computes them; changes nothing in the run folder");
   add_config_args(e, ev.config);
-  add_checkpoint_option(e, ev);
+  add_weights_options(e, ev);
   e->add_option("--split", ev.split, "valid (default) or train")->type_name("valid|train");
   e->add_option("--json", ev.json, "also write the values to FILE as JSON")->type_name("FILE");
   r.push_back({e, [] { return cmd_evaluate(ev); }});
@@ -154,7 +166,7 @@ void add_evaluate_commands(CLI::App& app, Registry& r) {
       "the model's output for every sample of a split or an input file, in order, into a .npy "
       "(float32 [N, ...]) or .csv (a row per sample) file; changes nothing in the run folder");
   add_config_args(p, pr.config);
-  add_checkpoint_option(p, pr);
+  add_weights_options(p, pr);
   p->add_option("--split", pr.split, "predict a split of the task's data: valid or train")
       ->type_name("valid|train");
   p->add_option("--input", pr.input,

@@ -38,6 +38,26 @@ fs::path run_dir_of(const fs::path& source, bool checkpoint) {
                     "', so its run's config is unknown; give the run folder");
 }
 
+// An --out that would replace what the run keeps: its final weights and records, or anything
+// in its checkpoints folder (the checkpoint's files are checked against its manifest).
+void refuse_run_files(const fs::path& out, const fs::path& run, const UsedWeights& used) {
+  const auto canonical_run = fs::weakly_canonical(run);
+  for (const char* kept : {"model.pt", "summary.json", "metrics.jsonl"})
+    if (out == canonical_run / kept)
+      throw ConfigError("--out " + out.string() + " is the run's own " + kept +
+                        "; write the export elsewhere, e.g. --out " +
+                        (canonical_run.parent_path() / "exported.pt").string());
+  if (!used.checkpoint) return;
+  const auto checkpoints = fs::weakly_canonical(used.source).parent_path();
+  const auto rel = out.lexically_relative(checkpoints);
+  if (!rel.empty() && *rel.begin() != "..")
+    throw ConfigError("--out " + out.string() + " is inside the run's checkpoints folder '" +
+                      checkpoints.string() +
+                      "', whose files wick manages; write the export "
+                      "elsewhere, e.g. --out " +
+                      (canonical_run.parent_path() / "exported.pt").string());
+}
+
 int cmd_export(const ExportArgs& a) {
   return guarded([&] {
     std::error_code ec;
@@ -73,25 +93,10 @@ int cmd_export(const ExportArgs& a) {
     const auto used =
         load_run_weights(cfg, finder, *trainer, checkpoint ? source.string() : "latest",
                          /*evaluation=*/a.weights != "trained", /*option=*/"");
-    // Any other word names the evaluation weights of a hook (ema's "ema", or a plugin's own):
-    // the checkpoint must hold those.
-    const bool hook_word = a.weights != "auto" && a.weights != "trained";
-    if (hook_word && used.checkpoint && used.weights == "trained")
-      throw ConfigError("--weights " + a.weights + ": " + used.source +
-                        " holds no weights a hook keeps for evaluation (no hook of the run, "
-                        "such as [[hooks]] plugin = \"ema\", offered any); export its trained "
-                        "weights with --weights trained");
-    if (hook_word && used.checkpoint && used.weights != a.weights)
-      throw ConfigError("--weights " + a.weights + ": " + used.source + " holds the " +
-                        used.weights + " weights of a hook, not " + a.weights + "; use --weights " +
-                        used.weights + " or --weights auto");
-    if (!used.checkpoint && a.weights != "auto" && used.weights != a.weights)
-      throw ConfigError("--weights " + a.weights + ": the final weights " + used.source +
-                        " are the " + used.weights +
-                        " ones, and the run has no checkpoint; use --weights auto, or train with "
-                        "[[hooks]] plugin = \"checkpoint\" to keep both");
+    check_weights_word(used, a.weights);
     // Written beside the target and renamed: a failed export leaves no half file.
-    const fs::path out = fs::absolute(a.out);
+    const fs::path out = fs::weakly_canonical(fs::absolute(a.out));
+    refuse_run_files(out, run, used);
     const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp");
     try {
       jit->jit().save(tmp.string());

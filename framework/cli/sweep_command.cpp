@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -30,6 +31,7 @@
 #include "wick/files.hpp"
 #include "wick/launch.hpp"
 #include "wick/loader.hpp"
+#include "wick/sha256.hpp"
 #include "wick/sweep.hpp"
 
 namespace fs = std::filesystem;
@@ -144,7 +146,8 @@ class Sweep {
   std::vector<SweepParam> params_;
   std::vector<Trial> trials_;
   std::int64_t max_epochs_ = 1;
-  int threads_ = 0;  // per trial (0: the config's own)
+  int threads_ = 0;            // per trial (0: the config's own)
+  std::string config_sha256_;  // of the config file's text: an edit is another sweep
   std::string metric_error_;
 };
 
@@ -161,6 +164,7 @@ json Sweep::plan_json() const {
   j["halving"] = a_.halving;
   j["eta"] = a_.eta;
   j["min_epochs"] = a_.min_epochs;
+  j["config_sha256"] = config_sha256_;
   return j;
 }
 
@@ -177,6 +181,10 @@ void Sweep::plan() {
   if (a_.min_epochs < 1) throw ConfigError("--min-epochs must be at least 1");
   for (const auto& p : a_.params) {
     params_.push_back(parse_sweep_param(p));
+    if (params_.back().path == "trainer.output_dir")
+      throw ConfigError("--param " + p +
+                        ": the sweep sets each trial's folder (OUT/trial-NNN); sweep other keys, "
+                        "and choose the sweep's folder with --out");
     for (std::size_t i = 0; i + 1 < params_.size(); ++i)
       if (params_[i].path == params_.back().path)
         throw ConfigError("--param " + p + ": " + params_.back().path + " is swept twice");
@@ -185,6 +193,10 @@ void Sweep::plan() {
   // Every trial's config is loaded now: a path not in the schema, or a value its key refuses,
   // stops the sweep before anything runs.
   const auto base = Config::load(a_.config.config, a_.config.sets);
+  {
+    std::ifstream in(a_.config.config, std::ios::binary);
+    config_sha256_ = sha256_hex(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
   PluginFinder finder(base.search_path(absolute_all(a_.config.plugin_paths)));
   max_epochs_ = 0;
   for (std::size_t t = 0; t < values.size(); ++t) {
@@ -251,7 +263,16 @@ void Sweep::load_or_start() {
     throw ConfigError(file.string() + " is not a sweep's state; remove it or choose another --out");
   const auto mine = plan_json();
   for (const auto& [k, v] : mine.items())
-    if (!j["plan"].contains(k) || j["plan"][k] != v)
+    if (k == "config_sha256" && !j["plan"].contains(k))
+      continue;  // a sweep of an older wick, which kept no hash
+    else if (k == "config_sha256" && j["plan"][k] != v)
+      throw ConfigError(dir_.string() + " holds a sweep of " + a_.config.config +
+                        " as it was before an edit (its sha256 was " +
+                        j["plan"][k].get<std::string>().substr(0, 12) + "..., now " +
+                        v.get<std::string>().substr(0, 12) +
+                        "...): its results are not this config's; choose another --out or "
+                        "remove the folder");
+    else if (!j["plan"].contains(k) || j["plan"][k] != v)
       throw ConfigError(dir_.string() + " holds another sweep (its '" + k + "' was " +
                         (j["plan"].contains(k) ? j["plan"][k].dump() : "unset") + ", now " +
                         v.dump() + "); choose another --out or remove the folder");

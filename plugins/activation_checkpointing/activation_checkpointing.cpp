@@ -78,9 +78,9 @@ class ActivationCheckpointing : public wick::Hook {
     }
     for (std::size_t k = 0; k < globs_.size(); ++k)
       if (!used[k])
-        throw std::runtime_error("activation_checkpointing: glob '" + globs_[k] +
-                                 "' matches no module of the model; its modules are " + names +
-                                 (names.size() >= 300 ? ", ..." : ""));
+        throw wick::ConfigError("activation_checkpointing: glob '" + globs_[k] +
+                                "' matches no module of the model; its modules are " + names +
+                                (names.size() >= 300 ? ", ..." : ""));
     if (c.state().is_main_process()) {
       std::string list;
       for (const auto& t : taken) list += (list.empty() ? "" : ", ") + t;
@@ -93,10 +93,10 @@ class ActivationCheckpointing : public wick::Hook {
                 const std::string& name, const std::shared_ptr<torch::nn::Module>& m) {
     if (auto part = std::dynamic_pointer_cast<wick::JitModuleImpl>(m)) {
       if (part->mode() == wick::JitMode::frozen)
-        throw std::runtime_error("activation_checkpointing: '" + name +
-                                 "' is a frozen TorchScript part: nothing in it is trained, so "
-                                 "its forward keeps no activations for backward already; remove "
-                                 "it from modules");
+        throw wick::ConfigError("activation_checkpointing: '" + name +
+                                "' is a frozen TorchScript part: nothing in it is trained, so "
+                                "its forward keeps no activations for backward already; remove "
+                                "it from modules");
       part->set_checkpointed(true);
       parts_.push_back(std::move(part));
       return;
@@ -105,13 +105,13 @@ class ActivationCheckpointing : public wick::Hook {
     const std::string parent_name = dot == std::string::npos ? "" : name.substr(0, dot);
     const auto& parent = all[parent_name];
     if (parent->name() == "wick::JitModule::Part" || parent->name() == "wick::JitModule")
-      throw std::runtime_error(
+      throw wick::ConfigError(
           "activation_checkpointing: '" + name +
           "' is inside a TorchScript part, whose graph calls its submodules itself; checkpoint "
           "the whole part instead (its name in modules, e.g. the part's registered name)");
     auto seq = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(parent);
     if (!seq)
-      throw std::runtime_error(
+      throw wick::ConfigError(
           "activation_checkpointing: '" + name + "' is called by the forward of its parent '" +
           (parent_name.empty() ? std::string("(the model)") : parent_name) + "' (" +
           parent->name() +

@@ -105,7 +105,11 @@ class Checkpoint : public wick::Hook {
     dir_ = d.is_absolute() ? d : fs::path(run.output_dir) / d;
     if (run.is_main_process()) check_writable();
     const bool resumed = !run.resume.empty() && resume(c, run.resume);
-    if (run.is_main_process()) supersede_later(!resumed);
+    // Set aside at the first save, not now: a fit that fails before it saves anything (a
+    // hook's check in before_fit) leaves the earlier run's checkpoints where they were.
+    supersede_ =
+        run.is_main_process() ? (resumed ? Supersede::later : Supersede::all) : Supersede::none;
+    start_ = name_of(c.position());
     ready_ = true;
   }
 
@@ -266,6 +270,15 @@ class Checkpoint : public wick::Hook {
       flush(c, false);
       return;
     }
+    if (name_of(c.position()) == start_) {
+      // Nothing trained since the fit started: the weights are the initial ones, or the
+      // checkpoint's this fit resumed from. Saving them would set the earlier run aside.
+      std::fprintf(stderr,
+                   "wick: checkpoint: not saving on %s: nothing was trained since the fit "
+                   "started\n",
+                   failed ? "failure" : "cancel");
+      return;
+    }
     if (!c.between_steps()) {
       // Part of the step may have run (gradients, an optimizer update), or validation may have
       // swapped other weights in (EMA): not a point a resume could continue from exactly.
@@ -333,6 +346,10 @@ class Checkpoint : public wick::Hook {
                    reason.c_str());
       return std::nullopt;
     }
+    if (supersede_ != Supersede::none) {
+      supersede_later(supersede_ == Supersede::all);
+      supersede_ = Supersede::none;
+    }
     try {
       return c.save_checkpoint((dir_ / name).string(), reason).bytes;
     } catch (...) {
@@ -363,6 +380,10 @@ class Checkpoint : public wick::Hook {
   double best_ = 0;
   std::string last_saved_;  // name of the newest checkpoint written or resumed from
   std::string resumed_at_;  // ckpt- name of the position resumed from
+  std::string start_;       // ckpt- name of the position the fit started at
+  // What of the folder's checkpoints the first save sets aside: every one (a fresh run), those
+  // after the one resumed from, or none (done, or another rank's).
+  enum class Supersede { none, all, later } supersede_ = Supersede::none;
 };
 
 }  // namespace

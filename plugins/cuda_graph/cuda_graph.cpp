@@ -230,5 +230,6 @@ WICK_PLUGIN(CudaGraph,
             wick::PluginDef("cuda_graph", "1.0.0",
                             "CUDA graphs: the training step captured once after warm-up and "
                             "replayed per batch (static shapes, one GPU)")
+                .one_instance()
                 .order(10)
                 .param_int("warmup", 3, "eager steps before the step is captured"))

@@ -644,6 +644,7 @@ WICK_PLUGIN(Ddp, wick::PluginDef("ddp", "2.0.0",
                                  "Data-parallel training on c10d (Gloo; NCCL on CUDA): "
                                  "gradient all-reduce overlapped with backward, metric reduction, "
                                  "stop agreement")
+                     .one_instance()
                      .order(-7)
                      .param_float("bucket_mb", 25.0,
                                   "gradient bucket size in MiB; fewer buckets, fewer all-reduces")

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <wick/params.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
@@ -19,7 +20,9 @@ namespace {
 class Freeze : public wick::Hook {
  public:
   explicit Freeze(const wick::Params& p)
-      : patterns_(p.get_string_list("patterns")), until_(p.get_int("until_epoch")) {
+      : patterns_(p.get_string_list("patterns")),
+        until_(p.get_int("until_epoch")),
+        key_("hooks." + p.instance() + ".patterns") {
     if (patterns_.empty())
       throw p.error("patterns", "give at least one pattern, e.g. [\"0.*\"] or [\"*.bias\"]");
     if (until_ < -1) throw p.error("until_epoch", "must be >= 0, or -1 for the whole run");
@@ -33,26 +36,35 @@ class Freeze : public wick::Hook {
  private:
   void match(wick::Context& c) {
     if (c.collectives())
-      throw std::runtime_error(
+      throw wick::ConfigError(
           "freeze: not supported with ddp (frozen parameters get no gradient, which the "
           "all-reduce waits for); train on one process or remove freeze");
     matched_.clear();
     std::vector<bool> used(patterns_.size(), false);
     std::string names;
+    std::size_t trainable = 0, trainable_matched = 0;
     for (const auto& item : c.model().named_parameters()) {
       if (names.size() < 300) names += (names.empty() ? "" : ", ") + item.key();
+      trainable += item.value().requires_grad() ? 1 : 0;
       for (std::size_t k = 0; k < patterns_.size(); ++k)
         if (fnmatch(patterns_[k].c_str(), item.key().c_str(), 0) == 0) {
           used[k] = true;
           matched_.push_back(item.value());
+          trainable_matched += item.value().requires_grad() ? 1 : 0;
           break;
         }
     }
     for (std::size_t k = 0; k < patterns_.size(); ++k)
       if (!used[k])
-        throw std::runtime_error("freeze: pattern '" + patterns_[k] +
-                                 "' matches no parameter of the model; its parameters are " +
-                                 names + (names.size() >= 300 ? ", ..." : ""));
+        throw wick::ConfigError(key_ + ": pattern '" + patterns_[k] +
+                                "' matches no parameter of the model; its parameters are " + names +
+                                (names.size() >= 300 ? ", ..." : ""));
+    if (trainable > 0 && trainable_matched == trainable && until_ != 0)
+      throw wick::ConfigError(
+          key_ + " match every trainable parameter of the model (" + std::to_string(trainable) +
+          "), so nothing would train" +
+          (until_ < 0 ? std::string() : " until epoch " + std::to_string(until_)) +
+          "; narrow the patterns to the part to keep fixed");
     frozen_ = -1;  // unknown: the first before_epoch decides
   }
 
@@ -80,6 +92,7 @@ class Freeze : public wick::Hook {
 
   std::vector<std::string> patterns_;
   std::int64_t until_;
+  std::string key_;  // hooks.INSTANCE.patterns, for errors
   std::vector<at::Tensor> matched_;
   int frozen_ = -1;
 };

@@ -43,6 +43,7 @@ class GradAccum : public wick::Hook {
 WICK_PLUGIN(GradAccum,
             wick::PluginDef("grad_accum", "2.0.0",
                             "Gradient accumulation: one optimizer step per N micro-batches")
+                .one_instance()
                 .order(-10)
                 .param_required("steps", wick::ParamType::integer,
                                 "micro-batches per optimizer step (the loss is divided by it)"))

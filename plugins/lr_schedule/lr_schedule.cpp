@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ class LrSchedule : public wick::Hook {
  public:
   explicit LrSchedule(const wick::Params& p)
       : warmup_(p.get_int("warmup_steps")),
-        total_(p.get_int("total_steps")),
+        configured_total_(p.get_int("total_steps")),
         min_lr_(p.get_float("min_lr")),
         step_size_(p.get_int("step_size")),
         gamma_(p.get_float("gamma")),
@@ -54,7 +55,8 @@ class LrSchedule : public wick::Hook {
     else  // the last of the declared choices
       kind_ = Kind::onecycle;
     if (warmup_ < 0) throw p.error("warmup_steps", "must be >= 0");
-    if (total_ < 0) throw p.error("total_steps", "must be >= 0 (0: derive from the run)");
+    if (configured_total_ < 0)
+      throw p.error("total_steps", "must be >= 0 (0: derive from the run)");
     if (min_lr_ < 0) throw p.error("min_lr", "must be >= 0");
     if (kind_ == Kind::step && step_size_ < 1)
       throw p.error("step_size", "kind = \"step\" needs step_size >= 1 (steps between decays)");
@@ -67,7 +69,7 @@ class LrSchedule : public wick::Hook {
       if (!(div_factor_ >= 1)) throw p.error("div_factor", "must be >= 1");
       if (!(final_div_factor_ >= 1)) throw p.error("final_div_factor", "must be >= 1");
     }
-    if (total_ > 0 && total_ <= warmup_)
+    if (configured_total_ > 0 && configured_total_ <= warmup_)
       throw p.error("total_steps", "must be greater than warmup_steps");
   }
 
@@ -81,6 +83,7 @@ class LrSchedule : public wick::Hook {
                                 "\" names no optimizer of this run; its optimizers: " + known);
       }
       base_.clear();
+      total_ = configured_total_;  // resumed_total_ is the checkpoint's (restored before this)
       for (const auto& n : names)
         if (optimizer_.empty() || n == optimizer_)
           for (std::size_t g = 0; g < c.optimizer(n).param_groups().size(); ++g) {
@@ -99,6 +102,16 @@ class LrSchedule : public wick::Hook {
     // The number of batches is known from before_epoch on.
     r.on(wick::Point::before_epoch, [this](wick::Context& c) {
       if (total_ == 0) total_ = derive_total(c);
+      // A resume into a longer or shorter run (epochs, max_steps, batch size, total_steps):
+      // the schedule spans this run, not the checkpoint's.
+      if (resumed_total_ > 0 && resumed_total_ != total_ && c.state().is_main_process())
+        std::fprintf(stderr,
+                     "wick: note: hooks.%s spans %lld %s in this run, %lld in the checkpoint's; "
+                     "it goes on from step %lld of the new length\n",
+                     instance_.c_str(), static_cast<long long>(total_),
+                     per_epoch_ ? "epochs" : "optimizer steps",
+                     static_cast<long long>(resumed_total_), static_cast<long long>(steps_));
+      resumed_total_ = 0;
       apply(c);
     });
     // t counts real optimizer steps, or finished epochs with unit = "epochs".
@@ -111,14 +124,15 @@ class LrSchedule : public wick::Hook {
   }
 
   bool has_state() const override { return true; }
-  // The base lrs are the config's (before_fit), not state.
+  // The base lrs and the length are this run's config's, not state: a resume with another lr,
+  // total_steps or run length (derived) takes them. The checkpoint's length is kept to say so.
   void save_state(wick::StateDict& out) const override {
     out.set_int("steps", steps_);
     out.set_int("total_steps", total_);
   }
   void load_state(const wick::StateDict& in) override {
     steps_ = in.get_int("steps");
-    total_ = in.get_int("total_steps");
+    resumed_total_ = in.get_int("total_steps");
   }
 
  private:
@@ -138,7 +152,9 @@ class LrSchedule : public wick::Hook {
     const auto& s = c.state();
     std::int64_t t = s.epochs;
     if (!per_epoch_) {
-      t *= (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
+      const std::int64_t per_epoch =
+          (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
+      if (__builtin_mul_overflow(t, per_epoch, &t)) t = std::numeric_limits<std::int64_t>::max();
       const auto max_steps = c.run().max_steps;
       if (max_steps > 0 && max_steps < t) t = max_steps;
     }
@@ -190,7 +206,10 @@ class LrSchedule : public wick::Hook {
   }
 
   Kind kind_ = Kind::constant;
-  std::int64_t warmup_, total_;
+  std::int64_t warmup_;
+  std::int64_t configured_total_;   // total_steps as configured (0: derive from the run)
+  std::int64_t total_ = 0;          // this fit's length, once known
+  std::int64_t resumed_total_ = 0;  // the checkpoint's length, until this run's is derived
   double min_lr_;
   std::int64_t step_size_;
   double gamma_, pct_start_, div_factor_, final_div_factor_;

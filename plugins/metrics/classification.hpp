@@ -24,12 +24,12 @@ class TopK : public wick::Metric {
     if (k_ < 1) throw p.error("k", "must be >= 1");
   }
   void update(const at::Tensor& pred, const at::Tensor& target) override {
-    const auto s = class_scores(pred, target);
+    const auto [s, classes] = class_scores(pred, target);
     if (k_ > s.size(1))
       throw wick::ConfigError(
           "k = " + std::to_string(k_) + " is above the " + std::to_string(s.size(1)) +
           " classes the prediction scores; set k to at most " + std::to_string(s.size(1)));
-    const auto t = target.to(s.device()).unsqueeze(1);
+    const auto t = classes.to(s.device()).unsqueeze(1);
     const auto hit = k_ == 1 ? s.argmax(1, true).eq(t) : std::get<1>(s.topk(k_, 1)).eq(t);
     const auto counts =
         at::stack({hit.any(1).sum().to(at::kDouble),
@@ -55,9 +55,9 @@ class TopK : public wick::Metric {
 class Confusion : public wick::Metric {
  public:
   void update(const at::Tensor& pred, const at::Tensor& target) override {
-    const auto s = class_scores(pred, target);
+    const auto [s, classes] = class_scores(pred, target);
     const auto C = s.size(1);
-    const auto idx = target.to(s.device()).to(at::kLong) * C + s.argmax(1);
+    const auto idx = classes.to(s.device()).to(at::kLong) * C + s.argmax(1);
     const auto counts = at::bincount(idx, {}, C * C).to(at::kDouble).reshape({C, C});
     if (state_.empty()) {
       state_.push_back(counts);

@@ -42,13 +42,13 @@ class Auroc : public wick::Metric {
  public:
   explicit Auroc(const wick::Params&) {}
   void update(const at::Tensor& pred, const at::Tensor& target) override {
-    const auto s = class_scores(pred, target);
+    const auto [s, classes] = class_scores(pred, target);
     if (!batches_.empty() && batches_.front().size(1) != s.size(1))
       throw wick::ConfigError("the prediction scores " + std::to_string(s.size(1)) +
                               " classes where earlier batches scored " +
                               std::to_string(batches_.front().size(1)));
     batches_.push_back(s.detach().to(at::kCPU, at::kDouble));
-    targets_.push_back(target.to(at::kCPU, at::kDouble));
+    targets_.push_back(classes.to(at::kCPU, at::kDouble));
     const auto n = at::full({1}, static_cast<double>(s.size(0)), at::kDouble);
     if (state_.empty())
       state_.push_back(n);

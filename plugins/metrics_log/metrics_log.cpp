@@ -61,7 +61,9 @@ class MetricsLog : public wick::Hook {
       columns_ = kFixed;
       rows_.clear();
       fs::create_directories(path_.parent_path());
-      rewrite();
+      // The table is written anew at the first record (or at a resume's rewind), so that a fit
+      // that fails before one leaves the earlier run's table as it was.
+      started_ = false;
     });
     // A resumed run continues the table from its checkpoint: exactly the records the restored
     // run had written, so that rows a killed run wrote after it are not kept twice.
@@ -70,9 +72,16 @@ class MetricsLog : public wick::Hook {
       rows_.clear();
       for (const auto& rec : kept) add_row(rec);
       rewrite();
+      started_ = true;
     });
     r.on_record([this](const wick::Record& rec) {
       if (path_.empty()) return;
+      if (!started_) {  // the first record of a fresh run, a row or not
+        started_ = true;
+        add_row(rec);
+        rewrite();
+        return;
+      }
       if (!add_row(rec)) return;
       if (widened_) {
         rewrite();
@@ -133,6 +142,7 @@ class MetricsLog : public wick::Hook {
   std::string file_;
   bool steps_;
   bool widened_ = false;
+  bool started_ = false;  // the table was written anew this fit
   fs::path path_;
   std::vector<std::string> columns_;
   std::vector<std::vector<std::pair<std::string, std::string>>> rows_;

@@ -142,6 +142,7 @@ WICK_PLUGIN(MixedPrecision,
             wick::PluginDef("mixed_precision", "2.1.0",
                             "bf16/fp16 autocast around the forward pass (bf16 where native with "
                             "\"auto\"); fp16 loss scaling")
+                .one_instance()
                 .order(-5)
                 .param_choice("dtype", {"auto", "bf16", "fp16", "bfloat16", "float16"}, "auto",
                               "auto: bf16 where the CPU (AVX512-BF16, AMX) or GPU runs it "

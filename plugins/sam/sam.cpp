@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <wick/params.hpp>
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
 
@@ -37,22 +38,22 @@ class Sam : public wick::Hook {
   static void refuse_what_cannot_compose(wick::Context& c) {
     const std::string why = "sam needs a second forward and backward pass per optimizer step";
     if (c.task().manual_optimization())
-      throw std::runtime_error(
+      throw wick::ConfigError(
           why +
           ", which it runs through the trainer; this task drives its own steps "
           "(manual optimization): take SAM's two passes in its train_step instead");
     if (c.optimizer_names().size() > 1)
-      throw std::runtime_error(why + " over the whole model; this run has " +
-                               std::to_string(c.optimizer_names().size()) +
-                               " optimizers: use one [optimizer]");
+      throw wick::ConfigError(why + " over the whole model; this run has " +
+                              std::to_string(c.optimizer_names().size()) +
+                              " optimizers: use one [optimizer]");
     if (c.state().grad_accum_steps > 1)
-      throw std::runtime_error(
+      throw wick::ConfigError(
           why + " on the whole batch, but with grad_accum (steps = " +
           std::to_string(c.state().grad_accum_steps) +
           ") it would see only the last micro-batch; remove grad_accum and raise "
           "trainer.batch_size, or remove sam");
     if (c.collectives())
-      throw std::runtime_error(
+      throw wick::ConfigError(
           why +
           ", and with ddp its gradient would not be all-reduced; train on one process "
           "or remove sam");
@@ -93,6 +94,7 @@ class Sam : public wick::Hook {
 WICK_PLUGIN(Sam, wick::PluginDef("sam", "1.0.0",
                                  "Sharpness-aware minimization: step with the gradient taken at "
                                  "w + rho * g / ||g||")
+                     .one_instance()
                      .order(-2)
                      .param_float("rho", 0.05,
                                   "radius of the neighbourhood the loss is "

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <wick/params.hpp>
 #include <wick/plugin.hpp>
 #include <wick/state_dict.hpp>
 #include <wick/task.hpp>
@@ -34,11 +35,11 @@ class Swa : public wick::Hook {
       const auto epochs = c.run().epochs;
       first_ = start_ >= 0 ? start_ : epochs - std::max<std::int64_t>(1, epochs / 4);
       if (first_ >= epochs)
-        throw std::runtime_error("swa: start_epoch = " + std::to_string(first_) +
-                                 " but the run has " + std::to_string(epochs) +
-                                 " epochs (0-based), so nothing would be averaged; set "
-                                 "start_epoch below " +
-                                 std::to_string(epochs));
+        throw wick::ConfigError("swa: start_epoch = " + std::to_string(first_) +
+                                " but the run has " + std::to_string(epochs) +
+                                " epochs (0-based), so nothing would be averaged; set "
+                                "start_epoch below " +
+                                std::to_string(epochs));
     });
     // Training of the epoch is over at before_valid (or at after_epoch without validation).
     r.on(wick::Point::before_valid, [this](wick::Context& c) { epoch_trained(c); });
@@ -180,6 +181,7 @@ class Swa : public wick::Hook {
 WICK_PLUGIN(Swa, wick::PluginDef("swa", "1.0.0",
                                  "Stochastic weight averaging of each epoch's weights from "
                                  "start_epoch; the average (batch norm recomputed) ends the run")
+                     .one_instance()
                      .order(-110)
                      .param_int("start_epoch", -1,
                                 "first epoch (0-based) whose weights are averaged; -1: the last "

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 
@@ -39,10 +40,15 @@ class TensorBoard : public wick::Hook {
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
-      folder_ = fs::path(c.run().output_dir) / dir_;
+      const auto run_dir = fs::weakly_canonical(fs::absolute(c.run().output_dir));
+      folder_ = fs::weakly_canonical(run_dir / dir_);
+      const auto rel = folder_.lexically_relative(run_dir);
+      inside_run_ = !rel.empty() && *rel.begin() != "..";
+      tag_ = run_tag(run_dir.string());
       config_text_ = c.run().config_toml;
-      // A resumed run waits for its records (on_rewind) before it touches the old file.
-      if (c.run().resume.empty()) start({});
+      file_.reset();
+      // The old files go at the first record (a fresh run) or when a resumed run has its
+      // records (on_rewind): a fit that fails before either leaves them as they were.
     });
     r.on_rewind([this](const std::vector<wick::Record>& kept) { start(kept); });
     r.on_record([this](const wick::Record& rec) {
@@ -59,18 +65,40 @@ class TensorBoard : public wick::Hook {
   }
 
  private:
-  // A new event file holding exactly `kept`; earlier event files in the folder go.
+  // 8 hex digits of FNV-1a over the run directory's path: names this run's event files, so
+  // that a folder shared by several runs (one logdir) keeps the others'.
+  static std::string run_tag(const std::string& run_dir) {
+    std::uint32_t h = 2166136261u;
+    for (const unsigned char ch : run_dir) h = (h ^ ch) * 16777619u;
+    char text[9];
+    std::snprintf(text, sizeof text, "%08x", h);
+    return text;
+  }
+
+  static bool ends_with(const std::string& s, const std::string& end) {
+    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+  }
+
+  // An event file an earlier fit into this run directory wrote: named with its tag, or, in a
+  // folder inside the run directory, any of wick's (older versions named no tag). Other runs'
+  // and other tools' files stay.
+  bool earlier_own(const fs::path& p) const {
+    const auto n = p.filename().string();
+    if (n.rfind("events.out.tfevents.", 0) != 0 || !ends_with(n, ".wick")) return false;
+    return inside_run_ || ends_with(n, "." + tag_ + ".wick");
+  }
+
+  // A new event file holding exactly `kept`, in place of this run's earlier ones.
   void start(const std::vector<wick::Record>& kept) {
     file_.reset();
     fs::create_directories(folder_);
     for (const auto& e : fs::directory_iterator(folder_))
-      if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && e.is_regular_file())
-        fs::remove(e.path());
+      if (e.is_regular_file() && earlier_own(e.path())) fs::remove(e.path());
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     const double now = wall_time();
     const std::string name = "events.out.tfevents." + std::to_string(static_cast<long long>(now)) +
-                             "." + host + "." + std::to_string(getpid()) + ".wick";
+                             "." + host + "." + std::to_string(getpid()) + "." + tag_ + ".wick";
     file_ = std::make_unique<wick_tb::EventFile>((folder_ / name).string());
     file_->write(wick_tb::file_version_event(now));
     if (config_ && !config_text_.empty())
@@ -88,7 +116,7 @@ class TensorBoard : public wick::Hook {
   }
 
   void histograms(wick::Context& c, std::int64_t step) {
-    if (!file_) return;
+    if (!file_) start({});  // before the first record (a resumed run's is open since rewind)
     torch::NoGradGuard g;
     const double now = wall_time();
     for (const auto& p : c.model().named_parameters()) {
@@ -128,6 +156,8 @@ class TensorBoard : public wick::Hook {
   std::int64_t every_, bins_;
   bool config_;
   fs::path folder_;
+  bool inside_run_ = true;  // folder_ is the run directory or inside it
+  std::string tag_;         // run_tag of the run directory
   std::string config_text_;
   std::unique_ptr<wick_tb::EventFile> file_;
 };

@@ -61,8 +61,11 @@ class TorchScriptTask : public wick::Task {
                                 "@torch.jit.export, or name a loss such as \"cross_entropy\"");
     const auto in_key = p.get_string("input_key"), target_key = p.get_string("target_key");
     train_ = load_data(p.get_path("train"), in_key, target_key);
-    if (!p.get_string("valid").empty()) valid_ = load_data(p.get_path("valid"), in_key, target_key);
     probe(*train_, p.get_path("train"));
+    if (!p.get_string("valid").empty()) {
+      valid_ = load_data(p.get_path("valid"), in_key, target_key);
+      probe(*valid_, p.get_path("valid"));  // its labels too: validation would fail on them
+    }
   }
 
   std::shared_ptr<torch::nn::Module> model() override { return jit_.ptr(); }
@@ -106,6 +109,8 @@ class TorchScriptTask : public wick::Task {
   std::shared_ptr<wick::TensorDataset> load_data(const std::string& path, const std::string& in_key,
                                                  const std::string& target_key) {
     auto d = wick::read_data_file(path, in_key, target_key);
+    if (d.input.dim() == 0 || d.input.size(0) == 0)
+      throw wick::ConfigError(path + ": it holds no samples");
     // Floating inputs in the model's dtype (a float64 NumPy array for a float32 model).
     at::ScalarType dtype = at::kFloat;
     for (const auto& t : jit_->parameters()) {
@@ -122,6 +127,13 @@ class TorchScriptTask : public wick::Task {
                                   "values; save integer labels, or pick a regression loss");
       }
       d.target = d.target.to(at::kLong);
+      // A column of labels [N, 1] is one class index per sample.
+      if (d.target.dim() == 2 && d.target.size(1) == 1) d.target = d.target.squeeze(1);
+      if (d.target.dim() != 1)
+        throw wick::ConfigError(path + ": task.loss \"" + loss_ +
+                                "\" needs one class index per sample, a target [N], but it "
+                                "holds " +
+                                shape_of(d.target));
     } else if (loss_ != "module") {
       d.target = d.target.to(dtype);  // regression and binary targets in the model's dtype
     }
@@ -154,6 +166,13 @@ class TorchScriptTask : public wick::Task {
                                 script_error(e));
       }
     }
+    const auto first = t.slice(0, 0, n);
+    if (!class_loss(loss_) && loss_ != "module" && pred.numel() != first.numel())
+      throw wick::ConfigError("task.loss \"" + loss_ +
+                              "\" compares the prediction with the target value by value, but "
+                              "the model gives " +
+                              shape_of(pred) + " for targets of " + shape_of(first) + " in " +
+                              path + "; make the model give one value per target value");
     if (class_loss(loss_)) {
       if (pred.dim() != 2)
         throw wick::ConfigError("task.loss \"" + loss_ +

@@ -282,6 +282,7 @@ WICK_PLUGIN(Zero3, wick::PluginDef("zero3", "1.0.0",
                                    "Data-parallel training with each parameter, its gradient and "
                                    "its optimizer state kept by one rank (ZeRO stage 3) and "
                                    "gathered for forward")
+                       .one_instance()
                        .order(-7)
                        .param_float("timeout_s", 300.0,
                                     "seconds before a collective (or the rendezvous) gives up on "

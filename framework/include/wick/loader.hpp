@@ -35,6 +35,7 @@ struct PluginInfo {
   PluginKind kind = PluginKind::hook;
   int default_order = 0;
   bool main_process_only = false;
+  bool one_instance = false;  // PluginDef::one_instance
   int api_major = 0, api_minor = 0;
   std::vector<ParamInfo> params;
   std::string path;  // absolute path of the library

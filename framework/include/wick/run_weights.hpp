@@ -39,6 +39,13 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
                              const std::string& what, bool evaluation,
                              const std::string& option = "--checkpoint");
 
+// Checks that `used` are the weights `--weights WORD` asked for: "auto" (what validation used:
+// a hook's evaluation weights where one kept them, else the trained ones; load with
+// evaluation = true), "trained" (evaluation = false), or the word of a hook's weights ("ema"),
+// which the checkpoint, or the final weights of a run without one, must hold. ConfigError
+// naming what they hold and the word to use otherwise.
+void check_weights_word(const UsedWeights& used, const std::string& word);
+
 }  // namespace wick
 
 WICK_PUBLIC_END

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -133,7 +134,13 @@ void Config::Impl::apply_set(const std::string& set) {
   if (toml_too_deep("v = " + value)) throw ConfigError(label + ": the value " + too_deep_message());
   try {
     parsed = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
+  } catch (const toml::parse_error& e) {
+    // What reads as one number is not text: a value past float64 (1e309) or int64 says so.
+    static const std::regex number(R"([+-]?[0-9][0-9_]*(\.[0-9][0-9_]*)?([eE][+-]?[0-9]+)?)");
+    const bool numeric = std::regex_match(value, number);
+    if (numeric)
+      throw ConfigError(label + ": '" + printable(value) + "' is not a number TOML can hold (" +
+                        std::string(e.description()) + ")");
     parsed.insert("v", value);  // not a TOML literal: take it as a string
   }
   if (parsed.size() != 1)  // "0.1\nname = 'sgd'": the rest would be dropped silently
@@ -486,7 +493,17 @@ std::vector<Config::Impl::Instance> Config::Impl::instances(
 
 std::vector<HookEntry> Config::make_hooks(const PluginFinder& finder) const {
   std::vector<HookEntry> out;
+  std::map<std::string, std::string> first_at;  // one-instance plugin -> its table's place
   for (auto& i : impl_->instances(finder, "hooks", PluginKind::hook, kHookReserved)) {
+    if (i.lib->info().one_instance) {
+      const auto here = impl_->where(i.table->source());
+      const auto [it, fresh] = first_at.emplace(i.plugin, here);
+      if (!fresh)
+        throw ConfigError(here + ": a second [[hooks]] plugin = \"" + i.plugin +
+                          "\" (the first is at " + it->second +
+                          "); it takes one instance, "
+                          "since a second would redo its work on every step: keep one");
+    }
     HookEntry e;
     e.plugin = i.plugin;
     e.instance = i.name;

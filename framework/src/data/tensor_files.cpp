@@ -266,6 +266,8 @@ Csv read_csv(const std::string& path) {
   if (!std::getline(in, line))
     throw ConfigError(path + ": empty; a .csv needs a header row, then one row per sample");
   if (!line.empty() && line.back() == '\r') line.pop_back();
+  // A UTF-8 byte order mark (Excel's "CSV UTF-8") is no part of the first column's name.
+  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
   for (std::size_t pos = 0;;) {
     const auto comma = line.find(',', pos);
     std::string name = line.substr(pos, comma == std::string::npos ? comma : comma - pos);

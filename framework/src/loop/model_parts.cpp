@@ -9,7 +9,10 @@
 
 namespace wick {
 
-void check_model_parts(const torch::nn::Module& model) {
+namespace {
+
+// A TorchScript part's tensor that is also one of the rest of the model.
+void check_jit_parts_own_their_tensors(const torch::nn::Module& model) {
   // JitModule lives in a header (wick/jit.hpp) that libwick does not include (it brings the
   // TorchScript runtime), so its parts are recognised by the name its constructor gives.
   // tensor -> (the part's prefix, the part's name for it)
@@ -25,7 +28,6 @@ void check_model_parts(const torch::nn::Module& model) {
   if (owner.empty()) return;
   auto check = [&](const std::string& name, const at::Tensor& t) {
     auto it = owner.find(t.unsafeGetTensorImpl());
-    // Within its own part a tensor may appear twice (weights tied inside the scripted module).
     if (it == owner.end() || name.rfind(it->second.first, 0) == 0) return;
     throw std::runtime_error(
         "the model's tensor '" + name + "' is also '" + it->second.second +
@@ -35,6 +37,26 @@ void check_model_parts(const torch::nn::Module& model) {
   };
   for (const auto& t : model.named_parameters(true)) check(t.key(), t.value());
   for (const auto& t : model.named_buffers(true)) check(t.key(), t.value());
+}
+
+// One tensor under two names would be stepped twice: LibTorch's optimizers take the list as
+// given, where torch.optim's model.parameters() drops repeats.
+void check_parameters_once(const torch::nn::Module& model) {
+  std::map<const void*, std::string> first_name;
+  for (const auto& t : model.named_parameters(true)) {
+    const auto [it, fresh] = first_name.emplace(t.value().unsafeGetTensorImpl(), t.key());
+    if (!fresh)
+      throw std::runtime_error("the model's parameters '" + it->second + "' and '" + t.key() +
+                               "' are one tensor, which the optimizer would step twice; "
+                               "register it once and use it in both places (tied weights)");
+  }
+}
+
+}  // namespace
+
+void check_model_parts(const torch::nn::Module& model) {
+  check_jit_parts_own_their_tensors(model);
+  check_parameters_once(model);
 }
 
 }  // namespace wick

@@ -8,8 +8,8 @@ class Module;
 namespace wick {
 
 // Throws std::runtime_error when a TorchScript part's tensor (a wick::JitModule's parameter
-// or buffer) is also a tensor of the rest of the model: the optimizer would step it twice,
-// or train what the part says is frozen.
+// or buffer) is also a tensor of the rest of the model, or when a parameter is registered
+// under two names: the optimizer would step it twice, or train what a part says is frozen.
 void check_model_parts(const torch::nn::Module& model);
 
 }  // namespace wick

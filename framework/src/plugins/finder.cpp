@@ -6,6 +6,7 @@
 #include <set>
 
 #include "plugins/plugin_name.hpp"
+#include "wick/config.hpp"  // did_you_mean
 #include "wick/loader.hpp"
 #include "wick/system.hpp"
 
@@ -104,9 +105,21 @@ std::shared_ptr<const PluginLibrary> PluginFinder::find(const std::string& name)
     if (any_lists)
       also = std::string(" and in the plugin libraries ") + kPluginLibraryPrefix + "*.so";
     for (const auto& s : skipped) also += "\nskipped: " + s;
+    // A near miss among the single-plugin files found (a typo: grad_clp for grad_clip).
+    std::vector<std::string> present;
+    for (const auto& d : dirs_) {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(d, ec)) {
+        const auto f = e.path().filename().string();
+        if (f.size() > 8 && f.rfind("wick_", 0) == 0 && f.compare(f.size() - 3, 3, ".so") == 0)
+          present.push_back(f.substr(5, f.size() - 8));
+      }
+    }
+    const auto near = did_you_mean(name, present);
     throw PluginError(PluginError::Kind::not_found,
-                      "no plugin named '" + name + "' (looked for " + file + " in:" + searched +
-                          ")" + also +
+                      "no plugin named '" + name + "'" +
+                          (near.empty() ? "" : "; did you mean '" + near + "'?") + " (looked for " +
+                          file + " in:" + searched + ")" + also +
                           "\nrun `wick plugins` to list what is installed, or add its folder "
                           "to [plugins] path or WICK_PLUGIN_PATH");
   }

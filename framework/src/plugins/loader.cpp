@@ -258,6 +258,7 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
   info.kind = static_cast<PluginKind>(ci.kind);
   info.default_order = ci.default_order;
   info.main_process_only = (ci.flags & kMainProcessOnly) != 0;
+  info.one_instance = (ci.flags & kOneInstance) != 0;
   info.api_major = ci.api_major;
   info.api_minor = ci.api_minor;
   info.path = p;

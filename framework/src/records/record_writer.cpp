@@ -25,11 +25,13 @@ RecordWriter::~RecordWriter() {
 void RecordWriter::open(const fs::path& file, bool append) {
   if (fd_ >= 0) ::close(fd_);
   file_ = file;
-  fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_APPEND, 0644);
   if (fd_ < 0)
     throw std::runtime_error("cannot write '" + file.string() + "': " + std::strerror(errno) +
                              "; set trainer.output_dir to a writable folder");
-  if (append) ::lseek(fd_, 0, SEEK_END);
+  // A new history replaces the old at its first record: a fit that fails before writing one
+  // (a hook's check in before_fit) leaves the earlier run's records as they were.
+  cut_at_first_write_ = !append;
 }
 
 void RecordWriter::log(std::string_view key, double value) {
@@ -83,6 +85,10 @@ void RecordWriter::commit() {
   staged_ = false;
   const Record& r = last_;
   if (fd_ >= 0) {
+    if (cut_at_first_write_ && ::ftruncate(fd_, 0) != 0)
+      throw std::runtime_error("cannot start '" + file_.string() +
+                               "' afresh: " + std::strerror(errno));
+    cut_at_first_write_ = false;
     const std::string line = record_to_json(r) + "\n";
     std::size_t off = 0;
     while (off < line.size()) {
@@ -125,6 +131,7 @@ void RecordWriter::rewind(const fs::path& file, std::int64_t n, bool truncate) {
                  "history continues from what is there\n",
                  file.c_str(), kept.size(), static_cast<long long>(n));
   if (truncate && fd_ >= 0) {
+    cut_at_first_write_ = false;
     if (::ftruncate(fd_, static_cast<off_t>(keep_bytes)) != 0)
       throw std::runtime_error("cannot cut '" + file_.string() +
                                "' back to the checkpoint: " + std::strerror(errno));

@@ -35,8 +35,8 @@ class RecordWriter {
   RecordWriter(const RecordWriter&) = delete;
   RecordWriter& operator=(const RecordWriter&) = delete;
 
-  // metrics.jsonl: appended to when `append` (a resume), else started afresh. Throws naming
-  // the file and the fix when it cannot be written.
+  // metrics.jsonl: appended to when `append` (a resume), else started afresh at the first
+  // record. Throws naming the file and the fix when it cannot be written.
   void open(const std::filesystem::path& file, bool append);
   void set_sinks(const Sinks* sinks, const Rewinds* rewinds) {
     sinks_ = sinks;
@@ -81,6 +81,7 @@ class RecordWriter {
   std::vector<std::pair<std::string, std::variant<double, at::Tensor>>> pending_;
   std::filesystem::path file_;
   int fd_ = -1;
+  bool cut_at_first_write_ = false;  // opened afresh: the old history goes at the first record
   std::int64_t count_ = 0;
   Record last_;
   bool staged_ = false;

@@ -135,4 +135,21 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
   return from_checkpoint(t, p, evaluation);
 }
 
+void check_weights_word(const UsedWeights& used, const std::string& word) {
+  if (word == "auto" || word == "trained") return;
+  if (used.checkpoint && used.weights == "trained")
+    throw ConfigError("--weights " + word + ": " + used.source +
+                      " holds no weights a hook keeps for evaluation (no hook of the run, such "
+                      "as [[hooks]] plugin = \"ema\", offered any); use --weights trained");
+  if (used.checkpoint && used.weights != word)
+    throw ConfigError("--weights " + word + ": " + used.source + " holds the " + used.weights +
+                      " weights of a hook, not " + word + "; use --weights " + used.weights +
+                      " or --weights auto");
+  if (!used.checkpoint && used.weights != word)
+    throw ConfigError("--weights " + word + ": the final weights " + used.source + " are the " +
+                      used.weights +
+                      " ones, and the run has no checkpoint; use --weights auto, or train with "
+                      "[[hooks]] plugin = \"checkpoint\" to keep both");
+}
+
 }  // namespace wick

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "loop/build_trainer.hpp"
@@ -61,8 +62,12 @@ void check_lr_find_options(const LrFindOptions& o) {
   auto bad = [](const std::string& what) { throw ConfigError(what); };
   if (!(o.start > 0) || !std::isfinite(o.start))
     bad("--start must be a learning rate > 0, e.g. --start 1e-7");
-  if (!(o.end > o.start) || !std::isfinite(o.end))
-    bad("--end must be larger than --start (" + std::to_string(o.start) + "), e.g. --end 10");
+  if (!std::isfinite(o.end)) bad("--end must be a finite learning rate, e.g. --end 10");
+  if (!(o.end > o.start)) {
+    char start[32];
+    std::snprintf(start, sizeof start, "%g", o.start);
+    bad(std::string("--end must be larger than --start (") + start + "), e.g. --end 10");
+  }
   if (o.steps < 10) bad("--steps must be at least 10: the smoothed loss needs batches to settle");
   if (!(o.smoothing >= 0 && o.smoothing < 1)) bad("the smoothing must be in [0, 1)");
   if (!(o.diverge > 1)) bad("the divergence factor must be > 1");

@@ -9,11 +9,13 @@
 //
 // Frozen: its parameters are registered as buffers with requires_grad off (checkpointed,
 // never trained), and the scripted module stays in eval mode (batch norms keep their running
-// statistics). Trainable: registered as parameters (the optimizer trains them), and train /
-// eval follow the model's. Either
-// way they are the TorchScript module's own tensors, shared, never copies; the tensors keep
-// the scripted module's names (enc.fc.weight). A part's tensors must be its own: one that is
-// also a tensor of the rest of the model is refused when the fit starts.
+// statistics). Trainable: registered as parameters (the optimizer trains those whose
+// requires_grad the file has on; since SDK 2.21, before which every one was trained), and
+// train / eval follow the model's. Either way they are the TorchScript module's own tensors,
+// shared, never copies; the tensors keep the scripted module's names (enc.fc.weight). Tied
+// weights (one tensor under two names) are registered once, under the first name (since 2.21:
+// before, twice, and stepped twice). A part's tensors must be its own: one that is also a
+// tensor of the rest of the model is refused when the fit starts.
 // Use torch.jit.script or trace, not torch.jit.freeze (a frozen graph holds its weights as
 // constants, which no device move or checkpoint reaches). This header includes LibTorch and
 // its TorchScript runtime (<torch/script.h>).
@@ -25,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -42,7 +45,8 @@ class JitModuleImpl : public torch::nn::Module {
  public:
   JitModuleImpl(torch::jit::Module module, JitMode mode)
       : torch::nn::Module("wick::JitModule"), jit_(std::move(module)), mode_(mode) {
-    mirror(*this, jit_, mode == JitMode::trainable);
+    std::unordered_set<const void*> seen;
+    mirror(*this, jit_, mode == JitMode::trainable, seen);
     train(is_training());
   }
 
@@ -91,19 +95,24 @@ class JitModuleImpl : public torch::nn::Module {
   };
 
   // Registers the scripted module's tensors (the same tensors: moves and loads happen in
-  // place, so the scripted module sees them) on `into`, recursively.
-  static void mirror(torch::nn::Module& into, const torch::jit::Module& from, bool trainable) {
+  // place, so the scripted module sees them) on `into`, recursively. A tensor seen already
+  // (tied weights, a submodule under two names) is registered once, under its first name, so
+  // that it is stepped once, as torch.optim does. Trainable parameters keep the file's
+  // requires_grad: one frozen in Python stays frozen.
+  static void mirror(torch::nn::Module& into, const torch::jit::Module& from, bool trainable,
+                     std::unordered_set<const void*>& seen) {
     for (const auto& p : from.named_parameters(/*recurse=*/false)) {
+      if (!seen.insert(p.value.unsafeGetTensorImpl()).second) continue;
       if (trainable)
-        into.register_parameter(p.name, p.value, /*requires_grad=*/true);
+        into.register_parameter(p.name, p.value, p.value.requires_grad());
       else
         into.register_buffer(p.name, p.value.set_requires_grad(false));
     }
     for (const auto& b : from.named_buffers(/*recurse=*/false))
-      into.register_buffer(b.name, b.value);
+      if (seen.insert(b.value.unsafeGetTensorImpl()).second) into.register_buffer(b.name, b.value);
     for (const auto& c : from.named_children()) {
       auto part = std::make_shared<Part>();
-      mirror(*part, c.value, trainable);
+      mirror(*part, c.value, trainable, seen);
       into.register_module(c.name, part);
     }
   }

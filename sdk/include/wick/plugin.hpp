@@ -81,6 +81,7 @@ class Task;
 class Metric;
 enum class PluginKind : std::uint32_t { hook = 0, task = 1, metric = 2 };
 inline constexpr std::uint32_t kMainProcessOnly = 1u;
+inline constexpr std::uint32_t kOneInstance = 2u;  // since SDK 2.21
 
 // Builder for a plugin's info record; lives in the plugin's static storage.
 class PluginDef {
@@ -98,6 +99,13 @@ class PluginDef {
   // Run on the main process (rank 0) only, in data-parallel runs.
   PluginDef& main_process_only() {
     flags_ |= kMainProcessOnly;
+    return *this;
+  }
+  // At most one instance in a config (since SDK 2.21): for a hook whose second instance would
+  // redo its work on the same step (a second gradient accumulation divides the loss again).
+  // A config with two is refused, naming both tables.
+  PluginDef& one_instance() {
+    flags_ |= kOneInstance;
     return *this;
   }
 

@@ -37,10 +37,12 @@
 //   2.19 Registrar::request_profile_on (ProfileClock: a CUDA run's steps on the host's clock)
 //   2.20 Context::configured_lr (the lr the config gives a parameter group: what a schedule
 //        scales, this run's config's on a resume)
+//   2.21 JitModule keeps the file's requires_grad and registers tied tensors once;
+//        PluginDef::one_instance
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 20
+#define WICK_API_MINOR 21
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
