@@ -389,6 +389,11 @@ TEST_CASE("wick sweep runs a grid two trials at a time and writes results and th
                 "trainer.output_dir=[\"a\", \"b\"]", "--out", (dir / "other").string()});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("the sweep sets each trial's folder (OUT/trial-NNN)"));
+  // A float range on an integer key points to the integer specs.
+  r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param", "trainer.batch_size=log:8:64:3",
+                "--grid", "--out", (dir / "other").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("for an integer key use int:LO:HI or a list of integers"));
 }
 
 TEST_CASE("wick sweep --halving stops the trials below the best at a rung") {

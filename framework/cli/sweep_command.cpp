@@ -218,9 +218,17 @@ void Sweep::plan() {
       std::string msg = e.what();
       for (std::size_t k = 0; k < params_.size(); ++k) {
         const std::string set = "--set " + params_[k].path + "=" + trial.values[k] + ": ";
-        if (msg.rfind(set, 0) == 0)
-          throw ConfigError("--param " + params_[k].path + "=" + params_[k].spec + ": " +
-                            msg.substr(set.size()));
+        if (msg.rfind(set, 0) != 0) continue;
+        // log: and uniform: draw floats; an integer key takes int:LO:HI or a list.
+        const bool float_range =
+            params_[k].spec.rfind("log:", 0) == 0 || params_[k].spec.rfind("uniform:", 0) == 0;
+        const bool wants_integer = msg.find("must be an integer, not a float") != std::string::npos;
+        throw ConfigError("--param " + params_[k].path + "=" + params_[k].spec + ": " +
+                          msg.substr(set.size()) +
+                          (float_range && wants_integer
+                               ? "; log: and uniform: draw floats: for an integer key use "
+                                 "int:LO:HI or a list of integers"
+                               : ""));
       }
       throw;
     }
