@@ -281,6 +281,21 @@ TEST_CASE(
   check_matches_reference(d);
 }
 
+TEST_CASE("a hook failing at after_step before later hooks saw the step saves no failure") {
+  // lr_schedule (order 5) runs after the fault (order 0) at after_step: step 10 is unfinished.
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "every_n_steps = 4\n",
+                    fault("action = \"throw\"\nstep = 10\n") +
+                        "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"linear\"\n"));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 1);
+  CHECK(r.err.find("not saving on failure: it came in the middle of a step") != std::string::npos);
+  CHECK_FALSE(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000002"));
+  CHECK(fs::exists(ckpt_dir(d) / "ckpt-e0001-b0000000" / "manifest.json"));
+}
+
 TEST_CASE("an exception in the middle of a step writes no failure checkpoint") {
   TempDir d;
   // LibTorch's own error (a view of the wrong size), told without its C++ backtrace.

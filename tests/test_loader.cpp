@@ -83,6 +83,26 @@ TEST_CASE("an info record without the wick signature") {
                    "signature");
 }
 
+TEST_CASE("a plugin file cut short (an interrupted copy) is refused, not mapped") {
+  // dlopen maps a truncated file's segments and faults (SIGBUS) on the missing pages.
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const auto whole = read_file(kGood / "wick_recorder.so");
+  for (const std::size_t keep : {std::size_t{3000}, whole.size() / 2}) {
+    INFO(keep << " of " << whole.size() << " bytes");
+    const auto p = dir / ("wick_cut" + std::to_string(keep) + ".so");
+    write_file(p, whole.substr(0, keep));
+    auto msg = refused(Kind::load_failed, [&] { wick::load_plugin_library(p.string()); });
+    CHECK(has(msg, "cannot load '" + p.string() + "': it is cut short: its headers reach byte "));
+    CHECK(has(msg, "but the file has " + std::to_string(keep) + " bytes"));
+  }
+  // A cut-short library of plugins in the search path is skipped: the search goes on.
+  write_file(dir / "wicklib_cut.so", whole.substr(0, 3000));
+  wick::PluginFinder finder({dir.path().string(), kGood.string()});
+  CHECK(finder.find("recorder")->info().name == "recorder");
+}
+
 TEST_CASE("a file that is not a shared object at all") {
   TempDir dir;
   write_file(dir / "wick_text.so", "this is not ELF\n");

@@ -117,7 +117,7 @@ TEST_CASE("a config uses the task and the hook of one library, the hook reaches 
                                      "[[hooks]]\nplugin = \"parts_probe\"\n");
   r = run_wick({"fit", (dir / "other.toml").string()});
   CHECK(r.exit_code == 1);
-  CHECK(has(r.err, "the run's task is not of the requested type"));
+  CHECK(has(r.err, "Context::task<parts::PartsTask>(): the run's task is not a parts::PartsTask"));
 }
 
 TEST_CASE("a plugin name declared twice across the path, or by a malformed list") {

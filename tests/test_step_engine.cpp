@@ -68,6 +68,7 @@ struct Hooks : StageRunner {
     return handler ? handler(s, [&] { return rest(ctx); }) : rest(ctx);
   }
   Profiler* profiler() const override { return nullptr; }
+  bool left_unrun(Point) const override { return false; }
 
   Context& ctx;
   std::array<std::function<bool(Context&)>, kNumStages> terminal;

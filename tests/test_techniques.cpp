@@ -795,6 +795,60 @@ TEST_CASE("lr_schedule resumed into a longer run spans the new length, saying so
                                   "the new length"));
 }
 
+TEST_CASE("a hook cannot log a value under a record's own fields, nor without a name",
+          "[techniques][records]") {
+  for (const std::string key : {"step", ""}) {
+    DYNAMIC_SECTION("'" << key << "'") {
+      Trainer t(options(4), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
+      auto probe = std::make_shared<Probe>();
+      probe->stages = false;
+      probe->points[Point::after_step] = [key](Context& c) { c.log(key, 1.0); };
+      t.add_hook(entry(probe, "probe", 0));
+      const auto r = t.fit();
+      CHECK(r.status == FitResult::Status::failed);
+      CHECK_THAT(r.error, Catch::Contains("(instance 'probe') at after_step: Context::log: "));
+      CHECK_THAT(r.error, Catch::Contains(key.empty() ? "a value needs a name"
+                                                      : "'step' is a field of every metrics "
+                                                        "record (kind, epoch, step, "
+                                                        "samples_seen, time_s)"));
+    }
+  }
+}
+
+TEST_CASE("a stage handler that calls next() twice is stopped, not stepped twice", "[techniques]") {
+  struct Twice : Hook {
+    void connect(Registrar& r) override {
+      r.stage(Stage::optimizer_step, [](Context&, Next next) {
+        next();
+        return next();
+      });
+    }
+  };
+  Trainer t(options(4), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
+  t.add_hook(entry(std::make_shared<Twice>(), "twice", 0));
+  const auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK(t.state().optimizer_step == 0);
+  CHECK_THAT(r.error, Catch::Contains("(instance 'twice') at optimizer_step: a stage handler "
+                                      "called next() twice in one run of its stage"));
+}
+
+TEST_CASE("a task's loss of more than one value is refused, naming its shape", "[techniques]") {
+  struct PerSample : LinearTask {
+    using LinearTask::LinearTask;
+    Output loss(Context&, const at::Tensor& pred, const Batch& b) override {
+      Output o;
+      o.loss = (pred - b.target).pow(2).mean(1);  // one value per sample, not reduced
+      return o;
+    }
+  };
+  Trainer t(options(4), std::make_shared<PerSample>(8), optimizer("sgd", 0.1));
+  const auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Catch::Contains("the task's loss() returned a tensor of shape [4], not one "
+                                      "value; reduce it (e.g. its .mean()) before returning"));
+}
+
 // ---- composition --------------------------------------------------------------------------
 
 namespace {

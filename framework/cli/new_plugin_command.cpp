@@ -112,7 +112,7 @@ Kind kind_of(const std::string& kind) {
 std::string task_toml_text(const std::string& name) {
   return "# Trains the task " + name + ": `wick fit " + name +
          ".toml` after building into ./build.\n"
-         "# Relative paths are relative to this file.\n"
+         "# [plugins] path is relative to this file; output_dir to the current directory.\n"
          "[trainer]\n"
          "epochs = 10\n"
          "batch_size = 32\n"
@@ -133,7 +133,8 @@ std::string task_toml_text(const std::string& name) {
 std::string toml_text(const std::string& name, bool metric) {
   return "# Trains wick's synthetic task with " + name + " enabled: `wick fit " + name +
          ".toml`\n"
-         "# after building into ./build. Relative paths are relative to this file.\n"
+         "# after building into ./build. [plugins] path is relative to this file;\n"
+         "# output_dir to the current directory.\n"
          "[trainer]\n"
          "epochs = 5\n"
          "batch_size = 32\n"

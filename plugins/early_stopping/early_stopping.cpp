@@ -53,7 +53,7 @@ class EarlyStopping : public wick::Hook {
                                "); set monitor to one of these, or give the task validation data");
     }
     const double x = *v;
-    if (std::isnan(x)) {
+    if (!std::isfinite(x)) {  // no improvement: a NaN or an overflow is no best
       ++wait_;
     } else if (!has_best_ || (maximize_ ? x > best_ + min_delta_ : x < best_ - min_delta_)) {
       has_best_ = true;
@@ -67,8 +67,10 @@ class EarlyStopping : public wick::Hook {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.6g", best_);
       c.request_stop("early_stopping: " + monitor_ + " has not improved for " +
-                     std::to_string(wait_) + " epochs (best " + buf + " at epoch " +
-                     std::to_string(best_epoch_) + ")");
+                     std::to_string(wait_) + " epochs " +
+                     (has_best_ ? "(best " + std::string(buf) + " at epoch " +
+                                      std::to_string(best_epoch_) + ")"
+                                : "(it was never a number: NaN or infinite in every epoch)"));
     }
   }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct Summary {
 };
 
 std::string record_to_json(const Record& r);
+// Whether `key` is one of the fields every metrics line has (kind, epoch, step, samples_seen,
+// time_s), which no logged value may take.
+bool is_record_field(std::string_view key);
 // The inverse, for a line of metrics.jsonl (null values become NaN). Throws on a line that
 // is not a record.
 Record record_from_json(const std::string& line);

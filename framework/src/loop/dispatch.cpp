@@ -1,12 +1,21 @@
 #include "loop/dispatch.hpp"
 
 #include <cstdint>
+#include <stdexcept>
+#include <vector>
 
 #include "wick/params.hpp"
 
 namespace wick {
 
 bool Next::operator()() const {
+  auto& entered = chain_->entered;
+  if (entered.size() <= chain_->handlers.size()) entered.resize(chain_->handlers.size() + 1, 0);
+  if (entered[index_] == chain_->run)
+    throw std::logic_error(
+        "a stage handler called next() twice in one run of its stage: the rest of the chain "
+        "and the stage's default would run twice (an optimizer step taken twice); call it once");
+  entered[index_] = chain_->run;
   if (index_ < chain_->handlers.size())
     return chain_->handlers[index_](*ctx_, Next(chain_, index_ + 1, ctx_));
   return chain_->terminal(*ctx_);
@@ -128,8 +137,14 @@ void Dispatcher::wire(std::vector<PendingPoint> points, std::vector<PendingStage
 
 void Dispatcher::set_terminal(Stage s, std::function<bool(Context&)> fn) {
   chains_[static_cast<std::size_t>(s)].terminal = [this, s, fn = std::move(fn)](Context& c) {
+    // Runs on no plugin's behalf; once it returns, an error is the calling handler's again.
+    const HookEntry* caller = current_;
     current_ = nullptr;
-    if (!profiler_) return fn(c);
+    if (!profiler_) {
+      const bool r = fn(c);
+      current_ = caller;
+      return r;
+    }
     // A default may run other stages (gradients runs forward and backward): its own time is
     // its elapsed time less theirs.
     const double outer = profiler_->nested_s;
@@ -139,6 +154,7 @@ void Dispatcher::set_terminal(Stage s, std::function<bool(Context&)> fn) {
     const double elapsed = Profiler::since(t0);
     profiler_->add(default_ids_[static_cast<std::size_t>(s)], elapsed - profiler_->nested_s);
     profiler_->nested_s = outer + elapsed;
+    current_ = caller;
     return r;
   };
 }
@@ -146,6 +162,13 @@ void Dispatcher::set_terminal(Stage s, std::function<bool(Context&)> fn) {
 bool Dispatcher::run_stage(Stage s) {
   const auto& chain = chains_[static_cast<std::size_t>(s)];
   where_ = to_string(s);
+  // This run's number while it lasts; a run of the stage nested in it gets its own.
+  struct RunNumber {
+    const Next::Chain& c;
+    std::uint64_t outer;
+    ~RunNumber() { c.run = outer; }
+  } number{chain, chain.run};
+  chain.run = ++chain.runs;
   if (!profiler_) {
     bool r = Next(&chain, 0, &ctx_)();
     current_ = nullptr;

@@ -37,6 +37,10 @@ struct BlameCombiner {
 struct Next::Chain {
   std::vector<StageFn> handlers;
   std::function<bool(Context&)> terminal;
+  // Which run of the chain each position (the handlers, then the terminal) was last entered
+  // in, so that a handler calling next() twice is caught: the rest would run twice.
+  mutable std::vector<std::uint64_t> entered;
+  mutable std::uint64_t run = 0, runs = 0;
 };
 
 class Dispatcher {
@@ -76,6 +80,11 @@ class Dispatcher {
     current_ = nullptr;
   }
   std::string_view where() const { return where_; }
+  // After emit(p) threw: whether slots after the one that threw were left unrun.
+  bool left_unrun(Point p) const {
+    const auto& order = blame_order_[static_cast<std::size_t>(p)];
+    return current_ && !order.empty() && current_ != order.back();
+  }
   // "plugin 'x' (instance 'y') at POINT: what", or "POINT: what" when no hook was running.
   std::string blame(const std::string& what) const;
 
@@ -133,6 +142,7 @@ class DispatcherPort final : public StageRunner {
   }
   bool run_stage(Stage s) override { return d_.run_stage(s); }
   Profiler* profiler() const override { return d_.profiler(); }
+  bool left_unrun(Point p) const override { return d_.left_unrun(p); }
 
  private:
   Dispatcher& d_;

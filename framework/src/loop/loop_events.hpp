@@ -34,6 +34,8 @@ class StageRunner : public LoopEvents {
   virtual bool run_stage(Stage s) = 0;
   // The run's timings when a hook asked for them; else null.
   virtual Profiler* profiler() const = 0;
+  // After emit(p) threw: whether handlers after the one that threw were left unrun.
+  virtual bool left_unrun(Point p) const = 0;
 
  protected:
   ~StageRunner() = default;

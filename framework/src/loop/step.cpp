@@ -6,6 +6,7 @@
 #include "loop/backward_here.hpp"
 #include "loop/step_engine.hpp"
 #include "optim/bf16_copies.hpp"
+#include "wick/hook.hpp"  // Cancel
 #include "wick/system.hpp"
 
 namespace wick {
@@ -187,6 +188,14 @@ void StepEngine::forward_and_loss() {
   }
   if (count) p_.flops.step_counted(/*with_backward=*/true, p_.state.micro_step + 1);
   if (!output.loss.defined()) throw std::runtime_error("the task's loss() returned no loss");
+  // Shapes are known on the host: no sync. Backward needs one value to differentiate.
+  if (output.loss.numel() != 1) {
+    std::string shape;
+    for (const auto d : output.loss.sizes())
+      shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw std::runtime_error("the task's loss() returned a tensor of shape [" + shape +
+                             "], not one value; reduce it (e.g. its .mean()) before returning");
+  }
   PhaseTimer t(prof, Profiler::hooks);
   p_.stages.emit(Point::after_loss);
 }
@@ -290,7 +299,16 @@ void StepEngine::train_step(BatchSource& loader) {
   p_.loop.pos = {p_.state.epoch, p_.state.batch_idx + 1};
   {
     PhaseTimer t(prof, Profiler::hooks);
-    p_.stages.emit(Point::after_step);
+    try {
+      p_.stages.emit(Point::after_step);
+    } catch (const Cancel&) {
+      throw;  // a hook's stop (CancelFit): the step's work is done
+    } catch (...) {
+      // A hook failed here before the hooks after it saw the step: it is not finished, and no
+      // failure checkpoint may claim it is (nor may model.pt). Thrown by the last, it is.
+      if (p_.stages.left_unrun(Point::after_step)) p_.loop.phase = LoopPhase::step;
+      throw;
+    }
   }
   if (prof) prof->add_step(t_step);
 }

@@ -20,6 +20,7 @@ class Reader {
     }
   }
   bool ok() const { return static_cast<bool>(in_); }
+  std::uint64_t size() const { return size_; }
 
   std::optional<std::string> bytes(std::uint64_t off, std::uint64_t n) {
     // String tables and the dynamic section are small; anything near this is a corrupt header.
@@ -90,6 +91,29 @@ std::optional<ElfFacts> read_elf_facts(const std::string& path, const std::strin
     break;
   }
   return facts;
+}
+
+std::string elf_cut_short(const std::string& path) {
+  Reader f(path);
+  Elf64_Ehdr eh{};
+  if (!f.ok() || !f.read(0, eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB ||
+      eh.e_phentsize != sizeof(Elf64_Phdr))
+    return "";
+  auto cut = [&](std::uint64_t end) {
+    return "it is cut short: its headers reach byte " + std::to_string(end) + " but the file has " +
+           std::to_string(f.size()) + " bytes (an interrupted copy? copy it again)";
+  };
+  for (std::uint64_t i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    const std::uint64_t at = eh.e_phoff + i * sizeof(Elf64_Phdr);
+    if (!f.read(at, ph)) return cut(at + sizeof(Elf64_Phdr));
+    if (ph.p_type == PT_LOAD && (ph.p_offset > f.size() || f.size() - ph.p_offset < ph.p_filesz))
+      return cut(ph.p_offset + ph.p_filesz);
+  }
+  const std::uint64_t sections_end = eh.e_shoff + std::uint64_t{eh.e_shnum} * eh.e_shentsize;
+  if (eh.e_shnum > 0 && sections_end > f.size()) return cut(sections_end);
+  return "";
 }
 
 }  // namespace wick

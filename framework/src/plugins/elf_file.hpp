@@ -19,4 +19,9 @@ struct ElfFacts {
 // the loader then goes on and lets dlopen say what is wrong.
 std::optional<ElfFacts> read_elf_facts(const std::string& path, const std::string& section_name);
 
+// Why `path` is unsafe to hand to dlopen ("" when nothing is found, or it is no 64-bit ELF
+// file): a loadable segment, or the headers, reaching past the file's end, as in an
+// interrupted copy. Mapping it, dlopen would fault (SIGBUS) instead of failing.
+std::string elf_cut_short(const std::string& path);
+
 }  // namespace wick

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 
+#include "plugins/elf_file.hpp"
 #include "plugins/plugin_name.hpp"
 #include "plugins/torch_check.hpp"
 #include "wick/system.hpp"
@@ -411,6 +412,9 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
 
   check_not_world_writable(path.parent_path().string(), "folder");
   check_not_world_writable(p, "file");
+  // Found before dlopen maps it: a cut-short file faults there (SIGBUS).
+  if (const auto cut = elf_cut_short(p); !cut.empty())
+    throw PluginError(PluginError::Kind::load_failed, "cannot load '" + p + "': " + cut);
   const std::string torch_build = check_torch_build(p);
 
   auto lib = std::make_shared<boost::dll::shared_library>();

@@ -18,6 +18,11 @@ nlohmann::json number(double v) {
 }
 }  // namespace
 
+bool is_record_field(std::string_view key) {
+  return key == "kind" || key == "epoch" || key == "step" || key == "samples_seen" ||
+         key == "time_s";
+}
+
 std::string record_to_json(const Record& r) {
   nlohmann::ordered_json j;
   j["kind"] = r.kind == Record::Kind::step ? "step" : "epoch";
@@ -43,8 +48,7 @@ Record record_from_json(const std::string& line) {
   // nlohmann's json keeps keys sorted; the record's own order comes from the line.
   nlohmann::ordered_json o = nlohmann::ordered_json::parse(line);
   for (const auto& [k, v] : o.items()) {
-    if (k == "kind" || k == "epoch" || k == "step" || k == "samples_seen" || k == "time_s")
-      continue;
+    if (is_record_field(k)) continue;
     if (v.is_null())
       r.values.emplace_back(k, std::nan(""));
     else if (v.is_number())

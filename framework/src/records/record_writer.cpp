@@ -34,7 +34,20 @@ void RecordWriter::open(const fs::path& file, bool append) {
   cut_at_first_write_ = !append;
 }
 
+namespace {
+// A value under one of a line's own fields would replace it (a resume could not read the line
+// back), and one without a name is no column.
+void check_key(std::string_view key) {
+  if (key.empty()) throw std::invalid_argument("Context::log: a value needs a name");
+  if (is_record_field(key))
+    throw std::invalid_argument("Context::log: '" + std::string(key) +
+                                "' is a field of every metrics record (kind, epoch, step, "
+                                "samples_seen, time_s); log the value under another name");
+}
+}  // namespace
+
 void RecordWriter::log(std::string_view key, double value) {
+  check_key(key);
   for (auto& [k, v] : pending_)
     if (k == key) {
       v = value;
@@ -44,6 +57,7 @@ void RecordWriter::log(std::string_view key, double value) {
 }
 
 void RecordWriter::log(std::string_view key, const at::Tensor& scalar) {
+  check_key(key);
   for (auto& [k, v] : pending_)
     if (k == key) {
       v = scalar.detach();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -314,9 +315,18 @@ Files snapshot_files(SnapshotParts& run) {
     if (kv.value().grad().defined()) grads.insert(kv.key(), kv.value().grad().detach().cpu());
   d.insert("grads", grads);
 
+  // A save_state that throws is named: the error would otherwise be blamed on the hook that
+  // asked for the checkpoint.
+  auto saved = [](const std::string& whose, const std::function<void()>& save) {
+    try {
+      save();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(whose + " cannot save its state: " + e.what());
+    }
+  };
   if (run.task.has_state()) {
     StateDict sd;
-    run.task.save_state(sd);
+    saved("the task", [&] { run.task.save_state(sd); });
     d.insert("task", to_ivalue(sd));
   }
   // The training data's state as of the last consumed batch (loader threads may be ahead).
@@ -325,13 +335,13 @@ Files snapshot_files(SnapshotParts& run) {
     if (run.data_state)
       sd = *run.data_state;
     else
-      run.train_data.save_state(sd);
+      saved("the training data", [&] { run.train_data.save_state(sd); });
     d.insert("data", to_ivalue(sd));
   }
   IDict hooks = new_dict();
   for (auto& [instance, hook] : run.stateful_hooks) {
     StateDict sd;
-    hook->save_state(sd);
+    saved("hook '" + instance + "'", [&] { hook->save_state(sd); });
     hooks.insert(instance, to_ivalue(sd));
   }
   d.insert("hooks", hooks);

@@ -3,10 +3,14 @@
 // <torch/torch.h> (or wick/task.hpp) itself.
 #pragma once
 
+#include <cxxabi.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include "wick/checkpoint.hpp"
@@ -210,7 +214,14 @@ class WICK_EXPORT Context {
 template <class T>
 T& Context::task() {
   if (auto* t = dynamic_cast<T*>(task_ptr())) return *t;
-  throw std::logic_error("Context::task<T>(): the run's task is not of the requested type");
+  // The wanted type by its C++ name (demangled; the ABI's name where that fails).
+  const char* mangled = typeid(T).name();
+  int status = 0;
+  char* name = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  const std::string wanted = status == 0 && name ? name : mangled;
+  std::free(name);
+  throw std::logic_error("Context::task<" + wanted + ">(): the run's task is not a " + wanted +
+                         " (a hook built for another task; check [task] plugin)");
 }
 
 }  // namespace wick
