@@ -591,6 +591,35 @@ TEST_CASE(
   CHECK(lr == Approx(0.005 / 4));
 }
 
+TEST_CASE("a resume onto other training data or shorter epochs is refused, naming what differs") {
+  // Not skipped as a damaged checkpoint: the order of the epoch, or its length, is another.
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 2\n"));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.max_steps=5"}).exit_code ==
+          0);
+  auto more = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--set", "task.samples=320", "--resume", "latest"});
+  CHECK(more.exit_code == 1);
+  CHECK(more.err.find("was written by a run whose training data held 256 samples; this run's "
+                      "holds 320: each epoch's order is dealt over them") != std::string::npos);
+  auto shorter = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.steps_per_epoch=4",
+                           "--resume", "latest"});
+  CHECK(shorter.exit_code == 1);
+  CHECK(shorter.err.find("is at batch 5 of epoch 0, past the 4 batches of this run's epochs "
+                         "(trainer.steps_per_epoch = 4; the checkpoint's run had none, its "
+                         "epochs the data's length); leave trainer.steps_per_epoch unset to "
+                         "continue it") != std::string::npos);
+  CHECK(checkpoints(d).back() == "ckpt-e0000-b0000005");  // nothing set aside
+  // Another count of threads goes on, saying the values will not be bit-identical.
+  auto threads = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--set", "trainer.threads=2", "--resume", "latest"});
+  INFO(threads.err);
+  CHECK(threads.exit_code == 0);
+  CHECK(threads.err.find("was trained on 1 thread(s), this run on 2 (trainer.threads): the values "
+                         "will differ from an uninterrupted run's in their last bits") !=
+        std::string::npos);
+}
+
 TEST_CASE("resume without a checkpoint hook is an error and not a silent fresh start") {
   TempDir d;
   write_file(d / "cfg.toml", "[trainer]\nepochs = 1\noutput_dir = \"" + (d / "run").string() +

@@ -376,6 +376,12 @@ TEST_CASE("the torchscript task refuses bad models and data with the file and th
   // A column of labels [N, 1] is one class per sample.
   write_file(d / "column.toml", small_config(d, "run", "train = \"column.pt\""));
   CHECK(run_wick({"check", (d / "column.toml").string()}).exit_code == 0);
+  write_file(d / "hex.csv", "a,b,c,d,label\n1,2,3,4,0\n1,0x5,3,4,1\n");
+  has(check("train = \"hex.csv\"\ntarget_key = \"label\""),
+      (d / "hex.csv").string() + ":3:3: '0x5' is not a number");
+  write_file(d / "twice.csv", "a,b,c,label,label\n1,2,3,0,0\n");
+  has(check("train = \"twice.csv\"\ntarget_key = \"label\""),
+      (d / "twice.csv").string() + ":1: the header names column 'label' twice (columns 4 and 5)");
   write_file(d / "bad.csv", "a,b,c,d,label\n1,2,3,4,0\n1,2,x3,4,1\n");
   has(check("train = \"bad.csv\"\ntarget_key = \"label\""),
       (d / "bad.csv").string() + ":3:5: 'x3' is not a number");

@@ -342,7 +342,7 @@ void add_core_commands(CLI::App& app, Registry& r) {
       ->add_option("--ranks", describe_ranks,
                    "ranks for the per-rank memory estimate (parameters, gradients, optimizer "
                    "state; plain ddp and sharded)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1 << 20))  // a checkpoint's world size is bounded so too
       ->default_val(2);
   r.push_back({describe, [] { return cmd_describe(describe_args, describe_ranks); }});
 

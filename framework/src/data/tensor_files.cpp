@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -277,6 +278,12 @@ Csv read_csv(const std::string& path) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  for (std::size_t i = 0; i < csv.names.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k)
+      if (csv.names[i] == csv.names[k])
+        throw ConfigError(path + ":1: the header names column '" + csv.names[i] +
+                          "' twice (columns " + std::to_string(k + 1) + " and " +
+                          std::to_string(i + 1) + "); give each column its own name");
   const auto columns = static_cast<std::int64_t>(csv.names.size());
   std::vector<float> values;
   for (std::int64_t row = 2; std::getline(in, line); ++row) {
@@ -288,12 +295,15 @@ Csv read_csv(const std::string& path) {
       const std::string cell = line.substr(pos, comma == std::string::npos ? comma : comma - pos);
       char* end = nullptr;
       const float v = std::strtof(cell.c_str(), &end);
+      // strtof also reads hexadecimal (0x5), "inf" and "nan", and overflows to infinity: a
+      // cell is a finite decimal number.
       if (cell.empty() || end == cell.c_str() ||
-          std::string_view(end).find_first_not_of(" \t") != std::string_view::npos)
+          std::string_view(end).find_first_not_of(" \t") != std::string_view::npos ||
+          cell.find_first_of("xX") != std::string::npos || !std::isfinite(v))
         throw ConfigError(path + ":" + std::to_string(row) + ":" + std::to_string(pos + 1) + ": '" +
                           cell +
                           "' is not a number; every cell after the header row "
-                          "must be numeric");
+                          "must be a finite decimal number (float32)");
       values.push_back(v);
       ++cells;
       if (comma == std::string::npos) break;

@@ -19,12 +19,36 @@ fs::path resolve(const Trainer::Impl& I, const std::string& folder) {
 }
 
 // A position this run can continue from: inside its data (a batch index past the epoch's
-// batches is a damaged or foreign checkpoint).
-void check_position(const Trainer::Impl& I, const Manifest& m) {
+// batches is a damaged or foreign checkpoint). Another training set, or a shorter
+// steps_per_epoch, is no damage: refused (std::runtime_error, which `latest` does not skip),
+// naming what differs, as the epoch's order or length is not the checkpoint's.
+void check_position(const Trainer::Impl& I, const Manifest& m, const std::string& where) {
+  const std::int64_t samples = I.train_ds->size();
+  if (m.run.train_samples >= 0 && samples != kUnsized && m.run.train_samples != samples)
+    throw std::runtime_error(
+        where + " was written by a run whose training data held " +
+        std::to_string(m.run.train_samples) + " samples; this run's holds " +
+        std::to_string(samples) +
+        ": each epoch's order is dealt over them, so the resume would skip some samples and see "
+        "others twice. Resume with the checkpoint's data, or train afresh without --resume");
   // The epoch as the checkpoint's run dealt it (its world size and batch size, both >= 1 as
   // read_checkpoint checked).
   const std::int64_t nb = I.train_batches({m.dealt_from_batch, m.dealt_from_sample},
                                           m.run.world_size, m.run.batch_size, m.run.drop_last);
+  if (m.position.batch > nb && m.run.steps_per_epoch >= 0 &&
+      m.run.steps_per_epoch != I.opt.steps_per_epoch) {
+    const auto then = m.run.steps_per_epoch;
+    throw std::runtime_error(
+        where + " is at batch " + std::to_string(m.position.batch) + " of epoch " +
+        std::to_string(m.position.epoch) + ", past the " + std::to_string(nb) +
+        " batches of this run's epochs (trainer.steps_per_epoch = " +
+        std::to_string(I.opt.steps_per_epoch) + "; the checkpoint's run had " +
+        (then == 0 ? std::string("none, its epochs the data's length") : std::to_string(then)) +
+        "); " +
+        (then == 0 ? std::string("leave trainer.steps_per_epoch unset")
+                   : "set trainer.steps_per_epoch to " + std::to_string(then) + " or more") +
+        " to continue it");
+  }
   if (m.position.batch > nb)
     throw CheckpointError("its position (epoch " + std::to_string(m.position.epoch) + ", batch " +
                           std::to_string(m.position.batch) + ") is past the " + std::to_string(nb) +
@@ -46,7 +70,8 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           loop.pos,
           loop.epoch_start,
           {opt.seed, opt.batch_size, state.num_processes, opt.shuffle, opt.drop_last, run_id,
-           at::get_num_threads(), state.grad_accum_steps},
+           at::get_num_threads(), state.grad_accum_steps,
+           train_ds->size() == kUnsized ? -1 : train_ds->size(), opt.steps_per_epoch},
           records.count(),
           dispatch.stateful_hooks(),
           [this](StateDict& out) {
@@ -90,7 +115,7 @@ CheckpointInfo Trainer::Impl::inspect_checkpoint(const std::string& folder) cons
   const auto dir = resolve(*this, folder);
   Files files;
   Manifest m = read_checkpoint(dir, &files);
-  check_position(*this, m);
+  check_position(*this, m, "checkpoint '" + dir.string() + "'");
   check_agreement(m, files);
   std::uint64_t bytes = 0;
   for (const auto& f : files) bytes += f.second.size();
@@ -106,7 +131,7 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
   Manifest m;
   try {
     m = read_checkpoint(dir, &files);
-    check_position(*this, m);
+    check_position(*this, m, where);
     check_agreement(m, files);
   } catch (const CheckpointError& e) {
     throw CheckpointError("cannot resume from " + where + ": " + e.what());
@@ -158,6 +183,15 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
       m.run.threads != at::get_num_threads()) {
     at::set_num_threads(static_cast<int>(m.run.threads));
     threads_why = "the checkpoint's count";
+  } else if (m.run.threads > 0 && m.run.threads != at::get_num_threads() && !regeared &&
+             state.is_main_process()) {
+    // Sums split over another count of threads round otherwise: the run goes on, not
+    // bit-identically to the uninterrupted one.
+    std::fprintf(stderr,
+                 "wick: note: %s was trained on %lld thread(s), this run on %d (%s): the "
+                 "values will differ from an uninterrupted run's in their last bits\n",
+                 where.c_str(), static_cast<long long>(m.run.threads), at::get_num_threads(),
+                 opt.auto_threads ? ("auto: " + threads_why).c_str() : "trainer.threads");
   }
   loop.resume.restored(m.position, m.records, m.run.grad_accum_steps);
   loop.pos = m.position;

@@ -130,6 +130,8 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
     if (!m.run.id.empty()) j["run"]["id"] = m.run.id;
     if (m.run.threads > 0) j["run"]["threads"] = m.run.threads;
     if (m.run.grad_accum_steps > 0) j["run"]["grad_accum_steps"] = m.run.grad_accum_steps;
+    if (m.run.train_samples >= 0) j["run"]["train_samples"] = m.run.train_samples;
+    if (m.run.steps_per_epoch >= 0) j["run"]["steps_per_epoch"] = m.run.steps_per_epoch;
     // The manifest last: a folder without one is an unfinished write.
     write_file_atomic((tmp / "manifest.json").string(), j.dump(2) + "\n");
     fsync_dir(tmp);
@@ -230,6 +232,9 @@ Manifest read_checkpoint(const fs::path& dir, Files* files) {
       throw CheckpointError(mf + " run 'grad_accum_steps' is out of range (" +
                             std::to_string(m.run.grad_accum_steps) + ")");
   }
+  if (r.contains("train_samples")) m.run.train_samples = get_count(r, "train_samples", mf + " run");
+  if (r.contains("steps_per_epoch"))
+    m.run.steps_per_epoch = get_count(r, "steps_per_epoch", mf + " run");
   if (r.contains("id")) {
     const auto& id = r.at("id");
     if (!id.is_string() || !is_run_id(id.get<std::string>()))

@@ -30,6 +30,9 @@ struct RunIdentity {
   // Micro-batches per optimizer step (grad_accum; 0 in checkpoints written before wick
   // recorded it): a resume inside an accumulation window needs the same windows.
   std::int64_t grad_accum_steps = 0;
+  // The training data's samples and trainer.steps_per_epoch (-1: a stream's unsized data, or
+  // a checkpoint written before wick recorded them): the epoch's order and length follow.
+  std::int64_t train_samples = -1, steps_per_epoch = -1;
 };
 
 struct Manifest {
