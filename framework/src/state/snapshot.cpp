@@ -341,7 +341,8 @@ Files snapshot_files(SnapshotParts& run) {
   IDict hooks = new_dict();
   for (auto& [instance, hook] : run.stateful_hooks) {
     StateDict sd;
-    saved("hook '" + instance + "'", [&] { hook->save_state(sd); });
+    Hook* h = hook;  // a structured binding cannot be captured in C++17
+    saved("hook '" + instance + "'", [&] { h->save_state(sd); });
     hooks.insert(instance, to_ivalue(sd));
   }
   d.insert("hooks", hooks);
