@@ -525,19 +525,20 @@ TEST_CASE("ranks without the ddp hook refuse to train apart") {
 }
 
 TEST_CASE("a rank waiting for its peers at the start ends at once on a stop signal") {
-  // Rank 1 of 2 with no rank 0: it waits in the rendezvous for up to timeout_s (20 s). A stop
+  // Rank 1 of 2 with no rank 0: it waits in the rendezvous for up to timeout_s (60 s). A stop
   // signal there has nothing to save, so it ends the rank then, not when the wait times out.
+  // The bound leaves a busy machine 37 s beyond the signal, and is still under the timeout.
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run"));
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run({"/usr/bin/timeout", "--preserve-status", "-s", "TERM", "3", WICK_BIN, "fit",
-                (dir / "cfg.toml").string()},
+                (dir / "cfg.toml").string(), "--set", "hooks.ddp.timeout_s=60.0"},
                {"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1",
                 "MASTER_PORT=" + std::to_string(wick::pick_free_port())});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.err << r.out);
   CHECK(r.exit_code == 128 + SIGTERM);
-  CHECK(s < 15);
+  CHECK(s < 40);
 }
 
 TEST_CASE("srun tasks (SLURM's variables alone) train like wick launch's ranks") {

@@ -833,6 +833,55 @@ TEST_CASE("a stage handler that calls next() twice is stopped, not stepped twice
                                       "called next() twice in one run of its stage"));
 }
 
+TEST_CASE("a model that registers one tensor under two names is refused, naming both",
+          "[techniques]") {
+  struct Twice : LinearTask {
+    using LinearTask::LinearTask;
+    std::shared_ptr<torch::nn::Module> model() override {
+      auto m = LinearTask::model();
+      m->register_parameter("again", m->named_parameters()["weight"]);
+      return m;
+    }
+  };
+  CHECK_THROWS_WITH(Trainer(options(4), std::make_shared<Twice>(8), optimizer("sgd", 0.1)),
+                    Catch::Contains("the model's parameters 'weight' and 'again' are one tensor, "
+                                    "which the optimizer would step twice"));
+}
+
+TEST_CASE("a hook whose save_state throws is named in the checkpoint's error", "[techniques]") {
+  struct Unsaveable : Hook {
+    void connect(Registrar&) override {}
+    bool has_state() const override { return true; }
+    void save_state(StateDict&) const override { throw std::runtime_error("nope"); }
+    void load_state(const StateDict&) override {}
+  };
+  Trainer t(options(4), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
+  t.add_hook(entry(std::make_shared<Unsaveable>(), "unsaveable", 0));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  TempDir tmp;
+  CHECK_THROWS_WITH(t.context().save_checkpoint((tmp / "ck").string(), "test"),
+                    Catch::Contains("hook 'unsaveable' cannot save its state: nope"));
+}
+
+TEST_CASE("early_stopping says so when its metric was never a number", "[techniques]") {
+  struct NanValid : LinearTask {
+    using LinearTask::LinearTask;
+    Output loss(Context& c, const at::Tensor& pred, const Batch& b) override {
+      auto o = LinearTask::loss(c, pred, b);
+      if (c.state().validating()) o.loss = o.loss * std::nan("");
+      return o;
+    }
+  };
+  Trainer t(options(4, 3), std::make_shared<NanValid>(8, 8), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks("[[hooks]]\nplugin = \"early_stopping\"\npatience = 1\n"))
+    t.add_hook(std::move(h));
+  const auto r = t.fit();
+  CHECK(r.status == FitResult::Status::completed);
+  CHECK(t.state().epoch == 0);  // stopped after the first epoch
+  CHECK_THAT(r.stop_reason, Catch::Contains("early_stopping: valid/loss has not improved for 1 "
+                                            "epochs (it was never a number"));
+}
+
 TEST_CASE("a task's loss of more than one value is refused, naming its shape", "[techniques]") {
   struct PerSample : LinearTask {
     using LinearTask::LinearTask;

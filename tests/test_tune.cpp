@@ -187,7 +187,10 @@ TEST_CASE("wick lr-find refuses a ramp that cannot run, naming the option") {
   CHECK_THAT(r.err, Catch::Contains("--start must be a learning rate > 0"));
   r = run_wick({"lr-find", cfg, "--start", "1e-3", "--end", "1e-4"});
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("--end must be larger than --start"));
+  CHECK_THAT(r.err, Catch::Contains("--end must be larger than --start (0.001), e.g. --end 10"));
+  r = run_wick({"lr-find", cfg, "--end", "inf"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--end must be a finite learning rate"));
   r = run_wick({"lr-find", cfg, "--steps", "5"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--steps must be at least 10"));
@@ -378,7 +381,9 @@ TEST_CASE("wick sweep runs a grid two trials at a time and writes results and th
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("holds another sweep"));
   // So is the same sweep of an edited config: its results are not the new config's.
-  write_file(dir / "cfg.toml", read_file(dir / "cfg.toml") + "# edited\n");
+  auto edited = read_file(dir / "cfg.toml");
+  edited.replace(edited.find("valid_samples = 128"), 19, "valid_samples = 96");
+  write_file(dir / "cfg.toml", edited);
   r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param",
                 "optimizer.lr=[0.0001, 0.001, 0.01]", "--grid", "--jobs", "2", "--out",
                 (dir / "sweep").string()});

@@ -25,6 +25,9 @@ struct ConfigArgs {
   std::vector<std::string> plugin_paths;
 };
 void add_config_args(CLI::App* cmd, ConfigArgs& a);
+// --weights auto|trained|WORD: which of a run's weights (wick/run_weights.hpp,
+// check_weights_word), for the subcommands that use a trained run.
+void add_weights_option(CLI::App* cmd, std::string& weights);
 std::vector<std::string> absolute_all(const std::vector<std::string>& dirs);
 // Runs body; an exception is printed (and put in *error, when given) and becomes the exit code
 // (2 for a config or plugin error, 1 otherwise).

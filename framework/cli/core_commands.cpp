@@ -31,6 +31,14 @@ void add_config_args(CLI::App* cmd, ConfigArgs& a) {
       ->type_name("DIR");
 }
 
+void add_weights_option(CLI::App* cmd, std::string& weights) {
+  cmd->add_option("--weights", weights,
+                  "auto (default: the weights validation used: a hook's evaluation weights, the "
+                  "ema hook's, when it ran, else the trained ones), trained, or the word of the "
+                  "hook's weights (ema, or a plugin's own)")
+      ->type_name("auto|trained|WORD");
+}
+
 std::vector<std::string> absolute_all(const std::vector<std::string>& dirs) {
   std::vector<std::string> out;
   for (const auto& d : dirs) out.push_back(fs::absolute(d).lexically_normal().string());

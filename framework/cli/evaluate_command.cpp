@@ -140,11 +140,7 @@ void add_weights_options(CLI::App* c, UseArgs& a) {
        "best, final (RUN_DIR/model.pt, written when the fit ended), a checkpoint folder or "
        "the path of a model.pt")
       ->type_name("latest|best|final|PATH");
-  c->add_option("--weights", a.weights,
-                "auto (default: the weights validation used: a hook's evaluation weights, the "
-                "ema hook's, when it ran, else the trained ones), trained, or the word of the "
-                "hook's weights (ema, or a plugin's own)")
-      ->type_name("auto|trained|WORD");
+  add_weights_option(c, a.weights);
 }
 
 }  // namespace

@@ -123,11 +123,7 @@ void add_export_command(CLI::App& app, Registry& r) {
       ->required()
       ->type_name("RUN_DIR|CHECKPOINT");
   c->add_option("--out", a.out, "the TorchScript file to write")->required()->type_name("FILE");
-  c->add_option("--weights", a.weights,
-                "auto (default: the weights validation used: a hook's evaluation weights, the "
-                "ema hook's, when it ran, else the trained ones), trained, or the word of the "
-                "hook's weights (ema, or a plugin's own)")
-      ->type_name("auto|trained|WORD");
+  add_weights_option(c, a.weights);
   c->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
       ->type_name("DIR");
   r.push_back({c, [] { return cmd_export(a); }});

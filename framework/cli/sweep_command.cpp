@@ -20,7 +20,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -147,7 +146,7 @@ class Sweep {
   std::vector<Trial> trials_;
   std::int64_t max_epochs_ = 1;
   int threads_ = 0;            // per trial (0: the config's own)
-  std::string config_sha256_;  // of the config file's text: an edit is another sweep
+  std::string config_sha256_;  // of the config as read: another value is another sweep
   std::string metric_error_;
 };
 
@@ -193,10 +192,7 @@ void Sweep::plan() {
   // Every trial's config is loaded now: a path not in the schema, or a value its key refuses,
   // stops the sweep before anything runs.
   const auto base = Config::load(a_.config.config, a_.config.sets);
-  {
-    std::ifstream in(a_.config.config, std::ios::binary);
-    config_sha256_ = sha256_hex(std::string(std::istreambuf_iterator<char>(in), {}));
-  }
+  config_sha256_ = sha256_hex(base.toml());  // what it sets: a comment's edit is no other sweep
   PluginFinder finder(base.search_path(absolute_all(a_.config.plugin_paths)));
   max_epochs_ = 0;
   for (std::size_t t = 0; t < values.size(); ++t) {

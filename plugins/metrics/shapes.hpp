@@ -41,15 +41,19 @@ inline Scored class_scores(const at::Tensor& pred, const at::Tensor& target) {
   at::Tensor t = target;
   const bool binary_floats =
       s.dim() == 1 && (at::isFloatingType(t.scalar_type()) || t.scalar_type() == at::kBool);
+  // Checked 0/1 (the batch's one host sync): within the two columns, no bounds to read.
+  bool within_classes = false;
   if (binary_floats) {
     if (t.dim() == 2 && t.size(1) == 1) t = t.squeeze(1);
-    if (t.dim() == 1 && t.numel() > 0 &&
-        at::logical_and(t.ne(0), t.ne(1)).any().item<bool>())  // one host sync per batch
+    if (t.dim() == 1 && t.numel() > 0 && at::logical_and(t.ne(0), t.ne(1)).any().item<bool>())
       throw wick::ConfigError(
           "needs 0/1 targets for a single score per sample (a binary "
           "logit)" +
           found() + " (a regression target: use mae, mse, rmse or r2)");
-    if (t.dim() == 1) t = t.to(at::kLong);
+    if (t.dim() == 1) {
+      t = t.to(at::kLong);
+      within_classes = true;
+    }
   }
   if (t.dim() != 1 || at::isFloatingType(t.scalar_type()) || t.scalar_type() == at::kBool)
     throw wick::ConfigError(
@@ -63,7 +67,7 @@ inline Scored class_scores(const at::Tensor& pred, const at::Tensor& target) {
   if (s.dim() != 2 || s.size(0) != t.size(0) || s.size(1) < 2)
     throw wick::ConfigError("needs class scores [N, C] (C >= 2) for targets [N]" + found());
   const auto C = s.size(1);
-  if (t.numel() > 0) {
+  if (t.numel() > 0 && !within_classes) {
     // One host sync per batch for both bounds.
     const auto bounds = at::stack({t.min(), t.max()}).to(at::kCPU, at::kLong);
     const auto lo = bounds[0].item<std::int64_t>(), hi = bounds[1].item<std::int64_t>();
