@@ -205,10 +205,11 @@ TEST_CASE("a stop at max_steps mid-epoch resumes at the next batch, exactly") {
   check_matches_reference(d);
 }
 
-TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since it") {
-  // kill -9 (no handler runs) and std::abort (SIGABRT, a crash): the same outcome.
-  const auto [action, status] =
-      GENERATE(table<std::string, int>({{"kill", 128 + 9}, {"abort", 128 + 6}}));
+TEST_CASE("SIGKILL or a crash after the last checkpoint loses only the steps since it") {
+  // kill -9 (no handler runs), std::abort (SIGABRT) and a bad pointer (SIGSEGV): the same
+  // checkpoints; a crash also says where it happened, on stderr and in summary.json.
+  const auto [action, status] = GENERATE(
+      table<std::string, int>({{"kill", 128 + 9}, {"abort", 128 + 6}, {"segv", 128 + 11}}));
   TempDir d;
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
                                     fault("action = \"" + action + "\"\nstep = 14\n")));
@@ -218,6 +219,18 @@ TEST_CASE("SIGKILL or abort after the last checkpoint loses only the steps since
   // Steps 4 and 8 (the end of epoch 1, before validation), epoch 1's end, step 12; not 14.
   CHECK(checkpoints(d) == std::vector<std::string>{"ckpt-e0000-b0000004", "ckpt-e0000-b0000008",
                                                    "ckpt-e0001-b0000000", "ckpt-e0001-b0000004"});
+  const auto summary = nlohmann::json::parse(read_file(d / "run" / "summary.json"));
+  if (action == "kill") {
+    CHECK(summary["status"] == "running");  // no handler runs: nothing could say more
+  } else {
+    CHECK(summary["status"] == "failed");
+    const std::string error = summary.value("error", "");
+    CHECK(error.rfind(action == "abort" ? "fatal signal SIGABRT (aborted"
+                                        : "fatal signal SIGSEGV (invalid memory access)",
+                      0) == 0);
+    CHECK(error.find(" in plugin 'fault' (instance 'fault') at after_step") != std::string::npos);
+    CHECK(r.err.find("wick: " + error + "; summary.json says failed\n") != std::string::npos);
+  }
 
   auto r2 = resume_without_fault(d);
   CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);

@@ -83,6 +83,17 @@ TEST_CASE("an info record without the wick signature") {
                    "signature");
 }
 
+TEST_CASE("a plugin that exports its record as data, where wick calls a function, is refused") {
+  for (const std::string folder : {"data_record", "data_pointer"}) {
+    const auto p = (kBad / folder / ("wick_" + folder + ".so")).string();
+    auto msg = refused(Kind::not_a_plugin, [&] { wick::load_plugin_library(p); });
+    CHECK(msg == "'" + p +
+                     "' is not a wick plugin: its 'wick_plugin_info' is data, not the function "
+                     "pointer wick calls (declare plugins with WICK_PLUGIN(Class, ...) or "
+                     "WICK_PLUGINS(...) from <wick/plugin.hpp>)");
+  }
+}
+
 TEST_CASE("a plugin file cut short (an interrupted copy) is refused, not mapped") {
   // dlopen maps a truncated file's segments and faults (SIGBUS) on the missing pages.
   TempDir dir;

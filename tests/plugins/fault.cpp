@@ -2,6 +2,7 @@
 //   throw     throw std::runtime_error(message)
 //   sigint    raise(SIGINT) (the trainer stops at the next step boundary)
 //   abort     std::abort()
+//   segv      write to a page mapped without access (a real SIGSEGV, as a bad pointer makes)
 //   kill      kill -9 itself
 //   nan       replace the step's loss with NaN (use at = "after_loss")
 //   readonly  chmod 0555 the folder `path` (relative to output_dir)
@@ -16,6 +17,7 @@
 // step counts training batches from 1 over the whole fit (0: any); epoch is 0-based (-1: any);
 // rank fires it on that rank only (-1: every rank).
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,12 +48,12 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw",    "torch", "sigint", "abort", "kill",    "nan",
-                             "readonly", "fsize", "sync",   "noise", "savekill"};
+    const char* actions[] = {"throw", "torch",    "sigint", "abort", "segv",  "kill",
+                             "nan",   "readonly", "fsize",  "sync",  "noise", "savekill"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
-                    "must be throw, torch, sigint, abort, kill, nan, readonly, fsize, sync, "
-                    "noise or savekill");
+                    "must be throw, torch, sigint, abort, segv, kill, nan, readonly, fsize, "
+                    "sync, noise or savekill");
   }
 
   // Every checkpoint asks each stateful hook for its state while it writes: for savekill.
@@ -87,6 +89,9 @@ class Fault : public wick::Hook {
       ::raise(SIGINT);
     } else if (action_ == "abort") {
       std::abort();
+    } else if (action_ == "segv") {
+      void* page = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      *static_cast<volatile int*>(page) = 1;
     } else if (action_ == "kill") {
       ::kill(::getpid(), SIGKILL);
     } else if (action_ == "nan") {
@@ -124,8 +129,8 @@ WICK_PLUGIN(Fault,
             wick::PluginDef("fault", "1.0.0", "Test-only: inject a fault at a point and step")
                 .param_string("at", "after_step", "lifecycle point")
                 .param_string("action", "throw",
-                              "throw, torch, sigint, abort, kill, nan, readonly, fsize, sync, "
-                              "noise or savekill")
+                              "throw, torch, sigint, abort, segv, kill, nan, readonly, fsize, "
+                              "sync, noise or savekill")
                 .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
                 .param_int("rank", -1, "the rank it fires on (-1: every rank)")

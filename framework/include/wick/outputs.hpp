@@ -59,6 +59,8 @@ bool is_record_field(std::string_view key);
 // The inverse, for a line of metrics.jsonl (null values become NaN). Throws on a line that
 // is not a record.
 Record record_from_json(const std::string& line);
+// summary.json's text.
+std::string summary_json(const Summary& s);
 // Written to a temporary file and renamed, so a reader never sees half a summary.
 void write_summary(const std::filesystem::path& file, const Summary& s);
 // write_file_atomic is in the SDK (wick/files.hpp).

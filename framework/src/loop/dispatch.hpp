@@ -80,6 +80,8 @@ class Dispatcher {
     current_ = nullptr;
   }
   std::string_view where() const { return where_; }
+  // The hook whose code runs now (null: the loop's own, or the task's).
+  const HookEntry* running() const { return current_; }
   // After emit(p) threw: whether slots after the one that threw were left unrun.
   bool left_unrun(Point p) const {
     const auto& order = blame_order_[static_cast<std::size_t>(p)];

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "loop/crash_report.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/outputs.hpp"
 #include "wick/system.hpp"
@@ -188,7 +189,17 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
     s.profile_json = profile_json(p->snapshot(s.wall_s));
     s.memory_json = memory_json(p->memory.snapshot());
   }
-  write_summary(fs::path(run.output_dir) / "summary.json", s);
+  const auto file = fs::path(run.output_dir) / "summary.json";
+  write_summary(file, s);
+  if (res) {
+    CrashReportScope::disarm_summary();
+    return;
+  }
+  // Until the end writes the truth, a crash writes "failed" with what it found.
+  constexpr std::string_view kMarker = "@wick-crash-report@";
+  s.status = "failed";
+  s.error = kMarker;
+  CrashReportScope::arm_summary(file, summary_json(s), kMarker);
 }
 
 }  // namespace wick

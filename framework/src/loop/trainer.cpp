@@ -7,6 +7,7 @@
 
 #include "config/trainer_options.hpp"
 #include "data/device_data.hpp"
+#include "loop/crash_report.hpp"
 #include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/config.hpp"
@@ -215,6 +216,7 @@ FitResult Trainer::fit() {
   CancelInfo ending;  // what ended the fit other than completion, for after_cancel
   clear_interrupt();
   StopSignalScope stop_signals;
+  CrashReportScope crash_report(I.dispatch);
   std::shared_ptr<void> memory_counting;  // a profiled fit's peak memory per phase
   // A fit that ran its course ends with the model whole on every rank: after_fit, the final
   // weights and the fingerprint see it as one process would (gathering is collective: not

@@ -4,6 +4,7 @@
 // finder.cpp's.
 #include "wick/loader.hpp"
 
+#include <link.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -93,6 +94,45 @@ bool safe_string(const char* p, std::size_t max, std::string& out) {
     p += n;
   }
   return false;
+}
+
+// Whether `target` lies in an executable segment of the library that holds `anchor` (one of
+// its symbols). An entry point is called, so a data record exported under its name, or a
+// pointer to one, would crash the call: it is refused before.
+bool in_code_of(const void* target, const void* anchor) {
+  struct Query {
+    std::uintptr_t target, anchor;
+    bool found = false, code = false;
+  } q{reinterpret_cast<std::uintptr_t>(target), reinterpret_cast<std::uintptr_t>(anchor)};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        auto& q = *static_cast<Query*>(data);
+        auto within = [&](const ElfW(Phdr) & ph, std::uintptr_t a) {
+          const std::uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+          return ph.p_type == PT_LOAD && a >= start && a - start < ph.p_memsz;
+        };
+        for (int i = 0; i < info->dlpi_phnum && !q.found; ++i)
+          q.found = within(info->dlpi_phdr[i], q.anchor);
+        if (!q.found) return 0;
+        for (int i = 0; i < info->dlpi_phnum && !q.code; ++i)
+          q.code = (info->dlpi_phdr[i].p_flags & PF_X) && within(info->dlpi_phdr[i], q.target);
+        return 1;
+      },
+      &q);
+  return q.code;
+}
+
+// The function a library exports under `name` as WICK_PLUGIN does (a pointer to it, Boost.DLL's
+// alias), checked to be code before anything calls it.
+void* entry_point(const boost::dll::shared_library& lib, const char* name, const std::string& p) {
+  void* const* alias = &lib.get<void*>(name);
+  void* target = nullptr;
+  if (!safe_copy(&target, alias, sizeof target) || !in_code_of(target, alias))
+    throw PluginError(PluginError::Kind::not_a_plugin,
+                      "'" + p + "' is not a wick plugin: its '" + name +
+                          "' is data, not the function pointer wick calls (declare plugins with "
+                          "WICK_PLUGIN(Class, ...) or WICK_PLUGINS(...) from <wick/plugin.hpp>)");
+  return target;
 }
 
 // Why safe_string failed, for a message.
@@ -345,7 +385,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
                            "<wick/plugin.hpp>)");
   };
   // Copied before use, as the records are (see read_info).
-  const wick_plugin_list* lp = lib->get_alias<ListFn>("wick_plugin_list")();
+  const wick_plugin_list* lp =
+      reinterpret_cast<ListFn*>(entry_point(*lib, "wick_plugin_list", p))();
   wick_plugin_list list{};
   const wick_plugin_list* cl = &list;
   if (!lp || !safe_copy(&list, lp, sizeof list) || list.magic != WICK_LIST_MAGIC)
@@ -382,6 +423,9 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
                         "plugin '" + info.name + "' (" + p +
                             ") has no factory in its library's list (declare it with "
                             "WICK_ENTRY(Class, ...))");
+    if (!in_code_of(reinterpret_cast<const void*>(e.create), lp) ||
+        !in_code_of(reinterpret_cast<const void*>(e.destroy), lp))
+      throw malformed("entry " + std::to_string(i) + "'s factory is not code of the library");
     if (!names.insert(info.name).second)
       throw PluginError(PluginError::Kind::duplicate,
                         "'" + p + "' declares plugin '" + info.name + "' twice; remove one");
@@ -443,7 +487,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "' is not a wick plugin: it exports no 'wick_plugin_info' "
                           "(a plugin declares itself with WICK_PLUGIN(Class, ...) from "
                           "<wick/plugin.hpp>)");
-  const wick_plugin_info* cp = lib->get_alias<InfoFn>("wick_plugin_info")();
+  const wick_plugin_info* cp =
+      reinterpret_cast<InfoFn*>(entry_point(*lib, "wick_plugin_info", p))();
   wick_plugin_info ci{};
   if (!cp || !safe_copy(&ci, cp, sizeof ci) || ci.magic != WICK_INFO_MAGIC)
     throw PluginError(PluginError::Kind::not_a_plugin,
@@ -465,8 +510,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
   info.torch_build = torch_build;
   auto handle = std::make_shared<PluginLibrary::Handle>();
   handle->lib = lib;
-  handle->create = &lib->get_alias<CreateFn>("wick_plugin_create");
-  handle->destroy = &lib->get_alias<DestroyFn>("wick_plugin_destroy");
+  handle->create = reinterpret_cast<CreateFn*>(entry_point(*lib, "wick_plugin_create", p));
+  handle->destroy = reinterpret_cast<DestroyFn*>(entry_point(*lib, "wick_plugin_destroy", p));
   std::vector<std::shared_ptr<const PluginLibrary>> one{
       std::make_shared<const PluginLibrary>(std::move(info), std::move(handle))};
   L.by_path.emplace(p, one);

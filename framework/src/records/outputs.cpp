@@ -59,7 +59,7 @@ Record record_from_json(const std::string& line) {
   return r;
 }
 
-void write_summary(const std::filesystem::path& file, const Summary& s) {
+std::string summary_json(const Summary& s) {
   nlohmann::ordered_json j;
   j["status"] = s.status;
   if (!s.error.empty()) j["error"] = s.error;
@@ -101,7 +101,11 @@ void write_summary(const std::filesystem::path& file, const Summary& s) {
   }
   if (!s.profile_json.empty()) j["profile"] = nlohmann::ordered_json::parse(s.profile_json);
   if (!s.memory_json.empty()) j["memory"] = nlohmann::ordered_json::parse(s.memory_json);
-  write_file_atomic(file, j.dump(2) + "\n");
+  return j.dump(2) + "\n";
+}
+
+void write_summary(const std::filesystem::path& file, const Summary& s) {
+  write_file_atomic(file, summary_json(s));
 }
 
 bool write_failed_start_summary(const std::filesystem::path& output_dir, const std::string& error,

@@ -1,0 +1,206 @@
+// The fatal-signal report: everything the handler touches is prepared before, and it calls
+// only async-signal-safe functions (write, open, rename, sigaction, raise).
+#include "loop/crash_report.hpp"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "loop/dispatch.hpp"
+
+namespace wick {
+
+namespace {
+
+constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+
+const char* describe(int sig) {
+  switch (sig) {
+    case SIGSEGV:
+      return "SIGSEGV (invalid memory access)";
+    case SIGBUS:
+      return "SIGBUS (bus error: a mapped file cut short, or a misaligned access)";
+    case SIGILL:
+      return "SIGILL (illegal instruction: code built for another CPU?)";
+    case SIGFPE:
+      return "SIGFPE (arithmetic error: an integer division by zero?)";
+    default:
+      return "SIGABRT (aborted: a failed assertion, or a corrupted heap)";
+  }
+}
+
+struct Armed {
+  std::string file, tmp, head, tail;  // the summary is head + report + tail
+};
+
+struct Global {
+  std::mutex mu;  // scopes and arming (the main thread's), never the handler
+  const Dispatcher* loop = nullptr;
+  long loop_thread = 0;
+  std::atomic<const Armed*> armed{nullptr};
+  std::vector<std::unique_ptr<Armed>> kept;  // read by the handler until the last scope ends
+  struct sigaction old[std::size(kSignals)]{};
+  bool own_stack = false;  // the loop thread had no alternate stack: this one is ours
+};
+Global& g() {
+  static auto* s = new Global;  // never destroyed: a crash in a static destructor still reads it
+  return *s;
+}
+
+long this_thread() {
+  return static_cast<long>(::syscall(SYS_gettid));
+}
+
+// A fixed buffer the handler writes into (no allocation there).
+struct Text {
+  char buf[2048];
+  std::size_t n = 0;
+  void add(const char* s, std::size_t len) {
+    for (std::size_t i = 0; i < len && n < sizeof buf; ++i) buf[n++] = s[i];
+  }
+  void add(const char* s) { add(s, std::strlen(s)); }
+  void add(std::string_view s) { add(s.data(), s.size()); }
+  // As a JSON string's content.
+  void add_json(const char* s, std::size_t len) {
+    for (std::size_t i = 0; i < len; ++i) {
+      const char c = s[i];
+      if (c == '"' || c == '\\') add("\\", 1);
+      if (static_cast<unsigned char>(c) < 0x20)
+        add("?", 1);
+      else
+        add(&c, 1);
+    }
+  }
+};
+
+void write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void report(int sig) {
+  auto& s = g();
+  Text what;
+  what.add("fatal signal ");
+  what.add(describe(sig));
+  if (s.loop) {
+    const bool loop_thread = this_thread() == s.loop_thread;
+    if (!loop_thread)
+      what.add(
+          " in a thread other than the training loop's (a data loader worker's, or a "
+          "library's), while the loop was");
+    if (const HookEntry* h = s.loop->running()) {
+      what.add(" in plugin '");
+      what.add(h->plugin);
+      what.add("' (instance '");
+      what.add(h->instance);
+      what.add("')");
+    }
+    what.add(" at ");
+    what.add(s.loop->where());
+  }
+  Text line;
+  line.add("\nwick: ");
+  line.add(what.buf, what.n);
+  if (const Armed* a = s.armed.load()) {
+    line.add("; summary.json says failed");
+    Text json;  // the summary's error is `what`, escaped
+    const int fd = ::open(a->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      json.add_json(what.buf, what.n);
+      write_all(fd, a->head.data(), a->head.size());
+      write_all(fd, json.buf, json.n);
+      write_all(fd, a->tail.data(), a->tail.size());
+      ::close(fd);
+      ::rename(a->tmp.c_str(), a->file.c_str());
+    }
+  }
+  line.add("\n");
+  write_all(2, line.buf, line.n);
+}
+
+void on_fatal(int sig, siginfo_t* info, void*) {
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true)) report(sig);
+  auto& s = g();
+  for (std::size_t i = 0; i < std::size(kSignals); ++i)
+    if (kSignals[i] == sig) ::sigaction(sig, &s.old[i], nullptr);
+  // A signal sent (abort, kill) is sent again; a fault returns, and the instruction faults
+  // again under the handling it had before.
+  if (!info || info->si_code <= 0) ::raise(sig);
+}
+
+}  // namespace
+
+CrashReportScope::CrashReportScope(const Dispatcher& loop) {
+  auto& s = g();
+  std::lock_guard<std::mutex> lock(s.mu);
+  outer_ = s.loop;
+  s.loop = &loop;
+  if (outer_) return;
+  s.loop_thread = this_thread();
+  // A stack overflow (runaway recursion) leaves no stack to run the handler on: it runs on an
+  // alternate one, the thread's own if it has one.
+  stack_t st{};
+  if (::sigaltstack(nullptr, &st) == 0 && (st.ss_flags & SS_DISABLE)) {
+    static char* mem = new char[64 * 1024];
+    st.ss_sp = mem;
+    st.ss_size = 64 * 1024;
+    st.ss_flags = 0;
+    s.own_stack = ::sigaltstack(&st, nullptr) == 0;
+  }
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;  // on the alternate stack where one is set
+  sigemptyset(&sa.sa_mask);
+  for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &sa, &s.old[i]);
+}
+
+CrashReportScope::~CrashReportScope() {
+  auto& s = g();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.loop = outer_;
+  if (outer_) return;
+  for (std::size_t i = 0; i < std::size(kSignals); ++i)
+    ::sigaction(kSignals[i], &s.old[i], nullptr);
+  if (s.own_stack) {
+    stack_t off{};
+    off.ss_flags = SS_DISABLE;
+    ::sigaltstack(&off, nullptr);
+    s.own_stack = false;
+  }
+  s.armed.store(nullptr);
+  s.kept.clear();
+}
+
+void CrashReportScope::arm_summary(const std::filesystem::path& file, const std::string& json,
+                                   std::string_view marker) {
+  const auto at = json.find(marker);
+  if (at == std::string::npos) return;
+  auto a = std::make_unique<Armed>();
+  a->file = file.string();
+  a->tmp = a->file + ".crash";
+  a->head = json.substr(0, at);
+  a->tail = json.substr(at + marker.size());
+  auto& s = g();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.loop) return;  // no fit is reporting
+  s.armed.store(a.get());
+  s.kept.push_back(std::move(a));
+}
+
+void CrashReportScope::disarm_summary() {
+  g().armed.store(nullptr);
+}
+
+}  // namespace wick

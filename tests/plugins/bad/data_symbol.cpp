@@ -1,0 +1,25 @@
+// 'wick_plugin_info' exported as data, not as the function pointer WICK_PLUGIN exports: the
+// record itself, or (DS_POINTER) a pointer to it. Calling either would crash the loader.
+#include <wick/plugin.hpp>
+
+namespace {
+const struct wick_plugin_info record = {WICK_INFO_MAGIC,
+                                        WICK_API_MAJOR,
+                                        WICK_API_MINOR,
+                                        "data_symbol",
+                                        "0.0.1",
+                                        0,
+                                        "a data record",
+                                        0,
+                                        0,
+                                        nullptr,
+                                        0};
+}  // namespace
+
+#ifdef DS_POINTER
+extern "C" __attribute__((visibility("default"))) const struct wick_plugin_info* wick_plugin_info;
+const struct wick_plugin_info* wick_plugin_info = &record;
+#else
+extern "C" __attribute__((visibility("default"))) const struct wick_plugin_info wick_plugin_info;
+const struct wick_plugin_info wick_plugin_info = record;
+#endif
