@@ -4,6 +4,7 @@
 // row in sample order. The forward is a hand-written ForwardPass of a boring model.
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "data/sampler.hpp"
 #include "loop/evaluator.hpp"
 #include "support.hpp"
+#include "wick/metric.hpp"
 
 using namespace wick;
 
@@ -167,4 +169,47 @@ TEST_CASE("validation shards: contiguous, sizes within one, none empty while sam
                     Catch::Contains("the validation data has 2 sample(s), fewer than the 3 "
                                     "ranks") &&
                         Catch::Contains("run fewer ranks (--nproc)"));
+}
+
+namespace {
+
+// The mean of the targets above 100: NaN (0 / 0) on data that has none, as a class's recall
+// is on data without that class.
+class MeanAbove100 : public Metric {
+ public:
+  void update(const at::Tensor&, const at::Tensor& target) override {
+    if (state_.empty()) state_ = {torch::zeros({2}, torch::kDouble)};
+    const auto above = target.gt(100);
+    state_[0][0] += target.masked_select(above).sum().item<double>();
+    state_[0][1] += above.sum().item<double>();
+  }
+  std::vector<std::pair<std::string, double>> compute() const override {
+    return {{"", state_[0][0].item<double>() / state_[0][1].item<double>()}};
+  }
+  std::vector<at::Tensor>& state() override { return state_; }
+
+ private:
+  std::vector<at::Tensor> state_;
+};
+
+}  // namespace
+
+TEST_CASE("evaluator: a metric's NaN is warned of once, naming the metric and its key") {
+  Rig rig(10, 4);
+  rig.eval.add_metric({std::make_shared<MeanAbove100>(), "mean_above", "undefined"});
+  std::string out, err;
+  ValidResult first, second;
+  wick::test::capturing(
+      [&] {
+        first = rig.eval.validation(rig.valid.get());
+        second = rig.eval.validation(rig.valid.get());
+      },
+      out, err);
+  CHECK(std::isnan(rig.value(first, "valid/undefined")));
+  CHECK(std::isnan(rig.value(second, "valid/undefined")));
+  const std::string warning =
+      "wick: warning: metric 'undefined' (plugin 'mean_above') gave NaN for valid/undefined "
+      "(metrics.jsonl writes null): undefined on this data (a class with no samples?), or a "
+      "bug in the plugin; said once\n";
+  CHECK(err == warning);  // once, for two validations
 }

@@ -4,7 +4,9 @@
 #include "loop/scope.hpp"
 #include "loop/trainer_impl.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -230,8 +232,18 @@ void Evaluator::compute_metrics(ValidResult& res, const std::string& prefix) {
           "it has no state after the validation's updates (a bug in the "
           "plugin: update() must size its state)");
     // The whole-set value replaces a task's per-batch mean of the same name.
-    for (const auto& [k, v] : e.metric->compute())
-      set_value(res.values, prefix + e.instance + (k.empty() ? "" : "/" + k), v);
+    for (const auto& [k, v] : e.metric->compute()) {
+      const std::string key = prefix + e.instance + (k.empty() ? "" : "/" + k);
+      // metrics.jsonl writes it as null, which a reader may take for "not logged".
+      if (!std::isfinite(v) && p_.state.rank == 0 && nonfinite_said_.insert(key).second)
+        std::fprintf(stderr,
+                     "wick: warning: metric '%s' (plugin '%s') gave %s for %s (metrics.jsonl "
+                     "writes null): undefined on this data (a class with no samples?), or a "
+                     "bug in the plugin; said once\n",
+                     e.instance.c_str(), e.plugin.c_str(), std::isnan(v) ? "NaN" : "an infinity",
+                     key.c_str());
+      set_value(res.values, key, v);
+    }
     // Files only from a fit that holds the run folder (not Trainer::validate from outside).
     if (p_.writes_metric_files()) e.metric->write_files(p_.run.output_dir, e.instance);
   }

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -96,6 +97,7 @@ class Evaluator {
   // Per metric, where an error is blamed ("metric 'f1_macro' (plugin 'f1') update"; the
   // dispatcher keeps a view, so these strings stay put once the fit starts).
   std::vector<std::pair<std::string, std::string>> places_;
+  std::set<std::string> nonfinite_said_;  // values warned of as NaN or infinite
 };
 
 }  // namespace wick
