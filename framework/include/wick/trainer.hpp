@@ -120,6 +120,9 @@ class Trainer {
 // The first SIGINT, SIGTERM, SIGHUP or SIGUSR1 asks the running fit to stop at the next step
 // boundary; a second from the same sender (or a third from any) ends the process at once with
 // status 128 + that signal. Installed by fit() for its duration.
+// fit() also handles the fatal signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) for its
+// duration: it reports them (stderr, summary.json) and hands them to the handler the program
+// had before, or the system's.
 // interrupt_requested() and interrupt_signal(): wick/interrupt.hpp (SDK).
 void request_interrupt(int sig = SIGINT);  // what the first signal does (tests call it directly)
 void clear_interrupt();
