@@ -156,3 +156,14 @@ TEST_CASE("the fit loop in process: stopped by max_steps mid-epoch and resumed, 
   CHECK(summary["valid/loss"] == ref_summary["valid/loss"]);
   CHECK(summary["epochs"] == 3);
 }
+
+TEST_CASE("the peak probe after the first step counts in the fit's time_s, not in epoch 0's time") {
+  TempDir d;
+  REQUIRE(trainer(d, loop_config(d / "run"))->fit().status == wick::FitResult::Status::completed);
+  const auto recs = read_jsonl(d / "run" / "metrics.jsonl");
+  REQUIRE(recs.size() == 3);  // log_every = 0: the epochs' records
+  INFO(recs[0].dump());
+  // The probe runs 50 ms of warm-up at least (then up to 0.25 s): epoch 0's time and its
+  // samples/s leave it out, as every other rate does.
+  CHECK(recs[0]["time_s"].get<double>() - recs[0]["epoch_time_s"].get<double>() >= 0.05);
+}

@@ -79,8 +79,7 @@ void Trainer::Impl::run_epochs() {
   }
   for (std::int64_t e = loop.resume.first_epoch(); e < opt.epochs; ++e) {
     state.epoch = e;
-    const auto t_epoch = Clock::now();
-    const auto samples_before = times.samples_this_run;
+    const EpochClock epoch_start{Clock::now(), times.samples_this_run, flops.probe_seconds()};
     const bool whole = train_epoch(loop.resume.first_batch(e));
     stop_if_interrupted();
     {
@@ -93,7 +92,7 @@ void Trainer::Impl::run_epochs() {
     // after_epoch does not fire; the position stays at the next batch, where a resume
     // continues exactly, as after a SIGINT.
     if (!whole) return;
-    write_epoch_record(t_epoch, samples_before);
+    write_epoch_record(epoch_start);
     loop.pos = {e + 1, 0};
     dispatch.emit(Point::after_epoch);
     records.commit();  // with what hooks logged at after_epoch

@@ -82,17 +82,17 @@ void Trainer::Impl::log_step_if_due() {
   records.write(std::move(r));
 }
 
-void Trainer::Impl::write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before) {
+void Trainer::Impl::write_epoch_record(const EpochClock& start) {
   Record r;
   r.kind = Record::Kind::epoch;
   r.values = train_means(/*whole_epoch=*/true);
   for (const auto& kv : eval.last_valid.values) r.values.push_back(kv);
   add_lrs(r);
-  const double dt = seconds_since(t_epoch);
+  const double dt = seconds_since(start.t) - (flops.probe_seconds() - start.probe_s);
   r.values.emplace_back("epoch_time_s", dt);
   r.values.emplace_back(
       "samples_per_s",
-      dt > 0 ? static_cast<double>(times.samples_this_run - samples_before) / dt : 0.0);
+      dt > 0 ? static_cast<double>(times.samples_this_run - start.samples) / dt : 0.0);
   flops.add_rates(r, state.micro_step - times.epoch_micro0, times.epoch_train_s,
                   state.num_processes);
   r.values.emplace_back("peak_rss_mb", peak_rss_mb());

@@ -135,7 +135,14 @@ struct Trainer::Impl final : CheckpointStore {
   void open_outputs();
   void log_step_if_due();
   // Staged: open to the values hooks log through after_epoch (RecordWriter::stage).
-  void write_epoch_record(Clock::time_point t_epoch, std::int64_t samples_before);
+  // Where an epoch's timings start from: its start, the samples trained before it this run,
+  // and the peak probe's seconds so far (which count in no rate).
+  struct EpochClock {
+    Clock::time_point t;
+    std::int64_t samples;
+    double probe_s;
+  };
+  void write_epoch_record(const EpochClock& start);
   // At the end of a fit: the epoch record if still open, then a step record for the values
   // hooks logged after the last record (after_fit, after_cancel), which summary.json keeps.
   void close_records();
