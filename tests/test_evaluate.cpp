@@ -379,8 +379,11 @@ TEST_CASE(
   need_python({"torch"});
   TempDir d;
   const auto run_dir = d / "run";
-  // No checkpoint hook; an ema hook, whose weights validation used.
-  auto cfg_text = synthetic_config(run_dir, "[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n");
+  // No checkpoint hook; an ema hook, whose weights validation used; bf16 autocast, which
+  // evaluate applies as validation did.
+  auto cfg_text = synthetic_config(run_dir,
+                                   "[[hooks]]\nplugin = \"ema\"\ndecay = 0.5\n"
+                                   "[[hooks]]\nplugin = \"mixed_precision\"\ndtype = \"bf16\"\n");
   const std::string checkpoint_hook = "[[hooks]]\nplugin = \"checkpoint\"\n";
   cfg_text.replace(cfg_text.find(checkpoint_hook), checkpoint_hook.size(), "");
   write_file(d / "cfg.toml", cfg_text);
@@ -419,6 +422,11 @@ TEST_CASE(
   const auto ev_json = read_json(d / "ev.json");
   CHECK(ev_json["weights"] == "ema");
   check_equal(valid_values(summary), valid_values(ev_json));
+  // They are not the trained weights, which only a checkpoint keeps beside EMA's.
+  auto trained = run_wick({"evaluate", cfg, "--weights", "trained"});
+  CHECK(trained.exit_code == 2);
+  CHECK(trained.err.find("--weights trained: the final weights " + (run_dir / "model.pt").string() +
+                         " are the ema ones, and the run has no checkpoint") != std::string::npos);
   // The same file by its path.
   auto pr = run_wick({"predict", cfg, "--checkpoint", (run_dir / "model.pt").string(), "--split",
                       "valid", "--output", (d / "p.npy").string()});

@@ -316,6 +316,15 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
                      (final_dir / "model.pt").string()) != std::string::npos);
   CHECK(acc("final.pt") ==
         Approx(read_json(final_dir / "summary.json")["valid/accuracy"].get<double>()).margin(1e-6));
+  // Those are not the trained weights, which only a checkpoint keeps beside them.
+  auto fin_trained = run_wick({"export", final_dir.string(), "--weights", "trained", "--out",
+                               (d / "final_trained.pt").string()});
+  CHECK(fin_trained.exit_code == 2);
+  CHECK(fin_trained.err.find("--weights trained: the final weights " +
+                             (final_dir / "model.pt").string() +
+                             " are the ema ones, and the run has no checkpoint") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(d / "final_trained.pt"));
   // Neither: the message names the run folder given, and no option export lacks.
   fs::remove(final_dir / "model.pt");
   auto none = run_wick({"export", final_dir.string(), "--out", (d / "none.pt").string()});

@@ -1,7 +1,7 @@
 // `wick evaluate` and `wick predict`: a trained run's weights (a checkpoint of its output
 // folder or a folder given, or the final weights its fit wrote) on a split of the task's data
-// or on an input file. No hook runs
-// and nothing in the run folder changes; only the files asked for (--json, --output) are
+// or on an input file. Of the hooks only the forward stage's handlers run (autocast, as the
+// fit's validation ran it), and nothing in the run folder changes; only the files asked for (--json, --output) are
 // written, by rank 0.
 #include <ATen/core/Tensor.h>
 
@@ -42,9 +42,10 @@ struct Loaded {
 Loaded load(const UseArgs& a) {
   auto cfg = Config::load(a.config.config, a.config.sets);
   PluginFinder finder(cfg.search_path(absolute_all(a.config.plugin_paths)));
-  // The trainer builds the task's model and data; hooks are built (their parameters checked)
-  // but never connected, so none runs.
+  // The trainer builds the task's model and data; hooks are built (their parameters checked),
+  // and of them only the forward stage's handlers run, as in the fit's validation.
   auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
+  trainer->connect_for_evaluation();
   // The weights validation used (a hook's evaluation weights: EMA's) unless asked otherwise.
   auto used = load_run_weights(cfg, finder, *trainer, a.checkpoint,
                                /*evaluation=*/a.weights != "trained");

@@ -52,6 +52,11 @@ class Trainer {
   // Sorts hooks once, connects their points and stage handlers, checks stage requirements.
   // Called by fit() when not done yet. Throws ConfigError on an impossible order.
   void connect();
+  // For a trainer that evaluates or predicts and will not fit (what `wick evaluate` and `wick
+  // predict` do): connects only the forward stage handlers of the hooks and the task, which a
+  // fit's validation runs too (mixed_precision's autocast, channels_last's input layout), so
+  // that evaluate() gives the validation's numbers. No point fires. fit() after it throws.
+  void connect_for_evaluation();
 
   FitResult fit();
   ValidResult validate();
@@ -73,7 +78,7 @@ class Trainer {
   // The split's loss, the task's validation metrics and the metric plugins over the whole
   // split, in eval mode without gradients: values "SPLIT/NAME". The same computation as a
   // fit's validation (evaluate(Split::valid) equals validate() for the same weights); hooks
-  // run only if connected. With WORLD_SIZE > 1 every rank takes its shard and the sums are
+  // run only if connected (connect, or connect_for_evaluation: their forward handlers). With WORLD_SIZE > 1 every rank takes its shard and the sums are
   // exact over all ranks (the ddp hook's collectives, or a Gloo group of wick's own).
   ValidResult evaluate(Split split = Split::valid);
   // The model's output (the task's forward) for every sample, in sample order: a float32 CPU
@@ -114,6 +119,7 @@ class Trainer {
   struct WICK_INTERNAL Impl;
 
  private:
+  void add_task_hook();  // the task's own subscriptions, as a hook run first
   std::unique_ptr<Impl> impl_;
 };
 

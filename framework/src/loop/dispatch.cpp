@@ -25,20 +25,21 @@ bool Next::operator()() const {
 // each stage handler wrapped so that an exception can be blamed on the hook that threw it.
 class Dispatcher::Sink : public HookSink {
  public:
-  explicit Sink(Dispatcher& d) : d_(d) {}
+  explicit Sink(Dispatcher& d, bool forward_only = false) : forward_only_(forward_only), d_(d) {}
   void on(const HookEntry& h, Point p, PointFn fn) override {
-    points.push_back({&h, p, std::move(fn)});
+    if (!forward_only_) points.push_back({&h, p, std::move(fn)});
   }
   void stage(const HookEntry& h, Stage s, StageFn fn) override {
-    stages.push_back({&h, s, std::move(fn)});
+    if (!forward_only_ || s == Stage::forward) stages.push_back({&h, s, std::move(fn)});
   }
   void on_record(const HookEntry&, std::function<void(const Record&)> fn) override {
-    d_.sinks_.push_back(std::move(fn));
+    if (!forward_only_) d_.sinks_.push_back(std::move(fn));
   }
   void on_rewind(const HookEntry&, std::function<void(const std::vector<Record>&)> fn) override {
-    d_.rewinds_.push_back(std::move(fn));
+    if (!forward_only_) d_.rewinds_.push_back(std::move(fn));
   }
   void request_profile(const HookEntry&, ProfileClock c) override {
+    if (forward_only_) return;
     profile = true;
     if (c == ProfileClock::host) clock = c;
   }
@@ -49,6 +50,7 @@ class Dispatcher::Sink : public HookSink {
   ProfileClock clock = ProfileClock::device;
 
  private:
+  bool forward_only_;
   Dispatcher& d_;
 };
 
@@ -70,6 +72,8 @@ void Dispatcher::add_hook(HookEntry entry) {
 }
 
 void Dispatcher::connect(std::int64_t rank) {
+  if (forward_only_)
+    throw std::logic_error("a trainer connected for evaluation only (connect_forward) cannot fit");
   if (connected_) return;
   Sink sink(*this);
   connect_hooks(hooks_, rank, &sink, table_);
@@ -81,6 +85,15 @@ void Dispatcher::connect(std::int64_t rank) {
   }
   wire(std::move(sink.points), std::move(sink.stages));
   connected_ = true;
+}
+
+void Dispatcher::connect_forward(std::int64_t rank) {
+  if (connected_) return;
+  Sink sink(*this, /*forward_only=*/true);
+  ScheduleTable unused;  // the schedule is a fit's
+  connect_hooks(hooks_, rank, &sink, unused);
+  wire({}, std::move(sink.stages));
+  connected_ = forward_only_ = true;
 }
 
 void Dispatcher::wire(std::vector<PendingPoint> points, std::vector<PendingStage> stages) {

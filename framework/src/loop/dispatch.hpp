@@ -55,6 +55,10 @@ class Dispatcher {
   // Sorts hooks once, connects their points and handlers (main-process-only hooks on rank 0
   // only), checks capability order. Throws ConfigError on an impossible order.
   void connect(std::int64_t rank);
+  // For evaluation on a trainer that will not fit: only the hooks' forward stage handlers
+  // (autocast, an input layout), which a fit's validation runs; their points, records and
+  // other stages are dropped. connect() after it throws.
+  void connect_forward(std::int64_t rank);
   bool connected() const { return connected_; }
   // The run's timings when a hook asked for them (Registrar::request_profile) at connect;
   // else null, and nothing is timed.
@@ -119,7 +123,7 @@ class Dispatcher {
 
   Context& ctx_;
   std::vector<HookEntry> hooks_;
-  bool connected_ = false;
+  bool connected_ = false, forward_only_ = false;
   // The loop is single-threaded per process, so the signals need no mutex (measured faster).
   std::array<Signal, kNumPoints> signals_;
   std::array<std::vector<const HookEntry*>, kNumPoints> blame_order_;

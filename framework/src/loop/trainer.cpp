@@ -148,13 +148,20 @@ struct TaskHook : Hook {
 
 void Trainer::connect() {
   auto& I = *impl_;
-  if (!I.dispatch.connected()) {
-    HookEntry e;
-    e.hook = std::make_shared<TaskHook>(I.task);
-    e.plugin = e.instance = "task";
-    I.dispatch.add_hook(std::move(e));
-  }
+  if (!I.dispatch.connected()) add_task_hook();
   I.dispatch.connect(I.state.rank);
+}
+void Trainer::connect_for_evaluation() {
+  auto& I = *impl_;
+  if (I.dispatch.connected()) return;
+  add_task_hook();
+  I.dispatch.connect_forward(I.state.rank);
+}
+void Trainer::add_task_hook() {
+  HookEntry e;
+  e.hook = std::make_shared<TaskHook>(impl_->task);
+  e.plugin = e.instance = "task";
+  impl_->dispatch.add_hook(std::move(e));
 }
 const ScheduleTable& Trainer::schedule() const {
   return impl_->dispatch.table();

@@ -136,7 +136,9 @@ UsedWeights load_run_weights(const Config& cfg, const PluginFinder& finder, Trai
 }
 
 void check_weights_word(const UsedWeights& used, const std::string& word) {
-  if (word == "auto" || word == "trained") return;
+  if (word == "auto" || used.weights == word) return;
+  // A checkpoint keeps the trained weights beside a hook's; final weights are one set only.
+  if (used.checkpoint && word == "trained") return;
   if (used.checkpoint && used.weights == "trained")
     throw ConfigError("--weights " + word + ": " + used.source +
                       " holds no weights a hook keeps for evaluation (no hook of the run, such "
