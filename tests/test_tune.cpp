@@ -401,6 +401,27 @@ TEST_CASE("wick sweep runs a grid two trials at a time and writes results and th
   CHECK_THAT(r.err, Catch::Contains("for an integer key use int:LO:HI or a list of integers"));
 }
 
+TEST_CASE(
+    "a sweep trial whose metric is NaN ranks last, and a thread count the config gives is kept") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", synthetic(dir / "run", 1));
+  // lr 1e30 diverges: its valid/loss is not finite, which metrics.jsonl writes as null.
+  auto r = run_wick({"sweep", (dir / "cfg.toml").string(), "--param", "optimizer.lr=[1e30, 0.001]",
+                     "--grid", "--set", "trainer.nan_policy=\"ignore\"", "--set",
+                     "trainer.threads=1", "--out", (dir / "sweep").string()});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  const auto rows = read_csv(dir / "sweep" / "results.csv");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1][1] == "completed");
+  CHECK_FALSE(std::isfinite(std::stod(rows[1][3])));
+  CHECK(rows[2][1] == "completed");
+  CHECK_THAT(read_file(dir / "sweep" / "results.md"), Catch::Contains("| 2 (best) | completed |"));
+  CHECK_THAT(read_file(dir / "sweep" / "best.toml"), Catch::Contains("lr = 0.001"));
+  for (const char* trial : {"trial-001", "trial-002"})
+    CHECK(read_json(dir / "sweep" / trial / "summary.json")["threads"] == 1);
+}
+
 TEST_CASE("wick sweep --halving stops the trials below the best at a rung") {
   TempDir dir;
   // 3 epochs of ~0.3 s: the sweep has time to stop a trial after its first.

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -145,7 +146,7 @@ class Sweep {
   std::vector<SweepParam> params_;
   std::vector<Trial> trials_;
   std::int64_t max_epochs_ = 1;
-  int threads_ = 0;            // per trial (0: the config's own)
+  int threads_ = 0;            // per trial, for trainer.threads = "auto" (0: the config's own)
   std::string config_sha256_;  // of the config as read: another value is another sweep
   std::string metric_error_;
 };
@@ -235,7 +236,9 @@ void Sweep::plan() {
   const bool sets_threads = std::any_of(params_.begin(), params_.end(), [](const SweepParam& p) {
     return p.path == "trainer.threads";
   });
-  if (!sets_threads) {
+  // "auto" (the default) shares the cores among the trials; a count the config (or --set)
+  // gives is the user's, and best.toml records it as the trials ran.
+  if (!sets_threads && base.trainer().auto_threads) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads_ = std::max(1, cores / a_.jobs);
   }
@@ -290,7 +293,9 @@ void Sweep::load_or_start() {
     t.halted = s.value("halted", false);
     t.note = s.value("note", "");
     t.epochs = s.value("epochs", std::int64_t{0});
-    if (s.contains("value") && s["value"].is_number()) t.value = s["value"].get<double>();
+    if (s.contains("value"))  // null: a NaN, as the trial's records wrote it
+      t.value = s["value"].is_number() ? s["value"].get<double>()
+                                       : std::numeric_limits<double>::quiet_NaN();
     t.wall_s = s.value("wall_s", 0.0);
     if (s.contains("rungs"))
       for (const auto& [e, v] : s["rungs"].items()) t.rungs[std::stoll(e)] = v.get<double>();
@@ -401,7 +406,9 @@ void Sweep::judge(Trial& t, std::int64_t epoch, double value) {
   std::vector<double> at_rung;
   for (const auto& o : trials_)
     if (auto it = o.rungs.find(epoch); it != o.rungs.end()) at_rung.push_back(it->second);
-  if (halving_keeps(value, at_rung, a_.eta, maximize())) {
+  // A trial that ended before its rung was read (epochs shorter than the polling gap) trained
+  // to its end: its result stands, not a verdict that came too late to act on.
+  if (halving_keeps(value, at_rung, a_.eta, maximize()) || t.pid <= 0) {
     save();
     return;
   }
@@ -430,7 +437,8 @@ void Sweep::poll(Trial& t) {
     if (!r.is_object() || r.value("kind", "") != "epoch") continue;
     const std::int64_t epoch = r.value("epoch", std::int64_t{0}) + 1;
     t.epochs = epoch;
-    if (!r.contains(a_.metric) || !r[a_.metric].is_number()) {
+    // null is how metrics.jsonl writes a NaN or an infinity: a value, and no best one.
+    if (!r.contains(a_.metric) || !(r[a_.metric].is_number() || r[a_.metric].is_null())) {
       std::vector<std::string> keys;
       std::string listed;
       for (const auto& [k, v] : r.items())
@@ -444,7 +452,8 @@ void Sweep::poll(Trial& t) {
         metric_error_ += "; did you mean '" + s + "'?";
       return;
     }
-    const double v = r[a_.metric].get<double>();
+    const double v = r[a_.metric].is_null() ? std::numeric_limits<double>::quiet_NaN()
+                                            : r[a_.metric].get<double>();
     t.value = v;
     if (epoch > t.printed_epochs) {
       t.printed_epochs = epoch;
@@ -523,9 +532,11 @@ void Sweep::write_results() const {
   std::vector<const Trial*> order;
   for (const auto& t : trials_) order.push_back(&t);
   const Trial* b = best();
+  // Finite values by the metric, then a NaN or infinity (no best one), then none.
+  auto rank = [](const Trial* t) { return !t->value ? 2 : std::isfinite(*t->value) ? 0 : 1; };
   std::stable_sort(order.begin(), order.end(), [&](const Trial* x, const Trial* y) {
-    if (x->value.has_value() != y->value.has_value()) return x->value.has_value();
-    if (!x->value) return false;
+    if (rank(x) != rank(y)) return rank(x) < rank(y);
+    if (rank(x) != 0) return false;
     return maximize() ? *x->value > *y->value : *x->value < *y->value;
   });
   std::string md = "| trial | status | epochs | " + a_.metric;
