@@ -447,6 +447,13 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
        "must be >= 0"},
       {"[[hooks]]\nplugin = \"profiler\"\nclock = \"hots\"\n", "clock", "[hooks.profiler]",
        "did you mean \"host\"?"},
+      // Files of the run's own, which they would overwrite, and a folder.
+      {"[[hooks]]\nplugin = \"profiler\"\nfile = \"summary.json\"\n", "file", "[hooks.profiler]",
+       "is the run's own summary.json, which the trainer writes; give another file name"},
+      {"[[hooks]]\nplugin = \"metrics_log\"\nfile = \"./metrics.jsonl\"\n", "file",
+       "[hooks.metrics_log]", "is the run's own metrics.jsonl"},
+      {"[[hooks]]\nplugin = \"metrics_log\"\nfile = \"logs/..\"\n", "file", "[hooks.metrics_log]",
+       "not a file; give a file name"},
   };
   if (TORCH_VERSION_MAJOR < 2)  // no kernel table on LibTorch 1.13
     cases.push_back({"[[hooks]]\nplugin = \"profiler\"\nkernels = 5\n", "kernels",
@@ -468,4 +475,17 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
   CHECK_THAT(r.err, Catch::Contains("'peak_gflops'"));
   CHECK_THAT(r.err, Catch::Contains("[trainer]"));
   CHECK_THAT(r.err, Catch::Contains("must be >= 0"));
+}
+
+TEST_CASE("the profiler and metrics_log write into a folder of the run they create") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d,
+                                    "[[hooks]]\nplugin = \"profiler\"\nfile = \"prof/p.json\"\n"
+                                    "[[hooks]]\nplugin = \"metrics_log\"\nfile = \"logs/m.csv\"\n",
+                                    1));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(read_json(d / "run" / "prof" / "p.json").contains("phases_s"));
+  CHECK_THAT(read_file(d / "run" / "logs" / "m.csv"), Catch::StartsWith("kind,epoch,step"));
 }

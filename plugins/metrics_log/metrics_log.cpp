@@ -42,22 +42,11 @@ std::string cell(const std::string& s) {
 class MetricsLog : public wick::Hook {
  public:
   explicit MetricsLog(const wick::Params& p)
-      : file_(p.get_string("file")), steps_(p.get_bool("steps")) {
-    if (file_.empty()) throw p.error("file", "must not be empty");
-    // A folder ("." or "logs/", or one that exists) cannot be replaced by the table's file.
-    const fs::path f(file_);
-    const auto full = f.is_absolute() ? f : fs::path(p.run().output_dir) / f;
-    const auto name = f.filename();
-    std::error_code ec;
-    if (name.empty() || name == "." || name == ".." || fs::is_directory(full, ec))
-      throw p.error("file", "names a directory ('" + full.lexically_normal().string() +
-                                "'), not a file; give a file name, e.g. file = \"metrics.csv\"");
-  }
+      : file_(p.get_output_file("file")), steps_(p.get_bool("steps")) {}
 
   void connect(wick::Registrar& r) override {
-    r.on(wick::Point::before_fit, [this](wick::Context& c) {
-      path_ =
-          fs::path(file_).is_absolute() ? fs::path(file_) : fs::path(c.run().output_dir) / file_;
+    r.on(wick::Point::before_fit, [this](wick::Context&) {
+      path_ = file_;
       columns_ = kFixed;
       rows_.clear();
       fs::create_directories(path_.parent_path());

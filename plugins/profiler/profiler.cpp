@@ -22,13 +22,12 @@ namespace fs = std::filesystem;
 class Profiler : public wick::Hook {
  public:
   explicit Profiler(const wick::Params& p)
-      : file_(p.get_string("file")),
+      : path_(p.get_output_file("file")),
         host_clock_(p.get_string("clock") == "host"),
         top_(p.get_int("top")),
         kernels_(p.get_int("kernels")),
         kernel_after_(p.get_int("kernel_after")),
         kernel_steps_(p.get_int("kernel_steps")) {
-    if (file_.empty()) throw p.error("file", "must not be empty");
     if (top_ < 0) throw p.error("top", "must be >= 0 (0: every row)");
     if (kernels_ < 0) throw p.error("kernels", "must be >= 0 (0: no kernel table)");
     if (kernel_after_ < 0) throw p.error("kernel_after", "must be >= 0");
@@ -87,12 +86,11 @@ class Profiler : public wick::Hook {
                  static_cast<long long>(c.run().rank),
                  wick::memory_table(c.memory_profile()).c_str());
     if (c.run().output_dir.empty()) return;
-    const fs::path path =
-        fs::path(file_).is_absolute() ? fs::path(file_) : fs::path(c.run().output_dir) / file_;
-    wick::write_file_atomic(path.string(), wick::profile_json(p) + "\n");
+    fs::create_directories(path_.parent_path());
+    wick::write_file_atomic(path_.string(), wick::profile_json(p) + "\n");
   }
 
-  std::string file_;
+  fs::path path_;
   bool host_clock_;
   std::int64_t top_, kernels_, kernel_after_, kernel_steps_;
   wick_profiler::KernelTrace trace_;

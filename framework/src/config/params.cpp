@@ -73,6 +73,24 @@ std::string Params::get_path(std::string_view key) const {
   return std::filesystem::absolute(p).lexically_normal().string();
 }
 
+std::string Params::get_output_file(std::string_view key) const {
+  namespace fs = std::filesystem;
+  const fs::path f = get_as<std::string>(*impl_, key, "file name (a string)");
+  if (f.empty()) throw error(key, "must not be empty");
+  const fs::path out = impl_->run.output_dir;
+  const auto full = (f.is_absolute() ? f : out / f).lexically_normal();
+  std::error_code ec;
+  const auto name = f.filename();
+  if (name.empty() || name == "." || name == ".." || fs::is_directory(full, ec))
+    throw error(key, "names a folder ('" + full.string() + "'), not a file; give a file name");
+  if (!out.empty())
+    for (const char* own : {"metrics.jsonl", "summary.json", "model.pt", "wick.lock"})
+      if (fs::weakly_canonical(full, ec) == fs::weakly_canonical(out / own, ec))
+        throw error(key, "is the run's own " + std::string(own) +
+                             ", which the trainer writes; give another file name");
+  return full.string();
+}
+
 const RunInfo& Params::run() const {
   return impl_->run;
 }

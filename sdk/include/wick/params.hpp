@@ -65,6 +65,11 @@ class WICK_EXPORT Params {
   // relative to the config file's folder (as [plugins] path is), not the current directory.
   // Since SDK 1.1.
   std::string get_path(std::string_view key) const;
+  // A string parameter naming a file the plugin writes in the run: relative to
+  // trainer.output_dir, or absolute. Refused at the key when empty, when it names a folder, or
+  // when it is one of the run's own files (metrics.jsonl, summary.json, model.pt, wick.lock),
+  // which it would overwrite. The writer creates the file's folder. Since SDK 2.22.
+  std::string get_output_file(std::string_view key) const;
 
   // The run's facts as the config gives them, for checks that involve other sections (the
   // device and data-parallel rank are not resolved yet: device "auto" reads as cpu). Since 2.0.

@@ -42,7 +42,7 @@
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 21
+#define WICK_API_MINOR 22
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
