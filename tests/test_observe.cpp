@@ -202,6 +202,19 @@ TEST_CASE("tensorboard: runs sharing one dir replace their own event files, no o
     if (!after_a.count(f)) CHECK(after_a2.count(f) == 1);  // b's
   for (const auto& f : after_a)
     if (f.find(".wick") != std::string::npos) CHECK(after_a2.count(f) == 0);  // a's first
+
+  // Two instances of one run into one folder: the second would replace the first's file as an
+  // earlier fit's, and double each curve. Refused before training, naming both.
+  write_file(d / "two.toml", config(d,
+                                    "[[hooks]]\nplugin = \"tensorboard\"\nname = \"tb1\"\n"
+                                    "[[hooks]]\nplugin = \"tensorboard\"\nname = \"tb2\"\n",
+                                    1));
+  auto two = run_wick({"fit", (d / "two.toml").string()});
+  CHECK(two.exit_code == 2);
+  CHECK_THAT(two.err, Catch::Contains("hooks 'tb1' and 'tb2' (plugin 'tensorboard') both write "
+                                      "event files to '" +
+                                      fs::weakly_canonical(d / "run").string() +
+                                      "'; give one of them another dir"));
 }
 
 TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases cover the steps") {

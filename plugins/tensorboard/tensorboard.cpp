@@ -15,13 +15,26 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "event_writer.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+
+// The folders live instances write to: a second instance there would replace the first's
+// file as an earlier fit's, and double every curve.
+struct Folders {
+  std::mutex mu;
+  std::map<fs::path, std::string> writer;  // folder -> instance
+};
+Folders& folders() {
+  static Folders f;
+  return f;
+}
 
 double wall_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -30,13 +43,15 @@ double wall_time() {
 class TensorBoard : public wick::Hook {
  public:
   explicit TensorBoard(const wick::Params& p)
-      : dir_(p.get_string("dir")),
+      : instance_(p.instance()),
+        dir_(p.get_string("dir")),
         every_(p.get_int("histograms_every")),
         bins_(p.get_int("bins")),
         config_(p.get_bool("config")) {
     if (every_ < 0) throw p.error("histograms_every", "must be >= 0 (0: no histograms)");
     if (bins_ < 1 || bins_ > 10000) throw p.error("bins", "must be between 1 and 10000");
   }
+  ~TensorBoard() override { release(); }
 
   void connect(wick::Registrar& r) override {
     r.on(wick::Point::before_fit, [this](wick::Context& c) {
@@ -44,11 +59,16 @@ class TensorBoard : public wick::Hook {
       folder_ = fs::weakly_canonical(run_dir / dir_);
       const auto rel = folder_.lexically_relative(run_dir);
       inside_run_ = !rel.empty() && *rel.begin() != "..";
+      claim();
       tag_ = run_tag(run_dir.string());
       config_text_ = c.run().config_toml;
       file_.reset();
       // The old files go at the first record (a fresh run) or when a resumed run has its
       // records (on_rewind): a fit that fails before either leaves them as they were.
+    });
+    r.on(wick::Point::after_fit, [this](wick::Context&) { release(); });
+    r.on(wick::Point::after_cancel, [this](wick::Context& c) {
+      if (c.cancellation()->ends_fit()) release();
     });
     r.on_rewind([this](const std::vector<wick::Record>& kept) { start(kept); });
     r.on_record([this](const wick::Record& rec) {
@@ -65,6 +85,22 @@ class TensorBoard : public wick::Hook {
   }
 
  private:
+  void claim() {
+    auto& f = folders();
+    std::lock_guard<std::mutex> lock(f.mu);
+    const auto [it, added] = f.writer.emplace(folder_, instance_);
+    if (!added && it->second != instance_)
+      throw wick::ConfigError("hooks '" + it->second + "' and '" + instance_ +
+                              "' (plugin 'tensorboard') both write event files to '" +
+                              folder_.string() + "'; give one of them another dir");
+  }
+  void release() {
+    auto& f = folders();
+    std::lock_guard<std::mutex> lock(f.mu);
+    if (auto it = f.writer.find(folder_); it != f.writer.end() && it->second == instance_)
+      f.writer.erase(it);
+  }
+
   // 8 hex digits of FNV-1a over the run directory's path: names this run's event files, so
   // that a folder shared by several runs (one logdir) keeps the others'.
   static std::string run_tag(const std::string& run_dir) {
@@ -152,7 +188,7 @@ class TensorBoard : public wick::Hook {
     return h;
   }
 
-  std::string dir_;
+  std::string instance_, dir_;
   std::int64_t every_, bins_;
   bool config_;
   fs::path folder_;
