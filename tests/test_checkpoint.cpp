@@ -222,6 +222,12 @@ TEST_CASE("SIGKILL or a crash after the last checkpoint loses only the steps sin
   const auto summary = nlohmann::json::parse(read_file(d / "run" / "summary.json"));
   if (action == "kill") {
     CHECK(summary["status"] == "running");  // no handler runs: nothing could say more
+    // No monitor, no best: --resume best says so (it is a word, not a folder of the cwd).
+    auto best = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "best"});
+    CHECK(best.exit_code == 1);
+    CHECK(best.err.find("--resume best: no '" + (ckpt_dir(d) / "best").string() +
+                        "'; it is saved when hooks.checkpoint.monitor is set") !=
+          std::string::npos);
   } else {
     CHECK(summary["status"] == "failed");
     const std::string error = summary.value("error", "");

@@ -330,8 +330,8 @@ void add_core_commands(CLI::App& app, Registry& r) {
   auto* fit = app.add_subcommand("fit", "train the task of CONFIG with its hooks");
   add_config_args(fit, fit_args);
   fit->add_option("--resume", resume,
-                  "continue from a checkpoint: latest, a PATH, or auto (latest if there is "
-                  "one, else start afresh; what restarts use)");
+                  "continue from a checkpoint: latest, best (hooks.checkpoint.monitor's), a "
+                  "PATH, or auto (latest if there is one, else start afresh; what restarts use)");
   fit->add_flag("--profile", profile,
                 "time every hook, stage handler and step phase (the profiler hook, or the one "
                 "[plugins] profiler names): a table at the end, profile.json and summary.json's "

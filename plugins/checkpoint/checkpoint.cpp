@@ -1,7 +1,8 @@
 // Checkpoint policy: when to save (periodically, on cancel, on failure, at the end, the best
-// by a metric), where, which to keep, and resume (`wick fit CONFIG --resume latest|auto|PATH`).
-// What a checkpoint holds and how it is written and read is the framework's (Context::
-// save_checkpoint / inspect_checkpoint / restore_checkpoint, wick/checkpoint.hpp).
+// by a metric), where, which to keep, and resume (`wick fit CONFIG --resume
+// latest|best|auto|PATH`). What a checkpoint holds and how it is written and read is the
+// framework's (Context:: save_checkpoint / inspect_checkpoint / restore_checkpoint,
+// wick/checkpoint.hpp).
 //
 // Folders are checkpoints/ckpt-eEEEE-bBBBBBB (epoch, batches of it done), and checkpoints/best.
 // Saves are taken between steps, after every hook has finished the step: a save that falls
@@ -194,12 +195,19 @@ class Checkpoint : public wick::Hook {
   }
 
   // The folder `what` names: "latest" is the newest valid checkpoint (damaged or unfinished
-  // ones are skipped with the reason), "auto" the same or "" when there is none, anything
-  // else a path (as given, or in the folder).
+  // ones are skipped with the reason), "auto" the same or "" when there is none, "best" the
+  // folder's best, anything else a path (as given, or in the folder).
   fs::path find(wick::Context& c, const std::string& what) const {
+    std::error_code ec;
+    if (what == "best") {
+      if (!fs::exists(dir_ / "best", ec))
+        throw std::runtime_error("--resume best: no '" + (dir_ / "best").string() +
+                                 "'; it is saved when hooks.checkpoint.monitor is set (use "
+                                 "--resume latest)");
+      return fs::absolute(dir_ / "best");
+    }
     if (what != "latest" && what != "auto") {
       fs::path p(what);
-      std::error_code ec;
       if (!fs::exists(p, ec) && fs::exists(dir_ / p, ec)) p = dir_ / p;
       return fs::absolute(p);
     }
@@ -392,7 +400,7 @@ WICK_PLUGIN(
     Checkpoint,
     wick::PluginDef("checkpoint", "2.0.0",
                     "Atomic checkpoints (periodic, on cancel/failure, at the end, best) "
-                    "and exact resume with --resume latest|auto|PATH")
+                    "and exact resume with --resume latest|best|auto|PATH")
         .order(-100)
         .param_string("dir", "checkpoints", "checkpoint folder, relative to trainer.output_dir")
         .param_int("every_n_steps", 0, "save every N optimizer steps (0: never)")
