@@ -324,6 +324,9 @@ TEST_CASE("wick evaluate and predict refuse bad checkpoints and arguments, namin
         "--split valid and --input x.npy: give one of them");
   usage({"predict", "--split", "valid", "--output", (d / "p.txt").string()},
         "p.txt: name a .npy or .csv file");
+  usage({"predict", "--split", "valid", "--output", (d / "no" / "p.npy").string()},
+        "--output " + (d / "no" / "p.npy").string() + ": no folder '" + (d / "no").string() +
+            "'; create it first");
 
   // A damaged checkpoint: latest skips it with the reason; none left is a run error.
   const auto ckpt = run_dir / "checkpoints" / "ckpt-e0001-b0000000";

@@ -223,8 +223,9 @@ TEST_CASE("wick plot explains a missing gnuplot and a missing run") {
   CHECK_THAT(r.err, Catch::Contains("apt-get install gnuplot-nox"));
 
   auto r2 = run_wick({"plot", (dir / "nothing").string()});
-  CHECK(r2.exit_code == 1);
-  CHECK_THAT(r2.err, Catch::Contains((dir / "nothing" / "metrics.jsonl").string()));
+  CHECK(r2.exit_code == 2);  // a wrong argument, as for every command
+  CHECK_THAT(r2.err, Catch::Contains("no '" + (dir / "nothing" / "metrics.jsonl").string() +
+                                     "'; give the run directory of a `wick fit`"));
 
   write_file(dir / "bad" / "metrics.jsonl", "{\"kind\":\"step\"}\nnot json\n");
   auto r3 = run_wick({"plot", (dir / "bad").string()});

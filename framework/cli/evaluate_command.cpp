@@ -1,8 +1,8 @@
 // `wick evaluate` and `wick predict`: a trained run's weights (a checkpoint of its output
 // folder or a folder given, or the final weights its fit wrote) on a split of the task's data
 // or on an input file. Of the hooks only the forward stage's handlers run (autocast, as the
-// fit's validation ran it), and nothing in the run folder changes; only the files asked for (--json, --output) are
-// written, by rank 0.
+// fit's validation ran it), and nothing in the run folder changes; only the files asked for
+// (--json, --output) are written, by rank 0.
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -101,6 +101,11 @@ int cmd_predict(const UseArgs& a) {
     const auto ext = fs::path(a.output).extension().string();
     if (ext != ".npy" && ext != ".csv")
       throw ConfigError("--output " + a.output + ": name a .npy or .csv file");
+    std::error_code ec;
+    const auto folder = fs::absolute(a.output).parent_path();
+    if (!fs::is_directory(folder, ec))
+      throw ConfigError("--output " + a.output + ": no folder '" + folder.string() +
+                        "'; create it first");
     const at::Tensor input = a.input.empty() ? at::Tensor() : read_tensor_file(a.input);
     auto l = load(a);
     const bool main = l.trainer->run().is_main_process();

@@ -59,10 +59,12 @@ Curves read_curves(const fs::path& file) {
   struct stat st {};
   if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     throw std::runtime_error("'" + file.string() + "' is not a regular file");
+  std::error_code ec;
+  if (!fs::exists(file, ec))  // a wrong argument: exit 2, as for every command
+    throw ConfigError("no '" + file.string() +
+                      "'; give the run directory of a `wick fit` (trainer.output_dir)");
   std::ifstream in(file);
-  if (!in)
-    throw std::runtime_error("cannot read '" + file.string() +
-                             "'; give the run directory of a `wick fit` (trainer.output_dir)");
+  if (!in) throw std::runtime_error("cannot read '" + file.string() + "'");
   Curves c;
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
