@@ -226,10 +226,22 @@ TEST_CASE("the plugin search path never includes the current directory by defaul
   auto dirs = wick::plugin_search_path({});
   const auto cwd = fs::current_path().string();
   for (const auto& d : dirs) CHECK(d != cwd);
-  // Relative WICK_PLUGIN_PATH entries are ignored: they would mean the current directory.
+  // Relative WICK_PLUGIN_PATH entries are ignored: they would mean the current directory. The
+  // user hears of it, once.
   setenv("WICK_PLUGIN_PATH", "relative/dir::/abs/dir", 1);
-  auto with_env = wick::plugin_search_path({"/from/config"});
+  std::vector<std::string> with_env;
+  std::string out, err;
+  capturing(
+      [&] {
+        with_env = wick::plugin_search_path({"/from/config"});
+        (void)wick::plugin_search_path({});
+      },
+      out, err);
   unsetenv("WICK_PLUGIN_PATH");
+  CHECK(err ==
+        "wick: warning: WICK_PLUGIN_PATH entry 'relative/dir' is ignored: entries are "
+        "absolute folders (a relative one would depend on the current directory); give " +
+            (fs::current_path() / "relative" / "dir").string() + "\n");
   REQUIRE(with_env.size() >= 2);
   CHECK(with_env[0] == "/from/config");
   CHECK(with_env[1] == "/abs/dir");

@@ -23,8 +23,19 @@ std::vector<std::string> plugin_search_path(const std::vector<std::string>& from
       auto end = s.find(':', start);
       if (end == std::string::npos) end = s.size();
       std::string entry = s.substr(start, end - start);
-      // Empty or relative entries would mean the current directory: never by default.
-      if (!entry.empty() && fs::path(entry).is_absolute()) dirs.push_back(entry);
+      // Empty or relative entries would mean the current directory: never by default. A
+      // relative one is said once (an empty one is a stray ':').
+      if (!entry.empty() && fs::path(entry).is_absolute()) {
+        dirs.push_back(entry);
+      } else if (!entry.empty()) {
+        static std::set<std::string> said;
+        if (said.insert(entry).second)
+          std::fprintf(stderr,
+                       "wick: warning: WICK_PLUGIN_PATH entry '%s' is ignored: entries are "
+                       "absolute folders (a relative one would depend on the current "
+                       "directory); give %s\n",
+                       entry.c_str(), fs::absolute(entry).lexically_normal().c_str());
+      }
       start = end + 1;
     }
   }
