@@ -1,4 +1,5 @@
-// `wick describe` on a config with three hooks prints exactly this schedule (golden output).
+// `wick describe` on a config with three hooks prints exactly this schedule (golden output); a
+// misspelt command is named.
 #include "support.hpp"
 
 using namespace wick::test;
@@ -83,4 +84,15 @@ TEST_CASE("wick describe prints the schedule table exactly") {
             d + "/wick_recorder.so\n");
   // Describing trains nothing and runs no hook.
   CHECK(read_file(trace).empty());
+}
+
+TEST_CASE("a misspelt command is named, with the nearest one and the list") {
+  auto r = run_wick({"lr_find", "cfg.toml"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::StartsWith("wick: error: no command 'lr_find' (did you mean "
+                                      "'lr-find'?); the commands: fit, describe, check"));
+  auto far = run_wick({"frobnicate"});
+  CHECK(far.exit_code == 2);
+  CHECK_THAT(far.err, Catch::StartsWith("wick: error: no command 'frobnicate'; the commands: "));
+  CHECK(run_wick({"--version"}).exit_code == 0);  // options are CLI11's, as before
 }

@@ -1,10 +1,14 @@
 // The `wick` command: parses the command line and runs one subcommand.
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "wick/build_info.hpp"
 #include "wick/cluster.hpp"
+#include "wick/config.hpp"  // did_you_mean
 #include "wick/system.hpp"
 
 namespace {
@@ -38,6 +42,22 @@ int run(int argc, char** argv) {
   add_export_command(app, commands);
   add_launch_command(app, commands);
 
+  // CLI11 would say only "A subcommand is required" for a misspelt one.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    std::string list;
+    for (const auto* c : app.get_subcommands({})) {
+      names.push_back(c->get_name());
+      list += (list.empty() ? "" : ", ") + c->get_name();
+    }
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const auto near = wick::did_you_mean(argv[1], names);
+      std::fprintf(stderr, "wick: error: no command '%s'%s; the commands: %s (wick --help)\n",
+                   argv[1], near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(),
+                   list.c_str());
+      return kUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
