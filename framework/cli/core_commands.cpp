@@ -27,7 +27,8 @@ void add_config_args(CLI::App* cmd, ConfigArgs& a) {
   cmd->add_option("CONFIG", a.config, "TOML config file")->required();
   cmd->add_option("--set", a.sets, "override a key: SECTION.KEY=VALUE or hooks.NAME.KEY=VALUE")
       ->type_name("K=V");
-  cmd->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
+  cmd->add_option("--plugin-path", a.plugin_paths,
+                  "a folder of plugins to search too (one name in two folders is an error)")
       ->type_name("DIR");
 }
 
@@ -362,7 +363,10 @@ void add_core_commands(CLI::App& app, Registry& r) {
   r.push_back({check, [] { return cmd_check(check_args); }});
 
   auto* plugins = app.add_subcommand("plugins", "list the plugins found, with their parameters");
-  plugins->add_option("--plugin-path", plugin_paths, "search this folder first")->type_name("DIR");
+  plugins
+      ->add_option("--plugin-path", plugin_paths,
+                   "a folder of plugins to search too (one name in two folders is an error)")
+      ->type_name("DIR");
   r.push_back({plugins, [] { return cmd_plugins(plugin_paths); }});
 }
 

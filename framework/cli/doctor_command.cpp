@@ -177,7 +177,10 @@ void add_doctor_command(CLI::App& app, Registry& r) {
       "check the set-up: BLAS, threads, CPU features (AVX2, AVX-512, AVX512-BF16, AMX) and "
       "LibTorch's kernels, peak GFLOP/s, LibTorch, CUDA, plugin folders; say what to enable "
       "and what to fix (exit 1 when there is something to fix)");
-  doctor->add_option("--plugin-path", plugin_paths, "search this folder first")->type_name("DIR");
+  doctor
+      ->add_option("--plugin-path", plugin_paths,
+                   "a folder of plugins to search too (one name in two folders is an error)")
+      ->type_name("DIR");
   r.push_back({doctor, [] { return cmd_doctor(plugin_paths); }});
 }
 

@@ -124,7 +124,8 @@ void add_export_command(CLI::App& app, Registry& r) {
       ->type_name("RUN_DIR|CHECKPOINT");
   c->add_option("--out", a.out, "the TorchScript file to write")->required()->type_name("FILE");
   add_weights_option(c, a.weights);
-  c->add_option("--plugin-path", a.plugin_paths, "search this folder for plugins first")
+  c->add_option("--plugin-path", a.plugin_paths,
+                "a folder of plugins to search too (one name in two folders is an error)")
       ->type_name("DIR");
   r.push_back({c, [] { return cmd_export(a); }});
 }
