@@ -179,6 +179,12 @@ TEST_CASE("a metric that does not fit the prediction says what it found and the 
         "the target; got prediction [16, 4] Float and target [16] Long (class scores: use "
         "accuracy, f1, precision or recall)\n");
   CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
+  // wick check finds it first, on two validation samples.
+  auto check = run_wick({"check", (d / "cfg.toml").string()});
+  CHECK(check.exit_code == 2);
+  CHECK_THAT(check.err, Catch::Contains("metric 'r2' (plugin 'r2') on a validation batch: needs a "
+                                        "prediction shaped like the target; got prediction [2, 4] "
+                                        "Float and target [2] Long"));
   // `wick plugins` lists them as metrics, with their parameters.
   auto listed = run_wick({"plugins"});
   CHECK(listed.out.find("f1 1.0.0 (metric, SDK " + std::to_string(WICK_API_MAJOR) + "." +

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "wick/check.hpp"
@@ -194,6 +195,17 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
   });
 }
 
+// A hook the command line adds, with its defaults, made for this run: its parameters see the
+// config's trainer.output_dir (where the profiler's file goes).
+std::vector<wick::HookEntry> added_hooks(const wick::Config& cfg, const wick::PluginFinder& finder,
+                                         const std::string& plugin) {
+  return wick::Config::parse(
+             "[trainer]\noutput_dir = " + nlohmann::json(cfg.trainer().output_dir).dump() +
+                 "\n[[hooks]]\nplugin = \"" + plugin + "\"\n",
+             cfg.path(), {})
+      .make_hooks(finder);
+}
+
 // Ranks started for data-parallel training (wick launch, torchrun, --nproc) train together
 // even when the config names no data-parallel hook (none that is [plugins] data_parallel's,
 // nor any other wick::DataParallelStrategy such as zero3): [plugins] data_parallel's (ddp)
@@ -205,8 +217,7 @@ void add_ddp_if_ranks(const wick::Config& cfg, const wick::PluginFinder& finder,
   const std::string& plugin = cfg.data_parallel_plugin();
   for (const auto& h : trainer.hooks())
     if (h.plugin == plugin || dynamic_cast<const wick::DataParallelStrategy*>(h.hook.get())) return;
-  auto ddp = wick::Config::parse("[[hooks]]\nplugin = \"" + plugin + "\"\n", cfg.path(), {});
-  for (auto& h : ddp.make_hooks(finder)) trainer.add_hook(std::move(h));
+  for (auto& h : added_hooks(cfg, finder, plugin)) trainer.add_hook(std::move(h));
   if (trainer.run().is_main_process())
     std::fprintf(stderr,
                  "wick: WORLD_SIZE is %d and %s names no %s hook: added [[hooks]] plugin = "
@@ -221,8 +232,7 @@ void add_profiler(const wick::Config& cfg, const wick::PluginFinder& finder,
   const std::string& plugin = cfg.profiler_plugin();
   for (const auto& h : trainer.hooks())
     if (h.plugin == plugin) return;
-  auto prof = wick::Config::parse("[[hooks]]\nplugin = \"" + plugin + "\"\n", cfg.path(), {});
-  for (auto& h : prof.make_hooks(finder)) trainer.add_hook(std::move(h));
+  for (auto& h : added_hooks(cfg, finder, plugin)) trainer.add_hook(std::move(h));
 }
 
 // Prints the model's summary when the fit starts (before_fit: once the run folder is the

@@ -78,8 +78,9 @@ class Trainer {
   // The split's loss, the task's validation metrics and the metric plugins over the whole
   // split, in eval mode without gradients: values "SPLIT/NAME". The same computation as a
   // fit's validation (evaluate(Split::valid) equals validate() for the same weights); hooks
-  // run only if connected (connect, or connect_for_evaluation: their forward handlers). With WORLD_SIZE > 1 every rank takes its shard and the sums are
-  // exact over all ranks (the ddp hook's collectives, or a Gloo group of wick's own).
+  // run only if connected (connect, or connect_for_evaluation: their forward handlers). With
+  // WORLD_SIZE > 1 every rank takes its shard and the sums are exact over all ranks (the ddp hook's
+  // collectives, or a Gloo group of wick's own).
   ValidResult evaluate(Split split = Split::valid);
   // The model's output (the task's forward) for every sample, in sample order: a float32 CPU
   // tensor [N, ...]. Data-parallel: every rank gets all N rows.
@@ -88,6 +89,12 @@ class Trainer {
   // task's own data gives them (read_tensor_file in wick/tensor_files.hpp reads .npy / .csv /
   // .pt files).
   at::Tensor predict(const at::Tensor& input, const ProgressFn& progress = {});
+
+  // `wick check`'s probe of the [[metrics]]: the first two validation samples through the
+  // task's forward, without hooks, and into each metric's update, then reset. Throws ConfigError,
+  // naming the metric, for one that cannot read the predictions (a regression metric on class
+  // scores, top_k above the classes). Before connect().
+  void probe_metrics();
 
   // The Markdown schedule: every point with its hooks, then the three stage chains.
   std::string describe();

@@ -26,6 +26,7 @@ std::string check_config(const Config& cfg, const PluginFinder& finder) {
     auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
     num_hooks = trainer->hooks().size();
     num_metrics = trainer->metrics().size();
+    trainer->probe_metrics();   // before the hooks are connected: the task's forward alone
     (void)trainer->describe();  // connects the hooks: order and capability checks
   } else {
     auto hooks = cfg.make_hooks(finder);

@@ -4,6 +4,7 @@
 #include "loop/scope.hpp"
 #include "loop/trainer_impl.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -119,6 +120,26 @@ LoadPlan Evaluator::eval_plan(Dataset& ds, const at::Tensor& order, const char* 
     return order.slice(0, b * bs, std::min(local, (b + 1) * bs));
   };
   return plan;
+}
+
+void Evaluator::probe_metrics(Dataset* ds) {
+  if (metrics_.empty() || !ds || ds->size() <= 0 || ds->has_state()) return;
+  torch::NoGradGuard no_grad;
+  p_.model->eval();
+  p_.state.phase = Phase::valid;
+  LoadPlan plan = eval_plan(*ds, at::arange(std::min<std::int64_t>(2, ds->size()), at::kLong),
+                            "the validation data");
+  const Output& out = p_.pass.run_batch(load_batch(plan, 0, plan.indices(0)).batch, false);
+  for (std::size_t i = 0; i < metrics_.size(); ++i) {
+    try {
+      metrics_[i].metric->update(out.pred.detach(), p_.pass.running_batch().target);
+    } catch (const std::exception& e) {
+      throw ConfigError(places_[i].first + ": " + e.what());
+    }
+    metrics_[i].metric->reset();
+  }
+  p_.model->train();
+  p_.state.phase = Phase::train;
 }
 
 ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
@@ -283,6 +304,10 @@ at::Tensor Evaluator::join_rows(const at::Tensor& mine) {
   all.slice(0, offset, offset + mine.size(0)).copy_(mine.to(at::kCPU, at::kDouble));
   p_.ranks.all_reduce_sum(all);
   return all.to(mine.scalar_type());
+}
+
+void Trainer::probe_metrics() {
+  impl_->eval.probe_metrics(impl_->valid_ds.get());  // metrics run in validation only
 }
 
 ValidResult Trainer::evaluate(Split split) {

@@ -80,6 +80,10 @@ class Evaluator {
   // Loss, the task's metrics and the metric plugins over `ds` (the validation data in a fit),
   // in eval mode without gradients; values PREFIX + name.
   ValidResult validation(Dataset* ds, const std::string& prefix = "valid/");
+  // The first samples of `ds` through the forward and every metric's update, then the metrics
+  // reset: a metric that cannot read the task's predictions throws here (`wick check`), not
+  // after a fit's first epoch. Nothing for a stream, or a set whose reads move its state.
+  void probe_metrics(Dataset* ds);
   // The forward stage's output for every sample of `ds`, in sample order ([N, ...] float32 on
   // the CPU; every rank gets all rows).
   at::Tensor prediction(Dataset& ds, const char* what, const ProgressFn& progress);
