@@ -84,7 +84,7 @@ TEST_CASE("an info record without the wick signature") {
 }
 
 TEST_CASE("a plugin that exports its record as data, where wick calls a function, is refused") {
-  for (const std::string folder : {"data_record", "data_pointer"}) {
+  for (const std::string folder : {"data_record", "data_pointer", "data_string"}) {
     const auto p = (kBad / folder / ("wick_" + folder + ".so")).string();
     auto msg = refused(Kind::not_a_plugin, [&] { wick::load_plugin_library(p); });
     CHECK(msg == "'" + p +

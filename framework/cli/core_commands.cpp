@@ -199,9 +199,14 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
 // config's trainer.output_dir (where the profiler's file goes).
 std::vector<wick::HookEntry> added_hooks(const wick::Config& cfg, const wick::PluginFinder& finder,
                                          const std::string& plugin) {
+  // A TOML literal string takes any bytes but ' and line breaks; those get JSON's escapes.
+  const std::string& dir = cfg.trainer().output_dir;
+  const std::string quoted =
+      dir.find_first_of("'\n\r") == std::string::npos
+          ? "'" + dir + "'"
+          : nlohmann::json(dir).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return wick::Config::parse(
-             "[trainer]\noutput_dir = " + nlohmann::json(cfg.trainer().output_dir).dump() +
-                 "\n[[hooks]]\nplugin = \"" + plugin + "\"\n",
+             "[trainer]\noutput_dir = " + quoted + "\n[[hooks]]\nplugin = \"" + plugin + "\"\n",
              cfg.path(), {})
       .make_hooks(finder);
 }

@@ -96,6 +96,7 @@ struct Trial {
   double wall_s = 0;
   // While running (not kept):
   pid_t pid = -1;
+  bool exited_ok = false;     // its fit ended with exit 0 (set before the last records are read)
   std::uintmax_t offset = 0;  // bytes of metrics.jsonl read
   std::int64_t printed_epochs = 0;
 };
@@ -298,7 +299,9 @@ void Sweep::load_or_start() {
                                        : std::numeric_limits<double>::quiet_NaN();
     t.wall_s = s.value("wall_s", 0.0);
     if (s.contains("rungs"))
-      for (const auto& [e, v] : s["rungs"].items()) t.rungs[std::stoll(e)] = v.get<double>();
+      for (const auto& [e, v] : s["rungs"].items())  // null: a NaN
+        t.rungs[std::stoll(e)] =
+            v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
     if (t.status == TrialStatus::running) {
       // Killed with the sweep: a halted one is done; the others continue from a checkpoint.
       t.status = t.halted ? TrialStatus::stopped : TrialStatus::pending;
@@ -406,9 +409,10 @@ void Sweep::judge(Trial& t, std::int64_t epoch, double value) {
   std::vector<double> at_rung;
   for (const auto& o : trials_)
     if (auto it = o.rungs.find(epoch); it != o.rungs.end()) at_rung.push_back(it->second);
-  // A trial that ended before its rung was read (epochs shorter than the polling gap) trained
-  // to its end: its result stands, not a verdict that came too late to act on.
-  if (halving_keeps(value, at_rung, a_.eta, maximize()) || t.pid <= 0) {
+  // A trial that completed before its rung was read (epochs shorter than the polling gap)
+  // trained to its end: its result stands, not a verdict that came too late to act on. One
+  // stopped with the sweep is judged: it is resumed only if kept.
+  if (halving_keeps(value, at_rung, a_.eta, maximize()) || t.exited_ok) {
     save();
     return;
   }
@@ -468,11 +472,12 @@ void Sweep::poll(Trial& t) {
 
 void Sweep::finish(Trial& t, int status) {
   t.pid = -1;
+  t.exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   poll(t);
   std::ifstream in(dir_ / t.dir / "summary.json");
   const auto s = json::parse(in, nullptr, false);
   if (s.is_object()) t.wall_s += s.value("wall_s", 0.0);
-  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  const bool ok = t.exited_ok;
   const bool terminated = WIFEXITED(status) && WEXITSTATUS(status) == 143;
   if (ok) {
     t.status = TrialStatus::completed;

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 // file as an earlier fit's, and double every curve.
 struct Folders {
   std::mutex mu;
-  std::map<fs::path, std::string> writer;  // folder -> instance
+  std::map<fs::path, std::pair<const void*, std::string>> writer;  // folder -> instance
 };
 Folders& folders() {
   static Folders f;
@@ -88,16 +88,16 @@ class TensorBoard : public wick::Hook {
   void claim() {
     auto& f = folders();
     std::lock_guard<std::mutex> lock(f.mu);
-    const auto [it, added] = f.writer.emplace(folder_, instance_);
-    if (!added && it->second != instance_)
-      throw wick::ConfigError("hooks '" + it->second + "' and '" + instance_ +
+    const auto [it, added] = f.writer.emplace(folder_, std::make_pair(this, instance_));
+    if (!added && it->second.first != this)
+      throw wick::ConfigError("hooks '" + it->second.second + "' and '" + instance_ +
                               "' (plugin 'tensorboard') both write event files to '" +
                               folder_.string() + "'; give one of them another dir");
   }
   void release() {
     auto& f = folders();
     std::lock_guard<std::mutex> lock(f.mu);
-    if (auto it = f.writer.find(folder_); it != f.writer.end() && it->second == instance_)
+    if (auto it = f.writer.find(folder_); it != f.writer.end() && it->second.first == this)
       f.writer.erase(it);
   }
 

@@ -55,7 +55,8 @@ class Trainer {
   // For a trainer that evaluates or predicts and will not fit (what `wick evaluate` and `wick
   // predict` do): connects only the forward stage handlers of the hooks and the task, which a
   // fit's validation runs too (mixed_precision's autocast, channels_last's input layout), so
-  // that evaluate() gives the validation's numbers. No point fires. fit() after it throws.
+  // that evaluate() gives the validation's numbers. No point fires. fit(), validate() and
+  // describe() after it throw std::logic_error.
   void connect_for_evaluation();
 
   FitResult fit();

@@ -84,10 +84,13 @@ std::string Params::get_output_file(std::string_view key) const {
   if (name.empty() || name == "." || name == ".." || fs::is_directory(full, ec))
     throw error(key, "names a folder ('" + full.string() + "'), not a file; give a file name");
   if (!out.empty())
-    for (const char* own : {"metrics.jsonl", "summary.json", "model.pt", "wick.lock"})
-      if (fs::weakly_canonical(full, ec) == fs::weakly_canonical(out / own, ec))
+    for (const char* own : {"metrics.jsonl", "summary.json", "model.pt", "wick.lock"}) {
+      std::error_code e1, e2;
+      const auto a = fs::weakly_canonical(full, e1), b = fs::weakly_canonical(out / own, e2);
+      if (!e1 && !e2 && a == b)
         throw error(key, "is the run's own " + std::string(own) +
                              ", which the trainer writes; give another file name");
+    }
   return full.string();
 }
 

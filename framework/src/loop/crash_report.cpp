@@ -79,13 +79,14 @@ struct Text {
   }
 };
 
-void write_all(int fd, const char* p, std::size_t n) {
+bool write_all(int fd, const char* p, std::size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return;
+    if (w <= 0) return false;
     p += w;
     n -= static_cast<std::size_t>(w);
   }
+  return true;
 }
 
 void report(int sig) {
@@ -113,20 +114,23 @@ void report(int sig) {
   line.add("\nwick: ");
   line.add(what.buf, what.n);
   if (const Armed* a = s.armed.load()) {
-    line.add("; summary.json says failed");
     Text json;  // the summary's error is `what`, escaped
     const int fd = ::open(a->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       json.add_json(what.buf, what.n);
-      write_all(fd, a->head.data(), a->head.size());
-      write_all(fd, json.buf, json.n);
-      write_all(fd, a->tail.data(), a->tail.size());
+      // Only a whole file replaces the summary (a full disk keeps "running").
+      const bool whole = write_all(fd, a->head.data(), a->head.size()) &&
+                         write_all(fd, json.buf, json.n) &&
+                         write_all(fd, a->tail.data(), a->tail.size());
       ::close(fd);
-      ::rename(a->tmp.c_str(), a->file.c_str());
+      if (whole && ::rename(a->tmp.c_str(), a->file.c_str()) == 0)
+        line.add("; summary.json says failed");
+      else
+        ::unlink(a->tmp.c_str());
     }
   }
   line.add("\n");
-  write_all(2, line.buf, line.n);
+  (void)write_all(2, line.buf, line.n);
 }
 
 void on_fatal(int sig, siginfo_t* info, void*) {

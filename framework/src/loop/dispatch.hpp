@@ -60,6 +60,7 @@ class Dispatcher {
   // other stages are dropped. connect() after it throws.
   void connect_forward(std::int64_t rank);
   bool connected() const { return connected_; }
+  bool evaluation_only() const { return forward_only_; }
   // The run's timings when a hook asked for them (Registrar::request_profile) at connect;
   // else null, and nothing is timed.
   Profiler* profiler() const { return profiler_.get(); }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 
 #include "config/trainer_options.hpp"
 #include "data/device_data.hpp"
@@ -219,6 +220,11 @@ std::string Trainer::model_fingerprint() {
 // after_fit, then its end, which runs however the first two ended.
 FitResult Trainer::fit() {
   auto& I = *impl_;
+  // Before the run folder is locked: a trainer made to evaluate a run must not mark it failed.
+  if (I.dispatch.evaluation_only())
+    throw std::logic_error(
+        "fit() on a trainer connected for evaluation only (connect_for_evaluation); make "
+        "another Trainer to train");
   FitResult res;
   CancelInfo ending;  // what ended the fit other than completion, for after_cancel
   clear_interrupt();

@@ -69,6 +69,9 @@ std::optional<ElfFacts> read_elf_facts(const std::string& path, const std::strin
   };
 
   ElfFacts facts;
+  for (const auto& s : sections)
+    if ((s.sh_flags & SHF_EXECINSTR) && (s.sh_flags & SHF_ALLOC) && s.sh_size > 0)
+      facts.code.emplace_back(s.sh_addr, s.sh_addr + s.sh_size);
   if (eh.e_shstrndx < sections.size())
     if (auto names = contents(sections[eh.e_shstrndx]))
       for (const auto& s : sections)

@@ -3,8 +3,10 @@
 // trusted: every offset and size is checked against the file's length. Torch-free.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wick {
@@ -13,6 +15,9 @@ struct ElfFacts {
   std::optional<std::string> section;  // the named section's bytes, if the file has it
   std::vector<std::string> needed;     // DT_NEEDED sonames, in order
   std::string soname;                  // DT_SONAME ("" when it has none)
+  // The code sections' address ranges [start, end), relative to the load base: an entry point
+  // must lie in one (a linker may map .rodata executable beside .text).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> code;
 };
 
 // nullopt when `path` is not a readable 64-bit little-endian ELF file (what wick loads here);

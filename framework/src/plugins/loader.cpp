@@ -96,14 +96,17 @@ bool safe_string(const char* p, std::size_t max, std::string& out) {
   return false;
 }
 
-// Whether `target` lies in an executable segment of the library that holds `anchor` (one of
-// its symbols). An entry point is called, so a data record exported under its name, or a
-// pointer to one, would crash the call: it is refused before.
-bool in_code_of(const void* target, const void* anchor) {
+// Whether `target` lies in the code of the library that holds `anchor` (one of its symbols):
+// in one of its code sections (`code`, from its file), or without those in an executable
+// segment. An entry point is called, so a data record exported under its name, or a pointer
+// to one, would crash the call: it is refused before.
+using CodeRanges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+bool in_code_of(const void* target, const void* anchor, const CodeRanges& code) {
   struct Query {
     std::uintptr_t target, anchor;
-    bool found = false, code = false;
-  } q{reinterpret_cast<std::uintptr_t>(target), reinterpret_cast<std::uintptr_t>(anchor)};
+    const CodeRanges& code;
+    bool found = false, in_code = false;
+  } q{reinterpret_cast<std::uintptr_t>(target), reinterpret_cast<std::uintptr_t>(anchor), code};
   ::dl_iterate_phdr(
       [](dl_phdr_info* info, std::size_t, void* data) {
         auto& q = *static_cast<Query*>(data);
@@ -114,20 +117,23 @@ bool in_code_of(const void* target, const void* anchor) {
         for (int i = 0; i < info->dlpi_phnum && !q.found; ++i)
           q.found = within(info->dlpi_phdr[i], q.anchor);
         if (!q.found) return 0;
-        for (int i = 0; i < info->dlpi_phnum && !q.code; ++i)
-          q.code = (info->dlpi_phdr[i].p_flags & PF_X) && within(info->dlpi_phdr[i], q.target);
+        const std::uint64_t at = q.target - info->dlpi_addr;
+        for (const auto& [start, end] : q.code) q.in_code = q.in_code || (at >= start && at < end);
+        for (int i = 0; q.code.empty() && i < info->dlpi_phnum && !q.in_code; ++i)
+          q.in_code = (info->dlpi_phdr[i].p_flags & PF_X) && within(info->dlpi_phdr[i], q.target);
         return 1;
       },
       &q);
-  return q.code;
+  return q.in_code;
 }
 
 // The function a library exports under `name` as WICK_PLUGIN does (a pointer to it, Boost.DLL's
 // alias), checked to be code before anything calls it.
-void* entry_point(const boost::dll::shared_library& lib, const char* name, const std::string& p) {
+void* entry_point(const boost::dll::shared_library& lib, const char* name, const std::string& p,
+                  const CodeRanges& code) {
   void* const* alias = &lib.get<void*>(name);
   void* target = nullptr;
-  if (!safe_copy(&target, alias, sizeof target) || !in_code_of(target, alias))
+  if (!safe_copy(&target, alias, sizeof target) || !in_code_of(target, alias, code))
     throw PluginError(PluginError::Kind::not_a_plugin,
                       "'" + p + "' is not a wick plugin: its '" + name +
                           "' is data, not the function pointer wick calls (declare plugins with "
@@ -377,7 +383,7 @@ PluginInfo read_info(const wick_plugin_info& ci, const std::string& p, const std
 // count) before any entry is read, and every entry before any is returned.
 std::vector<std::shared_ptr<const PluginLibrary>> read_list(
     const std::shared_ptr<boost::dll::shared_library>& lib, const std::string& p,
-    const std::string& torch_build) {
+    const std::string& torch_build, const CodeRanges& code) {
   auto malformed = [&](const std::string& what) {
     return PluginError(PluginError::Kind::malformed,
                        "'" + p + "': malformed plugin list: " + what +
@@ -386,7 +392,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
   };
   // Copied before use, as the records are (see read_info).
   const wick_plugin_list* lp =
-      reinterpret_cast<ListFn*>(entry_point(*lib, "wick_plugin_list", p))();
+      reinterpret_cast<ListFn*>(entry_point(*lib, "wick_plugin_list", p, code))();
+  const void* anchor = &lib->get<void*>("wick_plugin_list");  // a symbol of the library
   wick_plugin_list list{};
   const wick_plugin_list* cl = &list;
   if (!lp || !safe_copy(&list, lp, sizeof list) || list.magic != WICK_LIST_MAGIC)
@@ -423,8 +430,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> read_list(
                         "plugin '" + info.name + "' (" + p +
                             ") has no factory in its library's list (declare it with "
                             "WICK_ENTRY(Class, ...))");
-    if (!in_code_of(reinterpret_cast<const void*>(e.create), lp) ||
-        !in_code_of(reinterpret_cast<const void*>(e.destroy), lp))
+    if (!in_code_of(reinterpret_cast<const void*>(e.create), anchor, code) ||
+        !in_code_of(reinterpret_cast<const void*>(e.destroy), anchor, code))
       throw malformed("entry " + std::to_string(i) + "'s factory is not code of the library");
     if (!names.insert(info.name).second)
       throw PluginError(PluginError::Kind::duplicate,
@@ -460,6 +467,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
   if (const auto cut = elf_cut_short(p); !cut.empty())
     throw PluginError(PluginError::Kind::load_failed, "cannot load '" + p + "': " + cut);
   const std::string torch_build = check_torch_build(p);
+  const auto facts = read_elf_facts(p, "");
+  const CodeRanges code = facts ? facts->code : CodeRanges{};
 
   auto lib = std::make_shared<boost::dll::shared_library>();
   try {
@@ -477,7 +486,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "' exports both 'wick_plugin_info' and 'wick_plugin_list'; declare "
                           "its plugins with one WICK_PLUGINS(...) only");
   if (list) {
-    auto plugins = read_list(lib, p, torch_build);
+    auto plugins = read_list(lib, p, torch_build, code);
     L.by_path.emplace(p, plugins);
     return plugins;
   }
@@ -488,7 +497,7 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
                           "(a plugin declares itself with WICK_PLUGIN(Class, ...) from "
                           "<wick/plugin.hpp>)");
   const wick_plugin_info* cp =
-      reinterpret_cast<InfoFn*>(entry_point(*lib, "wick_plugin_info", p))();
+      reinterpret_cast<InfoFn*>(entry_point(*lib, "wick_plugin_info", p, code))();
   wick_plugin_info ci{};
   if (!cp || !safe_copy(&ci, cp, sizeof ci) || ci.magic != WICK_INFO_MAGIC)
     throw PluginError(PluginError::Kind::not_a_plugin,
@@ -510,8 +519,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
   info.torch_build = torch_build;
   auto handle = std::make_shared<PluginLibrary::Handle>();
   handle->lib = lib;
-  handle->create = reinterpret_cast<CreateFn*>(entry_point(*lib, "wick_plugin_create", p));
-  handle->destroy = reinterpret_cast<DestroyFn*>(entry_point(*lib, "wick_plugin_destroy", p));
+  handle->create = reinterpret_cast<CreateFn*>(entry_point(*lib, "wick_plugin_create", p, code));
+  handle->destroy = reinterpret_cast<DestroyFn*>(entry_point(*lib, "wick_plugin_destroy", p, code));
   std::vector<std::shared_ptr<const PluginLibrary>> one{
       std::make_shared<const PluginLibrary>(std::move(info), std::move(handle))};
   L.by_path.emplace(p, one);

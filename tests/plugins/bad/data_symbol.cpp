@@ -1,5 +1,7 @@
 // 'wick_plugin_info' exported as data, not as the function pointer WICK_PLUGIN exports: the
-// record itself, or (DS_POINTER) a pointer to it. Calling either would crash the loader.
+// record itself, (DS_POINTER) a pointer to it, or (DS_STRING) a pointer to a string, which a
+// linker may put in an executable segment (gold maps .rodata with .text). Calling any of them
+// would crash the loader.
 #include <wick/plugin.hpp>
 
 namespace {
@@ -16,7 +18,10 @@ const struct wick_plugin_info record = {WICK_INFO_MAGIC,
                                         0};
 }  // namespace
 
-#ifdef DS_POINTER
+#if defined(DS_STRING)
+extern "C" __attribute__((visibility("default"))) const char* wick_plugin_info;
+const char* wick_plugin_info = "data_symbol";
+#elif defined(DS_POINTER)
 extern "C" __attribute__((visibility("default"))) const struct wick_plugin_info* wick_plugin_info;
 const struct wick_plugin_info* wick_plugin_info = &record;
 #else
