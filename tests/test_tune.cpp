@@ -420,6 +420,23 @@ TEST_CASE(
   CHECK_THAT(read_file(dir / "sweep" / "best.toml"), Catch::Contains("lr = 0.001"));
   for (const char* trial : {"trial-001", "trial-002"})
     CHECK(read_json(dir / "sweep" / trial / "summary.json")["threads"] == 1);
+  // With --halving the NaN is a rung's value too, kept as null: the sweep still resumes.
+  const std::vector<std::string> halving = {"sweep",
+                                            (dir / "cfg.toml").string(),
+                                            "--param",
+                                            "optimizer.lr=[1e30, 0.001]",
+                                            "--grid",
+                                            "--set",
+                                            "trainer.nan_policy=\"ignore\"",
+                                            "--halving",
+                                            "--out",
+                                            (dir / "halving").string()};
+  REQUIRE(run_wick(halving).exit_code == 0);
+  CHECK(read_json(dir / "halving" / "sweep.json")["trials"][0]["rungs"]["1"].is_null());
+  auto again = run_wick(halving);
+  INFO(again.err);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.err, Catch::Contains("2 trial(s) kept"));
 }
 
 TEST_CASE("wick sweep --halving stops the trials below the best at a rung") {
