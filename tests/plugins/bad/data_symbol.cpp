@@ -4,19 +4,15 @@
 // would crash the loader.
 #include <wick/plugin.hpp>
 
+#ifndef DS_STRING
 namespace {
-const struct wick_plugin_info record = {WICK_INFO_MAGIC,
-                                        WICK_API_MAJOR,
-                                        WICK_API_MINOR,
-                                        "data_symbol",
-                                        "0.0.1",
-                                        0,
-                                        "a data record",
-                                        0,
-                                        0,
-                                        nullptr,
-                                        0};
+// clang-format off
+const struct wick_plugin_info record = {
+    WICK_INFO_MAGIC, WICK_API_MAJOR, WICK_API_MINOR, "data_symbol", "0.0.1", 0, "a data record",
+    0, 0, nullptr, 0};
+// clang-format on
 }  // namespace
+#endif
 
 #if defined(DS_STRING)
 extern "C" __attribute__((visibility("default"))) const char* wick_plugin_info;
