@@ -320,10 +320,9 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   auto fin_trained = run_wick({"export", final_dir.string(), "--weights", "trained", "--out",
                                (d / "final_trained.pt").string()});
   CHECK(fin_trained.exit_code == 2);
-  CHECK(fin_trained.err.find("--weights trained: the final weights " +
-                             (final_dir / "model.pt").string() +
-                             " are the ema ones, and the run has no checkpoint") !=
-        std::string::npos);
+  CHECK(fin_trained.err.find(
+            "--weights trained: the final weights " + (final_dir / "model.pt").string() +
+            " are the ema ones, and the run has no checkpoint") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "final_trained.pt"));
   // Neither: the message names the run folder given, and no option export lacks.
   fs::remove(final_dir / "model.pt");

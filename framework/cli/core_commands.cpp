@@ -1,12 +1,13 @@
 #include <c10/util/Exception.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.hpp"
 #include "wick/check.hpp"
@@ -199,16 +200,11 @@ int cmd_plugins(const std::vector<std::string>& plugin_paths) {
 // config's trainer.output_dir (where the profiler's file goes).
 std::vector<wick::HookEntry> added_hooks(const wick::Config& cfg, const wick::PluginFinder& finder,
                                          const std::string& plugin) {
-  // A TOML literal string takes any bytes but ' and line breaks; those get JSON's escapes.
-  const std::string& dir = cfg.trainer().output_dir;
-  const std::string quoted =
-      dir.find_first_of("'\n\r") == std::string::npos
-          ? "'" + dir + "'"
-          : nlohmann::json(dir).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return wick::Config::parse(
-             "[trainer]\noutput_dir = " + quoted + "\n[[hooks]]\nplugin = \"" + plugin + "\"\n",
-             cfg.path(), {})
-      .make_hooks(finder);
+  const toml::table added{{"trainer", toml::table{{"output_dir", cfg.trainer().output_dir}}},
+                          {"hooks", toml::array{toml::table{{"plugin", plugin}}}}};
+  std::ostringstream text;
+  text << added;
+  return wick::Config::parse(text.str(), cfg.path(), {}).make_hooks(finder);
 }
 
 // Ranks started for data-parallel training (wick launch, torchrun, --nproc) train together

@@ -80,8 +80,8 @@ class Trainer {
   // split, in eval mode without gradients: values "SPLIT/NAME". The same computation as a
   // fit's validation (evaluate(Split::valid) equals validate() for the same weights); hooks
   // run only if connected (connect, or connect_for_evaluation: their forward handlers). With
-  // WORLD_SIZE > 1 every rank takes its shard and the sums are exact over all ranks (the ddp hook's
-  // collectives, or a Gloo group of wick's own).
+  // WORLD_SIZE > 1 every rank takes its shard and the sums are exact over all ranks (the ddp
+  // hook's collectives, or a Gloo group of wick's own).
   ValidResult evaluate(Split split = Split::valid);
   // The model's output (the task's forward) for every sample, in sample order: a float32 CPU
   // tensor [N, ...]. Data-parallel: every rank gets all N rows.
@@ -92,9 +92,9 @@ class Trainer {
   at::Tensor predict(const at::Tensor& input, const ProgressFn& progress = {});
 
   // `wick check`'s probe of the [[metrics]]: the first two validation samples through the
-  // task's forward, without hooks, and into each metric's update, then reset. Throws ConfigError,
-  // naming the metric, for one that cannot read the predictions (a regression metric on class
-  // scores, top_k above the classes). Before connect().
+  // task's forward, without hooks, and into each metric's update, then reset. Throws
+  // ConfigError, naming the metric, for one that cannot read the predictions (a regression
+  // metric on class scores, top_k above the classes). Before connect().
   void probe_metrics();
 
   // The Markdown schedule: every point with its hooks, then the three stage chains.

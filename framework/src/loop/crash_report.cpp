@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "loop/dispatch.hpp"

@@ -5,9 +5,7 @@
 // the handler that was there before (a host program's, a sanitizer's) still runs.
 #pragma once
 
-#include <csignal>
 #include <filesystem>
-#include <iterator>
 #include <string>
 #include <string_view>
 

@@ -73,7 +73,9 @@ void Dispatcher::add_hook(HookEntry entry) {
 
 void Dispatcher::connect(std::int64_t rank) {
   if (forward_only_)
-    throw std::logic_error("a trainer connected for evaluation only (connect_forward) cannot fit");
+    throw std::logic_error(
+        "a trainer connected for evaluation only (connect_for_evaluation) cannot connect its "
+        "hooks for a fit, a validation or a schedule; make another Trainer");
   if (connected_) return;
   Sink sink(*this);
   connect_hooks(hooks_, rank, &sink, table_);

@@ -25,6 +25,7 @@
 #include "plugins/elf_file.hpp"
 #include "plugins/plugin_name.hpp"
 #include "plugins/torch_check.hpp"
+#include "wick/build_record.hpp"  // WICK_BUILD_SECTION
 #include "wick/system.hpp"
 
 namespace wick {
@@ -466,8 +467,8 @@ std::vector<std::shared_ptr<const PluginLibrary>> load_plugin_libraries(
   // Found before dlopen maps it: a cut-short file faults there (SIGBUS).
   if (const auto cut = elf_cut_short(p); !cut.empty())
     throw PluginError(PluginError::Kind::load_failed, "cannot load '" + p + "': " + cut);
-  const std::string torch_build = check_torch_build(p);
-  const auto facts = read_elf_facts(p, "");
+  const auto facts = read_elf_facts(p, WICK_BUILD_SECTION);  // the file, read once
+  const std::string torch_build = check_torch_build(p, facts);
   const CodeRanges code = facts ? facts->code : CodeRanges{};
 
   auto lib = std::make_shared<boost::dll::shared_library>();

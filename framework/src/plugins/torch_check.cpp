@@ -81,8 +81,7 @@ const char* kRebuild =
 
 }  // namespace
 
-std::string check_torch_build(const std::string& path) {
-  const auto facts = read_elf_facts(path, WICK_BUILD_SECTION);
+std::string check_torch_build(const std::string& path, const std::optional<ElfFacts>& facts) {
   if (!facts) return "";  // not an ELF file: dlopen says what it is
   const auto& host = host_torch_build();
   if (facts->section) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "plugins/elf_file.hpp"
+
 namespace wick {
 
 struct TorchBuild {
@@ -28,7 +30,7 @@ const TorchBuild& host_torch_build();
 
 // What the library at `path` was built against ("" when it cannot tell: no record, SDK < 2.5),
 // after refusing it (PluginError, kind torch_mismatch, naming both LibTorch builds and the fix)
-// when that is not this wick's LibTorch.
-std::string check_torch_build(const std::string& path);
+// when that is not this wick's LibTorch. `facts`: read_elf_facts(path, WICK_BUILD_SECTION).
+std::string check_torch_build(const std::string& path, const std::optional<ElfFacts>& facts);
 
 }  // namespace wick
