@@ -492,4 +492,15 @@ TEST_CASE("Trainer::evaluate equals validate, and predict gives every row in sam
   CHECK(torch::allclose(rows, expected, 1e-6, 1e-6));
   const auto three = t->predict(valid->input().slice(0, 0, 3));
   CHECK(torch::allclose(three, expected.slice(0, 0, 3), 1e-6, 1e-6));
+
+  // A trainer connected for evaluation only evaluates as before and refuses to fit, before
+  // it touches the run folder (a fit would mark the evaluated run failed).
+  auto only = wick::make_trainer(conf, finder);
+  only->connect_for_evaluation();
+  const auto e2 = only->evaluate(wick::Split::valid);
+  CHECK(e2.samples == 50);
+  CHECK_THROWS_WITH(only->fit(), Catch::Contains("fit() on a trainer connected for evaluation "
+                                                 "only (connect_for_evaluation)"));
+  CHECK_THROWS_WITH(only->validate(), Catch::Contains("cannot connect its hooks for a fit"));
+  CHECK_FALSE(fs::exists(d / "run" / "summary.json"));
 }

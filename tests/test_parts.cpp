@@ -140,6 +140,12 @@ TEST_CASE("a plugin name declared twice across the path, or by a malformed list"
             "': malformed plugin list: it declares 4000000000 plugins (1 to 1024 expected) (a "
             "bug in the library, or not built with WICK_PLUGINS from <wick/plugin.hpp>)");
 
+  const auto data = fs::canonical(kBad / "list_data" / "wicklib_data.so").string();
+  CHECK(refused(Kind::malformed, [&] { wick::load_plugin_libraries(data); }) ==
+        "'" + data +
+            "': malformed plugin list: entry 0's factory is not code of the library (a bug in the "
+            "library, or not built with WICK_PLUGINS from <wick/plugin.hpp>)");
+
   // A broken list does not hide plugins found elsewhere; it is named when nothing is found.
   wick::PluginFinder mixed({kGood.string(), (kBad / "list_null").string()});
   CHECK(mixed.find("recorder")->info().name == "recorder");
