@@ -19,7 +19,7 @@ const wick_plugin_info infos[] = {{WICK_INFO_MAGIC, WICK_API_MAJOR, WICK_API_MIN
                                    "0.0.1", 0, "hand-built list entry", 0, 0, nullptr, 0}};
 #ifdef LIST_DATA_FACTORY
 // A table where the factory should be: calling it would run data.
-const unsigned char not_code[16] = {};
+unsigned char not_code[16] = {};
 const wick_plugin_entry entries[] = {{&infos[0],
                                       reinterpret_cast<void* (*)(const wick::Params&)>(&not_code),
                                       &wick::detail::destroy<Empty>}};
