@@ -795,6 +795,55 @@ TEST_CASE("lr_schedule resumed into a longer run spans the new length, saying so
                                   "the new length"));
 }
 
+TEST_CASE("lr_schedule resumed mid-epoch at another batch size spans the steps the run takes",
+          "[techniques][lr_schedule]") {
+  const std::string toml =
+      "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n";
+  // 2 epochs of 40 samples at batch 8 (10 steps), stopped after step 3 of epoch 0...
+  Trainer first(options(8, 2), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(toml)) first.add_hook(std::move(h));
+  auto stopper = std::make_shared<Probe>();
+  stopper->stages = false;
+  stopper->points[Point::after_step] = [](Context& c) {
+    if (c.state().optimizer_step == 3) c.request_stop("test");
+  };
+  first.add_hook(entry(stopper, "stopper", 100));
+  REQUIRE(first.fit().status == FitResult::Status::completed);
+  REQUIRE(first.state().optimizer_step == 3);
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  first.context().save_checkpoint(ckpt, "test");
+
+  // ...resumed at batch 4: the rest of epoch 0 (16 samples) is 4 batches, epoch 1 is 10, so
+  // the run takes 3 + 4 + 10 = 17 steps (the epoch's 3 + 4 batches twice would be 14).
+  Trainer second(options(4, 2), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(toml)) second.add_hook(std::move(h));
+  std::vector<double> lrs;
+  auto probe = std::make_shared<Probe>();
+  probe->stage_fn = [&](Context& c, Stage st) {
+    if (st == Stage::optimizer_step)
+      lrs.push_back(c.optimizer().param_groups()[0].options().get_lr());
+  };
+  second.add_hook(entry(probe, "probe", 100));
+  restore_at_start(second, ckpt);
+  std::string out, err;
+  wick::test::capturing([&] { REQUIRE(second.fit().status == FitResult::Status::completed); }, out,
+                        err);
+  REQUIRE(second.state().optimizer_step == 17);
+  // Steps 3..16 of a cosine over 17 with 2 of warm-up: the last one's lr is near 0, not 0
+  // from step 14 on.
+  const double pi = std::acos(-1.0);
+  REQUIRE(lrs.size() == 14);
+  for (std::size_t k = 0; k < lrs.size(); ++k) {
+    INFO("step " << 3 + k);
+    CHECK(lrs[k] == Approx(0.1 * (1 + std::cos(pi * static_cast<double>(1 + k) / 15.0)) / 2));
+  }
+  CHECK(lrs.back() > 0);
+  CHECK_THAT(err, Catch::Contains("wick: note: hooks.lr_schedule spans 17 optimizer steps in "
+                                  "this run, 10 in the checkpoint's; it goes on from step 3 of "
+                                  "the new length"));
+}
+
 TEST_CASE("a hook cannot log a value under a record's own fields, nor without a name",
           "[techniques][records]") {
   for (const std::string key : {"step", ""}) {

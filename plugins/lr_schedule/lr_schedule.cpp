@@ -146,15 +146,27 @@ class LrSchedule : public wick::Hook {
   }
 
   // epochs x optimizer steps per epoch (the last, short accumulation window steps too),
-  // capped by trainer.max_steps; with unit = "epochs", the epochs.
+  // capped by trainer.max_steps; with unit = "epochs", the epochs. An epoch resumed on another
+  // world size or batch size has other batches than the epochs after it: the length is then
+  // the steps taken, the resumed epoch's steps left and the later epochs'.
   // A warm-up as long as the run is stretched past it (the decay never starts): said once.
   std::int64_t derive_total(wick::Context& c) const {
     const auto& s = c.state();
     std::int64_t t = s.epochs;
     if (!per_epoch_) {
-      const std::int64_t per_epoch =
-          (s.batches_in_epoch + s.grad_accum_steps - 1) / s.grad_accum_steps;
-      if (__builtin_mul_overflow(t, per_epoch, &t)) t = std::numeric_limits<std::int64_t>::max();
+      const std::int64_t k = s.grad_accum_steps, whole = c.whole_epoch_batches();
+      const std::int64_t per_epoch = (whole + k - 1) / k;
+      const auto big = std::numeric_limits<std::int64_t>::max();
+      if (s.batches_in_epoch == whole) {
+        if (__builtin_mul_overflow(t, per_epoch, &t)) t = big;
+      } else {
+        // Windows end at each k-th batch of the epoch and at its last (StepState).
+        const std::int64_t from = s.batch_idx, end = s.batches_in_epoch;
+        const std::int64_t left = end / k - from / k + (end % k != 0 ? 1 : 0);
+        if (__builtin_mul_overflow(s.epochs - s.epoch - 1, per_epoch, &t) ||
+            __builtin_add_overflow(t, steps_ + left, &t))
+          t = big;
+      }
       const auto max_steps = c.run().max_steps;
       if (max_steps > 0 && max_steps < t) t = max_steps;
     }

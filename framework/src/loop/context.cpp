@@ -152,6 +152,9 @@ void Context::barrier() {
 Position Context::position() const {
   return host_->loop.pos;
 }
+std::int64_t Context::whole_epoch_batches() const {
+  return host_->loop.whole_epoch_batches;
+}
 bool Context::between_steps() const {
   const LoopPhase p = host_->loop.phase;
   return (p == LoopPhase::before_fit || p == LoopPhase::fit) && host_->state.training();

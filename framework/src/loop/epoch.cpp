@@ -78,6 +78,8 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   if (first_batch == 0) loop.epoch_start = {};  // a resume's new dealing lasts for its epoch
   const std::int64_t nb = train_batches();
   state.batches_in_epoch = nb;
+  loop.whole_epoch_batches =
+      train_batches(EpochStart{}, state.num_processes, opt.batch_size, opt.drop_last);
   state.batch_idx = first_batch;
   state.epoch_resumed = first_batch > 0;
   // Resumed mid-epoch: the epoch's earlier values (restored) count in its records as they

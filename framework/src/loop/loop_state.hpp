@@ -81,6 +81,9 @@ struct LoopPlace {
   // Where this epoch's dealing of the order begins (data/sampler.hpp): saved in checkpoints,
   // moved when a run resumes on another world size or batch size.
   EpochStart epoch_start;
+  // Training batches of an epoch dealt from its start at this run's world size and batch size
+  // (Context::whole_epoch_batches); set as each training epoch begins.
+  std::int64_t whole_epoch_batches = 0;
   // The training data's state after the last batch the loop consumed (has_state()): what a
   // checkpoint keeps, whatever the loader threads have loaded ahead.
   std::shared_ptr<StateDict> data_state;

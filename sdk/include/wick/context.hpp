@@ -185,6 +185,13 @@ class WICK_EXPORT Context {
   // The position the loop is at. Meaningful between steps: at before_epoch, before_step
   // (before any work of that step), before_valid, after_epoch, after_fit.
   Position position() const;
+  // Since SDK 2.23: the training batches this process runs in an epoch dealt from its start at
+  // this run's world size and batch size, from before_epoch on. It is
+  // StepState::batches_in_epoch, but in an epoch resumed on another world size or batch size:
+  // that one counts the checkpoint's run's batches before the resume point plus the rest,
+  // dealt anew. A schedule that derives its length from the run's epochs uses this one for
+  // the epochs after.
+  std::int64_t whole_epoch_batches() const;
   // True where a checkpoint continues the run exactly: between training steps, not in
   // validation, not inside a step (after_cancel of a failure mid-step is false).
   bool between_steps() const;

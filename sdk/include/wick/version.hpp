@@ -39,10 +39,13 @@
 //        scales, this run's config's on a resume)
 //   2.21 JitModule keeps the file's requires_grad and registers tied tensors once;
 //        PluginDef::one_instance
+//   2.22 Params::get_output_file (a file a plugin writes in the run)
+//   2.23 Context::whole_epoch_batches (an epoch's batches at this run's geometry, for a
+//        schedule resumed on another world size or batch size)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 22
+#define WICK_API_MINOR 23
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
