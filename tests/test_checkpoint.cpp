@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -264,6 +265,23 @@ TEST_CASE("resume auto after a death before the first checkpoint starts afresh, 
   auto r2 = resume_without_fault(d, "auto");
   CHECK(r2.out.find("(epoch 1, batch 4, optimizer step 12)") != std::string::npos);
   check_matches_reference(d);
+  // With every checkpoint damaged, auto refuses as latest does: a fresh start would drop the
+  // run's records and training without a word.
+  const auto records = read_file(d / "run" / "metrics.jsonl");
+  std::vector<std::string> names;
+  for (const auto& n : checkpoints(d))
+    if (n.rfind("ckpt-", 0) == 0) names.push_back(n);
+  REQUIRE(!names.empty());
+  const auto all = checkpoints(d);
+  for (const auto& n : names) write_file(ckpt_dir(d) / n / "state.pt", "damaged");
+  auto r3 = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "auto", "--set", "hooks.fault.enabled=false"});
+  INFO(r3.err << r3.out);
+  CHECK(r3.exit_code == 1);
+  CHECK(r3.err.find("--resume auto: no valid checkpoint in '" + ckpt_dir(d).string() + "' (" +
+                    std::to_string(names.size()) + " skipped as unusable)") != std::string::npos);
+  CHECK(read_file(d / "run" / "metrics.jsonl") == records);
+  CHECK(checkpoints(d) == all);
 }
 
 TEST_CASE("resuming from the end-of-epoch checkpoint before validation is exact") {
@@ -581,6 +599,7 @@ TEST_CASE(
               .exit_code == 0);
   REQUIRE(fs::exists(ckpt_dir(d) / "ckpt-e0000-b0000004"));
   const auto before = file_hashes(ckpt_dir(d) / "ckpt-e0000-b0000004");
+  const auto model_before = read_file(d / "run" / "model.pt");
 
   // Windows of 3 would begin at batch 3: batch 4 is inside one.
   auto r = run_wick({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=1", "--set",
@@ -591,6 +610,14 @@ TEST_CASE(
                    "optimizer step, and this run accumulates 3") != std::string::npos);
   CHECK(r.err.find("resume with hooks.grad_accum.steps = 2") != std::string::npos);
   CHECK(file_hashes(ckpt_dir(d) / "ckpt-e0000-b0000004") == before);
+  CHECK(read_file(d / "run" / "model.pt") == model_before);
+  // Nor does a refused resume from an older checkpoint replace the later weights of model.pt
+  // with its own.
+  REQUIRE(fs::exists(ckpt_dir(d) / "ckpt-e0000-b0000002"));
+  auto older = run_wick({"fit", cfg, "--resume", (ckpt_dir(d) / "ckpt-e0000-b0000002").string(),
+                         "--set", "trainer.epochs=1", "--set", "hooks.grad_accum.steps=3"});
+  CHECK(older.exit_code == 1);
+  CHECK(read_file(d / "run" / "model.pt") == model_before);
 
   // Windows of 4 begin at batch 4: one more step, at the new lr's schedule.
   auto r2 = run_wick({"fit", cfg, "--resume", "latest", "--set", "trainer.epochs=1", "--set",
@@ -893,6 +920,29 @@ TEST_CASE("replacing a checkpoint folder: a failed second rename puts the earlie
   CHECK(left == std::vector<std::string>{"best"});  // neither .tmp- nor .old- is left
 }
 
+TEST_CASE("a checkpoint never replaces a file or a folder that is not a checkpoint's") {
+  TempDir d;
+  wick::Files files;
+  for (const char* name : wick::kCheckpointFiles) files.emplace_back(name, name);
+  wick::Manifest m;
+  // A user's folder, the run folder itself (its records inside), a run's file.
+  fs::create_directories(d / "notes");
+  write_file(d / "notes" / "data.txt", "precious");
+  write_file(d / "metrics.jsonl", "{}\n");
+  for (const auto& target : {d / "notes", d.path(), d / "metrics.jsonl"}) {
+    INFO(target);
+    CHECK_THROWS_WITH(wick::write_checkpoint_folder(target, m, files),
+                      Catch::Contains("cannot save checkpoint '" + target.string() +
+                                      "': it exists and is not a checkpoint's folder"));
+  }
+  CHECK(read_file(d / "notes" / "data.txt") == "precious");
+  CHECK(read_file(d / "metrics.jsonl") == "{}\n");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(d.path())) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"metrics.jsonl", "notes"});  // no .tmp- left
+}
+
 TEST_CASE(
     "a kill between best and the periodic checkpoint after it keeps best, and the resume "
     "writes it again") {
@@ -939,6 +989,14 @@ TEST_CASE("a stop signal before the loop acts on early stopping: the resume stop
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string()}).exit_code == 0);
   const auto whole = read_json(d / "run" / "summary.json");
   REQUIRE(whole["epochs"] == 2);
+  // A restart from the checkpoint the stopped run ended with (a kill -9 before its exit) trains
+  // nothing more either.
+  auto again = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "auto"});
+  INFO(again.err << again.out);
+  REQUIRE(again.exit_code == 0);
+  CHECK(again.err.find("the checkpoint's run was stopping (early_stopping: ") != std::string::npos);
+  for (const char* k : {"epochs", "optimizer_steps", "model_fingerprint", "valid/loss"})
+    CHECK(read_json(d / "run" / "summary.json")[k] == whole[k]);
   // SIGINT as epoch 1's validation starts: its after_epoch still runs (early stopping asks to
   // stop), then the signal ends the fit with a cancel checkpoint at (2, 0).
   write_file(

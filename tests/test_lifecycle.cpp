@@ -701,6 +701,45 @@ TEST_CASE("after_cancel tells what was cancelled and why") {
   }
 }
 
+TEST_CASE("weights a hook offers that do not fit the model: model.pt keeps the trained ones") {
+  // An offer of another shape, or another dtype, would leave a model.pt no one can load.
+  for (const bool shape : {true, false}) {
+    DYNAMIC_SECTION((shape ? "shape" : "dtype")) {
+      struct Offer : wick::Hook {
+        bool shape = true;
+        void connect(wick::Registrar&) override {}
+        std::string eval_weights(const torch::nn::Module& m,
+                                 wick::NamedTensors& out) const override {
+          const auto p = m.named_parameters()[0];
+          out.emplace_back(p.key(), shape ? torch::zeros({1, 1}) : p.value().to(torch::kLong));
+          return "bad";
+        }
+      };
+      TempDir dir;
+      wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+      auto offer = std::make_shared<Offer>();
+      offer->shape = shape;
+      wick::HookEntry e;
+      e.hook = offer;
+      e.plugin = e.instance = "offer";
+      t.add_hook(e);
+      const auto before = params_of(t.model());
+      const auto res = t.fit();
+      CHECK(res.status == wick::FitResult::Status::failed);
+      CHECK_THAT(res.error, Catch::Contains("hook 'offer' offers '") &&
+                                Catch::Contains(shape ? "[1, 1] float for evaluation"
+                                                      : "] long int for evaluation") &&
+                                Catch::Contains("(model.pt holds the trained weights)"));
+      CHECK(res.model_weights == "trained");
+      // What the file holds: the trained weights, which a model of the run loads.
+      wick::Trainer other(tiny_options(dir), std::make_shared<TinyTask>());
+      other.load_model_file((dir / "run" / "model.pt").string());
+      CHECK(params_of(other.model()) == params_of(t.model()));
+      CHECK(params_of(other.model()) != before);
+    }
+  }
+}
+
 TEST_CASE("summary.json says running while a fit runs, never an earlier run's result") {
   TempDir dir;
   fs::create_directories(dir / "run");

@@ -158,13 +158,15 @@ TEST_CASE("sharded gradients refuse several optimizers, naming the key") {
       {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", kStage1, "--set", kStage2});
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("ddp: shard_gradients = true needs one optimizer") != std::string::npos);
-  // zero3 steps each rank's own parameters with the one optimizer.
+  // zero3 steps each rank's own parameters with the one optimizer: a config error, found on
+  // one process too, before the first step.
   const std::string ddp = "plugin = \"ddp\"";
   cfg.replace(cfg.find(ddp), ddp.size(), "plugin = \"zero3\"");
   write_file(dir / "z3.toml", cfg);
-  r = run_wick({"fit", (dir / "z3.toml").string(), "--nproc", "2"});
-  CHECK(r.exit_code != 0);
+  r = run_wick({"fit", (dir / "z3.toml").string()});
+  CHECK(r.exit_code == 2);
   CHECK(r.err.find("zero3: one optimizer only") != std::string::npos);
+  CHECK(read_json(dir / "run" / "summary.json")["optimizer_steps"] == 0);
 }
 
 TEST_CASE("sharding options are checked before anything starts") {
@@ -223,6 +225,23 @@ TEST_CASE("zero3 trains like ddp, each parameter kept by one rank") {
   CHECK(ema.err.find("plugin 'ema'") != std::string::npos);
   CHECK(ema.err.find("the data-parallel strategy (zero3) keeps only each rank's own parameters "
                      "between steps; use ddp with ema") != std::string::npos);
+}
+
+TEST_CASE("zero3 stopped by a signal on one rank gathers the weights into model.pt") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", zero3_config(dir / "run",
+                                            "[[hooks]]\nplugin = \"fault\"\naction = \"sigint\"\n"
+                                            "step = 6\nrank = 1\n"));
+  auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 130);
+  const auto s = read_json(dir / "run" / "summary.json");
+  CHECK(s["status"] == "cancelled");
+  CHECK(s["optimizer_steps"].get<int>() < 32);
+  // Every parameter whole (797 float32 values and the file's names), not rank 0's share.
+  REQUIRE(s["model_file"].is_string());
+  CHECK(fs::file_size(dir / "run" / "model.pt") > 797 * 4);
+  CHECK(r.err.find("model.pt not written") == std::string::npos);
 }
 
 TEST_CASE("zero3 killed on 2 ranks resumes exactly on 4 ranks") {

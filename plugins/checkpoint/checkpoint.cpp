@@ -195,7 +195,7 @@ class Checkpoint : public wick::Hook {
   }
 
   // The folder `what` names: "latest" is the newest valid checkpoint (damaged or unfinished
-  // ones are skipped with the reason), "auto" the same or "" when there is none, "best" the
+  // ones are skipped with the reason), "auto" the same or "" when there is none at all, "best" the
   // folder's best, anything else a path (as given, or in the folder).
   fs::path find(wick::Context& c, const std::string& what) const {
     std::error_code ec;
@@ -223,12 +223,14 @@ class Checkpoint : public wick::Hook {
         ++skipped;
       }
     }
-    if (what == "auto") return {};
-    throw std::runtime_error("--resume latest: no valid checkpoint in '" + dir_.string() + "'" +
-                             (skipped == 0
-                                  ? std::string(" (it has none)")
-                                  : " (" + std::to_string(skipped) + " skipped as unusable)") +
-                             "; run without --resume to start afresh");
+    // "auto" starts afresh where no checkpoint was written yet; damaged ones are refused as
+    // "latest" refuses them, or the run's training would be dropped without a word.
+    if (what == "auto" && skipped == 0) return {};
+    throw std::runtime_error(
+        "--resume " + what + ": no valid checkpoint in '" + dir_.string() + "'" +
+        (skipped == 0 ? std::string(" (it has none)")
+                      : " (" + std::to_string(skipped) + " skipped as unusable)") +
+        "; run without --resume to start afresh");
   }
 
   // False when "auto" found nothing to resume from (the trainer then starts afresh).

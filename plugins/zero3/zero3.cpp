@@ -114,11 +114,13 @@ class Zero3 : public wick::Hook, public wick::DataParallelStrategy {
     world_ = static_cast<int>(c.state().num_processes);
     rank_ = static_cast<int>(c.state().rank);
     c.set_data_parallel(nullptr);
-    if (world_ <= 1) return;  // one process: nothing to share
+    // Refused on one process too (where zero3 does nothing), so a config is found out before
+    // it is started on several.
     if (c.optimizer_names().size() > 1)
-      throw std::runtime_error(
+      throw wick::ConfigError(
           "zero3: one optimizer only (each rank steps its own parameters with it); for several "
           "optimizers use [[hooks]] plugin = \"ddp\"");
+    if (world_ <= 1) return;  // one process: nothing to share
     auto store = wick::rendezvous(rank_, world_, timeout_, "wick", "zero3");
     device_ = torch::Device(c.run().device.str());
     if (device_.is_cuda())

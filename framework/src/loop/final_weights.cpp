@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "loop/trainer_impl.hpp"
@@ -21,35 +22,57 @@ std::string Trainer::Impl::eval_weights(NamedTensors& out) const {
     if (h.api_minor < 5) continue;
     out.clear();
     auto word = h.hook->eval_weights(*model, out);
-    if (!word.empty()) return word;
+    if (word.empty()) continue;
+    check_offered_weights(*model, out, h.instance);
+    return word;
   }
   out.clear();
   return "";
 }
 
-void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
-  if (!opt.save_model || !writes_outputs() || !lock.held()) return;
+void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step, bool all_ranks_here) {
+  // What decides whether there is anything to keep is the same on every rank (a gather below
+  // is collective); only rank 0 writes.
+  if (!opt.save_model) return;
   // A failure inside a step may have left the weights half updated; nothing trained, nothing
   // to keep.
   if (ended_in_step || (state.optimizer_step == 0 && !loop.resume.resumed())) return;
+  // Nor a resume that trained nothing and did not complete (refused at its start, stopped
+  // before its first batch): its weights are its checkpoint's, which keeps them, and an
+  // earlier run's model.pt (from a later point, when an older checkpoint was named) stays.
+  if (loop.resume.resumed() && times.samples_this_run == 0 &&
+      res.status != FitResult::Status::completed)
+    return;
   // Nor are weights that took steps from a non-finite loss (found now or earlier).
   if (steps.loss_check.failed()) return;
-  // Sharded weights are gathered when a fit runs its course; a cancelled one keeps its last
-  // checkpoint instead.
+  // Sharded weights are whole when a fit runs its course, and gathered here when every rank
+  // ends at this point (a stop signal's agreed step). After a failure or a hook's CancelFit a
+  // rank may be gone: the last checkpoint holds them whole.
+  std::optional<DataParallel::WholeState> whole;
+  if (!dp.weights_whole() && all_ranks_here) whole.emplace(dp, DataParallel::Whole::weights);
+  if (!writes_outputs() || !lock.held()) return;
   if (!dp.weights_whole()) {
-    if (state.is_main_process())
-      std::fprintf(stderr,
-                   "wick: model.pt not written: the weights are sharded over the ranks and "
-                   "the fit did not run its course; its last checkpoint holds them whole\n");
+    std::fprintf(stderr,
+                 "wick: model.pt not written: the weights are sharded over the ranks and the fit "
+                 "ended on one rank (a failure or a CancelFit), where they cannot be gathered; "
+                 "its last checkpoint holds them whole\n");
     return;
   }
   steps.loss_check.verify();
   NamedTensors offered;
-  const auto word = eval_weights(offered);
+  std::string word, refused;
+  try {
+    word = eval_weights(offered);
+  } catch (const ModelMismatch& e) {
+    // A hook's bad offer costs its weights, not the trained ones.
+    refused = e.what();
+    offered.clear();
+  }
   const auto file = fs::path(run.output_dir) / "model.pt";
   write_file_atomic(file.string(), model_bytes(*model, offered));
   res.model_file = file.string();
   res.model_weights = word.empty() ? "trained" : word;
+  if (!refused.empty()) throw std::runtime_error(refused + " (model.pt holds the trained weights)");
 }
 
 CheckpointInfo Trainer::load_weights(const std::string& folder, bool evaluation) {

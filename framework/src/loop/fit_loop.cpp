@@ -193,7 +193,9 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
   const bool ended_in_step = in_step();  // the weights may be half updated
   loop.phase = LoopPhase::outside;
   try {
-    save_final_weights(res, ended_in_step);
+    save_final_weights(
+        res, ended_in_step,
+        res.status == FitResult::Status::completed || ending.reason == CancelReason::interrupt);
   } catch (const std::exception& e) {
     failed(e.what());  // the trained weights could not be kept: not a success
   }

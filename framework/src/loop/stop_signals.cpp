@@ -107,7 +107,9 @@ void clear_interrupt() {
 void StopRequests::save(StateDict& out, bool keep_pending) const {
   out.set_int("cancelled_steps", cancelled_steps);
   out.set_int("cancelled_epochs", cancelled_epochs);
-  if (keep_pending && requested && by_hook && !acted) {
+  // A hook's request the loop acted on (the fit ends here) is kept as well: a restart from
+  // the checkpoint the stopped fit ended with must not train on.
+  if (requested && by_hook && (acted || keep_pending)) {
     out.set_string("pending_stop", reason);
     out.set_int("pending_stop_epochs", epochs);
     out.set_int("pending_stop_max_steps", max_steps);

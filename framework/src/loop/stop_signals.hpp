@@ -85,7 +85,8 @@ struct StopRequests {
     max_steps = fit_max_steps;
   }
   // keep_pending: this checkpoint is the one the fit ends with, where the loop would have
-  // acted on a request next (the caller knows; see Trainer::Impl::snapshot_parts).
+  // acted on a request next (the caller knows; see Trainer::Impl::snapshot_parts). A request
+  // the loop acted on is kept whatever keep_pending says.
   void save(StateDict& out, bool keep_pending) const;
   void load(const StateDict& in);
 };

@@ -91,6 +91,7 @@ struct Trainer::Impl final : CheckpointStore {
   // The job's ranks and what reaches them: a hook's collectives (or wick's own outside a
   // fit), a data-parallel plugin's sharded optimizer state.
   DataParallel dp;
+  bool fit_begun = false;      // a Trainer runs one fit (Trainer::fit)
   std::string weights_loaded;  // Trainer::weights_loaded()
   std::string threads_why;     // trainer.threads = "auto": why that count (wick::auto_threads)
 
@@ -170,7 +171,9 @@ struct Trainer::Impl final : CheckpointStore {
   // When the fit has ended: rank 0 writes output_dir/model.pt (the evaluation weights a hook
   // offers, else the trained ones) if the weights are whole (the fit did not end inside a
   // step) and something was trained or restored; notes it in res.
-  void save_final_weights(FitResult& res, bool ended_in_step);
+  // all_ranks_here: every rank ends the fit at this point (completed, or a stop signal's agreed
+  // step), so sharded weights can be gathered.
+  void save_final_weights(FitResult& res, bool ended_in_step, bool all_ranks_here);
 };
 
 }  // namespace wick

@@ -97,6 +97,17 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
   const auto parent = dir.parent_path();
   const auto name = dir.filename().string();
   const auto tmp = parent / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  // What is replaced is an earlier checkpoint only: never a file, the run folder or a folder
+  // of anything else (a checkpoint's folder holds its manifest, written last).
+  {
+    std::error_code e1, e2;
+    if (fs::exists(fs::symlink_status(dir, e1)) &&
+        !(fs::is_directory(fs::symlink_status(dir, e1)) &&
+          fs::is_regular_file(fs::symlink_status(dir / "manifest.json", e2))))
+      throw std::runtime_error("cannot save checkpoint '" + dir.string() +
+                               "': it exists and is not a checkpoint's folder (no manifest.json), "
+                               "which a checkpoint would replace; give a free folder name");
+  }
   std::uint64_t total = 0;
   try {
     std::error_code ec;

@@ -132,6 +132,23 @@ std::string shape_str(const at::Tensor& t) {
 
 }  // namespace
 
+void check_offered_weights(const torch::nn::Module& model, const NamedTensors& offered,
+                           const std::string& instance) {
+  const auto mine = model.named_parameters();
+  auto type = [](const at::Tensor& t) {
+    return shape_str(t) + " " + std::string(t.dtype().name());
+  };
+  for (const auto& [name, t] : offered) {
+    const auto* p = mine.find(name);
+    if (!p || !t.defined() || p->sizes() != t.sizes() || p->dtype() != t.dtype())
+      throw ModelMismatch("hook '" + instance + "' offers '" + name + "' " +
+                          (t.defined() ? type(t) : std::string("(undefined)")) +
+                          " for evaluation, which the model has " +
+                          (p ? "as " + type(*p) : std::string("not")) +
+                          "; its eval_weights must give parameters of the model as they are");
+  }
+}
+
 std::string model_bytes(const torch::nn::Module& model, const NamedTensors& replaced) {
   IDict dict = new_dict();
   auto add = [&](const std::string& name, const at::Tensor& t) {
@@ -423,16 +440,14 @@ std::string load_eval_weights(torch::nn::Module& model, const std::vector<HookEn
     h.hook->load_state(from_ivalue(it->value(), "hook '" + h.instance + "' state"));
     const auto word = h.hook->eval_weights(model, offered);
     if (word.empty()) continue;
+    try {
+      check_offered_weights(model, offered, h.instance);
+    } catch (const ModelMismatch& e) {
+      throw ModelMismatch(where + ": " + e.what());
+    }
     const auto mine = model.named_parameters();
     torch::NoGradGuard ng;
-    for (const auto& [name, t] : offered) {
-      const auto* p = mine.find(name);
-      if (!p || p->sizes() != t.sizes())
-        throw ModelMismatch(where + ": hook '" + h.instance + "' offers '" + name + "' " +
-                            shape_str(t) + ", which the model has " +
-                            (p ? "as " + shape_str(*p) : std::string("not")));
-      p->detach().copy_(t);
-    }
+    for (const auto& [name, t] : offered) mine.find(name)->detach().copy_(t);
     return word;
   }
   return "";

@@ -62,6 +62,10 @@ void check_agreement(const Manifest& m, const Files& files);
 struct ModelMismatch : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// Weights a hook offers for evaluation (Hook::eval_weights) must be the model's parameters by
+// name, shape and dtype: throws ModelMismatch naming the hook and the first that is not.
+void check_offered_weights(const torch::nn::Module& model, const NamedTensors& offered,
+                           const std::string& instance);
 // A model.pt's bytes: the model's parameters and buffers by name, on the CPU; a tensor named
 // in `replaced` (weights a hook keeps for evaluation) instead of the model's own.
 std::string model_bytes(const torch::nn::Module& model, const NamedTensors& replaced = {});
