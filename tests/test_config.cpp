@@ -59,6 +59,19 @@ TEST_CASE("a good config passes `wick check` with exit 0") {
   CHECK(r.out == c.file.string() + ": ok (task synthetic, 1 hook)\n");
 }
 
+TEST_CASE("`wick check` refuses a config without [task] as fit does; check_config takes hooks") {
+  Case c(with_plugins("[trainer]\nepochs = 2\n" + std::string(kTyped) + "max_norm = 2\n"));
+  // A host program's hooks-only file...
+  auto cfg = wick::Config::load(c.file.string(), {});
+  CHECK_THAT(wick::check_config(cfg, wick::PluginFinder(cfg.search_path())),
+             Catch::Contains(": ok (task (none), 1 hook)"));
+  // ...is no config for `wick fit`.
+  auto r = run_wick({"check", c.file.string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains(c.file.string() + ": no [task] table; add one naming the "
+                                                      "task plugin"));
+}
+
 TEST_CASE("TOML syntax errors give the place and the parser's message") {
   SECTION("a value missing") {
     Case c("[trainer]\nepochs = 2\nseed = = 3\n");

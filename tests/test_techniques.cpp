@@ -715,18 +715,21 @@ TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume
   Trainer first(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
   auto first_hooks = load_hooks(toml);
   for (auto& h : first_hooks) first.add_hook(h);
+  // The framework's snapshot of the run at the epoch's end (model, counters, every hook's
+  // state), taken before the stop is asked for, as a periodic checkpoint is...
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
   auto stopper = std::make_shared<Probe>();
   stopper->stages = false;
-  stopper->points[Point::after_epoch] = [](Context& c) { c.request_stop("test"); };
+  stopper->points[Point::after_epoch] = [&](Context& c) {
+    c.save_checkpoint(ckpt, "test");
+    c.request_stop("test");
+  };
   first.add_hook(entry(stopper, "stopper", 100));
   REQUIRE(first.fit().status == FitResult::Status::completed);
   REQUIRE(first.state().optimizer_step == 5);
   auto saved = states(first_hooks);
   CHECK(saved.size() == 4);
-  // The framework's snapshot of the stopped run (model, counters, every hook's state)...
-  TempDir tmp;
-  const auto ckpt = (tmp / "ckpt").string();
-  first.context().save_checkpoint(ckpt, "test");
 
   // ...restored in a fresh trainer with fresh hooks.
   Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), sgd);
@@ -799,15 +802,12 @@ TEST_CASE("lr_schedule resumed mid-epoch at another batch size spans the steps t
           "[techniques][lr_schedule]") {
   const std::string toml =
       "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n";
-  // 2 epochs of 40 samples at batch 8 (10 steps), stopped after step 3 of epoch 0...
-  Trainer first(options(8, 2), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  // 2 epochs of 40 samples at batch 8 (10 steps), stopped by max_steps after step 3 of
+  // epoch 0...
+  auto stopped = options(8, 2);
+  stopped.max_steps = 3;
+  Trainer first(stopped, std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
   for (auto& h : load_hooks(toml)) first.add_hook(std::move(h));
-  auto stopper = std::make_shared<Probe>();
-  stopper->stages = false;
-  stopper->points[Point::after_step] = [](Context& c) {
-    if (c.state().optimizer_step == 3) c.request_stop("test");
-  };
-  first.add_hook(entry(stopper, "stopper", 100));
   REQUIRE(first.fit().status == FitResult::Status::completed);
   REQUIRE(first.state().optimizer_step == 3);
   TempDir tmp;
@@ -840,28 +840,77 @@ TEST_CASE("lr_schedule resumed mid-epoch at another batch size spans the steps t
   }
   CHECK(lrs.back() > 0);
   CHECK_THAT(err, Catch::Contains("wick: note: hooks.lr_schedule spans 17 optimizer steps in "
-                                  "this run, 10 in the checkpoint's; it goes on from step 3 of "
+                                  "this run, 3 in the checkpoint's; it goes on from step 3 of "
                                   "the new length"));
 }
 
-TEST_CASE("a hook cannot log a value under a record's own fields, nor without a name",
-          "[techniques][records]") {
-  for (const std::string key : {"step", ""}) {
+TEST_CASE(
+    "a hook cannot log a value under a record's own fields or the trainer's, nor without "
+    "a name, nor a tensor of several values",
+    "[techniques][records]") {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"step",
+       "'step' is a field of every metrics record (kind, epoch, step, samples_seen, "
+       "time_s)"},
+      {"", "a value needs a name"},
+      {"valid/loss",
+       "'valid/loss' is the trainer's own measurement, which the value would "
+       "replace"},
+      {"train/loss", "'train/loss' is the trainer's own measurement"},
+      {"vector", "Context::log(\"vector\", tensor): the tensor has 3 elements; log one value"}};
+  for (const auto& [key, message] : cases) {
     DYNAMIC_SECTION("'" << key << "'") {
       Trainer t(options(4), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
       auto probe = std::make_shared<Probe>();
       probe->stages = false;
-      probe->points[Point::after_step] = [key](Context& c) { c.log(key, 1.0); };
+      probe->points[Point::after_step] = [key = key](Context& c) {
+        if (key == "vector")
+          c.log(key, torch::ones({3}));
+        else
+          c.log(key, 1.0);
+      };
       t.add_hook(entry(probe, "probe", 0));
       const auto r = t.fit();
       CHECK(r.status == FitResult::Status::failed);
-      CHECK_THAT(r.error, Catch::Contains("(instance 'probe') at after_step: Context::log: "));
-      CHECK_THAT(r.error, Catch::Contains(key.empty() ? "a value needs a name"
-                                                      : "'step' is a field of every metrics "
-                                                        "record (kind, epoch, step, "
-                                                        "samples_seen, time_s)"));
+      CHECK_THAT(r.error, Catch::Contains("(instance 'probe') at after_step: Context::log"));
+      CHECK_THAT(r.error, Catch::Contains(message));
     }
   }
+}
+
+TEST_CASE("a Trainer runs one fit: a second fit() is refused, the first's results kept",
+          "[techniques]") {
+  Trainer t(options(4, 1), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  const auto steps = t.state().optimizer_step;
+  CHECK_THROWS_WITH(t.fit(), Catch::Contains("fit() called a second time on one Trainer"));
+  CHECK(t.state().optimizer_step == steps);
+}
+
+TEST_CASE("a hook that throws at after_cancel keeps no later one from its clean-up",
+          "[techniques]") {
+  // A cancel checkpoint or a file's close after the thrower still runs; its error is reported.
+  Trainer t(options(4, 2), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
+  auto hook = [](Point p, std::function<void(Context&)> fn) {
+    auto probe = std::make_shared<Probe>();
+    probe->stages = false;
+    probe->points[p] = std::move(fn);
+    return probe;
+  };
+  std::vector<std::string> ran;
+  t.add_hook(entry(hook(Point::after_step, [](Context&) { throw CancelFit{}; }), "canceller", 0));
+  t.add_hook(entry(hook(Point::after_cancel,
+                        [&](Context&) {
+                          ran.push_back("thrower");
+                          throw std::runtime_error("cleanup failed");
+                        }),
+                   "thrower", -200));
+  t.add_hook(
+      entry(hook(Point::after_cancel, [&](Context&) { ran.push_back("later"); }), "later", 10));
+  const auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK(ran == std::vector<std::string>{"thrower", "later"});
+  CHECK_THAT(r.error, Catch::Contains("(instance 'thrower') at after_cancel: cleanup failed"));
 }
 
 TEST_CASE("a stage handler that calls next() twice is stopped, not stepped twice", "[techniques]") {
@@ -1555,11 +1604,13 @@ std::vector<at::Tensor> carried(CarryTask::Reset reset, bool interrupted) {
     Trainer first(options(8, 2), std::make_shared<CarryTask>(reset), optimizer("sgd", 0.05));
     auto stop = std::make_shared<Probe>();
     stop->stages = false;
-    stop->points[Point::after_step] = [](Context& c) {
-      if (c.state().training() && c.state().epoch == 1 && c.state().batch_idx == 1)
+    // Saved before the stop is asked for (a checkpoint the stopped fit ends with keeps it).
+    stop->points[Point::after_step] = [&](Context& c) {
+      if (c.state().training() && c.state().epoch == 1 && c.state().batch_idx == 1) {
+        c.save_checkpoint(ckpt, "test");
         c.request_stop("test");
+      }
     };
-    stop->points[Point::after_fit] = [&](Context& c) { c.save_checkpoint(ckpt, "test"); };
     first.add_hook(entry(stop, "stop", 100));
     REQUIRE(first.fit().status == FitResult::Status::completed);
     REQUIRE(first.state().optimizer_step == 6);

@@ -148,6 +148,9 @@ int cmd_check(const ConfigArgs& a) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+    // A config for `wick fit` (check_config also takes a host program's hooks-only file):
+    // without [task], fit's own refusal.
+    if (!cfg.has_task()) (void)cfg.task_params(finder);
     std::printf("%s\n", wick::check_config(cfg, finder).c_str());
     return kOk;
   });

@@ -59,6 +59,8 @@ class Trainer {
   // describe() after it throw std::logic_error.
   void connect_for_evaluation();
 
+  // Trains the run, once: a second call throws std::logic_error (a Trainer's counters, records
+  // and run folder are one fit's; make another Trainer to train again).
   FitResult fit();
   ValidResult validate();
 

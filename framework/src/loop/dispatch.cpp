@@ -116,7 +116,8 @@ void Dispatcher::wire(std::vector<PendingPoint> points, std::vector<PendingStage
     }
     signals_[i].connect(p.hook->order, std::move(fn), boost::signals2::at_back);
     blame_order_[i].push_back(p.hook);
-    signals_[i].set_combiner(BlameCombiner{&current_, blame_order_[i].data()});
+    signals_[i].set_combiner(BlameCombiner{&current_, blame_order_[i].data(),
+                                           static_cast<Point>(i) == Point::after_cancel});
   }
   for (auto& s : stages) {
     const HookEntry* entry = s.hook;

@@ -6,6 +6,7 @@
 #include <array>
 #include <boost/signals2.hpp>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,15 +22,33 @@
 namespace wick {
 
 // Calls the slots in order and, before each, notes whose hook it is (for error messages).
+// With keep_going (after_cancel, the clean-up on the way out: a cancel checkpoint, files
+// closed) a slot that throws does not keep the later ones from running: the first error is
+// rethrown after them, with its hook noted as the one running.
 struct BlameCombiner {
   using result_type = void;
   const HookEntry** current = nullptr;
   const HookEntry* const* hooks = nullptr;  // the hook of each slot, in call order
+  bool keep_going = false;
   template <class It>
   void operator()(It first, It last) const {
+    std::exception_ptr error;
+    const HookEntry* thrower = nullptr;
     for (std::size_t k = 0; first != last; ++first, ++k) {
       *current = hooks[k];
-      *first;
+      if (!keep_going) {
+        *first;
+        continue;
+      }
+      try {
+        *first;
+      } catch (...) {
+        if (!error) error = std::current_exception(), thrower = hooks[k];
+      }
+    }
+    if (error) {
+      *current = thrower;
+      std::rethrow_exception(error);
     }
   }
 };

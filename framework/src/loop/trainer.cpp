@@ -225,6 +225,13 @@ FitResult Trainer::fit() {
     throw std::logic_error(
         "fit() on a trainer connected for evaluation only (connect_for_evaluation); make "
         "another Trainer to train");
+  // Its counters, records and run folder are one fit's: a second would go on from the first's
+  // steps under a fresh history.
+  if (I.fit_begun)
+    throw std::logic_error(
+        "fit() called a second time on one Trainer; a Trainer runs one fit: make another to "
+        "train again");
+  I.fit_begun = true;
   FitResult res;
   CancelInfo ending;  // what ended the fit other than completion, for after_cancel
   clear_interrupt();

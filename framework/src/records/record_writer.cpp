@@ -36,13 +36,21 @@ void RecordWriter::open(const fs::path& file, bool append) {
 
 namespace {
 // A value under one of a line's own fields would replace it (a resume could not read the line
-// back), and one without a name is no column.
+// back), one under a value the trainer measures would replace that silently (what the
+// summary, early stopping and a checkpoint's monitor read), and one without a name is no
+// column. The lr is a hook's to set (a schedule's).
 void check_key(std::string_view key) {
   if (key.empty()) throw std::invalid_argument("Context::log: a value needs a name");
   if (is_record_field(key))
     throw std::invalid_argument("Context::log: '" + std::string(key) +
                                 "' is a field of every metrics record (kind, epoch, step, "
                                 "samples_seen, time_s); log the value under another name");
+  for (const char* own : {"train/loss", "valid/loss", "epoch_time_s", "samples_per_s",
+                          "peak_rss_mb", "train/flops_per_s", "train/flops_utilization"})
+    if (key == own)
+      throw std::invalid_argument("Context::log: '" + std::string(key) +
+                                  "' is the trainer's own measurement, which the value would "
+                                  "replace; log it under another name");
 }
 }  // namespace
 
@@ -58,6 +66,11 @@ void RecordWriter::log(std::string_view key, double value) {
 
 void RecordWriter::log(std::string_view key, const at::Tensor& scalar) {
   check_key(key);
+  // Checked here, where the hook is blamed, not when the record reads it.
+  if (scalar.numel() != 1)
+    throw std::invalid_argument("Context::log(\"" + std::string(key) +
+                                "\", tensor): the tensor has " + std::to_string(scalar.numel()) +
+                                " elements; log one value (a mean, a sum, an element)");
   for (auto& [k, v] : pending_)
     if (k == key) {
       v = scalar.detach();
