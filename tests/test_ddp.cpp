@@ -16,6 +16,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -24,6 +25,7 @@
 
 #include "support.hpp"
 #include "wick/launch.hpp"
+#include "wick/params.hpp"  // ConfigError
 #include "wick/rendezvous.hpp"
 
 using namespace wick::test;
@@ -825,6 +827,34 @@ struct TwoNodes {
 };
 
 }  // namespace
+
+TEST_CASE("the rendezvous says which of MASTER_ADDR and MASTER_PORT is missing or wrong") {
+  struct Env {
+    std::string name;
+    std::optional<std::string> was;
+    explicit Env(std::string n) : name(std::move(n)) {
+      if (const char* v = std::getenv(name.c_str())) was = v;
+    }
+    ~Env() { was ? ::setenv(name.c_str(), was->c_str(), 1) : ::unsetenv(name.c_str()); }
+  } addr("MASTER_ADDR"), port("MASTER_PORT");
+  auto refused = [] {
+    try {
+      wick::rendezvous(0, 2, std::chrono::seconds(1), "t", "test");
+    } catch (const wick::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "99999", 1);
+  CHECK(refused() == "test: MASTER_PORT = '99999' is not a port; it must be in [1, 65535]");
+  ::unsetenv("MASTER_PORT");
+  CHECK(refused() ==
+        "test: WORLD_SIZE is 2 but MASTER_PORT is not set; start the ranks with wick launch (or "
+        "--nproc N)");
+  ::unsetenv("MASTER_ADDR");
+  CHECK_THAT(refused(), Catch::Contains("but MASTER_ADDR / MASTER_PORT are not set"));
+}
 
 TEST_CASE("a rank that writes to a dead peer's socket gets an error, not SIGPIPE's silent end") {
   // Gloo's writes to a peer that is gone raise SIGPIPE; the surviving rank must live on to

@@ -227,6 +227,34 @@ TEST_CASE("a rank that stops on a signal of its own is no failure: the others fi
   CHECK(c.err.find("wick launch: stopped by SIGINT (rank 1 ended first)\n") != std::string::npos);
 }
 
+TEST_CASE(
+    "a rank a stop signal ended before it could handle one stopped; one left waiting "
+    "gets the signal") {
+  TempDir d;
+  wick::LaunchOptions o;
+  o.nproc = 2;
+  o.grace_s = 0.1;
+  o.stop_wait_s = 0.4;
+  o.max_restarts = 1;
+  // Rank 1 dies of SIGINT's default action (wick fit's handler not yet installed); rank 0
+  // waits for it, as at the rendezvous, until a signal ends it.
+  const std::string got = (d / "got0").string();
+  o.command = {"sh", "-c",
+               "if [ $RANK = 1 ]; then kill -INT $$; sleep 5; exit 3; fi; trap 'touch " + got +
+                   "; exit 130' INT; while :; do sleep 0.05; done"};
+  auto c = run_launch(o);
+  INFO(c.err << c.out);
+  CHECK(c.res.exit_code == 130);
+  CHECK(c.res.failed_rank == -1);
+  CHECK(c.res.restarts == 0);  // a stop is not restarted
+  CHECK(fs::exists(got));
+  CHECK(c.err.find(") stopped on SIGINT; waiting for the others to end\n") != std::string::npos);
+  CHECK(c.err.find("wick launch: rank(s) 0 still running 0.5 s after rank 1 stopped; sending "
+                   "them SIGINT\n") != std::string::npos);
+  CHECK(c.err.find("SIGKILL") == std::string::npos);
+  CHECK(c.seconds < 20);
+}
+
 TEST_CASE("launch rejects bad options with the option named") {
   wick::LaunchOptions o;
   o.command = {"true"};

@@ -93,8 +93,9 @@ void add_launch_command(CLI::App& app, Registry& r) {
   c->add_option("--master-port", o.master_port,
                 "rendezvous port on the master (default: a free one; required with --nnodes > 1)");
   c->add_option("--grace", o.grace_s,
-                "seconds between SIGTERM and SIGKILL when ending ranks (default 5; at most "
-                "86400)");
+                "seconds between SIGTERM and SIGKILL when ending ranks after a failure, and "
+                "the wait (+ 25 s) for the others after a rank stopped on a signal (default 5; "
+                "at most 86400)");
   c->add_option("--max-restarts", o.max_restarts,
                 "when a rank dies, end every rank and start all again with --resume auto, up "
                 "to N times (default 0)");

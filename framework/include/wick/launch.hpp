@@ -29,6 +29,9 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;   // 0: pick a free port (single node only)
   double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when ending the other ranks
+  // After a rank stopped on a signal of its own, how much longer than grace_s the others are
+  // waited for (rank 0 writing the cancel checkpoint) before they get that signal too.
+  double stop_wait_s = 25.0;
   // When a rank fails: end every rank, then start all again with "--resume auto" (replacing
   // any --resume of the command), up to this many times. Not after a stop signal.
   int max_restarts = 0;

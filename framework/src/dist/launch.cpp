@@ -256,7 +256,7 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
     r.fds[1] = pe[0];
   }
 
-  bool ending = false, killed = false;
+  bool ending = false, killed = false, nudged = false;
   int interrupted = 0;    // the first stop signal: forwarded, or one a rank stopped on
   int stopped_rank = -1;  // the rank that stopped on a signal of its own (-1: forwarded)
   Clock::time_point kill_at{};
@@ -271,7 +271,7 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
     if (ending) return;
     ending = true;
     kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(o.grace_s + 25.0));
+                                 std::chrono::duration<double>(o.grace_s + o.stop_wait_s));
   };
 
   for (;;) {
@@ -328,13 +328,13 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
       // After a forwarded interrupt, ranks ending with 130 or by signal are expected, not the
       // cause; after a first failure, the others' endings are our doing.
       if (ok || interrupted || res.failed_rank >= 0) continue;
-      // A rank that exits 128 + a stop signal sent to it stopped, it did not fail. The ranks
+      // A rank that exits 128 + a stop signal sent to it stopped, it did not fail; so did one
+      // that a stop signal ended before it could handle one (early in its start). The ranks
       // agree on a stop signal that reached any of them, and the others stop at the same
       // step, rank 0 writing the cancel checkpoint: ending them now would lose it.
-      if (const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0;
-          std::find(std::begin(forwarded), std::end(forwarded), code - 128) !=
-          std::end(forwarded)) {
-        interrupted = code - 128;
+      if (const int sig = WIFEXITED(st) ? WEXITSTATUS(st) - 128 : WTERMSIG(st);
+          std::find(std::begin(forwarded), std::end(forwarded), sig) != std::end(forwarded)) {
+        interrupted = sig;
         stopped_rank = r.rank;
         std::fprintf(err,
                      "wick launch: rank %d (local rank %d, pid %d) stopped on SIG%s; waiting "
@@ -362,8 +362,30 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
                                    std::chrono::duration<double>(o.grace_s));
     }
     if (ending && !killed && Clock::now() >= kill_at) {
-      killed = true;
-      end_others(SIGKILL);
+      std::string left;
+      for (const auto& r : ranks)
+        if (r.running) left += (left.empty() ? "" : ", ") + std::to_string(r.rank);
+      if (stopped_rank >= 0 && !nudged) {
+        // A rank stopped on its own signal, and these have not followed in the grace period
+        // and stop_wait_s (one waiting at the start for the rank that is gone, which no step's
+        // agreement reaches): they get that signal, which ends a rank at the start at once,
+        // and SIGKILL after --grace more.
+        nudged = true;
+        std::fprintf(err,
+                     "wick launch: rank(s) %s still running %g s after rank %d stopped; "
+                     "sending them SIG%s\n",
+                     left.c_str(), o.grace_s + o.stop_wait_s, stopped_rank,
+                     sigabbrev_np(interrupted));
+        end_others(interrupted);
+        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(o.grace_s));
+      } else {
+        killed = true;
+        if (!left.empty())
+          std::fprintf(err, "wick launch: rank(s) %s did not end in time; SIGKILL\n", left.c_str());
+        end_others(SIGKILL);
+      }
+      std::fflush(err);
     }
   }
 

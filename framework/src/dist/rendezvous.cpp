@@ -45,10 +45,15 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
   const char* addr = std::getenv("MASTER_ADDR");
   const char* port_text = std::getenv("MASTER_PORT");
   const long port = port_text ? std::atol(port_text) : 0;
-  if (!addr || port <= 0 || port > 65535)
-    throw ConfigError(who + ": WORLD_SIZE is " + std::to_string(world) +
-                      " but MASTER_ADDR / MASTER_PORT are not set; start the ranks with wick "
-                      "launch (or --nproc N)");
+  if (!addr || !port_text)
+    throw ConfigError(who + ": WORLD_SIZE is " + std::to_string(world) + " but " +
+                      (addr        ? "MASTER_PORT is"
+                       : port_text ? "MASTER_ADDR is"
+                                   : "MASTER_ADDR / MASTER_PORT are") +
+                      " not set; start the ranks with wick launch (or --nproc N)");
+  if (port <= 0 || port > 65535)
+    throw ConfigError(who + ": MASTER_PORT = '" + port_text +
+                      "' is not a port; it must be in [1, 65535]");
   // Under torchrun the agent already serves a store at MASTER_PORT, shared by every restart
   // of the workers: join it, under a prefix of this attempt (as torch.distributed does).
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
