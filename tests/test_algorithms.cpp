@@ -1094,6 +1094,40 @@ TEST_CASE("swa: the model ends as the mean of the epochs' weights, batch norm re
   CHECK(max_diff(bn->running_var, var) < 1e-5);
 }
 
+TEST_CASE("swa: a fit max_steps stopped mid-epoch, resumed without it, ends as one never stopped",
+          "[algorithms][swa]") {
+  const std::string toml = "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 1\n";
+  auto task = [] { return std::make_shared<ImageTask>(16, 2, ImageTask::Net::bn, 4); };
+  auto full = make(task(), options(4, 3), sgd(0.2), toml);
+  REQUIRE(full->fit().status == FitResult::Status::completed);
+  // Stopped at step 6 (batch 2 of epoch 1's 4): the model ends on the average, and so does the
+  // checkpoint the fit ends with.
+  auto stopped = options(4, 3);
+  stopped.max_steps = 6;
+  auto first = make(task(), stopped, sgd(0.2), toml);
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  auto saver = std::make_shared<Probe>();
+  saver->points[Point::after_fit] = [&](Context& c) { c.save_checkpoint(ckpt, "end"); };
+  first->add_hook(entry(saver, "saver", 100));
+  REQUIRE(first->fit().status == FitResult::Status::completed);
+  REQUIRE(first->state().optimizer_step == 6);
+  // Resumed without the limit: it trains on from the weights as trained, and averages epoch
+  // 1's end, not its batch 2.
+  auto second = make(task(), options(4, 3), sgd(0.2), toml);
+  auto restorer = std::make_shared<Probe>();
+  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
+  second->add_hook(entry(restorer, "restorer", -200));
+  REQUIRE(second->fit().status == FitResult::Status::completed);
+  CHECK(second->state().optimizer_step == 12);
+  const auto a = full->model().parameters(), b = second->model().parameters();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_diff(a[i], b[i]) < 1e-6);
+  const auto ab = full->model().buffers(), bb = second->model().buffers();
+  for (std::size_t i = 0; i < ab.size(); ++i)
+    if (ab[i].is_floating_point()) CHECK(max_diff(ab[i], bb[i]) < 1e-5);
+}
+
 TEST_CASE("swa refuses a start_epoch the run never reaches", "[algorithms][swa]") {
   auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
   CHECK_THAT(fit_error(task, options(4, 2), "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 2\n"),

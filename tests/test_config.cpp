@@ -59,7 +59,7 @@ TEST_CASE("a good config passes `wick check` with exit 0") {
   CHECK(r.out == c.file.string() + ": ok (task synthetic, 1 hook)\n");
 }
 
-TEST_CASE("`wick check` refuses a config without [task] as fit does; check_config takes hooks") {
+TEST_CASE("`wick check` refuses a config without [task] as fit does, check_config takes hooks") {
   Case c(with_plugins("[trainer]\nepochs = 2\n" + std::string(kTyped) + "max_norm = 2\n"));
   // A host program's hooks-only file...
   auto cfg = wick::Config::load(c.file.string(), {});
@@ -337,6 +337,10 @@ TEST_CASE("overrides given with --set are typed by the schema") {
     CHECK(c.error({"hooks.typed.flag=yes"}) ==
           "--set hooks.typed.flag=yes: 'flag' in [hooks.typed] must be a boolean (true or "
           "false), not a string ('yes')");
+    // A list's wrong element: at the --set, not at a line of the file.
+    CHECK(c.error({"hooks.typed.sizes=[1,\"x\"]"}) ==
+          "--set hooks.typed.sizes=[1,\"x\"]: 'sizes' in [hooks.typed] must be an array of "
+          "integers; this element is a string");
   }
   SECTION("a value the plugin refuses is placed at the --set") {
     CHECK(

@@ -228,7 +228,7 @@ TEST_CASE("a rank that stops on a signal of its own is no failure: the others fi
 }
 
 TEST_CASE(
-    "a rank a stop signal ended before it could handle one stopped; one left waiting "
+    "a rank a stop signal ended before it could handle one stopped, one left waiting "
     "gets the signal") {
   TempDir d;
   wick::LaunchOptions o;

@@ -133,14 +133,15 @@ TEST_CASE("an SDK API version mismatch names both versions and the fix") {
     CHECK(msg == "wrong SDK API version on plugin 'api_major' (" + p + "): got version " + got +
                      ", this wick supports " + std::to_string(WICK_API_MAJOR) + ".0 to " +
                      std::to_string(WICK_API_MAJOR) + "." + std::to_string(WICK_API_MINOR) +
-                     " (same major, minor not newer); rebuild the plugin against this wick's "
-                     "SDK (find_package(wick) and wick_add_plugin)");
+                     " (same major, minor not newer); the plugin needs a newer wick: upgrade "
+                     "wick, or rebuild the plugin against this wick's SDK");
   }
   SECTION("the same major with a newer minor") {
     const auto p = (kBad / "api_minor" / "wick_api_minor.so").string();
     auto msg = refused(Kind::api_mismatch, [&] { wick::load_plugin_library(p); });
     CHECK(has(msg, "wrong SDK API version on plugin 'api_minor' (" + p + "): got version " +
                        std::to_string(WICK_API_MAJOR) + "." + std::to_string(WICK_API_MINOR + 1)));
+    CHECK(has(msg, "; the plugin needs a newer wick: upgrade wick"));
   }
 }
 

@@ -913,6 +913,25 @@ TEST_CASE("a hook that throws at after_cancel keeps no later one from its clean-
   CHECK_THAT(r.error, Catch::Contains("(instance 'thrower') at after_cancel: cleanup failed"));
 }
 
+TEST_CASE("CancelStep after next() stepped the optimizer fails the fit: the step is taken",
+          "[techniques]") {
+  struct Late : Hook {
+    void connect(Registrar& r) override {
+      r.stage(Stage::optimizer_step, [](Context& c, Next next) {
+        const bool stepped = next();
+        if (c.state().micro_step == 2) throw CancelStep{};
+        return stepped;
+      });
+    }
+  };
+  Trainer t(options(4), std::make_shared<LinearTask>(16), optimizer("sgd", 0.1));
+  t.add_hook(entry(std::make_shared<Late>(), "late", 0));
+  const auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Catch::Contains("(instance 'late') at optimizer_step: CancelStep thrown "
+                                      "after next() stepped the optimizer"));
+}
+
 TEST_CASE("a stage handler that calls next() twice is stopped, not stepped twice", "[techniques]") {
   struct Twice : Hook {
     void connect(Registrar& r) override {

@@ -148,10 +148,11 @@ int cmd_check(const ConfigArgs& a) {
   return guarded([&] {
     auto cfg = wick::Config::load(a.config, a.sets);
     wick::PluginFinder finder(cfg.search_path(absolute_all(a.plugin_paths)));
+    const auto ok = wick::check_config(cfg, finder);
     // A config for `wick fit` (check_config also takes a host program's hooks-only file):
-    // without [task], fit's own refusal.
+    // without [task], once the rest is checked, fit's own refusal.
     if (!cfg.has_task()) (void)cfg.task_params(finder);
-    std::printf("%s\n", wick::check_config(cfg, finder).c_str());
+    std::printf("%s\n", ok.c_str());
     return kOk;
   });
 }

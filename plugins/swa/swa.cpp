@@ -7,7 +7,10 @@
 // averaged model. Earlier validations see the weights as trained. Use lr_schedule for the
 // constant or cyclic rate SWA is usually run with.
 // Its order (-110) puts it ahead of the checkpoint hook at after_epoch, so the checkpoint
-// written there holds this epoch's average.
+// written there holds this epoch's average. Once the average is applied, the trained weights
+// (and the state before a partial epoch's update, at a stop mid-epoch) are state too: a run
+// resumed from that checkpoint to train on (more epochs, a larger max_steps) puts them back
+// first, and goes on as the uninterrupted run does.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -41,6 +44,12 @@ class Swa : public wick::Hook {
                                 "start_epoch below " +
                                 std::to_string(epochs));
     });
+    // A resume that trains on after the average was applied: the weights as trained, and the
+    // average as it was before a partial epoch's update.
+    r.on(wick::Point::before_epoch, [this](wick::Context& c) {
+      train_batches_ = c.state().batches_in_epoch;
+      if (applied_ && !trained_.empty()) train_on(c);
+    });
     // Training of the epoch is over at before_valid (or at after_epoch without validation).
     r.on(wick::Point::before_valid, [this](wick::Context& c) { epoch_trained(c); });
     r.on(wick::Point::after_epoch, [this](wick::Context& c) { epoch_trained(c); });
@@ -59,26 +68,83 @@ class Swa : public wick::Hook {
     out.set_int("count", count_);
     out.set_int("last_epoch", last_epoch_);
     out.set_int("applied", applied_ ? 1 : 0);
-    out.set_int("num_tensors", static_cast<std::int64_t>(avg_.size()));
-    for (std::size_t i = 0; i < avg_.size(); ++i)
-      out.set_tensor("avg." + std::to_string(i), avg_[i]);
+    put(out, "avg", avg_);
+    if (!applied_) return;
+    put(out, "trained", trained_);
+    if (before_.count >= 0) {
+      out.set_int("before_partial", 1);
+      out.set_int("before_count", before_.count);
+      out.set_int("before_last_epoch", before_.last_epoch);
+      put(out, "before_avg", before_.avg);
+    }
   }
   void load_state(const wick::StateDict& in) override {
     count_ = in.get_int("count");
     last_epoch_ = in.get_int("last_epoch");
     applied_ = in.get_int("applied") != 0;
-    avg_.clear();
-    const auto n = static_cast<std::size_t>(in.get_int("num_tensors"));
-    for (std::size_t i = 0; i < n; ++i) avg_.push_back(in.get_tensor("avg." + std::to_string(i)));
+    avg_ = take(in, "avg");
+    trained_ = in.has("num_trained") ? take(in, "trained") : std::vector<at::Tensor>{};
+    before_ = {};
+    if (in.has("before_partial")) {
+      before_.count = in.get_int("before_count");
+      before_.last_epoch = in.get_int("before_last_epoch");
+      before_.avg = take(in, "before_avg");
+    }
   }
 
  private:
+  static void put(wick::StateDict& out, const std::string& name, const std::vector<at::Tensor>& v) {
+    out.set_int("num_" + (name == "avg" ? std::string("tensors") : name),
+                static_cast<std::int64_t>(v.size()));
+    for (std::size_t i = 0; i < v.size(); ++i) out.set_tensor(name + "." + std::to_string(i), v[i]);
+  }
+  static std::vector<at::Tensor> take(const wick::StateDict& in, const std::string& name) {
+    std::vector<at::Tensor> v;
+    const auto n = static_cast<std::size_t>(
+        in.get_int("num_" + (name == "avg" ? std::string("tensors") : name)));
+    for (std::size_t i = 0; i < n; ++i) v.push_back(in.get_tensor(name + "." + std::to_string(i)));
+    return v;
+  }
+  // The model's parameters, then its buffers (batch norm's statistics, which apply() recomputes).
+  static std::vector<at::Tensor> tensors_of(torch::nn::Module& m) {
+    auto v = m.parameters();
+    for (const auto& b : m.buffers()) v.push_back(b);
+    return v;
+  }
+
   void epoch_trained(wick::Context& c) {
     const auto e = c.state().epoch;
     if (!in_fit_ || e < first_ || e == last_epoch_ || applied_) return;
+    // An epoch stopped before its last batch (max_steps, a stop request) is averaged as it is;
+    // the state before that update is kept, for a resume that trains the epoch's rest.
+    before_ = {};
+    if (const auto at = c.position(); at.epoch == e && at.batch < train_batches_) {
+      before_.count = count_;
+      before_.last_epoch = last_epoch_;
+      for (const auto& a : avg_) before_.avg.push_back(a.clone());
+    }
     update(c);
     last_epoch_ = e;
     if (e + 1 == c.run().epochs || c.stop_requested()) apply(c);
+  }
+
+  // The weights back as trained (the checkpoint's model holds the average), and the average
+  // as it was before a partial epoch's update: the run goes on as if never averaged.
+  void train_on(wick::Context& c) {
+    torch::NoGradGuard no_grad;
+    auto ts = tensors_of(c.model());
+    if (ts.size() != trained_.size())
+      throw std::runtime_error("swa: the checkpoint holds " + std::to_string(trained_.size()) +
+                               " trained tensors but the model has " + std::to_string(ts.size()));
+    for (std::size_t i = 0; i < ts.size(); ++i) ts[i].copy_(trained_[i]);
+    if (before_.count >= 0) {
+      count_ = before_.count;
+      last_epoch_ = before_.last_epoch;
+      avg_ = std::move(before_.avg);
+    }
+    trained_.clear();
+    before_ = {};
+    applied_ = false;
   }
 
   void update(wick::Context& c) {
@@ -104,6 +170,8 @@ class Swa : public wick::Hook {
   void apply(wick::Context& c) {
     {
       torch::NoGradGuard no_grad;
+      trained_.clear();
+      for (const auto& t : tensors_of(c.model())) trained_.push_back(t.detach().clone());
       auto ps = c.model().parameters();
       for (std::size_t i = 0; i < ps.size(); ++i) ps[i].detach().copy_(avg_[i]);
     }
@@ -173,7 +241,13 @@ class Swa : public wick::Hook {
   std::int64_t first_ = 0;
   std::int64_t count_ = 0, last_epoch_ = -1;
   bool applied_ = false, in_fit_ = false;
+  std::int64_t train_batches_ = 0;  // the training batches of the running epoch
   std::vector<at::Tensor> avg_;
+  std::vector<at::Tensor> trained_;  // once applied: the weights (and buffers) as trained
+  struct {
+    std::int64_t count = -1, last_epoch = -1;  // count -1: the last update was a whole epoch's
+    std::vector<at::Tensor> avg;
+  } before_;
 };
 
 }  // namespace

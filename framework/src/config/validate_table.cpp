@@ -43,6 +43,8 @@ ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::st
     return error(where(n), "'" + key + "' in " + section + " must be " + type_phrase(t) + ", not " +
                                node_type_name(n) + " (" + toml_text(n) + ")");
   };
+  // An element of a list given by --set is placed at that --set (its text has no file line).
+  auto at = [&](const toml::node& e) { return overrides.count(&n) ? where(n) : where(e); };
   // A --set value is typed by the schema: "--set task.model=mlp" is a string.
   if ((t == ParamType::string || t == ParamType::choice) && !n.is_string())
     if (auto it = overrides.find(&n); it != overrides.end()) return it->second.second;
@@ -68,9 +70,9 @@ ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::st
       std::vector<std::int64_t> out;
       for (auto& e : *a) {
         if (!e.is_integer())
-          throw error(where(e), "'" + key + "' in " + section +
-                                    " must be an array of integers; this element is " +
-                                    node_type_name(e));
+          throw error(at(e), "'" + key + "' in " + section +
+                                 " must be an array of integers; this element is " +
+                                 node_type_name(e));
         out.push_back(*e.value<std::int64_t>());
       }
       return out;
@@ -81,9 +83,9 @@ ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::st
       std::vector<double> out;
       for (auto& e : *a) {
         if (!e.is_integer() && !e.is_floating_point())
-          throw error(where(e), "'" + key + "' in " + section +
-                                    " must be an array of numbers; this element is " +
-                                    node_type_name(e));
+          throw error(at(e), "'" + key + "' in " + section +
+                                 " must be an array of numbers; this element is " +
+                                 node_type_name(e));
         out.push_back(checked_float(*e.value<double>(), e, key, section, false));
       }
       return out;
@@ -94,9 +96,9 @@ ParamValue Config::Impl::convert(const toml::node& n, ParamType t, const std::st
       std::vector<std::string> out;
       for (auto& e : *a) {
         if (!e.is_string())
-          throw error(where(e), "'" + key + "' in " + section +
-                                    " must be an array of strings; this element is " +
-                                    node_type_name(e));
+          throw error(at(e), "'" + key + "' in " + section +
+                                 " must be an array of strings; this element is " +
+                                 node_type_name(e));
         out.push_back(*e.value<std::string>());
       }
       return out;

@@ -42,8 +42,13 @@ void ignore_sigpipe() {
 c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::milliseconds timeout,
                                            const std::string& prefix, const std::string& who) {
   ignore_sigpipe();
-  const char* addr = std::getenv("MASTER_ADDR");
-  const char* port_text = std::getenv("MASTER_PORT");
+  // Empty is unset, as a launcher that clears them leaves them.
+  auto var = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v ? v : nullptr;
+  };
+  const char* addr = var("MASTER_ADDR");
+  const char* port_text = var("MASTER_PORT");
   const long port = port_text ? std::atol(port_text) : 0;
   if (!addr || !port_text)
     throw ConfigError(who + ": WORLD_SIZE is " + std::to_string(world) + " but " +

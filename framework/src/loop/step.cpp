@@ -1,6 +1,7 @@
 // The step engine (step_engine.hpp).
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 #include "cuda/cuda_support.hpp"
 #include "loop/backward_here.hpp"
@@ -46,6 +47,7 @@ void StepEngine::install_stage_defaults() {
   });
   p_.stages.set_terminal(Stage::optimizer_step, [e](Context&) {
     e->optim().step();
+    e->optimizer_stepped_ = true;
     return true;
   });
   // Gradients are set to none rather than zeroed: less memory traffic, same result.
@@ -140,7 +142,19 @@ void StepEngine::backward(const at::Tensor& loss, std::size_t i) {
 bool StepEngine::step_optimizer(std::size_t i) {
   PhaseTimer t(step_profiler(), Profiler::optimizer);
   current_opt = i;
-  const bool stepped = !skip_batch_ && p_.stages.run_stage(Stage::optimizer_step);
+  optimizer_stepped_ = false;
+  bool stepped = false;
+  try {
+    stepped = !skip_batch_ && p_.stages.run_stage(Stage::optimizer_step);
+  } catch (const CancelStep&) {
+    // The weights have moved: a cancelled step would count none, and the counters, schedules
+    // and checkpoints would part from the optimizer's state.
+    if (optimizer_stepped_)
+      throw std::logic_error(
+          "CancelStep thrown after next() stepped the optimizer, which cannot be taken back; "
+          "throw it before calling next()");
+    throw;
+  }
   p_.stages.run_stage(Stage::zero_grad);
   current_opt = 0;
   return stepped;

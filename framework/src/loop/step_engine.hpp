@@ -101,8 +101,9 @@ class StepEngine : public ForwardPass {
   }
 
   Parts p_;
-  bool skip_batch_ = false;  // a non-finite loss under nan_policy "skip": no optimizer step
-  bool loss_kept_ = false;   // this step's backward gave loss_check its loss
+  bool skip_batch_ = false;         // a non-finite loss under nan_policy "skip": no optimizer step
+  bool optimizer_stepped_ = false;  // the optimizer_step chain's default ran (this run of it)
+  bool loss_kept_ = false;          // this step's backward gave loss_check its loss
 };
 
 }  // namespace wick

@@ -268,7 +268,7 @@ std::string version_message(const std::string& name, const std::string& p, unsig
          std::to_string(major) + "." + std::to_string(minor) + ", this wick supports " +
          std::to_string(WICK_API_MAJOR) + ".0 to " + std::to_string(WICK_API_MAJOR) + "." +
          std::to_string(WICK_API_MINOR) + " (same major, minor not newer); " +
-         (major == WICK_API_MAJOR
+         (major > WICK_API_MAJOR || (major == WICK_API_MAJOR && minor > WICK_API_MINOR)
               ? std::string("the plugin needs a newer wick: upgrade wick, or rebuild the "
                             "plugin against this wick's SDK")
               : std::string("rebuild the plugin against this wick's SDK "

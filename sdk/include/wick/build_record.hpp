@@ -5,7 +5,7 @@
 //
 //   wick-build 1 sdk=2.5 torch=2.11.0 cuda=1 cxx11abi=1
 //
-// torch=none: compiled without LibTorch's headers (such a plugin does not depend on them);
+// torch=none: compiled without LibTorch's headers on the include path (wick::wick has them);
 // cuda=1: LibTorch's CUDA build; cxx11abi: libstdc++'s std::string and std::list ABI.
 #pragma once
 
