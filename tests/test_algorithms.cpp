@@ -1128,6 +1128,33 @@ TEST_CASE("swa: a fit max_steps stopped mid-epoch, resumed without it, ends as o
     if (ab[i].is_floating_point()) CHECK(max_diff(ab[i], bb[i]) < 1e-5);
 }
 
+TEST_CASE(
+    "swa: a fit max_steps stopped at an epoch's end, resumed with the same limit, ends "
+    "as it did",
+    "[algorithms][swa]") {
+  // Step 8 ends epoch 1: the average of epochs 0 and 1 is applied, and a resume that trains
+  // nothing more keeps it (it must not count epoch 1's weights again).
+  const std::string toml = "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 0\n";
+  auto task = [] { return std::make_shared<ImageTask>(16, 2, ImageTask::Net::bn, 4); };
+  auto stopped = options(4, 3);
+  stopped.max_steps = 8;
+  auto first = make(task(), stopped, sgd(0.2), toml);
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  auto saver = std::make_shared<Probe>();
+  saver->points[Point::after_fit] = [&](Context& c) { c.save_checkpoint(ckpt, "end"); };
+  first->add_hook(entry(saver, "saver", 100));
+  REQUIRE(first->fit().status == FitResult::Status::completed);
+  auto second = make(task(), stopped, sgd(0.2), toml);
+  auto restorer = std::make_shared<Probe>();
+  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
+  second->add_hook(entry(restorer, "restorer", -200));
+  REQUIRE(second->fit().status == FitResult::Status::completed);
+  CHECK(second->state().optimizer_step == 8);
+  const auto a = first->model().parameters(), b = second->model().parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_diff(a[i], b[i]) == 0);
+}
+
 TEST_CASE("swa refuses a start_epoch the run never reaches", "[algorithms][swa]") {
   auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
   CHECK_THAT(fit_error(task, options(4, 2), "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 2\n"),

@@ -854,6 +854,13 @@ TEST_CASE("the rendezvous says which of MASTER_ADDR and MASTER_PORT is missing o
         "--nproc N)");
   ::unsetenv("MASTER_ADDR");
   CHECK_THAT(refused(), Catch::Contains("but MASTER_ADDR / MASTER_PORT are not set"));
+  // A rank whose peer never comes: the wait is the hook's timeout_s, said in seconds.
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(wick::pick_free_port()).c_str(), 1);
+  CHECK_THROWS_WITH(wick::rendezvous(0, 2, std::chrono::seconds(1), "t", "test"),
+                    Catch::StartsWith("test: not every one of the 2 ranks reached the rendezvous "
+                                      "at 127.0.0.1:") &&
+                        Catch::Contains(" within 1 s (timeout_s; c10d: "));
 }
 
 TEST_CASE("a rank that writes to a dead peer's socket gets an error, not SIGPIPE's silent end") {

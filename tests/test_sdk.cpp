@@ -88,7 +88,7 @@ TEST_CASE("version rule: same major and an older or equal minor load, others are
       "the plugin needs a newer wick: upgrade wick, or rebuild the "
       "plugin against this wick's SDK";
   for (auto [name, got, fix] : {std::tuple{"v_newer_minor", version(M, m + 1), upgrade},
-                                std::tuple{"v_next_major", version(M + 1, m), rebuild},
+                                std::tuple{"v_next_major", version(M + 1, m), upgrade},
                                 std::tuple{"v_prev_major", version(M - 1, m), rebuild}}) {
     CHECK_THAT(r.out, !Catch::Contains(std::string(name) + " 1.0.0"));
     CHECK_THAT(r.err, Catch::Contains(std::string("wrong SDK API version on plugin '") + name +

@@ -758,90 +758,98 @@ TEST_CASE("hook state carries schedule, EMA, scaler and patience across a resume
         a.at("early_stopping").get_int("best_epoch"));
 }
 
-TEST_CASE("lr_schedule resumed into a longer run spans the new length, saying so",
-          "[techniques][lr_schedule]") {
+namespace {
+
+// A cosine schedule (2 steps of warm-up, base lr 0.1) on 40 samples, stopped by `stopped`'s
+// max_steps and resumed as `resumed`: the lr of each step the resumed fit takes, its notes.
+struct Resumed {
+  std::vector<double> lrs;
+  std::string err;
+  std::int64_t steps = 0;
+};
+Resumed resume_cosine(const TrainerOptions& stopped, const TrainerOptions& resumed) {
   const std::string toml =
       "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n";
+  Trainer first(stopped, std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(toml)) first.add_hook(std::move(h));
+  REQUIRE(first.fit().status == FitResult::Status::completed);
+  REQUIRE(first.state().optimizer_step == stopped.max_steps);
+  TempDir tmp;
+  const auto ckpt = (tmp / "ckpt").string();
+  first.context().save_checkpoint(ckpt, "test");
+
+  Trainer second(resumed, std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks(toml)) second.add_hook(std::move(h));
+  Resumed out;
+  auto probe = std::make_shared<Probe>();
+  probe->stage_fn = [&](Context& c, Stage st) {
+    if (st == Stage::optimizer_step)
+      out.lrs.push_back(c.optimizer().param_groups()[0].options().get_lr());
+  };
+  second.add_hook(entry(probe, "probe", 100));
+  restore_at_start(second, ckpt);
+  std::string stdout_text;
+  wick::test::capturing([&] { REQUIRE(second.fit().status == FitResult::Status::completed); },
+                        stdout_text, out.err);
+  out.steps = second.state().optimizer_step;
+  return out;
+}
+
+// The lr of step t of a cosine over `total` steps after 2 of warm-up, from 0.1.
+double cosine_lr(std::int64_t t, std::int64_t total) {
+  const double pi = std::acos(-1.0);
+  return 0.1 * (1 + std::cos(pi * static_cast<double>(t - 2) / static_cast<double>(total - 2))) / 2;
+}
+
+}  // namespace
+
+TEST_CASE("lr_schedule resumed into a longer run spans the new length, saying so",
+          "[techniques][lr_schedule]") {
   // Stopped by max_steps = 5 (its derived length: 5), then resumed for 2 epochs of 5 steps.
   auto stopped = options(8, 2);
   stopped.max_steps = 5;
-  Trainer first(stopped, std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
-  for (auto& h : load_hooks(toml)) first.add_hook(std::move(h));
-  REQUIRE(first.fit().status == FitResult::Status::completed);
-  REQUIRE(first.state().optimizer_step == 5);
-  TempDir tmp;
-  const auto ckpt = (tmp / "ckpt").string();
-  first.context().save_checkpoint(ckpt, "test");
-
-  Trainer second(options(8, 2), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
-  for (auto& h : load_hooks(toml)) second.add_hook(std::move(h));
-  std::vector<double> lrs;
-  auto probe = std::make_shared<Probe>();
-  probe->stage_fn = [&](Context& c, Stage st) {
-    if (st == Stage::optimizer_step)
-      lrs.push_back(c.optimizer().param_groups()[0].options().get_lr());
-  };
-  second.add_hook(entry(probe, "probe", 100));
-  restore_at_start(second, ckpt);
-  std::string out, err;
-  wick::test::capturing([&] { REQUIRE(second.fit().status == FitResult::Status::completed); }, out,
-                        err);
-  // Steps 5..9 of a cosine over 10 with 2 of warm-up (the checkpoint's length: lr 0 on each).
-  const double pi = std::acos(-1.0);
-  REQUIRE(lrs.size() == 5);
-  for (std::size_t k = 0; k < lrs.size(); ++k) {
+  const auto r = resume_cosine(stopped, options(8, 2));
+  // Steps 5..9 of a cosine over 10 (the checkpoint's length: lr 0 on each).
+  REQUIRE(r.lrs.size() == 5);
+  for (std::size_t k = 0; k < r.lrs.size(); ++k) {
     INFO("step " << 5 + k);
-    CHECK(lrs[k] == Approx(0.1 * (1 + std::cos(pi * static_cast<double>(3 + k) / 8.0)) / 2));
+    CHECK(r.lrs[k] == Approx(cosine_lr(5 + static_cast<std::int64_t>(k), 10)));
   }
-  CHECK_THAT(err, Catch::Contains("wick: note: hooks.lr_schedule spans 10 optimizer steps in "
-                                  "this run, 5 in the checkpoint's; it goes on from step 5 of "
-                                  "the new length"));
+  CHECK_THAT(r.err, Catch::Contains("wick: note: hooks.lr_schedule spans 10 optimizer steps in "
+                                    "this run, 5 in the checkpoint's; it goes on from step 5 of "
+                                    "the new length"));
 }
 
-TEST_CASE("lr_schedule resumed mid-epoch at another batch size spans the steps the run takes",
+TEST_CASE("lr_schedule resumed at another batch size spans the steps the run takes",
           "[techniques][lr_schedule]") {
-  const std::string toml =
-      "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\nwarmup_steps = 2\n";
-  // 2 epochs of 40 samples at batch 8 (10 steps), stopped by max_steps after step 3 of
-  // epoch 0...
-  auto stopped = options(8, 2);
-  stopped.max_steps = 3;
-  Trainer first(stopped, std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
-  for (auto& h : load_hooks(toml)) first.add_hook(std::move(h));
-  REQUIRE(first.fit().status == FitResult::Status::completed);
-  REQUIRE(first.state().optimizer_step == 3);
-  TempDir tmp;
-  const auto ckpt = (tmp / "ckpt").string();
-  first.context().save_checkpoint(ckpt, "test");
-
-  // ...resumed at batch 4: the rest of epoch 0 (16 samples) is 4 batches, epoch 1 is 10, so
-  // the run takes 3 + 4 + 10 = 17 steps (the epoch's 3 + 4 batches twice would be 14).
-  Trainer second(options(4, 2), std::make_shared<LinearTask>(40, 16), optimizer("sgd", 0.1));
-  for (auto& h : load_hooks(toml)) second.add_hook(std::move(h));
-  std::vector<double> lrs;
-  auto probe = std::make_shared<Probe>();
-  probe->stage_fn = [&](Context& c, Stage st) {
-    if (st == Stage::optimizer_step)
-      lrs.push_back(c.optimizer().param_groups()[0].options().get_lr());
+  // 2 epochs of 40 samples at batch 8 (5 steps an epoch), stopped by max_steps, resumed at
+  // batch 4 (10 steps an epoch).
+  struct Case {
+    std::int64_t stop, total;
   };
-  second.add_hook(entry(probe, "probe", 100));
-  restore_at_start(second, ckpt);
-  std::string out, err;
-  wick::test::capturing([&] { REQUIRE(second.fit().status == FitResult::Status::completed); }, out,
-                        err);
-  REQUIRE(second.state().optimizer_step == 17);
-  // Steps 3..16 of a cosine over 17 with 2 of warm-up: the last one's lr is near 0, not 0
-  // from step 14 on.
-  const double pi = std::acos(-1.0);
-  REQUIRE(lrs.size() == 14);
-  for (std::size_t k = 0; k < lrs.size(); ++k) {
-    INFO("step " << 3 + k);
-    CHECK(lrs[k] == Approx(0.1 * (1 + std::cos(pi * static_cast<double>(1 + k) / 15.0)) / 2));
+  // Mid-epoch 0 after 3 steps: its rest (16 samples) is 4 batches, epoch 1 is 10: 3 + 4 + 10
+  // (the resumed epoch's 3 + 4 batches twice would be 14). At epoch 0's end: 5 + 10 (epochs x
+  // the new 10 would be 20).
+  for (const auto c : {Case{3, 17}, Case{5, 15}}) {
+    DYNAMIC_SECTION("stopped after step " << c.stop) {
+      auto stopped = options(8, 2);
+      stopped.max_steps = c.stop;
+      const auto r = resume_cosine(stopped, options(4, 2));
+      CHECK(r.steps == c.total);
+      // The last step's lr is near 0, not 0 for steps before it.
+      REQUIRE(r.lrs.size() == static_cast<std::size_t>(c.total - c.stop));
+      for (std::size_t k = 0; k < r.lrs.size(); ++k) {
+        INFO("step " << c.stop + static_cast<std::int64_t>(k));
+        CHECK(r.lrs[k] == Approx(cosine_lr(c.stop + static_cast<std::int64_t>(k), c.total)));
+      }
+      CHECK(r.lrs.back() > 0);
+      CHECK_THAT(r.err,
+                 Catch::Contains("wick: note: hooks.lr_schedule spans " + std::to_string(c.total) +
+                                 " optimizer steps in this run, " + std::to_string(c.stop) +
+                                 " in the checkpoint's; it goes on from step " +
+                                 std::to_string(c.stop) + " of the new length"));
+    }
   }
-  CHECK(lrs.back() > 0);
-  CHECK_THAT(err, Catch::Contains("wick: note: hooks.lr_schedule spans 17 optimizer steps in "
-                                  "this run, 3 in the checkpoint's; it goes on from step 3 of "
-                                  "the new length"));
 }
 
 TEST_CASE(

@@ -111,7 +111,7 @@ class LrSchedule : public wick::Hook {
                      instance_.c_str(), static_cast<long long>(total_),
                      per_epoch_ ? "epochs" : "optimizer steps",
                      static_cast<long long>(resumed_total_), static_cast<long long>(steps_));
-      resumed_total_ = 0;
+      resumed_total_ = resumed_epoch_steps_ = 0;
       apply(c);
     });
     // t counts real optimizer steps, or finished epochs with unit = "epochs".
@@ -129,10 +129,12 @@ class LrSchedule : public wick::Hook {
   void save_state(wick::StateDict& out) const override {
     out.set_int("steps", steps_);
     out.set_int("total_steps", total_);
+    out.set_int("epoch_steps", epoch_steps_);
   }
   void load_state(const wick::StateDict& in) override {
     steps_ = in.get_int("steps");
     resumed_total_ = in.get_int("total_steps");
+    resumed_epoch_steps_ = in.has("epoch_steps") ? in.get_int("epoch_steps") : 0;
   }
 
  private:
@@ -146,25 +148,31 @@ class LrSchedule : public wick::Hook {
   }
 
   // epochs x optimizer steps per epoch (the last, short accumulation window steps too),
-  // capped by trainer.max_steps; with unit = "epochs", the epochs. An epoch resumed on another
-  // world size or batch size has other batches than the epochs after it: the length is then
-  // the steps taken, the resumed epoch's steps left and the later epochs'.
+  // capped by trainer.max_steps; with unit = "epochs", the epochs. Resumed on another world
+  // size, batch size or accumulation, the epochs before had other lengths than the ones after:
+  // the length is then the steps run, the resumed epoch's left and the later epochs'.
   // A warm-up as long as the run is stretched past it (the decay never starts): said once.
-  std::int64_t derive_total(wick::Context& c) const {
+  std::int64_t derive_total(wick::Context& c) {
     const auto& s = c.state();
     std::int64_t t = s.epochs;
     if (!per_epoch_) {
       const std::int64_t k = s.grad_accum_steps, whole = c.whole_epoch_batches();
       const std::int64_t per_epoch = (whole + k - 1) / k;
+      epoch_steps_ = per_epoch;
       const auto big = std::numeric_limits<std::int64_t>::max();
-      if (s.batches_in_epoch == whole) {
+      // Resumed on another geometry: this epoch dealt anew, or the checkpoint's epochs had
+      // another number of steps (another world size, batch size or accumulation).
+      const bool other = s.batches_in_epoch != whole ||
+                         (resumed_epoch_steps_ > 0 && resumed_epoch_steps_ != per_epoch);
+      if (!other) {
         if (__builtin_mul_overflow(t, per_epoch, &t)) t = big;
       } else {
-        // Windows end at each k-th batch of the epoch and at its last (StepState).
+        // The windows run so far (each stepped or skipped), this epoch's left (a window ends
+        // at each k-th batch of the epoch and at its last: StepState), the later epochs'.
         const std::int64_t from = s.batch_idx, end = s.batches_in_epoch;
         const std::int64_t left = end / k - from / k + (end % k != 0 ? 1 : 0);
         if (__builtin_mul_overflow(s.epochs - s.epoch - 1, per_epoch, &t) ||
-            __builtin_add_overflow(t, steps_ + left, &t))
+            __builtin_add_overflow(t, s.optimizer_step + s.skipped_steps + left, &t))
           t = big;
       }
       const auto max_steps = c.run().max_steps;
@@ -219,9 +227,11 @@ class LrSchedule : public wick::Hook {
 
   Kind kind_ = Kind::constant;
   std::int64_t warmup_;
-  std::int64_t configured_total_;   // total_steps as configured (0: derive from the run)
-  std::int64_t total_ = 0;          // this fit's length, once known
-  std::int64_t resumed_total_ = 0;  // the checkpoint's length, until this run's is derived
+  std::int64_t configured_total_;         // total_steps as configured (0: derive from the run)
+  std::int64_t total_ = 0;                // this fit's length, once known
+  std::int64_t resumed_total_ = 0;        // the checkpoint's length, until this run's is derived
+  std::int64_t epoch_steps_ = 0;          // optimizer steps of a whole epoch, when derived
+  std::int64_t resumed_epoch_steps_ = 0;  // the checkpoint's (0: not derived, or older)
   double min_lr_;
   std::int64_t step_size_;
   double gamma_, pct_start_, div_factor_, final_div_factor_;

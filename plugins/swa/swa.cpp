@@ -44,11 +44,13 @@ class Swa : public wick::Hook {
                                 "start_epoch below " +
                                 std::to_string(epochs));
     });
-    // A resume that trains on after the average was applied: the weights as trained, and the
-    // average as it was before a partial epoch's update.
-    r.on(wick::Point::before_epoch, [this](wick::Context& c) {
-      train_batches_ = c.state().batches_in_epoch;
-      if (applied_ && !trained_.empty()) train_on(c);
+    r.on(wick::Point::before_epoch,
+         [this](wick::Context& c) { train_batches_ = c.state().batches_in_epoch; });
+    // A resume that trains on after the average was applied: at its first training step, the
+    // weights as trained, and the average as it was before a partial epoch's update. A resume
+    // that trains no batch (the same limits) keeps the average, as the run it continues did.
+    r.on(wick::Point::before_step, [this](wick::Context& c) {
+      if (applied_ && !trained_.empty() && c.state().training()) train_on(c);
     });
     // Training of the epoch is over at before_valid (or at after_epoch without validation).
     r.on(wick::Point::before_valid, [this](wick::Context& c) { epoch_trained(c); });
@@ -105,6 +107,9 @@ class Swa : public wick::Hook {
     for (std::size_t i = 0; i < n; ++i) v.push_back(in.get_tensor(name + "." + std::to_string(i)));
     return v;
   }
+  static at::Tensor on_cpu(const at::Tensor& t) {
+    return t.detach().to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true);
+  }
   // The model's parameters, then its buffers (batch norm's statistics, which apply() recomputes).
   static std::vector<at::Tensor> tensors_of(torch::nn::Module& m) {
     auto v = m.parameters();
@@ -115,13 +120,15 @@ class Swa : public wick::Hook {
   void epoch_trained(wick::Context& c) {
     const auto e = c.state().epoch;
     if (!in_fit_ || e < first_ || e == last_epoch_ || applied_) return;
-    // An epoch stopped before its last batch (max_steps, a stop request) is averaged as it is;
-    // the state before that update is kept, for a resume that trains the epoch's rest.
+    // An epoch stopped before its last batch (max_steps, a stop request; not one a CancelEpoch
+    // cut short, which counts as done) is averaged as it is; the state before that update is
+    // kept (on the CPU), for a resume that trains the epoch's rest.
     before_ = {};
-    if (const auto at = c.position(); at.epoch == e && at.batch < train_batches_) {
+    if (const auto at = c.position();
+        c.stop_requested() && at.epoch == e && at.batch < train_batches_) {
       before_.count = count_;
       before_.last_epoch = last_epoch_;
-      for (const auto& a : avg_) before_.avg.push_back(a.clone());
+      for (const auto& a : avg_) before_.avg.push_back(on_cpu(a));
     }
     update(c);
     last_epoch_ = e;
@@ -170,8 +177,8 @@ class Swa : public wick::Hook {
   void apply(wick::Context& c) {
     {
       torch::NoGradGuard no_grad;
-      trained_.clear();
-      for (const auto& t : tensors_of(c.model())) trained_.push_back(t.detach().clone());
+      trained_.clear();  // on the CPU: no second model on the device for the rest of the fit
+      for (const auto& t : tensors_of(c.model())) trained_.push_back(on_cpu(t));
       auto ps = c.model().parameters();
       for (std::size_t i = 0; i < ps.size(); ++i) ps[i].detach().copy_(avg_[i]);
     }

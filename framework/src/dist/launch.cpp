@@ -266,7 +266,8 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
     for (auto& r : ranks) kill(-r.pid, sig);
   };
   // Ranks that stop write the cancel checkpoint (rank 0) and summary.json first: they get
-  // the grace period and 25 s more before SIGKILL.
+  // the grace period and stop_wait_s more before the stop signal (when a rank stopped on its
+  // own) or SIGKILL (when it was the launcher's, forwarded).
   auto wait_for_stops = [&] {
     if (ending) return;
     ending = true;
@@ -365,7 +366,9 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
       std::string left;
       for (const auto& r : ranks)
         if (r.running) left += (left.empty() ? "" : ", ") + std::to_string(r.rank);
-      if (stopped_rank >= 0 && !nudged) {
+      if (left.empty()) {
+        killed = true;  // every rank has ended; only a pipe of theirs was still open
+      } else if (stopped_rank >= 0 && !nudged) {
         // A rank stopped on its own signal, and these have not followed in the grace period
         // and stop_wait_s (one waiting at the start for the rank that is gone, which no step's
         // agreement reaches): they get that signal, which ends a rank at the start at once,
@@ -381,8 +384,7 @@ LaunchResult run_ranks(const LaunchOptions& o, std::FILE* out, std::FILE* err) {
                                      std::chrono::duration<double>(o.grace_s));
       } else {
         killed = true;
-        if (!left.empty())
-          std::fprintf(err, "wick launch: rank(s) %s did not end in time; SIGKILL\n", left.c_str());
+        std::fprintf(err, "wick launch: rank(s) %s did not end in time; SIGKILL\n", left.c_str());
         end_others(SIGKILL);
       }
       std::fflush(err);

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "cuda/cuda_support.hpp"
@@ -70,9 +71,19 @@ c10::intrusive_ptr<c10d::Store> rendezvous(int rank, int world, std::chrono::mil
   so.waitWorkers = true;
   so.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> store;
-  {
+  try {
     ExitOnStopScope stop_ends_the_wait;  // it lasts until every rank came, up to the timeout
     store = c10::make_intrusive<c10d::TCPStore>(addr, so);
+  } catch (const std::exception& e) {
+    // c10d's own words count its clients; what the user sets is the hook's timeout_s.
+    const std::string what = e.what();
+    if (what.find("imed out") == std::string::npos) throw;
+    const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout).count();
+    throw std::runtime_error(who + ": not every one of the " + std::to_string(world) +
+                             " ranks reached the rendezvous at " + addr + ":" + port_text +
+                             " within " + std::to_string(s) +
+                             " s (timeout_s; c10d: " + what.substr(0, what.find('\n')) +
+                             "); start every rank, or give them longer");
   }
   if (agent_store) {
     const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 #include "loop/trainer_impl.hpp"
@@ -30,32 +29,32 @@ std::string Trainer::Impl::eval_weights(NamedTensors& out) const {
   return "";
 }
 
-void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step, bool all_ranks_here) {
-  // What decides whether there is anything to keep is the same on every rank (a gather below
-  // is collective); only rank 0 writes.
-  if (!opt.save_model) return;
+bool Trainer::Impl::final_weights_due(const FitResult& res, bool ended_in_step) const {
+  // The same on every rank (a gather for them is collective).
+  if (!opt.save_model) return false;
   // A failure inside a step may have left the weights half updated; nothing trained, nothing
   // to keep.
-  if (ended_in_step || (state.optimizer_step == 0 && !loop.resume.resumed())) return;
+  if (ended_in_step || (state.optimizer_step == 0 && !loop.resume.resumed())) return false;
   // Nor a resume that trained nothing and did not complete (refused at its start, stopped
   // before its first batch): its weights are its checkpoint's, which keeps them, and an
   // earlier run's model.pt (from a later point, when an older checkpoint was named) stays.
   if (loop.resume.resumed() && times.samples_this_run == 0 &&
       res.status != FitResult::Status::completed)
-    return;
+    return false;
   // Nor are weights that took steps from a non-finite loss (found now or earlier).
-  if (steps.loss_check.failed()) return;
-  // Sharded weights are whole when a fit runs its course, and gathered here when every rank
-  // ends at this point (a stop signal's agreed step). After a failure or a hook's CancelFit a
-  // rank may be gone: the last checkpoint holds them whole.
-  std::optional<DataParallel::WholeState> whole;
-  if (!dp.weights_whole() && all_ranks_here) whole.emplace(dp, DataParallel::Whole::weights);
-  if (!writes_outputs() || !lock.held()) return;
+  return !steps.loss_check.failed();
+}
+
+void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
+  if (!final_weights_due(res, ended_in_step) || !writes_outputs() || !lock.held()) return;
+  // Sharded weights are whole when a fit runs its course, or gathered by end_fit when every
+  // rank ends at one point (a stop signal's agreed step). After a failure or a hook's
+  // CancelFit a rank may be gone: the last checkpoint holds them whole.
   if (!dp.weights_whole()) {
     std::fprintf(stderr,
-                 "wick: model.pt not written: the weights are sharded over the ranks and the fit "
-                 "ended on one rank (a failure or a CancelFit), where they cannot be gathered; "
-                 "its last checkpoint holds them whole\n");
+                 "wick: model.pt not written: the data-parallel strategy shards the run over the "
+                 "ranks and the fit ended on one rank (a failure or a CancelFit), where the "
+                 "weights cannot be gathered; its last checkpoint holds them whole\n");
     return;
   }
   steps.loss_check.verify();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "cuda/cuda_support.hpp"
 #include "loop/trainer_impl.hpp"
@@ -192,10 +193,15 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
   }
   const bool ended_in_step = in_step();  // the weights may be half updated
   loop.phase = LoopPhase::outside;
+  // Sharded weights are gathered (collectively) where every rank ends at this point, a stop
+  // signal's agreed step, and held through the summary, whose fingerprint is model.pt's. A
+  // completed fit holds them whole already (fit()).
+  std::optional<DataParallel::WholeState> whole;
   try {
-    save_final_weights(
-        res, ended_in_step,
-        res.status == FitResult::Status::completed || ending.reason == CancelReason::interrupt);
+    if (ending.reason == CancelReason::interrupt && !dp.weights_whole() &&
+        final_weights_due(res, ended_in_step))
+      whole.emplace(dp, DataParallel::Whole::weights);
+    save_final_weights(res, ended_in_step);
   } catch (const std::exception& e) {
     failed(e.what());  // the trained weights could not be kept: not a success
   }

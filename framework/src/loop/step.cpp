@@ -142,13 +142,13 @@ void StepEngine::backward(const at::Tensor& loss, std::size_t i) {
 bool StepEngine::step_optimizer(std::size_t i) {
   PhaseTimer t(step_profiler(), Profiler::optimizer);
   current_opt = i;
-  optimizer_stepped_ = false;
   bool stepped = false;
   try {
     stepped = !skip_batch_ && p_.stages.run_stage(Stage::optimizer_step);
   } catch (const CancelStep&) {
-    // The weights have moved: a cancelled step would count none, and the counters, schedules
-    // and checkpoints would part from the optimizer's state.
+    // Weights have moved (this optimizer's, or an earlier one's in this step): a cancelled
+    // step would count none, and the counters, schedules and checkpoints would part from the
+    // optimizers' state.
     if (optimizer_stepped_)
       throw std::logic_error(
           "CancelStep thrown after next() stepped the optimizer, which cannot be taken back; "
@@ -259,6 +259,7 @@ void StepEngine::train_step(BatchSource& loader) {
   }
   skip_batch_ = false;
   loss_kept_ = false;
+  optimizer_stepped_ = false;  // for the whole step: several optimizers step in it
   // Weights' bf16 copies that something changed since the optimizer wrote them are cast again
   // before the forward: a replayed CUDA graph reads them without asking.
   bf16_copies::refresh();

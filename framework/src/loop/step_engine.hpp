@@ -102,7 +102,7 @@ class StepEngine : public ForwardPass {
 
   Parts p_;
   bool skip_batch_ = false;         // a non-finite loss under nan_policy "skip": no optimizer step
-  bool optimizer_stepped_ = false;  // the optimizer_step chain's default ran (this run of it)
+  bool optimizer_stepped_ = false;  // an optimizer_step chain's default ran in this step
   bool loss_kept_ = false;          // this step's backward gave loss_check its loss
 };
 

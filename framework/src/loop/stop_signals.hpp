@@ -54,10 +54,10 @@ void adopt_interrupt(int sig);
 struct Interrupted {};
 
 // A fit's stop requests and cancellation counts, and what of them goes into checkpoints: the
-// counts, and a hook's request (early stopping) that a stop signal came before the loop acted
-// on: the uninterrupted run would have stopped there, so a resume with the same limits
-// (epochs, max_steps) does. A request the loop acted on is not kept, nor one that a resume
-// with other limits finds: that resume trains on, as from the end of a stopped run.
+// counts, and a hook's request (early stopping) in the checkpoint the fit ends with, whether
+// the loop acted on it or a stop signal came first: the uninterrupted run stopped there, so a
+// resume with the same limits (epochs, max_steps) does. A resume with other limits ignores
+// it and trains on, as from the end of a stopped run.
 struct StopRequests {
   bool requested = false;
   std::string reason;                      // the first request's

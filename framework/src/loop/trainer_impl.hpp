@@ -171,9 +171,11 @@ struct Trainer::Impl final : CheckpointStore {
   // When the fit has ended: rank 0 writes output_dir/model.pt (the evaluation weights a hook
   // offers, else the trained ones) if the weights are whole (the fit did not end inside a
   // step) and something was trained or restored; notes it in res.
-  // all_ranks_here: every rank ends the fit at this point (completed, or a stop signal's agreed
-  // step), so sharded weights can be gathered.
-  void save_final_weights(FitResult& res, bool ended_in_step, bool all_ranks_here);
+  // Whether a fit ending so keeps its final weights (model.pt): not after a failure inside a
+  // step, a fresh fit that took no step, a resume that trained nothing and did not complete,
+  // or steps from a non-finite loss. The same on every rank.
+  bool final_weights_due(const FitResult& res, bool ended_in_step) const;
+  void save_final_weights(FitResult& res, bool ended_in_step);
 };
 
 }  // namespace wick

@@ -157,8 +157,9 @@ class WICK_EXPORT Context {
 
   // ---- stopping and cancelling -------------------------------------------------------------
   // Asks the trainer to stop at the end of the current step (graceful: after_epoch is not
-  // cut short and the run counts as completed). Safe to call from any point. A checkpoint
-  // written before the trainer acted on it (a stop signal came first) keeps it.
+  // cut short and the run counts as completed). Safe to call from any point. The checkpoint
+  // the fit ends with keeps it (also a cancel checkpoint of a stop signal that came first): a
+  // run resumed from it with the same epochs and max_steps trains no more.
   void request_stop(std::string_view reason);
   bool stop_requested() const;
   // During after_cancel: what was cancelled and why. nullptr at any other point.

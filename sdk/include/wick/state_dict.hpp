@@ -31,7 +31,8 @@ class WICK_EXPORT StateDict {
   void set_tensor(const std::string& key, const at::Tensor& t);  // stored as a copy
 
   bool has(const std::string& key) const;
-  // Getters throw std::runtime_error naming the key when it is missing or of another kind.
+  // Getters throw std::runtime_error naming the key when it is missing or of another kind;
+  // get_float also reads an integer (widened), as an integer is a number too.
   std::int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;
   std::string get_string(const std::string& key) const;
