@@ -1094,31 +1094,48 @@ TEST_CASE("swa: the model ends as the mean of the epochs' weights, batch norm re
   CHECK(max_diff(bn->running_var, var) < 1e-5);
 }
 
-TEST_CASE("swa: a fit max_steps stopped mid-epoch, resumed without it, ends as one never stopped",
-          "[algorithms][swa]") {
-  const std::string toml = "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 1\n";
-  auto task = [] { return std::make_shared<ImageTask>(16, 2, ImageTask::Net::bn, 4); };
-  auto full = make(task(), options(4, 3), sgd(0.2), toml);
-  REQUIRE(full->fit().status == FitResult::Status::completed);
-  // Stopped at step 6 (batch 2 of epoch 1's 4): the model ends on the average, and so does the
-  // checkpoint the fit ends with.
-  auto stopped = options(4, 3);
-  stopped.max_steps = 6;
-  auto first = make(task(), stopped, sgd(0.2), toml);
+namespace {
+
+std::string swa_hooks(std::int64_t start_epoch) {
+  return "[[hooks]]\nplugin = \"swa\"\nstart_epoch = " + std::to_string(start_epoch) + "\n";
+}
+std::shared_ptr<ImageTask> swa_task() {
+  return std::make_shared<ImageTask>(16, 2, ImageTask::Net::bn, 4);  // 4 steps an epoch
+}
+
+// swa on 3 epochs: a fit stopped by max_steps = `stop`, then one resumed from the checkpoint
+// it ended with, under max_steps = `resumed_max_steps`. Returns both.
+std::pair<std::unique_ptr<Trainer>, std::unique_ptr<Trainer>> swa_resumed(
+    std::int64_t start_epoch, std::int64_t stop, std::int64_t resumed_max_steps) {
+  auto o = options(4, 3);
+  o.max_steps = stop;
+  auto first = make(swa_task(), o, sgd(0.2), swa_hooks(start_epoch));
   TempDir tmp;
   const auto ckpt = (tmp / "ckpt").string();
   auto saver = std::make_shared<Probe>();
   saver->points[Point::after_fit] = [&](Context& c) { c.save_checkpoint(ckpt, "end"); };
   first->add_hook(entry(saver, "saver", 100));
   REQUIRE(first->fit().status == FitResult::Status::completed);
-  REQUIRE(first->state().optimizer_step == 6);
-  // Resumed without the limit: it trains on from the weights as trained, and averages epoch
-  // 1's end, not its batch 2.
-  auto second = make(task(), options(4, 3), sgd(0.2), toml);
+  REQUIRE(first->state().optimizer_step == stop);
+  o.max_steps = resumed_max_steps;
+  auto second = make(swa_task(), o, sgd(0.2), swa_hooks(start_epoch));
   auto restorer = std::make_shared<Probe>();
   restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
   second->add_hook(entry(restorer, "restorer", -200));
   REQUIRE(second->fit().status == FitResult::Status::completed);
+  return {std::move(first), std::move(second)};
+}
+
+}  // namespace
+
+TEST_CASE("swa: a fit max_steps stopped mid-epoch, resumed without it, ends as one never stopped",
+          "[algorithms][swa]") {
+  auto full = make(swa_task(), options(4, 3), sgd(0.2), swa_hooks(1));
+  REQUIRE(full->fit().status == FitResult::Status::completed);
+  // Stopped at step 6 (batch 2 of epoch 1's 4): the model ends on the average, and so does the
+  // checkpoint the fit ends with. Resumed without the limit, it trains on from the weights as
+  // trained, and averages epoch 1's end, not its batch 2.
+  const auto [first, second] = swa_resumed(1, 6, 0);
   CHECK(second->state().optimizer_step == 12);
   const auto a = full->model().parameters(), b = second->model().parameters();
   REQUIRE(a.size() == b.size());
@@ -1134,22 +1151,7 @@ TEST_CASE(
     "[algorithms][swa]") {
   // Step 8 ends epoch 1: the average of epochs 0 and 1 is applied, and a resume that trains
   // nothing more keeps it (it must not count epoch 1's weights again).
-  const std::string toml = "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 0\n";
-  auto task = [] { return std::make_shared<ImageTask>(16, 2, ImageTask::Net::bn, 4); };
-  auto stopped = options(4, 3);
-  stopped.max_steps = 8;
-  auto first = make(task(), stopped, sgd(0.2), toml);
-  TempDir tmp;
-  const auto ckpt = (tmp / "ckpt").string();
-  auto saver = std::make_shared<Probe>();
-  saver->points[Point::after_fit] = [&](Context& c) { c.save_checkpoint(ckpt, "end"); };
-  first->add_hook(entry(saver, "saver", 100));
-  REQUIRE(first->fit().status == FitResult::Status::completed);
-  auto second = make(task(), stopped, sgd(0.2), toml);
-  auto restorer = std::make_shared<Probe>();
-  restorer->points[Point::before_fit] = [&](Context& c) { c.restore_checkpoint(ckpt); };
-  second->add_hook(entry(restorer, "restorer", -200));
-  REQUIRE(second->fit().status == FitResult::Status::completed);
+  const auto [first, second] = swa_resumed(0, 8, 8);
   CHECK(second->state().optimizer_step == 8);
   const auto a = first->model().parameters(), b = second->model().parameters();
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_diff(a[i], b[i]) == 0);
