@@ -854,7 +854,9 @@ TEST_CASE("the rendezvous says which of MASTER_ADDR and MASTER_PORT is missing o
         "--nproc N)");
   ::unsetenv("MASTER_ADDR");
   CHECK_THAT(refused(), Catch::Contains("but MASTER_ADDR / MASTER_PORT are not set"));
-  // A rank whose peer never comes: the wait is the hook's timeout_s, said in seconds.
+  // A rank whose peer never comes: the wait is the hook's timeout_s, said in seconds. (LibTorch
+  // 1.13's store does not wait for its workers when it is made: its wait comes later.)
+  if (TORCH_VERSION_MAJOR < 2) return;
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(wick::pick_free_port()).c_str(), 1);
   CHECK_THROWS_WITH(wick::rendezvous(0, 2, std::chrono::seconds(1), "t", "test"),
