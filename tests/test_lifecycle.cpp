@@ -727,8 +727,8 @@ TEST_CASE("weights a hook offers that do not fit the model: model.pt keeps the t
       const auto res = t.fit();
       CHECK(res.status == wick::FitResult::Status::failed);
       CHECK_THAT(res.error, Catch::Contains("hook 'offer' offers '") &&
-                                Catch::Contains(shape ? "[1, 1] float for evaluation"
-                                                      : "] long int for evaluation") &&
+                                Catch::Contains(shape ? "[1, 1] Float for evaluation"
+                                                      : "] Long for evaluation") &&
                                 Catch::Contains("(model.pt holds the trained weights)"));
       CHECK(res.model_weights == "trained");
       // What the file holds: the trained weights, which a model of the run loads.

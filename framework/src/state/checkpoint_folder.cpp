@@ -100,10 +100,10 @@ std::uint64_t write_checkpoint_folder(const fs::path& dir, const Manifest& m, co
   // What is replaced is an earlier checkpoint only: never a file, the run folder or a folder
   // of anything else (a checkpoint's folder holds its manifest, written last).
   {
-    std::error_code e1, e2;
-    if (fs::exists(fs::symlink_status(dir, e1)) &&
-        !(fs::is_directory(fs::symlink_status(dir, e1)) &&
-          fs::is_regular_file(fs::symlink_status(dir / "manifest.json", e2))))
+    std::error_code ec;
+    const auto here = fs::symlink_status(dir, ec);
+    if (fs::exists(here) && !(fs::is_directory(here) &&
+                              fs::is_regular_file(fs::symlink_status(dir / "manifest.json", ec))))
       throw std::runtime_error("cannot save checkpoint '" + dir.string() +
                                "': it exists and is not a checkpoint's folder (no manifest.json), "
                                "which a checkpoint would replace; give a free folder name");

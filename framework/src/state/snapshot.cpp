@@ -135,8 +135,9 @@ std::string shape_str(const at::Tensor& t) {
 void check_offered_weights(const torch::nn::Module& model, const NamedTensors& offered,
                            const std::string& instance) {
   const auto mine = model.named_parameters();
+  // As load_model names them ("[32, 16] Float"), whichever compiler built LibTorch.
   auto type = [](const at::Tensor& t) {
-    return shape_str(t) + " " + std::string(t.dtype().name());
+    return shape_str(t) + " " + c10::toString(t.scalar_type());
   };
   for (const auto& [name, t] : offered) {
     const auto* p = mine.find(name);
