@@ -19,6 +19,7 @@
 
 #include "state/checkpoint_folder.hpp"  // private: the atomic folder write
 #include "support.hpp"
+#include "wick/files.hpp"
 #include "wick/sha256.hpp"
 
 using namespace wick::test;
@@ -79,9 +80,11 @@ fs::path ckpt_dir(const TempDir& d) {
   return d / "run" / "checkpoints";
 }
 
+// What the checkpoint folder holds, but the lock a fit takes on it.
 std::vector<std::string> checkpoints(const TempDir& d) {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(ckpt_dir(d))) out.push_back(e.path().filename());
+  for (const auto& e : fs::directory_iterator(ckpt_dir(d)))
+    if (e.path().filename() != "wick.lock") out.push_back(e.path().filename());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -561,7 +564,7 @@ TEST_CASE("corrupt checkpoints: latest falls back with a warning and an explicit
   }
 }
 
-TEST_CASE("a resume into another model or data order is refused with the differences") {
+TEST_CASE("a resume into another model, data order or optimizer is refused with the differences") {
   TempDir d;
   write_file(d / "cfg.toml", config(d, "", "", "hidden = [32]\n"));
   REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
@@ -581,6 +584,15 @@ TEST_CASE("a resume into another model or data order is refused with the differe
   CHECK(r2.exit_code == 1);
   CHECK(r2.err.find("shuffle: checkpoint 1, this run 0") != std::string::npos);
   CHECK(r2.err.find("seed: checkpoint 7, this run 8") != std::string::npos);
+
+  // Adam's moments are no SGD state: said in the config's words, not LibTorch's.
+  auto r3 = run_wick(
+      {"fit", (d / "cfg.toml").string(), "--resume", "latest", "--set", "optimizer.name=\"sgd\""});
+  INFO(r3.err);
+  CHECK(r3.exit_code == 1);
+  CHECK(r3.err.find("optimizer 'optimizer' was \"adam\" in the checkpoint's run and is \"sgd\" in "
+                    "this config; its state does not carry over. Resume with [optimizer] name = "
+                    "\"adam\"") != std::string::npos);
   CHECK(file_hashes(ckpt_dir(d) / "ckpt-e0001-b0000000") == before);
 }
 
@@ -635,6 +647,29 @@ TEST_CASE(
   for (const auto& l : read_jsonl(d / "run" / "metrics.jsonl"))
     if (l.contains("lr")) lr = l["lr"].get<double>();
   CHECK(lr == Approx(0.005 / 4));
+}
+
+TEST_CASE("a resume with the task or hooks configured otherwise names each change") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, ""));
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
+  write_file(d / "changed.toml",
+             config(d, "keep_last = 2\n", "[[hooks]]\nplugin = \"mixup\"\n", "seed = 3\n"));
+  auto r = run_wick(
+      {"fit", (d / "changed.toml").string(), "--resume", "latest", "--set", "trainer.epochs=2"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("with a task or hooks configured otherwise than its run's; this config's are "
+                   "taken (where they change training, the run no longer continues as the "
+                   "interrupted one would have):\n"
+                   "  task.seed: (unset) -> 3\n"
+                   "  hooks.checkpoint.keep_last: (unset) -> 2\n"
+                   "  hooks.mixup: added\n") != std::string::npos);
+  // The same config again: nothing to say.
+  auto r2 = run_wick(
+      {"fit", (d / "changed.toml").string(), "--resume", "latest", "--set", "trainer.epochs=3"});
+  CHECK(r2.exit_code == 0);
+  CHECK(r2.err.find("configured otherwise") == std::string::npos);
 }
 
 TEST_CASE("a resume onto other training data or shorter epochs is refused, naming what differs") {
@@ -754,8 +789,8 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
     CHECK(r.exit_code == 1);
     // The lock is the first file a fit writes.
     CHECK(r.err.find("cannot write '" + (out / "wick.lock").string() +
-                     "': Permission denied; set trainer.output_dir to a writable folder") !=
-          std::string::npos);
+                     "': Permission denied; make the output folder writable or set "
+                     "trainer.output_dir to another folder") != std::string::npos);
     CHECK(fs::is_empty(out));
   }
   SECTION("at save time") {
@@ -798,6 +833,79 @@ TEST_CASE("a full disk at save time gives a clear error and earlier checkpoints 
   INFO(r2.err << r2.out);
   CHECK(r2.exit_code == 0);
   CHECK(r2.out.find("(epoch 0, batch 4, optimizer step 4)") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint folder another run writes is refused at start, naming the holder") {
+  TempDir d;
+  const auto shared = d / "shared";
+  write_file(d / "cfg.toml", config(d, "dir = \"" + shared.string() + "\"\n"));
+  // Held as another fit holds it (this process, through the SDK's lock).
+  fs::create_directories(shared);
+  auto held = wick::lock_folder(shared.string(), "checkpoint folder", "use another");
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("checkpoint folder '" + shared.string() + "' is in use by wick pid " +
+                   std::to_string(::getpid()) + " on host ") != std::string::npos);
+  CHECK(r.err.find("or give each run its own hooks.checkpoint.dir") != std::string::npos);
+  held.reset();
+  // A fit lets go of it when it ends (had it not, the file would still name it, and the next
+  // fit would say it takes the folder over): the next one resumes there.
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
+  CHECK(read_file(shared / "wick.lock").empty());
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--resume", "latest"});
+  INFO(r2.err);
+  CHECK(r2.exit_code == 0);
+  CHECK(r2.err.find("taking over") == std::string::npos);
+}
+
+TEST_CASE("a fit ends in its own words, not killed by SIGPIPE or SIGXFSZ") {
+  {
+    // Its reader gone (`wick fit | tee`, then Ctrl-C): the fit goes on and ends as it would.
+    TempDir d;
+    write_file(d / "cfg.toml", config(d, ""));
+    auto r = run({"/bin/bash", "-c", "\"$0\" fit \"$1\" | true; exit ${PIPESTATUS[0]}", WICK_BIN,
+                  (d / "cfg.toml").string()});
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(read_json(d / "run" / "summary.json")["status"] == "completed");
+  }
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n", "", "hidden = [256]\n"));
+  // 32 blocks of 512 bytes: the checkpoint's files outgrow it, the run's small files do not.
+  auto r = run({"/bin/sh", "-c", "ulimit -f 32 && exec \"$0\" fit \"$1\"", WICK_BIN,
+                (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("cannot save checkpoint '" + (ckpt_dir(d) / "ckpt-e0000-b0000004").string() +
+                   "'") != std::string::npos);
+  CHECK(r.err.find("File too large") != std::string::npos);
+  CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
+}
+
+TEST_CASE("a record that cannot be written leaves no checkpoint past it, and no stale summary") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, ""));
+  fs::create_directories(d / "run");
+  fs::create_symlink("/dev/full", d / "run" / "metrics.jsonl");
+  auto r = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.log_every=0"});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 1);
+  // Epoch 0's record failed after after_epoch: the epoch's checkpoint, due then and written at
+  // the fit's end, would resume past it.
+  CHECK(r.err.find("not saving checkpoint 'ckpt-e0001-b0000000' (epoch): a record this run is "
+                   "past could not be written to metrics.jsonl") != std::string::npos);
+  CHECK(checkpoints(d).empty());
+
+  // A fit that cannot write its summary.json does not print the one an earlier run left.
+  fs::remove(d / "run" / "metrics.jsonl");
+  REQUIRE(run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.epochs=1"}).exit_code == 0);
+  fs::create_directories(d / "run" / "summary.json.tmp" / "x");
+  auto r2 = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r2.err << r2.out);
+  CHECK(r2.exit_code == 1);
+  CHECK(r2.out.find("wick: completed") == std::string::npos);
+  CHECK(r2.out.find("wick: failed after 0 epoch(s), 0 optimizer steps") != std::string::npos);
 }
 
 TEST_CASE("keep_last keeps the newest K and best follows the monitored metric") {

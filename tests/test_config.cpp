@@ -72,6 +72,19 @@ TEST_CASE("`wick check` refuses a config without [task] as fit does, check_confi
                                                       "task plugin"));
 }
 
+TEST_CASE("a config file that cannot be opened is named with the system's reason") {
+  TempDir d;
+  const auto missing = (d / "missing.toml").string();
+  CHECK_THROWS_WITH(wick::Config::load(missing),
+                    missing +
+                        ": cannot read the config file: No such file or directory (is the "
+                        "path right?)");
+  fs::create_symlink(d / "loop.toml", d / "loop.toml");
+  CHECK_THROWS_WITH(wick::Config::load((d / "loop.toml").string()),
+                    (d / "loop.toml").string() +
+                        ": cannot read the config file: Too many levels of symbolic links");
+}
+
 TEST_CASE("TOML syntax errors give the place and the parser's message") {
   SECTION("a value missing") {
     Case c("[trainer]\nepochs = 2\nseed = = 3\n");

@@ -242,7 +242,7 @@ TEST_CASE("a GPU run's checkpoint is evaluated and resumed on a CPU") {
   // tagged cuda:0, which torch.load without map_location cannot read where CUDA is not in use.
   fs::path ck;  // the last of the run's checkpoints (its only one: the epoch's)
   for (const auto& e : fs::directory_iterator(d / "run" / "checkpoints"))
-    ck = std::max(ck, e.path());
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0) ck = std::max(ck, e.path());
   REQUIRE(fs::exists(ck / "state.pt"));
   write_file(d / "to_gpu.py", R"py(
 import hashlib, json, pickle, sys, torch, torch.serialization

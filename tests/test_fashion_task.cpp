@@ -91,10 +91,13 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
   const fs::path data = dir / "data";
   fs::create_directories(data);
   std::string bad_file, expect;
+  // A missing file is Debian's package to install; a damaged one, a copy to replace.
+  std::string hint = "reinstall dataset-fashion-mnist";
   SECTION("missing folder") {
     // The labels are read first (the images' header is checked against their count).
     bad_file = (dir / "nowhere" / "train-labels-idx1-ubyte.gz").string();
     expect = "No such file";
+    hint = "the data set comes from Debian: sudo apt-get install dataset-fashion-mnist";
     write_file(dir / "cfg.toml",
                config(dir, "data_dir = \"" + (dir / "nowhere").string() + "\"\n"));
   }
@@ -128,7 +131,7 @@ TEST_CASE("fashion_mnist names the broken file and the Debian package") {
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains(bad_file));
   CHECK_THAT(r.err, Catch::Contains(expect));
-  CHECK_THAT(r.err, Catch::Contains("apt-get install dataset-fashion-mnist"));
+  CHECK_THAT(r.err, Catch::Contains(hint));
   // `wick check` loads the data too, and refuses it as fit does (README: exit 1, not 2).
   auto c = run_wick({"check", (dir / "cfg.toml").string()});
   INFO(c.err);
@@ -141,7 +144,8 @@ TEST_CASE("a well-formed data_dir of our own is read (all-zero images, label 3)"
   fs::create_directories(dir / "data");
   write_split(dir / "data", "train", 64);
   write_split(dir / "data", "t10k", 32);
-  write_file(dir / "cfg.toml", config(dir, "data_dir = \"" + (dir / "data").string() + "\"\n"));
+  // Relative: to the config file's folder, not the current directory (the test's).
+  write_file(dir / "cfg.toml", config(dir, "data_dir = \"data\"\n"));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);

@@ -309,14 +309,70 @@ TEST_CASE("an optimizer_step handler that declines next: no step, and the step i
   CHECK(summary["micro_steps"] == 4);
 }
 
+TEST_CASE("a stop asked for at before_fit or before_epoch trains no batch of that epoch") {
+  for (const Point at : {Point::before_fit, Point::before_epoch}) {
+    DYNAMIC_SECTION(wick::to_string(at)) {
+      TempDir dir;
+      wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+      const auto initial = params_of(t.model());
+      std::vector<std::string> log;
+      t.add_hook(entry("stopper", 0, [&, at](wick::Registrar& r) {
+        r.on(at, [](wick::Context& c) { c.request_stop("asked before training"); });
+        r.on(Point::before_step, [&](wick::Context& c) { log.push_back(line("before_step", c)); });
+      }));
+      const auto res = t.fit();
+      INFO(res.error);
+      REQUIRE(res.status == wick::FitResult::Status::completed);
+      CHECK(res.stop_reason == "asked before training");
+      CHECK(t.state().micro_step == 0);
+      CHECK(params_of(t.model()) == initial);
+      // Only the validation's batch ran (epoch 0 is validated as a stopped epoch is).
+      CHECK(log == std::vector<std::string>{"before_step 0 0"});
+    }
+  }
+}
+
 TEST_CASE("TrainerOptions from a host program are checked like a config's") {
   TempDir dir;
   auto o = tiny_options(dir);
   o.device = wick::Device{wick::DeviceType::cuda, 0};
   if (!torch::cuda::is_available())
     CHECK_THROWS_WITH(wick::Trainer(o, std::make_shared<TinyTask>()),
-                      "trainer.device = \"cuda:0\" but this LibTorch has no CUDA device; use "
-                      "\"cpu\" or \"auto\"");
+                      Catch::StartsWith("trainer.device = \"cuda:0\" but no CUDA device is "
+                                        "visible to LibTorch") &&
+                          Catch::EndsWith("; use \"cpu\" or \"auto\""));
+}
+
+TEST_CASE("a model with nothing to train is refused when a fit starts, before it writes") {
+  // TinyTask's linear layer with its parameters frozen by the task itself.
+  class FrozenTask : public TinyTask {
+   public:
+    std::shared_ptr<torch::nn::Module> model() override {
+      auto m = TinyTask::model();
+      for (auto& p : m->parameters()) p.requires_grad_(false);
+      return m;
+    }
+  };
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<FrozenTask>());  // evaluation needs none
+  const auto res = t.fit();
+  CHECK(res.config_error);
+  CHECK_THAT(res.error, Catch::Contains("the task's model has no trainable parameter (2 "
+                                        "parameters, none with requires_grad on), so nothing "
+                                        "would train"));
+  CHECK_FALSE(fs::exists(dir / "run"));
+}
+
+TEST_CASE("a record sink that fails is named: it runs where the trainer writes the record") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  t.add_hook(entry("sinker", 0, [](wick::Registrar& r) {
+    r.on_record([](const wick::Record&) { throw std::runtime_error("the disk is gone"); });
+  }));
+  const auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Contains("plugin 'sinker' (instance 'sinker') writing a record: "
+                                        "the disk is gone"));
 }
 
 TEST_CASE("an exception in a hook names the plugin, the instance and the point") {

@@ -75,6 +75,16 @@ TEST_CASE("a plugin built against another LibTorch is refused before it is loade
 #endif
 }
 
+TEST_CASE("a plugin compiled with _GLIBCXX_DEBUG is refused before it is loaded, with the fix") {
+  const auto p = fs::canonical(kBad / "debug_stl" / "wick_debug_stl.so").string();
+  auto msg = refused(Kind::torch_mismatch, [&] { wick::load_plugin_library(p); });
+  INFO(msg);
+  CHECK(has(msg, "'" + p + "' was compiled with -D_GLIBCXX_DEBUG and this wick without it"));
+  CHECK(has(msg,
+            "Rebuild it without _GLIBCXX_DEBUG (-D_GLIBCXX_ASSERTIONS checks without "
+            "changing the layout)"));
+}
+
 TEST_CASE("an info record without the wick signature") {
   const auto p = (kBad / "bad_magic" / "wick_bad_magic.so").string();
   auto msg = refused(Kind::not_a_plugin, [&] { wick::load_plugin_library(p); });

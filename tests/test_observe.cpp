@@ -3,13 +3,24 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <charconv>
+#include <clocale>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
+#include <wick/config.hpp>
+#include <wick/loader.hpp>
 #include <wick/model_summary.hpp>
+#include <wick/tensor_files.hpp>
+#include <wick/trainer.hpp>
 
 #include "loop/flops.hpp"
 #include "support.hpp"
@@ -469,6 +480,11 @@ TEST_CASE("values wrong on their face in the new keys are refused, naming the fi
        "[hooks.metrics_log]", "is the run's own metrics.jsonl"},
       {"[[hooks]]\nplugin = \"metrics_log\"\nfile = \"logs/..\"\n", "file", "[hooks.metrics_log]",
        "not a file; give a file name"},
+      // 255 bytes: a name the file system takes, but not with the write's ".tmp".
+      {"[[hooks]]\nplugin = \"metrics_log\"\nfile = \"" + std::string(251, 'm') + ".csv\"\n",
+       "file", "[hooks.metrics_log]",
+       "is a file name of 255 bytes; with the '.tmp' its writes add it passes the file system's "
+       "255: give a shorter one"},
   };
   if (TORCH_VERSION_MAJOR < 2)  // no kernel table on LibTorch 1.13
     cases.push_back({"[[hooks]]\nplugin = \"profiler\"\nkernels = 5\n", "kernels",
@@ -503,4 +519,54 @@ TEST_CASE("the profiler and metrics_log write into a folder of the run they crea
   CHECK(r.exit_code == 0);
   CHECK(read_json(d / "run" / "prof" / "p.json").contains("phases_s"));
   CHECK_THAT(read_file(d / "run" / "logs" / "m.csv"), Catch::StartsWith("kind,epoch,step"));
+}
+
+TEST_CASE("a host program's decimal-comma locale changes no number wick reads or writes") {
+  struct Restore {
+    std::string was = std::setlocale(LC_ALL, nullptr);
+    ~Restore() { std::setlocale(LC_ALL, was.c_str()); }
+  } restore;
+  if (!std::setlocale(LC_ALL, "de_DE.UTF-8"))
+    skip("needs the de_DE.UTF-8 locale (scripts/install-deps.sh makes it)");
+  char probe[16];
+  std::snprintf(probe, sizeof probe, "%.1f", 0.5);
+  REQUIRE(std::string(probe) == "0,5");  // the locale is in effect
+  TempDir d;
+  // Float defaults of the trainer and of a plugin (lr_schedule's), parsed back as TOML; lr and
+  // losses written to metrics.csv.
+  auto cfg = wick::Config::parse(config(d,
+                                        "[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\n"
+                                        "[[hooks]]\nplugin = \"metrics_log\"\n",
+                                        1),
+                                 (d / "cfg.toml").string());
+  auto trainer = wick::make_trainer(cfg, wick::PluginFinder({WICK_PLUGIN_DIR}));
+  REQUIRE(trainer->fit().status == wick::FitResult::Status::completed);
+  const std::string csv = read_file(d / "run" / "metrics.csv");
+  CHECK(csv.find('"') == std::string::npos);  // no cell quoted for a comma of its own
+  // The lr column's first value reads back as a number of the C locale.
+  std::istringstream lines(csv);
+  std::string header, row;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    return out;
+  };
+  const auto names = cells(header), values = cells(row);
+  const auto at = std::find(names.begin(), names.end(), "lr") - names.begin();
+  REQUIRE(at < static_cast<std::ptrdiff_t>(values.size()));
+  const std::string lr = values[static_cast<std::size_t>(at)];
+  double v = 0;
+  const auto got = std::from_chars(lr.data(), lr.data() + lr.size(), v);
+  CHECK(got.ptr == lr.data() + lr.size());
+  CHECK(v > 0);
+  CHECK(v <= 0.001);
+  // A .csv of numbers, written and read back.
+  const auto t = torch::tensor({{0.5f, -1.25f}, {3.0f, 1e-3f}});
+  wick::write_tensor_file((d / "t.csv").string(), t);
+  CHECK(read_file(d / "t.csv").find("0.5,-1.25") != std::string::npos);
+  write_file(d / "in.csv", "a,b\n0.5,-1.25\n3,0.001\n");
+  CHECK(torch::equal(wick::read_tensor_file((d / "in.csv").string()), t));
 }

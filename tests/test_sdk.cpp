@@ -198,6 +198,12 @@ TEST_CASE("wick new-plugin checks the name and the folder, and writes the rename
   CHECK_THAT(read_file(dir / "a" / "stop_early.toml"), Catch::Contains("plugin = \"stop_early\""));
   CHECK(fs::exists(dir / "a" / "README.md"));
 
+  // A folder with a space and a quote: the commands it prints paste into a shell as they are.
+  const auto spaced = dir / "my hook's";
+  r = run_wick({"new-plugin", "spaced", "--dir", spaced.string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("  cd '" + (dir / "my hook'\\''s").string() + "'\n"));
+
   write_file(dir / "b" / "keep.txt", "mine");  // an existing folder is never written into
   r = run_wick({"new-plugin", "other", "--dir", (dir / "b").string()});
   CHECK(r.exit_code == 2);

@@ -22,9 +22,10 @@ void require_ok(const RunResult& r, const std::string& what) {
   REQUIRE(r.exit_code == 0);
 }
 
-// configure + build a plugin project against the prefix, as its README says (plus `options`).
+// configure + build a plugin project against the prefix, as its README says (plus `options`);
+// configure only unless `compile`.
 void build_project(const fs::path& src, const fs::path& build, const fs::path& prefix,
-                   const std::vector<std::string>& options = {}) {
+                   const std::vector<std::string>& options = {}, bool compile = true) {
   std::vector<std::string> configure = {WICK_CMAKE,     "-S", src.string(), "-B",
                                         build.string(), "-G", "Ninja"};
   configure.insert(configure.end(), options.begin(), options.end());
@@ -39,7 +40,8 @@ void build_project(const fs::path& src, const fs::path& build, const fs::path& p
   if (std::string(WICK_CCACHE_PROGRAM) != "")
     configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(WICK_CCACHE_PROGRAM));
   require_ok(run(configure), "configure " + src.string());
-  require_ok(run({WICK_CMAKE, "--build", build.string(), "-j2"}), "build " + src.string());
+  if (compile)
+    require_ok(run({WICK_CMAKE, "--build", build.string(), "-j2"}), "build " + src.string());
 }
 
 std::string runpath(const fs::path& elf) {
@@ -210,12 +212,26 @@ TEST_CASE("installed wick: plugins built out of tree against it are found, descr
     std::istringstream flags(WICK_TORCH_CXX_FLAGS);
     for (std::string f; flags >> f;) CHECK_THAT(cmd, Catch::Contains(f));
     CHECK_THAT(cmd, Catch::Contains((prefix / "include").string()));
+    // No folder of LibTorch's MKL settings that does not exist (its /lib/intel64 and Windows
+    // folders) on the plugin's run path.
+    const auto rp = runpath(ext_build / "wick_loss_ema.so");
+    INFO(rp);
+    CHECK(rp.find("intel64") == std::string::npos);
+    CHECK(rp.find("win-x64") == std::string::npos);
   }
   const auto fresh = kScratch / "my_first";
   auto r = run({wick, "new-plugin", "my_first", "--dir", fresh.string()});
   require_ok(r, "wick new-plugin");
   CHECK_THAT(r.out, Catch::Contains("-DCMAKE_PREFIX_PATH=" + prefix.string()));
   build_project(fresh, fresh / "build", prefix);
+  {
+    // A project's own newer standard stands: wick::wick asks for C++17 at least.
+    const auto cxx20 = kScratch / "my_first_cxx20";
+    build_project(fresh, cxx20, prefix, {"-DCMAKE_CXX_STANDARD=20"}, /*compile=*/false);
+    auto cc = read_json(cxx20 / "compile_commands.json");
+    REQUIRE(cc.size() == 1);
+    CHECK_THAT(cc[0]["command"].get<std::string>(), Catch::Contains("-std=c++20"));
+  }
   r = run({wick, "new-plugin", "my_first", "--dir", fresh.string()});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("refusing to overwrite '" + fresh.string() + "'"));

@@ -238,7 +238,19 @@ TEST_CASE("trainer.device = auto resolves once, to the GPU where LibTorch sees o
   CHECK(wick::resolve_device(wick::Device{}, false).is_cpu());
   if (!gpu)
     CHECK_THROWS_WITH(wick::resolve_device(wick::Device{wick::DeviceType::cuda, 0}, false),
-                      Contains("trainer.device = \"cuda:0\" but this LibTorch has no CUDA device"));
+                      Contains("trainer.device = \"cuda:0\" but no CUDA device is visible to "
+                               "LibTorch (no GPU or driver here"));
+}
+
+TEST_CASE("a CUDA device asked for where none is visible: CUDA_VISIBLE_DEVICES is named") {
+  TempDir dir;
+  auto r = run_wick({"check", tiny_config(dir), "--set", "trainer.device=\"cuda\""},
+                    {"CUDA_VISIBLE_DEVICES="});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("trainer.device = \"cuda\" but no CUDA device is visible to "
+                             "LibTorch (no GPU or driver here, a CPU build of LibTorch, or "
+                             "CUDA_VISIBLE_DEVICES hiding them: it is \"\"); use \"cpu\""));
 }
 
 namespace {
@@ -286,6 +298,11 @@ TEST_CASE("wick doctor says what trainer.threads = auto would take now") {
   CHECK_THAT(r.out, Contains("trainer.threads = \"auto\" takes 1 now (OMP_NUM_THREADS)"));
   auto free = run_wick({"doctor"}, {"OMP_NUM_THREADS="});
   CHECK_THAT(free.out, Contains("cores free)"));
+  // A value that is no count is said to be ignored, not dropped silently.
+  auto bad = run_wick({"doctor"}, {"OMP_NUM_THREADS=100000"});
+  CHECK_THAT(bad.err, Contains("wick: warning: OMP_NUM_THREADS=100000 is not a thread count from "
+                               "1 to 1024; ignored"));
+  CHECK_THAT(bad.out, Contains("cores free (OMP_NUM_THREADS=100000 ignored))"));
 }
 
 TEST_CASE("trainer.threads = auto: the free cores, at least one, shared among local ranks") {

@@ -164,6 +164,26 @@ TEST_CASE("grad_accum: 4 micro-batches of 16 equal one step on 64", "[techniques
   }
 }
 
+TEST_CASE("grad_accum: a step record waits for its window's end, one record per step",
+          "[techniques][grad_accum]") {
+  // 5 batches of 16 an epoch, windows of 4 and 1, a record due every 2 batches: due at batches
+  // 2 and 4 (window 1's end, step 1), 6 and 8 (epoch 1's first window, step 3), 10 (step 4).
+  TempDir d;
+  auto o = options(16, 2);
+  o.log_every = 2;
+  o.write_outputs = true;
+  o.output_dir = (d / "run").string();
+  Trainer t(o, std::make_shared<LinearTask>(80), optimizer("sgd", 0.05));
+  for (auto& h : load_hooks("[[hooks]]\nplugin = \"grad_accum\"\nsteps = 4\n"))
+    t.add_hook(std::move(h));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  std::vector<std::pair<std::int64_t, std::int64_t>> steps;  // (step, samples_seen)
+  for (const auto& r : wick::test::read_jsonl(d / "run" / "metrics.jsonl"))
+    if (r["kind"] == "step") steps.emplace_back(r["step"], r["samples_seen"]);
+  using P = std::pair<std::int64_t, std::int64_t>;
+  CHECK(steps == std::vector<P>{{1, 64}, {3, 144}, {4, 160}});
+}
+
 // ---- grad_clip ----------------------------------------------------------------------------
 
 TEST_CASE("grad_clip: closed-form clipped gradient, once per real step",

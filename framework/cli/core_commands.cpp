@@ -310,11 +310,15 @@ int cmd_fit(const ConfigArgs& a, const std::string& resume, bool profile, bool a
   }
   const auto& st = trainer->state();
   const auto& rec = trainer->context().last_record();
-  // The run's summary.json says it best (wall time, samples/s); without outputs, or on a
-  // rank other than 0 (rank 0 writes the summary), the state.
+  // The run's summary.json says it best (wall time, samples/s); without outputs, on a rank
+  // other than 0 (rank 0 writes the summary), or when this fit could not write it (a full
+  // disk: the file is an earlier run's, or says "running"), the state.
   const bool main = trainer->run().is_main_process();
   const std::string line = main ? run_summary_line(trainer->run().output_dir) : std::string();
-  if (!line.empty() && trainer->options().write_outputs) {
+  const bool ours =
+      line.rfind(std::string("wick: ") + wick::to_string(res.status) + ":", 0) == 0 &&
+      line.find(", " + std::to_string(st.optimizer_step) + " steps in ") != std::string::npos;
+  if (ours && trainer->options().write_outputs) {
     std::printf("%s", line.c_str());
   } else {
     std::printf("wick: %s after %lld epoch(s), %lld optimizer steps, %lld samples",

@@ -1,15 +1,18 @@
 // Running gnuplot: see gnuplot.hpp.
 #include "gnuplot.hpp"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 extern char** environ;
 
@@ -45,8 +48,18 @@ namespace {
 // Runs gnuplot on a script file; returns its exit status, or -1 with errno when it did not start.
 int run_gnuplot(const std::string& script) {
   const char* argv[] = {"gnuplot", script.c_str(), nullptr};
+  // The signals wick ignores (main.cpp) are gnuplot's to take as it would.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t restored;
+  sigemptyset(&restored);
+  sigaddset(&restored, SIGPIPE);
+  sigaddset(&restored, SIGXFSZ);
+  posix_spawnattr_setsigdefault(&attr, &restored);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   pid_t pid;
-  int rc = posix_spawnp(&pid, "gnuplot", nullptr, nullptr, const_cast<char**>(argv), environ);
+  int rc = posix_spawnp(&pid, "gnuplot", nullptr, &attr, const_cast<char**>(argv), environ);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     errno = rc;
     return -1;
@@ -64,10 +77,14 @@ int run_gnuplot(const std::string& script) {
 }  // namespace
 
 void render(const std::string& body, const fs::path& out, int width, int height) {
-  char tmpl[] = "/tmp/wick-plot-XXXXXX";
-  if (!::mkdtemp(tmpl))
-    throw std::runtime_error(std::string("cannot create a temporary folder in /tmp: ") +
-                             std::strerror(errno));
+  // In TMPDIR when set, as other programs' temporary files go (/tmp otherwise).
+  std::error_code tmp_ec;
+  fs::path base = fs::temp_directory_path(tmp_ec);
+  if (tmp_ec) base = "/tmp";
+  std::string tmpl = (base / "wick-plot-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data()))
+    throw std::runtime_error("cannot create a temporary folder in " + base.string() + ": " +
+                             std::strerror(errno) + " (set TMPDIR to a writable folder)");
   const fs::path work(tmpl);
   struct Cleanup {
     fs::path dir;

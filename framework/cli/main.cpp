@@ -1,5 +1,6 @@
 // The `wick` command: parses the command line and runs one subcommand.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,11 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("wick ") + WICK_VERSION);
 
+  // Both would end the process without a word, before a stop could save: a file size limit
+  // (ulimit -f; ignored, the write fails with EFBIG and is reported as a full disk is) and a
+  // pipe whose reader went away (`wick fit | tee log`, where Ctrl-C ends tee too).
+  std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   wick::keep_freed_memory();  // before any tensor: see wick/system.hpp
   try {
     wick::apply_cpu_disable();    // before any tensor, too: LibTorch picks its kernels once

@@ -59,6 +59,19 @@ std::string camel_case(const std::string& name) {
   return out;
 }
 
+// A path as a shell command line takes it: as it is when it holds only safe characters, else
+// in single quotes (a prefix with a space would split in two when pasted).
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of(
+                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                       "abcdefghijklmnopqrstuvwxyz0123456789"
+                                       "_./-+=:@%,") == std::string::npos;
+  if (plain) return s;
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
     s.replace(pos, from.size(), to);
@@ -163,14 +176,15 @@ std::string readme_text(const std::string& name, const std::string& prefix, cons
   return "# " + name + "\n\n" + r.intro +
          " The plugin guide is `sdk/README.md` in the wick sources.\n\n"
          "## Build and run\n\n```sh\ncmake -S . -B build -DCMAKE_PREFIX_PATH=" +
-         prefix + "\ncmake --build build              # -> build/wick_" + name + ".so\n" +
-         r.commands + "```\n\n" + r.next + "\n\n## Files\n\n- `" + name + ".cpp`: " + r.cpp +
-         ".\n- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" + name +
-         " ...)`.\n- `" + name + ".toml`: " + r.toml + ".\n";
+         shell_word(prefix) + "\ncmake --build build              # -> build/wick_" + name +
+         ".so\n" + r.commands + "```\n\n" + r.next + "\n\n## Files\n\n- `" + name +
+         ".cpp`: " + r.cpp + ".\n- `CMakeLists.txt`: `find_package(wick)` and `wick_add_plugin(" +
+         name + " ...)`.\n- `" + name + ".toml`: " + r.toml + ".\n";
 }
 
 Readme readme_of(const std::string& kind, const std::string& name, const std::string& prefix) {
-  const std::string wick = prefix + "/bin/wick", fit = wick + " fit " + name + ".toml\n";
+  const std::string wick = shell_word(prefix + "/bin/wick"),
+                    fit = wick + " fit " + name + ".toml\n";
   if (kind == "metric")
     return {
         "A wick metric plugin: balanced accuracy (the mean of the classes' recalls) over the "
@@ -238,8 +252,9 @@ int cmd_new_plugin(const std::string& name, const std::string& kind_name,
     std::printf(
         "wick: wrote plugin project %s\n\n  cd %s\n"
         "  cmake -S . -B build -DCMAKE_PREFIX_PATH=%s\n  cmake --build build\n"
-        "  %s/bin/wick fit %s.toml\n",
-        dir.c_str(), dir.c_str(), prefix.c_str(), prefix.c_str(), name.c_str());
+        "  %s fit %s.toml\n",
+        dir.c_str(), shell_word(dir.string()).c_str(), shell_word(prefix).c_str(),
+        shell_word(prefix + "/bin/wick").c_str(), name.c_str());
     return kOk;
   } catch (const NewPluginError& e) {
     std::fprintf(stderr, "wick: new-plugin: %s\n", e.what());

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <wick/wick.hpp>
 
@@ -64,11 +65,20 @@ class Checkpoint : public wick::Hook {
     });
     r.on(Point::before_valid, [this](wick::Context& c) { flush(c); });
     r.on(Point::after_epoch, [this](wick::Context& c) { after_epoch(c); });
+    // The folder is let go when the fit ends, however the last save went.
+    struct Unlock {
+      std::shared_ptr<void>& lock;
+      ~Unlock() { lock.reset(); }
+    };
     r.on(Point::after_fit, [this](wick::Context& c) {
+      Unlock unlock{lock_};
       flush(c);
       if (at_end_) save(c, "end");
     });
-    r.on(Point::after_cancel, [this](wick::Context& c) { after_cancel(c); });
+    r.on(Point::after_cancel, [this](wick::Context& c) {
+      Unlock unlock{lock_};
+      after_cancel(c);
+    });
   }
 
   // The best value so far travels with the checkpoints, so a resumed run keeps comparing.
@@ -104,7 +114,7 @@ class Checkpoint : public wick::Hook {
     const auto& run = c.run();
     fs::path d = dir_param_.empty() ? fs::path("checkpoints") : fs::path(dir_param_);
     dir_ = d.is_absolute() ? d : fs::path(run.output_dir) / d;
-    if (run.is_main_process()) check_writable();
+    if (run.is_main_process()) check_writable(run);
     const bool resumed = !run.resume.empty() && resume(c, run.resume);
     // Set aside at the first save, not now: a fit that fails before it saves anything (a
     // hook's check in before_fit) leaves the earlier run's checkpoints where they were.
@@ -114,8 +124,19 @@ class Checkpoint : public wick::Hook {
     ready_ = true;
   }
 
-  // Fails at start, before any training, when checkpoints could not be written.
-  void check_writable() {
+  // Two runs saving into one folder would set each other's checkpoints aside and resume from
+  // the other's. The output folder is the fit's own lock; a folder elsewhere gets its own.
+  void lock_folder(const wick::RunInfo& run) {
+    std::error_code e1, e2;
+    if (fs::weakly_canonical(dir_, e1) == fs::weakly_canonical(run.output_dir, e2) && !e1 && !e2)
+      return;
+    lock_ = wick::lock_folder(dir_.string(), "checkpoint folder",
+                              "give each run its own hooks.checkpoint.dir");
+  }
+
+  // Fails at start, before any training, when checkpoints could not be written or another
+  // run writes them (locked before its leftovers are touched).
+  void check_writable(const wick::RunInfo& run) {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec)
@@ -128,6 +149,7 @@ class Checkpoint : public wick::Hook {
       throw std::runtime_error("the checkpoint folder '" + dir_.string() + "' is not writable: " +
                                ec.message() + "; make it writable or set hooks.checkpoint.dir");
     fs::remove(probe, ec);
+    lock_folder(run);
     // Leftovers of a save that was interrupted, .tmp-NAME-PID and .old-NAME-PID. A .tmp- folder
     // is unfinished. An .old- folder is checkpoint NAME moved aside for its replacement:
     // dropped once the replacement is in place, else put back (a kill between the two
@@ -382,8 +404,9 @@ class Checkpoint : public wick::Hook {
   std::string monitor_, mode_;
 
   fs::path dir_;
-  bool ready_ = false;  // before_fit finished (a failed restore saves nothing)
-  std::string due_;     // a periodic save waiting for the step or epoch to finish
+  bool ready_ = false;          // before_fit finished (a failed restore saves nothing)
+  std::shared_ptr<void> lock_;  // the checkpoint folder's, from before_fit to the fit's end
+  std::string due_;             // a periodic save waiting for the step or epoch to finish
   bool best_due_ = false;
   bool save_failed_ = false;
   bool has_best_ = false;

@@ -26,9 +26,7 @@ const std::vector<std::string> kFixed = {"kind", "epoch", "step", "samples_seen"
 std::string number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
+  return wick::number_text(v, 10);  // a '.' whatever locale a host program set
 }
 
 // A CSV cell: quoted when it holds a separator, a quote or a line break.

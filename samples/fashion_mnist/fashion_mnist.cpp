@@ -19,6 +19,9 @@ constexpr double kMean = 0.2860, kStd = 0.3530;
 constexpr const char* kInstallHint =
     "; the data set comes from Debian: sudo apt-get install dataset-fashion-mnist "
     "(or point [task] data_dir at a folder holding the four *-ubyte.gz files)";
+constexpr const char* kDamagedHint =
+    "; the file is damaged or unreadable: reinstall dataset-fashion-mnist (sudo apt-get install "
+    "--reinstall dataset-fashion-mnist), or point [task] data_dir at a good copy";
 
 std::vector<std::uint8_t> read_part(const fs::path& file, int rank, std::vector<std::int64_t>& dims,
                                     const std::vector<std::int64_t>& expect = {}) {
@@ -27,7 +30,9 @@ std::vector<std::uint8_t> read_part(const fs::path& file, int rank, std::vector<
     dims = d.dims;
     return std::move(d.bytes);
   } catch (const wick::idx::IdxError& e) {
-    throw std::runtime_error(std::string(e.what()) + kInstallHint);
+    throw std::runtime_error(std::string(e.what()) + (e.kind == wick::idx::IdxError::Kind::missing
+                                                          ? kInstallHint
+                                                          : kDamagedHint));
   }
 }
 
@@ -73,7 +78,7 @@ class FashionMnist : public wick::ClassificationTask {
     if (dropout_ < 0 || dropout_ >= 1) throw p.error("dropout", "must be in [0, 1)");
     const auto limit = p.get_int("limit");
     if (limit < 0) throw p.error("limit", "must be >= 0 (0: all samples)");
-    const fs::path dir = p.get_string("data_dir");
+    const fs::path dir = p.get_path("data_dir");  // relative to the config file's folder
     const bool normalize = p.get_bool("normalize");
     train_ = load_split(dir, "train", limit, normalize);
     valid_ = load_split(dir, "t10k", limit, normalize);
@@ -124,16 +129,17 @@ class FashionMnist : public wick::ClassificationTask {
 
 }  // namespace
 
-WICK_PLUGIN(FashionMnist,
-            wick::PluginDef("fashion_mnist", "1.0.0",
-                            "Fashion-MNIST from Debian's dataset-fashion-mnist (MLP or CNN)")
-                .param_string("data_dir", "/usr/share/datasets/fashion-mnist",
-                              "folder with the four gzipped IDX files")
-                .param_string("model", "mlp", "\"mlp\" or \"cnn\"")
-                .param_int_list("hidden", {256, 128}, "hidden layer sizes of the classifier")
-                .param_int_list("channels", {32, 64}, "cnn: channels of the two conv blocks")
-                .param_bool("batch_norm", false, "cnn: batch norm after each convolution")
-                .param_float("dropout", 0.0, "dropout after each hidden layer (0: none)")
-                .param_bool("normalize", true,
-                            "normalise pixels with the training set's mean 0.2860 and std 0.3530")
-                .param_int("limit", 0, "use only the first N training and N test samples (0: all)"))
+WICK_PLUGIN(
+    FashionMnist,
+    wick::PluginDef("fashion_mnist", "1.0.0",
+                    "Fashion-MNIST from Debian's dataset-fashion-mnist (MLP or CNN)")
+        .param_string("data_dir", "/usr/share/datasets/fashion-mnist",
+                      "folder with the four gzipped IDX files (relative: to the config file's)")
+        .param_string("model", "mlp", "\"mlp\" or \"cnn\"")
+        .param_int_list("hidden", {256, 128}, "hidden layer sizes of the classifier")
+        .param_int_list("channels", {32, 64}, "cnn: channels of the two conv blocks")
+        .param_bool("batch_norm", false, "cnn: batch norm after each convolution")
+        .param_float("dropout", 0.0, "dropout after each hidden layer (0: none)")
+        .param_bool("normalize", true,
+                    "normalise pixels with the training set's mean 0.2860 and std 0.3530")
+        .param_int("limit", 0, "use only the first N training and N test samples (0: all)"))

@@ -78,7 +78,9 @@ IdxData read_idx(const std::string& path, int rank, const std::vector<std::int64
   if (rank < 1 || rank > 255) throw std::invalid_argument("read_idx: rank must be 1..255");
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
-    throw IdxError(IdxError::Kind::missing, path + ": " + std::strerror(errno));
+    throw IdxError(
+        errno == ENOENT || errno == ENOTDIR ? IdxError::Kind::missing : IdxError::Kind::unreadable,
+        path + ": " + std::strerror(errno));
   // A FIFO or a device (/dev/zero) could block or never end.
   if (!S_ISREG(st.st_mode))
     throw IdxError(IdxError::Kind::unreadable, path + ": not a regular file");

@@ -1,7 +1,8 @@
 # wick_add_plugin(NAME SOURCES src... [LIBRARIES libs...] [OUTPUT_DIRECTORY dir])
 # builds a wick plugin the way wick's own are built: a MODULE library wick_NAME.so with
-# C++17, hidden visibility (only the WICK_PLUGIN symbols are exported), linked to wick::wick
-# (which brings LibTorch, Boost and libdl). `wick` finds it by that file name.
+# C++17 (or the project's CMAKE_CXX_STANDARD, 17 or newer), hidden visibility (only the
+# WICK_PLUGIN symbols are exported), linked to wick::wick (which brings LibTorch, Boost and
+# libdl). `wick` finds it by that file name.
 #
 # Out of tree (after find_package(wick)) the library lands in the caller's build folder
 # (CMAKE_LIBRARY_OUTPUT_DIRECTORY when the caller sets one), or in OUTPUT_DIRECTORY.
@@ -17,11 +18,13 @@ function(wick_add_plugin name)
   set_target_properties(${name} PROPERTIES
     PREFIX ""
     OUTPUT_NAME "wick_${name}"
-    CXX_STANDARD 17
-    CXX_STANDARD_REQUIRED ON
     CXX_EXTENSIONS OFF
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
+  # C++17, unless the project asks for a standard of its own (wick::wick requires 17 at least).
+  if(NOT DEFINED CMAKE_CXX_STANDARD)
+    set_target_properties(${name} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  endif()
   if(ARG_OUTPUT_DIRECTORY)
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY})
   elseif(DEFINED WICK_PLUGIN_OUTPUT_DIR)

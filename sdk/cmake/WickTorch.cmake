@@ -51,6 +51,19 @@ macro(wick_find_torch)
     set(TORCH_CUDA_ARCH_LIST "8.0;9.0+PTX")
   endif()
   find_package(Torch REQUIRED)
+  # LibTorch's mkl.cmake lists MKL_ROOT's library folders whether they exist or not (with no
+  # MKL_ROOT: /lib/intel64 and two Windows folders), which then lead every link line and run
+  # path of what links LibTorch: only the folders that exist are kept.
+  if(TARGET caffe2::mkl)
+    get_target_property(_wft_dirs caffe2::mkl INTERFACE_LINK_DIRECTORIES)
+    set(_wft_kept "")
+    foreach(_wft_dir IN LISTS _wft_dirs)
+      if(IS_DIRECTORY "${_wft_dir}")
+        list(APPEND _wft_kept "${_wft_dir}")
+      endif()
+    endforeach()
+    set_property(TARGET caffe2::mkl PROPERTY INTERFACE_LINK_DIRECTORIES "${_wft_kept}")
+  endif()
   # wick_torch_cpu: LibTorch's CPU side (with its headers and flags), which libwick and the
   # plugins link: a CUDA LibTorch's CUDA side (torch_cuda, c10_cuda and the CUDA libraries,
   # ~0.3 s of every process start) is loaded by wick when a run asks for CUDA. A target that

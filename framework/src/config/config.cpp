@@ -397,7 +397,11 @@ Config Config::load(const std::string& path, const std::vector<std::string>& set
   // Opened without blocking (a FIFO would wait for a writer), then only a regular file of at
   // most kMaxConfigBytes is read: /dev/zero or a FIFO would never end.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw ConfigError(path + ": cannot read the config file (does it exist?)");
+  if (fd < 0) {
+    const int err = errno;
+    throw ConfigError(path + ": cannot read the config file: " + std::strerror(err) +
+                      (err == ENOENT ? " (is the path right?)" : ""));
+  }
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }

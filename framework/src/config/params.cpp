@@ -1,7 +1,9 @@
 #include "wick/params.hpp"
 
+#include <climits>  // NAME_MAX
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "config/params_impl.hpp"
 
@@ -83,6 +85,11 @@ std::string Params::get_output_file(std::string_view key) const {
   const auto name = f.filename();
   if (name.empty() || name == "." || name == ".." || fs::is_directory(full, ec))
     throw error(key, "names a folder ('" + full.string() + "'), not a file; give a file name");
+  // Files are written whole under NAME.tmp first (write_file_atomic), which must fit too.
+  if (name.string().size() + 4 > NAME_MAX)
+    throw error(key, "is a file name of " + std::to_string(name.string().size()) +
+                         " bytes; with the '.tmp' its writes add it passes the file system's " +
+                         std::to_string(NAME_MAX) + ": give a shorter one");
   if (!out.empty())
     for (const char* own : {"metrics.jsonl", "summary.json", "model.pt", "wick.lock"}) {
       std::error_code e1, e2;

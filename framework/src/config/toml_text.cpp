@@ -92,10 +92,10 @@ void append_toml(std::string& out, const toml::node& n, std::size_t limit) {
 
 }  // namespace
 
-std::string toml_text(const toml::node& n) {
+std::string toml_text(const toml::node& n, std::size_t limit) {
   std::string s;
-  append_toml(s, n, 40);
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  append_toml(s, n, limit);
+  return s.size() > limit ? s.substr(0, limit - 3) + "..." : s;
 }
 
 std::string printable(const std::string& s) {

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "config/toml_text.hpp"  // printable
 #include "wick/config.hpp"       // parse_device
+#include "wick/files.hpp"        // number_text
 
 namespace wick {
 
@@ -54,9 +54,10 @@ std::string toml_default(const std::string& v) {
   return quoted(v);
 }
 std::string toml_default(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, v == std::floor(v) && std::fabs(v) < 1e15 ? "%.1f" : "%.17g", v);
-  return buf;
+  // Whatever locale a host program set: parsed back as TOML.
+  std::string s = number_text(v, 17);
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
 }
 
 template <class T>
@@ -119,7 +120,8 @@ std::vector<TrainerOption> make_options() {
       plain("max_steps", &TrainerOptions::max_steps,
             "stop after this many optimizer steps (0: off)",
             at_least(0, "must be >= 0 (0: no limit)")),
-      plain("log_every", &TrainerOptions::log_every, "write a step record every N batches (0: off)",
+      plain("log_every", &TrainerOptions::log_every,
+            "write a step record every N batches (accumulating, at the window's end; 0: off)",
             at_least(0, "must be >= 0 (0: epoch records only)")),
       // "auto" (auto_threads), the default, is taken out before validation like batch_size's.
       {{"threads", ParamType::integer, d.auto_threads ? quoted("auto") : toml_default(d.threads),

@@ -8,13 +8,17 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <string_view>
 
 #include "state/pickle_load.hpp"
 #include "wick/files.hpp"
@@ -293,13 +297,19 @@ Csv read_csv(const std::string& path) {
     for (std::size_t pos = 0;;) {
       const auto comma = line.find(',', pos);
       const std::string cell = line.substr(pos, comma == std::string::npos ? comma : comma - pos);
-      char* end = nullptr;
-      const float v = std::strtof(cell.c_str(), &end);
-      // strtof also reads hexadecimal (0x5), "inf" and "nan", and overflows to infinity: a
-      // cell is a finite decimal number.
-      if (cell.empty() || end == cell.c_str() ||
-          std::string_view(end).find_first_not_of(" \t") != std::string_view::npos ||
-          cell.find_first_of("xX") != std::string::npos || !std::isfinite(v))
+      // from_chars reads '.' as the decimal point whatever locale a host program set (strtof
+      // would not); it also reads "inf" and "nan": a cell is a finite decimal number.
+      const char* first = cell.data() + std::min(cell.find_first_not_of(" \t"), cell.size());
+      const char* last = cell.data() + cell.size();
+      if (last - first > 1 && *first == '+' && first[1] != '-') ++first;
+      double d = 0;  // then narrowed: a float32 underflows to 0 as strtof's did
+      const auto [end, ec] = std::from_chars(first, last, d);
+      const bool fits = std::isfinite(d) && std::fabs(d) <= std::numeric_limits<float>::max();
+      const float v = fits ? static_cast<float>(d) : 0.0f;
+      if (first == last || ec != std::errc() ||
+          std::string_view(end, static_cast<std::size_t>(last - end)).find_first_not_of(" \t") !=
+              std::string_view::npos ||
+          !fits)
         throw ConfigError(path + ":" + std::to_string(row) + ":" + std::to_string(pos + 1) + ": '" +
                           cell +
                           "' is not a number; every cell after the header row "
@@ -410,13 +420,10 @@ std::string csv_bytes(const at::Tensor& t) {
   for (std::int64_t j = 0; j < cols; ++j) out += "," + std::to_string(j);
   out += "\n";
   const float* p = t.data_ptr<float>();
-  char buf[32];
   for (std::int64_t i = 0; i < n; ++i) {
     out += std::to_string(i);
-    for (std::int64_t j = 0; j < cols; ++j) {
-      std::snprintf(buf, sizeof buf, ",%.9g", static_cast<double>(p[i * cols + j]));
-      out += buf;
-    }
+    for (std::int64_t j = 0; j < cols; ++j)
+      out += "," + number_text(static_cast<double>(p[i * cols + j]), 9);  // any host locale
     out += "\n";
   }
   return out;

@@ -88,6 +88,10 @@ pid_t start_child(const std::vector<std::string>& command, int out_fd, int err_f
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
     for (const auto& e : env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
+    // The signals the wick command ignores (an ignored signal stays so across exec) are the
+    // program's own to take.
+    std::signal(SIGPIPE, SIG_DFL);
+    std::signal(SIGXFSZ, SIG_DFL);
     std::vector<char*> argv;
     for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

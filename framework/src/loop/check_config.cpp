@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/optimizers.hpp"  // check_trainable
 #include "wick/schedule.hpp"
 #include "wick/trainer.hpp"
 
@@ -26,6 +27,7 @@ std::string check_config(const Config& cfg, const PluginFinder& finder) {
     auto trainer = make_trainer(cfg, finder, {}, /*probe_batch_size=*/false);
     num_hooks = trainer->hooks().size();
     num_metrics = trainer->metrics().size();
+    check_trainable(trainer->model(), cfg.optimizers().empty() ? "" : cfg.optimizers()[0].where);
     trainer->probe_metrics();   // before the hooks are connected: the task's forward alone
     (void)trainer->describe();  // connects the hooks: order and capability checks
   } else {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "config/config_changes.hpp"
 #include "loop/trainer_impl.hpp"
 
 namespace wick {
@@ -89,7 +90,8 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
             records.load_pending(in);
             eval.load_last_valid(in);
           },
-          device.is_cuda()};
+          device.is_cuda(),
+          run.config_toml};
 }
 
 CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
@@ -107,6 +109,11 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
   // process, whether rank 0's write succeeds or not).
   const auto whole = dp.whole(DataParallel::Whole::training_state);
   if (!state.is_main_process()) return checkpoint_info(dir, m, 0);  // replicas hold the same state
+  // Rank 0 writes the records (after the gather above, which every rank joins).
+  if (records.write_failed())
+    throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +
+                             "): a record this run is past could not be written to "
+                             "metrics.jsonl, and a resume from here would never write it");
   const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(parts));
   return checkpoint_info(dir, m, bytes);
 }
@@ -167,12 +174,22 @@ CheckpointInfo Trainer::Impl::restore_checkpoint(const std::string& folder) {
                              ", past this run's trainer.epochs = " + std::to_string(opt.epochs) +
                              "; raise trainer.epochs to continue it");
   auto parts = snapshot_parts();
-  const std::string changed = restore_files(parts, m, files, where);
-  if (!changed.empty() && state.is_main_process())
+  const Restored restored = restore_files(parts, m, files, where);
+  if (!restored.optimizer_changes.empty() && state.is_main_process())
     std::fprintf(stderr,
                  "wick: resuming %s with optimizer settings this config gives otherwise than "
                  "its run did; the config's are taken (a schedule goes on from its position):%s\n",
-                 where.c_str(), changed.c_str());
+                 where.c_str(), restored.optimizer_changes.c_str());
+  if (state.is_main_process() && !restored.config_toml.empty() && !run.config_toml.empty()) {
+    std::string lines;
+    for (const auto& c : config_changes(restored.config_toml, run.config_toml)) lines += "\n  " + c;
+    if (!lines.empty())
+      std::fprintf(stderr,
+                   "wick: note: resuming %s with a task or hooks configured otherwise than its "
+                   "run's; this config's are taken (where they change training, the run no "
+                   "longer continues as the interrupted one would have):%s\n",
+                   where.c_str(), lines.c_str());
+  }
   // The run continues its own metrics history from the checkpoint: records a killed run
   // wrote after it are dropped from metrics.jsonl and from every sink that rewinds, once
   // before_fit is over (every sink is set up by then).

@@ -2,8 +2,10 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "wick/hook.hpp"  // Cancel
 #include "wick/params.hpp"
 
 namespace wick {
@@ -21,6 +23,26 @@ bool Next::operator()() const {
   return chain_->terminal(*ctx_);
 }
 
+namespace {
+// Runs a hook's record sink or rewind: what it throws names the hook, keeping its kind (a
+// cancel stays a cancel, a config error exits 2).
+template <class Fn>
+void as_hook(const HookEntry& h, const char* doing, Fn&& fn) {
+  const auto named = [&](const std::exception& e) {
+    return "plugin '" + h.plugin + "' (instance '" + h.instance + "') " + doing + ": " + e.what();
+  };
+  try {
+    fn();
+  } catch (const Cancel&) {
+    throw;
+  } catch (const ConfigError& e) {
+    throw ConfigError(named(e));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(named(e));
+  }
+}
+}  // namespace
+
 // Collects a hook's subscriptions for wire(), which connects them to the signals and chains,
 // each stage handler wrapped so that an exception can be blamed on the hook that threw it.
 class Dispatcher::Sink : public HookSink {
@@ -32,11 +54,19 @@ class Dispatcher::Sink : public HookSink {
   void stage(const HookEntry& h, Stage s, StageFn fn) override {
     if (!forward_only_ || s == Stage::forward) stages.push_back({&h, s, std::move(fn)});
   }
-  void on_record(const HookEntry&, std::function<void(const Record&)> fn) override {
-    if (!forward_only_) d_.sinks_.push_back(std::move(fn));
+  // A sink runs where the trainer writes a record, not in a handler of its hook: its errors
+  // (a file it cannot write) name the hook here.
+  void on_record(const HookEntry& h, std::function<void(const Record&)> fn) override {
+    if (forward_only_) return;
+    d_.sinks_.push_back([&h, fn = std::move(fn)](const Record& r) {
+      as_hook(h, "writing a record", [&] { fn(r); });
+    });
   }
-  void on_rewind(const HookEntry&, std::function<void(const std::vector<Record>&)> fn) override {
-    if (!forward_only_) d_.rewinds_.push_back(std::move(fn));
+  void on_rewind(const HookEntry& h, std::function<void(const std::vector<Record>&)> fn) override {
+    if (forward_only_) return;
+    d_.rewinds_.push_back([&h, fn = std::move(fn)](const std::vector<Record>& kept) {
+      as_hook(h, "rewinding its records to the checkpoint", [&] { fn(kept); });
+    });
   }
   void request_profile(const HookEntry&, ProfileClock c) override {
     if (forward_only_) return;

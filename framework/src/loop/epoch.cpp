@@ -138,6 +138,13 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
             whole = false;
             break;
           }
+          // A stop asked for before the epoch's first step (at before_fit or before_epoch)
+          // trains no batch of it: agreed on as between epochs (every rank exchanges its
+          // request); later ones after each step.
+          if (b == first_batch && agreed_stop(/*epoch_end=*/true)) {
+            whole = false;
+            break;
+          }
           state.batch_idx = b;
           const bool stepped = run_scope<CancelScope::step>(
               [&] {

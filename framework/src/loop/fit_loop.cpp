@@ -12,13 +12,15 @@
 #include "cuda/cuda_support.hpp"
 #include "loop/trainer_impl.hpp"
 #include "optim/bf16_copies.hpp"
-#include "wick/system.hpp"  // warn_if_reference_blas
+#include "optim/optimizers.hpp"  // check_trainable
+#include "wick/system.hpp"       // warn_if_reference_blas
 
 namespace wick {
 
 namespace fs = std::filesystem;
 
 std::shared_ptr<void> Trainer::Impl::start_fit() {
+  check_trainable(*model, optim_specs.empty() ? std::string() : optim_specs[0].where);
   times.fit_start = Clock::now();
   stops.start(opt.epochs, opt.max_steps);
   loop.phase = LoopPhase::fit;

@@ -36,4 +36,11 @@ Hyperparameters hyperparameters(const torch::optim::OptimizerOptions& o) {
   return out;
 }
 
+const char* optimizer_name(const torch::optim::OptimizerOptions& o) {
+  if (dynamic_cast<const torch::optim::AdamOptions*>(&o)) return "adam";
+  if (dynamic_cast<const torch::optim::AdamWOptions*>(&o)) return "adamw";
+  if (dynamic_cast<const torch::optim::SGDOptions*>(&o)) return "sgd";
+  return "";
+}
+
 }  // namespace wick

@@ -18,4 +18,8 @@ using Hyperparameters = std::vector<std::pair<std::string, double>>;
 // (momentum, dampening, weight_decay, nesterov); booleans as 0 or 1. Other options: lr only.
 Hyperparameters hyperparameters(const torch::optim::OptimizerOptions& o);
 
+// The config's name of the optimizer these options belong to ("adam", "adamw", "sgd"; "" for
+// another): a resume with another kind cannot take the checkpoint's optimizer state.
+const char* optimizer_name(const torch::optim::OptimizerOptions& o);
+
 }  // namespace wick

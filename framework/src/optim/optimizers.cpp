@@ -192,6 +192,19 @@ std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>&
   return with_configured(std::move(out));
 }
 
+void check_trainable(const torch::nn::Module& model, const std::string& where) {
+  const auto params = model.parameters();
+  if (std::any_of(params.begin(), params.end(),
+                  [](const at::Tensor& p) { return p.requires_grad(); }))
+    return;
+  throw placed(where, "the task's model has no trainable parameter (" +
+                          (params.empty() ? std::string("it has no parameters")
+                                          : std::to_string(params.size()) +
+                                                " parameters, none with requires_grad on") +
+                          "), so nothing would train; the task plugin's model needs "
+                          "parameters that require grad");
+}
+
 std::size_t optimizer_index(const std::vector<NamedOptimizer>& optimizers, std::string_view name) {
   std::string known;
   for (std::size_t i = 0; i < optimizers.size(); ++i) {

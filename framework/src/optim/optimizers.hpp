@@ -27,6 +27,11 @@ struct NamedOptimizer {
 std::vector<NamedOptimizer> make_optimizers(const std::vector<OptimizerOptions>& specs,
                                             torch::nn::Module& model);
 
+// Throws ConfigError placed at `where` (the optimizer's table) when no parameter of the model
+// requires grad: said before a fit trains (and by `wick check`), not by autograd at the first
+// backward. Evaluation needs none.
+void check_trainable(const torch::nn::Module& model, const std::string& where);
+
 // The index of the optimizer named `name`; throws std::invalid_argument naming the run's ones.
 std::size_t optimizer_index(const std::vector<NamedOptimizer>& optimizers, std::string_view name);
 

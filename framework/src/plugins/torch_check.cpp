@@ -37,7 +37,9 @@ std::optional<TorchBuild> parse_build_record(std::string_view text) {
   };
   const auto cuda = flag("cuda"), abi = flag("cxx11abi");
   if (!kv.count("torch") || kv["torch"].empty() || !cuda || !abi) return std::nullopt;
-  return TorchBuild{kv["torch"], *cuda, *abi};
+  const auto debug_stl = kv.count("debugstl") ? flag("debugstl") : std::optional<bool>(false);
+  if (!debug_stl) return std::nullopt;
+  return TorchBuild{kv["torch"], *cuda, *abi, *debug_stl};
 }
 
 const TorchBuild& host_torch_build() {
@@ -91,6 +93,17 @@ std::string check_torch_build(const std::string& path, const std::optional<ElfFa
                         "'" + path + "': malformed LibTorch build record '" +
                             facts->section->substr(0, 80) +
                             "' (a bug in the plugin, or not built with <wick/plugin.hpp>)");
+    if (rec->debug_stl != host.debug_stl)
+      throw PluginError(PluginError::Kind::torch_mismatch,
+                        "'" + path + "' was compiled " + (rec->debug_stl ? "with" : "without") +
+                            " -D_GLIBCXX_DEBUG and this wick " +
+                            (host.debug_stl ? "with" : "without") +
+                            " it: libstdc++'s checked containers are laid out otherwise than its "
+                            "plain ones, and the std::string and std::vector wick's API passes "
+                            "would crash the plugin. Rebuild it " +
+                            (host.debug_stl ? "with" : "without") +
+                            " _GLIBCXX_DEBUG (-D_GLIBCXX_ASSERTIONS checks without changing "
+                            "the layout)");
     if (rec->torch != "none" && host.torch != "none" && !rec->same_as(host))
       throw PluginError(PluginError::Kind::torch_mismatch,
                         "'" + path + "' was built against " + rec->describe() +

@@ -16,6 +16,9 @@ struct TorchBuild {
   std::string torch;  // "2.11.0", or "none" (built without LibTorch's headers)
   bool cuda = false;
   bool cxx11_abi = true;
+  // Compiled with _GLIBCXX_DEBUG: libstdc++'s checked containers, laid out otherwise than the
+  // ones wick's API passes (since SDK 2.24; older records lack it: false).
+  bool debug_stl = false;
   // "LibTorch 2.11.0 (CUDA, C++11 ABI)", or "no LibTorch".
   std::string describe() const;
   bool same_as(const TorchBuild& o) const {

@@ -112,19 +112,24 @@ void RecordWriter::commit() {
   staged_ = false;
   const Record& r = last_;
   if (fd_ >= 0) {
-    if (cut_at_first_write_ && ::ftruncate(fd_, 0) != 0)
+    if (cut_at_first_write_ && ::ftruncate(fd_, 0) != 0) {
+      write_failed_ = true;
       throw std::runtime_error("cannot start '" + file_.string() +
                                "' afresh: " + std::strerror(errno));
+    }
     cut_at_first_write_ = false;
     const std::string line = record_to_json(r) + "\n";
     std::size_t off = 0;
     while (off < line.size()) {
       const ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
+      if (n <= 0) {
+        write_failed_ = true;
         throw std::runtime_error("cannot append to '" + file_.string() +
                                  "': " + std::strerror(errno) +
-                                 " (free space or fix permissions, then resume)");
+                                 " (free space or fix permissions, then resume from the last "
+                                 "checkpoint)");
+      }
       off += static_cast<std::size_t>(n);
     }
   }

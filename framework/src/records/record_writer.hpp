@@ -63,6 +63,9 @@ class RecordWriter {
   // Values logged and not yet in a record (after the last one of a fit).
   bool has_pending() const { return !pending_.empty(); }
   std::int64_t count() const { return count_; }
+  // A record could not be written to metrics.jsonl: the run is past a record its history lacks,
+  // so no checkpoint may be taken from here (a resume from it would never write that record).
+  bool write_failed() const { return write_failed_; }
   const Record& last() const { return last_; }
 
   // Resume: keeps the first n records of `file` (metrics.jsonl; truncated when this writer has
@@ -85,6 +88,7 @@ class RecordWriter {
   std::int64_t count_ = 0;
   Record last_;
   bool staged_ = false;
+  bool write_failed_ = false;
   const Sinks* sinks_ = nullptr;
   const Rewinds* rewinds_ = nullptr;
 };

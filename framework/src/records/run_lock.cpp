@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
+#include "wick/files.hpp"
 #include "wick/params.hpp"  // ConfigError
 
 namespace wick {
@@ -26,13 +28,14 @@ std::string read_holder(int fd) {
 
 }  // namespace
 
-void RunLock::acquire(const std::filesystem::path& dir) {
+void RunLock::acquire(const std::filesystem::path& dir, const std::string& what,
+                      const std::string& fix) {
   release();
   const auto file = dir / "wick.lock";
   const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
     throw std::runtime_error("cannot write '" + file.string() + "': " + std::strerror(errno) +
-                             "; set trainer.output_dir to a writable folder");
+                             "; make the " + what + " writable or " + fix);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = read_holder(fd);
@@ -42,13 +45,13 @@ void RunLock::acquire(const std::filesystem::path& dir) {
     long pid = 0;
     char host[256] = "";
     if (std::sscanf(holder.c_str(), "pid %ld host %255s", &pid, host) != 2)
-      throw ConfigError("output folder '" + dir.string() +
+      throw ConfigError(what + " '" + dir.string() +
                         "' is in use by another wick fit that is starting; wait for it to end "
-                        "or set trainer.output_dir to another folder");
+                        "or " +
+                        fix);
     const std::string p = std::to_string(pid);
-    throw ConfigError("output folder '" + dir.string() + "' is in use by wick pid " + p +
-                      " on host " + host + "; wait for it to end, stop it (kill -INT " + p +
-                      "), or set trainer.output_dir to another folder");
+    throw ConfigError(what + " '" + dir.string() + "' is in use by wick pid " + p + " on host " +
+                      host + "; wait for it to end, stop it (kill -INT " + p + "), or " + fix);
   }
   // Ours now. A holder's line still there means its process ended without letting go.
   const std::string left = read_holder(fd);
@@ -77,6 +80,13 @@ void RunLock::release() {
   static_cast<void>(emptied);
   ::close(fd_);
   fd_ = -1;
+}
+
+std::shared_ptr<void> lock_folder(const std::string& folder, const std::string& what,
+                                  const std::string& fix) {
+  auto lock = std::make_shared<RunLock>();
+  lock->acquire(folder, what, fix);
+  return lock;
 }
 
 }  // namespace wick

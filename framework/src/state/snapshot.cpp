@@ -321,11 +321,15 @@ Files snapshot_files(SnapshotParts& run) {
   d.insert("loop", to_ivalue(loop));
   // What the config gave each optimizer group, for a resume to compare with its own config.
   StateDict configured;
-  for (const auto& o : run.optimizers)
+  for (const auto& o : run.optimizers) {
+    if (!o.configured.empty() && *optimizer_name(*o.configured[0]))
+      configured.set_string(o.name + "/name", optimizer_name(*o.configured[0]));
     for (std::size_t g = 0; g < o.configured.size(); ++g)
       for (const auto& [key, value] : hyperparameters(*o.configured[g]))
         configured.set_float(configured_key(o.name, g, key), value);
+  }
   d.insert("configured", to_ivalue(configured));
+  if (!run.config_toml.empty()) d.insert("config", run.config_toml);
 
   // Gradients pending inside an accumulation window (a save between micro-batches).
   IDict grads = new_dict();
@@ -463,6 +467,27 @@ std::string shown(double v) {
   return buf;
 }
 
+// Another optimizer kind cannot take the checkpoint's state (Adam's moments are not SGD's
+// momentum): said in the config's words before LibTorch fails on the state's layout.
+void check_optimizer_names(const std::vector<NamedOptimizer>& optimizers, const IDict& d,
+                           const std::string& where) {
+  auto it = d.find("configured");
+  if (it == d.end()) return;
+  const StateDict then = from_ivalue(it->value(), "configured");
+  for (const auto& o : optimizers) {
+    const std::string key = o.name + "/name";
+    if (o.configured.empty() || !then.has(key)) continue;
+    const std::string was = then.get_string(key), now = optimizer_name(*o.configured[0]);
+    if (was == now) continue;
+    const std::string table = o.name == "optimizer" ? "[optimizer]" : "[optimizers." + o.name + "]";
+    throw std::runtime_error(where + ": optimizer '" + o.name + "' was \"" + was +
+                             "\" in the checkpoint's run and is \"" + now +
+                             "\" in this config; its state does not carry over. Resume with " +
+                             table + " name = \"" + was +
+                             "\", or train afresh in another checkpoint folder");
+  }
+}
+
 // Where this run's config sets an optimizer group's hyperparameters otherwise than the
 // checkpoint's run did, the group takes the config's (its lr too when the config changed it;
 // otherwise the lr stays where the checkpoint's schedule left it). Returns one line per
@@ -497,12 +522,16 @@ std::string take_changed_settings(std::vector<NamedOptimizer>& optimizers, const
 
 }  // namespace
 
-std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
-                          const std::string& where) {
+Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
+                       const std::string& where) {
   auto bytes_of = [&](const char* name) -> const std::string& {
     return wick::bytes_of(files, name);
   };
   load_model_file(run.model, files, where);
+  // A GPU run's tensors where it saved them (hooks' states, the epoch's values), as before.
+  auto d = unpickle_dict(bytes_of("state.pt"), where + ": state.pt",
+                         run.cuda ? std::nullopt : std::optional(c10::Device(c10::kCPU)));
+  check_optimizer_names(run.optimizers, d, where);
   try {
     std::istringstream in(bytes_of("optimizer.pt"));
     torch::serialize::InputArchive a;
@@ -524,9 +553,6 @@ std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& fi
                              "config?): " +
                              e.what_without_backtrace());
   }
-  // A GPU run's tensors where it saved them (hooks' states, the epoch's values), as before.
-  auto d = unpickle_dict(bytes_of("state.pt"), where + ": state.pt",
-                         run.cuda ? std::nullopt : std::optional(c10::Device(c10::kCPU)));
   auto step = from_ivalue(get(d, "step"), "step");
   auto& s = run.state;
   s.epoch = m.position.epoch;
@@ -537,7 +563,10 @@ std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& fi
   s.skipped_steps = step.get_int("skipped_steps");
   set_rng(from_ivalue(get(d, "rng"), "rng"), run.cuda);
   run.load_loop(from_ivalue(get(d, "loop"), "loop"));
-  const std::string changed = take_changed_settings(run.optimizers, d);
+  Restored out;
+  out.optimizer_changes = take_changed_settings(run.optimizers, d);
+  if (auto it = d.find("config"); it != d.end() && it->value().isString())
+    out.config_toml = it->value().toStringRef();
 
   auto gv = get(d, "grads");
   if (!gv.isGenericDict()) throw std::runtime_error(where + ": state.pt grads is not a dict");
@@ -607,7 +636,7 @@ std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& fi
                    "wick: warning: %s holds state for hook '%s', which this config does not "
                    "enable; it is ignored\n",
                    where.c_str(), kv.key().toStringRef().c_str());
-  return changed;
+  return out;
 }
 
 }  // namespace wick

@@ -47,6 +47,7 @@ struct SnapshotParts {
   // The run trains on a GPU: its CUDA generators are saved and restored. A CPU run never
   // touches CUDA state, even on a machine that has a GPU.
   bool cuda = false;
+  std::string config_toml;  // the run's config as its resume compares it (RunInfo::config_toml)
 };
 
 // Seeds the run's random generators: the CPU's, and the GPUs' only for a run on CUDA
@@ -78,11 +79,16 @@ void load_model_file(torch::nn::Module& model, const Files& files, const std::st
 // them in the model. Returns its word for them ("ema"), "" when no hook offers any.
 std::string load_eval_weights(torch::nn::Module& model, const std::vector<HookEntry>& hooks,
                               const Files& files, const std::string& where);
+// What a resume is told of the checkpoint's run beside its state.
+struct Restored {
+  // An optimizer setting this run's config gives otherwise than the checkpoint's run (a lower
+  // lr for the rest of a run) is taken from the config: those changes, a line each.
+  std::string optimizer_changes;
+  std::string config_toml;  // the run's config (SnapshotParts::config_toml); "" before it was kept
+};
 // Loads verified files into the run. Throws std::runtime_error for a model, optimizer or
-// state that does not fit this run. An optimizer setting this run's config gives otherwise
-// than the checkpoint's run (a lower lr for the rest of a run) is taken from the config;
-// returns those changes, a line each ("" when none).
-std::string restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
-                          const std::string& where);
+// state that does not fit this run.
+Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files,
+                       const std::string& where);
 
 }  // namespace wick

@@ -129,10 +129,15 @@ Device resolve_device(const Device& requested, bool auto_device) {
   const std::string why = cuda::compiled() ? cuda::load() : "";
   const bool has_cuda = why.empty() && torch::cuda::is_available();
   if (auto_device) return has_cuda ? Device{DeviceType::cuda, -1} : Device{};
-  if (!has_cuda)
+  if (!has_cuda) {
+    std::string none =
+        "no CUDA device is visible to LibTorch (no GPU or driver here, a CPU "
+        "build of LibTorch, or CUDA_VISIBLE_DEVICES hiding them";
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
+      none += ": it is \"" + std::string(v).substr(0, 60) + "\"";
     throw ConfigError("trainer.device = \"" + requested.str() + "\" but " +
-                      (why.empty() ? "this LibTorch has no CUDA device" : why) +
-                      "; use \"cpu\" or \"auto\"");
+                      (why.empty() ? none + ")" : why) + "; use \"cpu\" or \"auto\"");
+  }
   return requested;
 }
 

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -93,6 +94,7 @@ int choose_threads(const CoreSample& cores, int local_ranks) {
 }
 
 int auto_threads(std::string* why) {
+  std::string ignored;
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) {
     // "4" or a nested list "4,2": the outer level's count.
     char* end = nullptr;
@@ -101,6 +103,12 @@ int auto_threads(std::string* why) {
       if (why) *why = "OMP_NUM_THREADS";
       return static_cast<int>(n);
     }
+    // Said, not dropped silently: the user meant some count.
+    ignored = std::string(omp).substr(0, 40);
+    std::fprintf(stderr,
+                 "wick: warning: OMP_NUM_THREADS=%s is not a thread count from 1 to 1024; "
+                 "ignored, the count is chosen from the free cores\n",
+                 ignored.c_str());
   }
   int ranks = 1;
   if (const char* l = std::getenv("LOCAL_WORLD_SIZE"); l && *l) ranks = std::max(1, std::atoi(l));
@@ -110,6 +118,7 @@ int auto_threads(std::string* why) {
     w.precision(2);
     w << std::fixed << cores.free << " of " << cores.allowed << " cores free";
     if (ranks > 1) w << ", " << ranks << " ranks on this machine";
+    if (!ignored.empty()) w << " (OMP_NUM_THREADS=" << ignored << " ignored)";
     *why = w.str();
   }
   return choose_threads(cores, ranks);

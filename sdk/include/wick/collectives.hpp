@@ -24,8 +24,9 @@ class Collectives {
   virtual void barrier() = 0;
   // Whether all processes stop now, given this process's own stop request: a hook's, or a stop
   // signal it got (wick/interrupt.hpp; passed where an accumulation window ends). Called by the
-  // trainer on every process after every training step (epoch_end false) and after every
-  // epoch (true); true on one process must become true on all, at the same step. When it
+  // trainer on every process after every training step (epoch_end false), and before each
+  // epoch's first step and after every epoch (true: a point where every process must exchange
+  // its request); true on one process must become true on all, at the same step. When it
   // is, and after each epoch's training and its after_epoch, the trainer asks the processes
   // (all_reduce_sum) whether any got a stop signal, to end all of them interrupted.
   virtual bool agree_stop(bool local_stop, bool epoch_end) = 0;

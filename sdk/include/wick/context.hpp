@@ -157,7 +157,8 @@ class WICK_EXPORT Context {
 
   // ---- stopping and cancelling -------------------------------------------------------------
   // Asks the trainer to stop at the end of the current step (graceful: after_epoch is not
-  // cut short and the run counts as completed). Safe to call from any point. The checkpoint
+  // cut short and the run counts as completed); asked at before_fit or before_epoch, before
+  // the epoch's first step. Safe to call from any point. The checkpoint
   // the fit ends with keeps it (also a cancel checkpoint of a stop signal that came first): a
   // run resumed from it with the same epochs and max_steps trains no more.
   void request_stop(std::string_view reason);

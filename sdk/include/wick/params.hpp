@@ -68,7 +68,8 @@ class WICK_EXPORT Params {
   // A string parameter naming a file the plugin writes in the run: relative to
   // trainer.output_dir, or absolute. Refused at the key when empty, when it names a folder, or
   // when it is one of the run's own files (metrics.jsonl, summary.json, model.pt, wick.lock),
-  // which it would overwrite. The writer creates the file's folder. Since SDK 2.22.
+  // which it would overwrite, and (since 2.24) when its name with the ".tmp" an atomic write
+  // adds is longer than NAME_MAX. The writer creates the file's folder. Since SDK 2.22.
   std::string get_output_file(std::string_view key) const;
 
   // The run's facts as the config gives them, for checks that involve other sections (the

@@ -16,12 +16,13 @@
 
 #include <boost/dll/alias.hpp>
 #include <cstdint>
-#include <cstdio>
+#include <cstdio>  // kept for plugins that relied on it (SDK 2.23 and older)
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "wick/build_record.hpp"
+#include "wick/files.hpp"  // number_text
 #include "wick/hook.hpp"
 #include "wick/params.hpp"
 #include "wick/version.hpp"
@@ -318,9 +319,7 @@ wick_plugin_entry entry(F make_def) {
 // Inline so that describing a plugin needs nothing from libwick. %.15g round-trips the
 // decimal literals people write (0.001, 1e-8); TOML wants a '.' or exponent in a float.
 inline std::string wick::PluginDef::float_literal(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.15g", v);
-  std::string s = buf;
+  std::string s = wick::number_text(v, 15);
   if (s.find_first_of(".eni") == std::string::npos) s += ".0";
   return s;
 }

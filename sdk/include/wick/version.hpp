@@ -42,10 +42,13 @@
 //   2.22 Params::get_output_file (a file a plugin writes in the run)
 //   2.23 Context::whole_epoch_batches (an epoch's batches at this run's geometry, for a
 //        schedule resumed on another world size or batch size)
+//   2.24 lock_folder (a folder a plugin writes, held as a fit holds its output folder);
+//        number_text (a number in the C locale); float defaults whatever the locale;
+//        the build record's debugstl (a plugin compiled with _GLIBCXX_DEBUG)
 #pragma once
 
 #define WICK_API_MAJOR 2
-#define WICK_API_MINOR 23
+#define WICK_API_MINOR 24
 
 // "WICK" in ASCII: tells a wick plugin's info record from an unrelated symbol of that name.
 #define WICK_INFO_MAGIC 0x5749434Bu
