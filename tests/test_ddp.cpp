@@ -444,6 +444,17 @@ TEST_CASE("a stop requested by one rank at an epoch's end stops every rank after
   CHECK(read_json(dir / "run" / "summary.json")["epochs"] == 1);
 }
 
+TEST_CASE("a stop requested by one rank before the first step trains no step on any rank") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir / "run", "stop_rank = 1\nstop_before_fit = true\n"));
+  auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_numbers(dir / "run" / "steps_rank0.txt") == std::vector<double>{0, 0});
+  CHECK(read_numbers(dir / "run" / "steps_rank1.txt") == std::vector<double>{0, 0});
+  CHECK(read_json(dir / "run" / "summary.json")["stop_reason"] == "stop requested by another rank");
+}
+
 TEST_CASE("killing one rank mid-epoch makes wick launch fail promptly, naming the rank") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run", "kill_rank = 1\nkill_at_step = 3\n"));

@@ -23,6 +23,7 @@ class DdpProbe : public wick::Hook {
         stop_rank_(p.get_int("stop_rank")),
         stop_at_step_(p.get_int("stop_at_step")),
         stop_after_epoch_(p.get_int("stop_after_epoch")),
+        stop_before_fit_(p.get_bool("stop_before_fit")),
         backward_twice_(p.get_bool("backward_twice")),
         kill_fresh_only_(p.get_bool("kill_fresh_only")),
         slow_ms_(p.get_int("slow_ms")) {}
@@ -49,6 +50,10 @@ class DdpProbe : public wick::Hook {
       const auto& s = c.state();
       if (s.training() && s.rank == stop_rank_ && s.optimizer_step == stop_at_step_)
         c.request_stop("ddp_probe: rank " + std::to_string(s.rank) + " asked to stop");
+    });
+    r.on(wick::Point::before_fit, [this](wick::Context& c) {
+      if (stop_before_fit_ && c.state().rank == stop_rank_)
+        c.request_stop("ddp_probe: rank " + std::to_string(c.state().rank) + " asked to stop");
     });
     r.on(wick::Point::after_epoch, [this](wick::Context& c) {
       const auto& s = c.state();
@@ -99,7 +104,7 @@ class DdpProbe : public wick::Hook {
   }
 
   std::int64_t kill_rank_, kill_at_step_, stop_rank_, stop_at_step_, stop_after_epoch_;
-  bool backward_twice_, kill_fresh_only_;
+  bool stop_before_fit_, backward_twice_, kill_fresh_only_;
   std::int64_t slow_ms_;
 };
 
@@ -114,6 +119,7 @@ WICK_PLUGIN(DdpProbe, wick::PluginDef("ddp_probe", "1.0.0",
                           .param_int("stop_rank", -1, "rank that alone requests a stop")
                           .param_int("stop_at_step", -1, "optimizer step after which it does")
                           .param_int("stop_after_epoch", -1, "or epoch after which it does")
+                          .param_bool("stop_before_fit", false, "or it does at before_fit")
                           .param_bool("kill_fresh_only", false,
                                       "kill only in a run that did not resume (a restart lives)")
                           .param_bool("backward_twice", false,
