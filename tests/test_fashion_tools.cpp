@@ -31,10 +31,15 @@ std::size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-// Runs wick with stdout and stderr on a pseudo-terminal; returns what the terminal showed.
-std::string run_wick_on_pty(const std::vector<std::string>& args, int& exit_code) {
+// Runs wick with stdout and stderr on a pseudo-terminal (`cols` wide; 0: no size set);
+// returns what the terminal showed.
+std::string run_wick_on_pty(const std::vector<std::string>& args, int& exit_code,
+                            unsigned short cols = 0) {
   int master = -1;
-  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  winsize size{};
+  size.ws_row = 24;
+  size.ws_col = cols;
+  pid_t pid = forkpty(&master, nullptr, nullptr, cols ? &size : nullptr);
   REQUIRE(pid >= 0);
   if (pid == 0) {
     setenv("TERM", "xterm", 1);
@@ -103,6 +108,29 @@ TEST_CASE("progress redraws one line in place on a terminal") {
   auto before_summary = out.substr(live, out.find("wick: completed") - live);
   CHECK(count(before_summary, "\n") == 2);
   CHECK_THAT(out, Catch::Contains("valid/accuracy "));
+}
+
+TEST_CASE("progress cuts its redrawn line to the terminal's width") {
+  TempDir dir;
+  write_file(dir / "cfg.toml", config(dir, "[[hooks]]\nplugin = \"progress\"\nredraw_s = 0.0\n"));
+  int rc = -1;
+  auto out = run_wick_on_pty({"fit", (dir / "cfg.toml").string()}, rc, 30);
+  INFO(out);
+  REQUIRE(rc == 0);
+  // Every live line: what follows "\r\033[K" up to the next redraw. (An epoch's line ends
+  // with a line end, "\r\n" on a terminal, and stays: it may wrap.)
+  const std::string redraw = "\r\033[K";
+  std::size_t lines = 0;
+  for (auto p = out.find(redraw); p != std::string::npos; p = out.find(redraw, p + 1)) {
+    const auto from = p + redraw.size();
+    const auto end = out.find_first_of("\r\n", from);
+    if (end == std::string::npos || out.compare(end, redraw.size(), redraw) != 0) continue;
+    INFO(out.substr(from, end - from));
+    CHECK(end - from <= 29);
+    ++lines;
+  }
+  CHECK(lines >= 16);  // the steps' lines were there, cut
+  CHECK(count(out, "\r\033[Kepoch 1/2  step ") == 8);
 }
 
 TEST_CASE("progress prints plain lines every N steps when stdout is not a terminal") {

@@ -9,6 +9,7 @@
 #include <wick/task.hpp>
 #include <wick/wick.hpp>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -84,7 +85,7 @@ class Progress : public wick::Hook {
     });
     r.on(wick::Point::before_valid, [this](wick::Context& c) {
       if (tty_) {
-        std::printf("\r\033[K%s  validating...", head(c).c_str());
+        std::printf("\r\033[K%s", to_width(head(c) + "  validating...").c_str());
         std::fflush(stdout);
         open_line_ = true;
       }
@@ -170,7 +171,7 @@ class Progress : public wick::Hook {
     if (done > 0)
       line += "  eta " + hms(elapsed / static_cast<double>(done) * static_cast<double>(left));
     if (tty_) {
-      std::printf("\r\033[K%s", line.c_str());
+      std::printf("\r\033[K%s", to_width(line).c_str());
       open_line_ = true;
     } else {
       std::printf("%s\n", line.c_str());
@@ -178,6 +179,14 @@ class Progress : public wick::Hook {
     std::fflush(stdout);
     reset_loss();
     last_draw_ = now;
+  }
+  // A line redrawn in place must fit the terminal: one that wraps leaves its first rows behind
+  // at every redraw. Read at each redraw, so a resized window is followed.
+  static std::string to_width(std::string line) {
+    winsize ws{};
+    if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col)
+      line.resize(ws.ws_col - 1u);
+    return line;
   }
   void end_line() {
     if (open_line_) {
