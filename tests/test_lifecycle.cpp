@@ -373,6 +373,13 @@ TEST_CASE("a record sink that fails is named: it runs where the trainer writes t
   REQUIRE(res.status == wick::FitResult::Status::failed);
   CHECK_THAT(res.error, Catch::Contains("plugin 'sinker' (instance 'sinker') writing a record: "
                                         "the disk is gone"));
+  // A sink's CancelFit stays a cancel.
+  TempDir dir2;
+  wick::Trainer t2(tiny_options(dir2), std::make_shared<TinyTask>());
+  t2.add_hook(entry("canceller", 0, [](wick::Registrar& r) {
+    r.on_record([](const wick::Record&) { throw wick::CancelFit(); });
+  }));
+  CHECK(t2.fit().status == wick::FitResult::Status::cancelled);
 }
 
 TEST_CASE("an exception in a hook names the plugin, the instance and the point") {

@@ -111,6 +111,10 @@ class NoLoss(torch.nn.Module):
 torch.manual_seed(0)
 torch.jit.script(Linear()).save(f"{d}/linear.pt")
 torch.jit.script(NoLoss()).save(f"{d}/noloss.pt")
+frozen = Linear()
+for p in frozen.parameters():
+    p.requires_grad_(False)
+torch.jit.script(frozen).save(f"{d}/frozen.pt")
 g = torch.Generator().manual_seed(1)
 x = torch.randn(96, 4, generator=g)
 y = x[:, :3].argmax(1)
@@ -373,6 +377,9 @@ TEST_CASE("the torchscript task refuses bad models and data with the file and th
       "fractional values");
   has(check("train = \"dict.pt\"\nloss = \"module\"", "noloss.pt"),
       "has no loss(prediction, target) method");
+  // Every parameter frozen in Python: nothing would train (`wick check` says so, as fit does).
+  has(check("train = \"dict.pt\"", "frozen.pt"),
+      "the task's model has no trainable parameter (2 parameters, none with requires_grad on)");
   // The validation file is probed as the training file is.
   has(check("train = \"dict.pt\"\nvalid = \"labels.pt\""),
       (d / "labels.pt").string() + ": labels out of range for cross_entropy");

@@ -13,7 +13,7 @@
 
 #include "config/toml_text.hpp"  // printable
 #include "wick/config.hpp"       // parse_device
-#include "wick/files.hpp"        // number_text
+#include "wick/files.hpp"        // toml_float
 
 namespace wick {
 
@@ -54,10 +54,7 @@ std::string toml_default(const std::string& v) {
   return quoted(v);
 }
 std::string toml_default(double v) {
-  // Whatever locale a host program set: parsed back as TOML.
-  std::string s = number_text(v, 17);
-  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-  return s;
+  return toml_float(v, 17);  // parsed back as TOML, whatever locale a host program set
 }
 
 template <class T>

@@ -68,10 +68,9 @@ void Trainer::Impl::log_step_if_due() {
   // Accumulating, a record waits for the end of the window (windows begin at multiples of the
   // count within an epoch) in which the count of batches reached a multiple of log_every: no
   // two records share an optimizer step, and each holds whole windows.
-  const std::int64_t L = opt.log_every, A = std::max<std::int64_t>(state.grad_accum_steps, 1);
-  if (L <= 0 || epoch.losses.size() <= epoch.logged_loss) return;
-  const std::int64_t b = state.batch_idx, window = std::min(b % A + 1, state.micro_step);
-  if (A > 1 && (b + 1) % A != 0 && b + 1 != train_batches()) return;
+  const std::int64_t L = opt.log_every;
+  if (L <= 0 || epoch.losses.size() <= epoch.logged_loss || !state.is_accum_boundary()) return;
+  const std::int64_t window = std::min(state.accum_window(), state.micro_step);
   if (state.micro_step / L == (state.micro_step - window) / L) return;
   steps.loss_check.verify();  // a record is a point where the losses are read anyway
   Record r;

@@ -5,25 +5,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <sstream>
 
 #include "config/toml_depth.hpp"
+#include "wick/files.hpp"  // toml_float
 #include "wick/params.hpp"
 
 namespace wick {
 
 namespace {
-
-// A float as a TOML float literal (always with a '.' or an exponent, so that it never reads
-// as an integer), to 6 significant digits.
-std::string float_literal(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  std::string s = buf;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
 
 double number(const std::string& text, const std::string& arg, const char* what) {
   try {
@@ -125,12 +115,12 @@ std::vector<std::string> grid_values(const SweepParam& p) {
         throw ConfigError("--param " + p.path + "=" + p.spec +
                           ": --grid needs the number of points of a range, e.g. " +
                           (p.kind == SweepParam::Kind::log ? "log" : "uniform") + ":" +
-                          float_literal(p.lo) + ":" + float_literal(p.hi) + ":5");
+                          toml_float(p.lo, 6) + ":" + toml_float(p.hi, 6) + ":5");
       for (std::int64_t i = 0; i < p.count; ++i) {
         const double t = static_cast<double>(i) / static_cast<double>(p.count - 1);
-        out.push_back(float_literal(p.kind == SweepParam::Kind::log
-                                        ? p.lo * std::pow(p.hi / p.lo, t)
-                                        : p.lo + (p.hi - p.lo) * t));
+        out.push_back(toml_float(p.kind == SweepParam::Kind::log ? p.lo * std::pow(p.hi / p.lo, t)
+                                                                 : p.lo + (p.hi - p.lo) * t,
+                                 6));
       }
       return out;
   }
@@ -146,10 +136,10 @@ std::string sample_value(const SweepParam& p, std::mt19937_64& rng) {
       return std::to_string(std::uniform_int_distribution<std::int64_t>(
           static_cast<std::int64_t>(p.lo), static_cast<std::int64_t>(p.hi))(rng));
     case SweepParam::Kind::log:
-      return float_literal(
-          std::exp(std::log(p.lo) + (std::log(p.hi) - std::log(p.lo)) * unit(rng)));
+      return toml_float(std::exp(std::log(p.lo) + (std::log(p.hi) - std::log(p.lo)) * unit(rng)),
+                        6);
     case SweepParam::Kind::uniform:
-      return float_literal(p.lo + (p.hi - p.lo) * unit(rng));
+      return toml_float(p.lo + (p.hi - p.lo) * unit(rng), 6);
   }
   return {};
 }

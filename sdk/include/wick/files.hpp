@@ -27,6 +27,14 @@ inline std::string number_text(double v, int digits) {
   return r.ec == std::errc() ? std::string(buf, r.ptr) : std::string("nan");
 }
 
+// Since SDK 2.24: V as a TOML float (number_text with a ".0" where it would read as an
+// integer), for a value written into a config or a plugin's declared default.
+inline std::string toml_float(double v, int digits) {
+  std::string s = number_text(v, digits);
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+
 // Since SDK 2.24: holds FOLDER/wick.lock for as long as the returned handle lives, as a fit
 // holds its output folder's, so that two runs never write one folder (the checkpoint plugin's,
 // when two configs give the same `dir`). The lock goes with its process however that ends.

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "wick/build_record.hpp"
-#include "wick/files.hpp"  // number_text
+#include "wick/files.hpp"  // toml_float
 #include "wick/hook.hpp"
 #include "wick/params.hpp"
 #include "wick/version.hpp"
@@ -319,9 +319,7 @@ wick_plugin_entry entry(F make_def) {
 // Inline so that describing a plugin needs nothing from libwick. %.15g round-trips the
 // decimal literals people write (0.001, 1e-8); TOML wants a '.' or exponent in a float.
 inline std::string wick::PluginDef::float_literal(double v) {
-  std::string s = wick::number_text(v, 15);
-  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-  return s;
+  return wick::toml_float(v, 15);
 }
 
 WICK_PUBLIC_END

@@ -43,7 +43,8 @@
 //   2.23 Context::whole_epoch_batches (an epoch's batches at this run's geometry, for a
 //        schedule resumed on another world size or batch size)
 //   2.24 lock_folder (a folder a plugin writes, held as a fit holds its output folder);
-//        number_text (a number in the C locale); float defaults whatever the locale;
+//        number_text and toml_float (numbers in the C locale); float defaults whatever the
+//        locale;
 //        the build record's debugstl (a plugin compiled with _GLIBCXX_DEBUG)
 #pragma once
 
