@@ -774,7 +774,7 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("plugin 'checkpoint' (instance 'checkpoint') at before_fit: the checkpoint "
                      "folder '" +
-                     ckpt_dir(d).string() + "' is not writable: Permission denied") !=
+                     ckpt_dir(d).string() + "' cannot hold a checkpoint: Permission denied") !=
           std::string::npos);
     CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 0);
   }
@@ -857,6 +857,24 @@ TEST_CASE("a checkpoint folder another run writes is refused at start, naming th
   INFO(r2.err);
   CHECK(r2.exit_code == 0);
   CHECK(r2.err.find("taking over") == std::string::npos);
+}
+
+TEST_CASE("a checkpoint folder whose saves would pass the path limit is refused at start") {
+  TempDir d;
+  // A folder the system can make, whose checkpoints' files it could not: the limit is 4096
+  // bytes a path, and a save writes .tmp-ckpt-e0000-b0000004-PID/manifest.json.tmp under it.
+  fs::path dir = d.path();
+  while (dir.string().size() + 201 < 4060) dir /= std::string(200, 'c');
+  dir /= std::string(4060 - dir.string().size() - 1, 'c');
+  REQUIRE(dir.string().size() == 4060);
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\ndir = \"" + dir.string() + "\"\n"));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("' cannot hold a checkpoint: File name too long; make it writable or set "
+                   "hooks.checkpoint.dir to a writable folder with a shorter path") !=
+        std::string::npos);
+  CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 0);
 }
 
 TEST_CASE("a fit ends in its own words, not killed by SIGPIPE or SIGXFSZ") {

@@ -96,3 +96,17 @@ TEST_CASE("a misspelt command is named, with the nearest one and the list") {
   CHECK_THAT(far.err, Catch::StartsWith("wick: error: no command 'frobnicate'; the commands: "));
   CHECK(run_wick({"--version"}).exit_code == 0);  // options are CLI11's, as before
 }
+
+TEST_CASE("output that cannot be written fails the command but a reader that left early does not") {
+  auto full = run({"/bin/sh", "-c", "exec \"$0\" plugins > /dev/full", WICK_BIN});
+  CHECK(full.exit_code == 1);
+  CHECK(full.err.find("wick: error: could not write standard output") != std::string::npos);
+  auto help = run({"/bin/sh", "-c", "exec \"$0\" --help > /dev/full", WICK_BIN});
+  CHECK(help.exit_code == 1);
+  // A reader that reads nothing and is gone long before wick writes (`wick plugins | head`
+  // alike): the output has nowhere to go, and that is what was asked.
+  auto head = run({"/bin/bash", "-c", "\"$0\" plugins | true; exit ${PIPESTATUS[0]}", WICK_BIN});
+  INFO(head.err);
+  CHECK(head.exit_code == 0);
+  CHECK(head.err.empty());
+}

@@ -1,7 +1,10 @@
 // The `wick` command: parses the command line and runs one subcommand.
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,15 +15,34 @@
 #include "wick/config.hpp"  // did_you_mean
 #include "wick/system.hpp"
 
+#include <sys/stat.h>
+
 namespace {
+
+// A command whose output could not be written (`wick describe > /dev/full`) did not do its job:
+// exit 1 with the reason, as coreutils do. A pipe whose reader went away (`wick plugins | head
+// -1`) is the reader's choice, not a failure: SIGPIPE, which would have ended wick there, is
+// ignored (see run), so that case stays quiet.
+int checked_stdout(int code) {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return code;
+  struct stat st {};
+  if (::fstat(1, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return code;
+  std::fprintf(stderr, "wick: error: could not write standard output%s%s\n", err ? ": " : "",
+               err ? std::strerror(err) : "");
+  return code == 0 ? wick::cli::kFailed : code;
+}
 
 int run(int argc, char** argv) {
   using namespace wick::cli;
   CLI::App app{
       "wick: a C++ training loop on LibTorch with run-time loaded hook plugins.\n"
-      "Exit codes: 0 done, 1 training failed (doctor: something to fix), 2 usage or config\n"
-      "error, 128 + the signal when stopped by one (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138\n"
-      "SIGUSR1)."};
+      "Exit codes: 0 done, 1 training failed (doctor: something to fix; any command: its\n"
+      "standard output could not be written), 2 usage or config error, 128 + the signal when\n"
+      "stopped by one (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("wick ") + WICK_VERSION);
 
@@ -95,5 +117,5 @@ int run(int argc, char** argv) {
 // Whatever a command wrote is closed when it returns; the static teardown is skipped (about
 // 0.1 s of LibTorch's at every exit, see wick/system.hpp).
 int main(int argc, char** argv) {
-  wick::exit_without_teardown(run(argc, argv));
+  wick::exit_without_teardown(checked_stdout(run(argc, argv)));
 }

@@ -10,6 +10,7 @@
 // before_epoch / after_fit / after_cancel, whichever comes first. The checkpoint hook runs
 // at order -100, first of the built-ins but swa (-110), so it restores before the other hooks'
 // before_fit.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -143,12 +144,21 @@ class Checkpoint : public wick::Hook {
       throw std::runtime_error("cannot create the checkpoint folder '" + dir_.string() +
                                "': " + ec.message() + "; make it writable or set " +
                                "hooks.checkpoint.dir to a writable folder");
-    const auto probe = dir_ / (".probe-" + std::to_string(::getpid()));
+    // As deep as a save writes (.tmp-ckpt-eEEEE-bBBBBBBB-PID/manifest.json.tmp, a character
+    // to spare): a path past the system's limit fails here, not at the first save an epoch in.
+    const auto probe = dir_ / (".probe-" + name_of({}) + "-" + std::to_string(::getpid()));
+    const auto file = probe / "manifest.json.tmp";
     fs::create_directory(probe, ec);
+    int fd = ec ? -1 : ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && !ec) ec.assign(errno, std::generic_category());
+    if (fd >= 0) ::close(fd);
+    std::error_code ignored;
+    fs::remove_all(probe, ignored);
     if (ec)
-      throw std::runtime_error("the checkpoint folder '" + dir_.string() + "' is not writable: " +
-                               ec.message() + "; make it writable or set hooks.checkpoint.dir");
-    fs::remove(probe, ec);
+      throw std::runtime_error("the checkpoint folder '" + dir_.string() +
+                               "' cannot hold a checkpoint: " + ec.message() +
+                               "; make it writable or set hooks.checkpoint.dir to a writable "
+                               "folder with a shorter path");
     lock_folder(run);
     // Leftovers of a save that was interrupted, .tmp-NAME-PID and .old-NAME-PID. A .tmp- folder
     // is unfinished. An .old- folder is checkpoint NAME moved aside for its replacement:
