@@ -382,7 +382,7 @@ TEST_CASE("one fit per output folder: a second is refused with the holder's pid,
   }
 }
 
-TEST_CASE("a second SIGINT ends `wick fit` at once with exit 130") {
+TEST_CASE("a second SIGINT ends `wick fit` at once with exit 130 and summary.json says so") {
   TempDir dir;
   const auto marker = dir / "reached";
   // The thrower never returns from the step: only the second Ctrl-C gets out.
@@ -406,9 +406,15 @@ TEST_CASE("a second SIGINT ends `wick fit` at once with exit 130") {
     FAIL("wick did not end after repeated SIGINTs");
   }
   CHECK(exit_status(status) == 130);
-  // It ended at once: no after_cancel, and the summary still says what the start wrote
-  // (never an outcome the run did not reach).
-  CHECK(read_json(dir / "run" / "summary.json")["status"] == "running");
+  // It ended at once: no after_cancel, and the summary says how (it said "running", as if the
+  // fit still were).
+  const std::string what =
+      "ended at once by a second SIGINT before the stop the first asked for had saved anything";
+  CHECK(read_file(dir / "stderr.txt").find("wick: " + what + "; summary.json says failed") !=
+        std::string::npos);
+  const auto summary = read_json(dir / "run" / "summary.json");
+  CHECK(summary["status"] == "failed");
+  CHECK(summary["error"] == what);
   const auto rec = recorded(dir);
   REQUIRE_FALSE(rec.empty());  // the recorder ran, and wrote no after_cancel
   CHECK(count(rec, "after_cancel 0 0") == 0);

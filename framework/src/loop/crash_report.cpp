@@ -1,5 +1,6 @@
-// The fatal-signal report: everything the handler touches is prepared before, and it calls
-// only async-signal-safe functions (write, open, rename, sigaction, raise).
+// The fatal-signal report, and the one of a fit ended at once by a second stop signal:
+// everything the handlers touch is prepared before, and they call only async-signal-safe
+// functions (write, open, rename, sigaction, raise).
 #include "loop/crash_report.hpp"
 
 #include <fcntl.h>
@@ -92,6 +93,35 @@ bool write_all(int fd, const char* p, std::size_t n) {
   return true;
 }
 
+// summary.json as failed with `what` as its error, where one is armed; whether it was written.
+bool write_armed(const Text& what) {
+  const Armed* a = g().armed.load();
+  if (!a) return false;
+  const int fd = ::open(a->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  Text json;  // the summary's error is `what`, escaped
+  json.add_json(what.buf, what.n);
+  // Only a whole file replaces the summary (a full disk keeps "running").
+  const bool whole = write_all(fd, a->head.data(), a->head.size()) &&
+                     write_all(fd, json.buf, json.n) &&
+                     write_all(fd, a->tail.data(), a->tail.size());
+  ::close(fd);
+  if (whole && ::rename(a->tmp.c_str(), a->file.c_str()) == 0) return true;
+  ::unlink(a->tmp.c_str());
+  return false;
+}
+
+// "wick: WHAT; summary.json says failed" on stderr, after writing it.
+void say_and_write(const Text& what, const char* lead) {
+  Text line;
+  line.add(lead);
+  line.add("wick: ");
+  line.add(what.buf, what.n);
+  if (write_armed(what)) line.add("; summary.json says failed");
+  line.add("\n");
+  (void)write_all(2, line.buf, line.n);
+}
+
 void report(int sig) {
   auto& s = g();
   Text what;
@@ -113,27 +143,7 @@ void report(int sig) {
     what.add(" at ");
     what.add(s.loop->where());
   }
-  Text line;
-  line.add("\nwick: ");
-  line.add(what.buf, what.n);
-  if (const Armed* a = s.armed.load()) {
-    Text json;  // the summary's error is `what`, escaped
-    const int fd = ::open(a->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      json.add_json(what.buf, what.n);
-      // Only a whole file replaces the summary (a full disk keeps "running").
-      const bool whole = write_all(fd, a->head.data(), a->head.size()) &&
-                         write_all(fd, json.buf, json.n) &&
-                         write_all(fd, a->tail.data(), a->tail.size());
-      ::close(fd);
-      if (whole && ::rename(a->tmp.c_str(), a->file.c_str()) == 0)
-        line.add("; summary.json says failed");
-      else
-        ::unlink(a->tmp.c_str());
-    }
-  }
-  line.add("\n");
-  (void)write_all(2, line.buf, line.n);
+  say_and_write(what, "\n");
 }
 
 void on_fatal(int sig, siginfo_t* info, void*) {
@@ -208,6 +218,14 @@ void CrashReportScope::arm_summary(const std::filesystem::path& file, const std:
 
 void CrashReportScope::disarm_summary() {
   g().armed.store(nullptr);
+}
+
+void CrashReportScope::report_exit_now(const char* signal_name) {
+  Text what;
+  what.add("ended at once by a second ");
+  what.add(signal_name);
+  what.add(" before the stop the first asked for had saved anything");
+  say_and_write(what, "\n");
 }
 
 }  // namespace wick

@@ -28,6 +28,10 @@ class CrashReportScope {
                           std::string_view marker);
   static void disarm_summary();
 
+  // From a stop signal's handler, before it ends the process at once (a second Ctrl-C): the
+  // line on stderr and the armed summary, saying so. Async-signal-safe.
+  static void report_exit_now(const char* signal_name);
+
  private:
   const Dispatcher* outer_;
 };

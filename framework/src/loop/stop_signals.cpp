@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 
+#include "loop/crash_report.hpp"
 #include "wick/interrupt.hpp"
 #include "wick/state_dict.hpp"
 #include "wick/trainer.hpp"
@@ -22,6 +23,19 @@ std::atomic<pid_t> g_first_sender{0};
 std::atomic<bool> g_exit_on_stop{false};  // an ExitOnStopScope lives
 std::atomic<bool> g_handling{false};      // a StopSignalScope lives: a fit's signals are ours
 
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "SIGUSR1";
+  }
+}
+
 void on_stop_signal(int sig, siginfo_t* info, void*) {
   if (g_exit_on_stop.load()) _exit(128 + sig);
   const pid_t from = info ? info->si_pid : 0;
@@ -35,7 +49,10 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
   // A second signal from the first one's sender, or a third: the user (or the scheduler)
   // wants out now. A second from another sender is the same stop delivered twice: SLURM
   // signals every process of a job, and wick launch forwards what it gets to its ranks too.
-  if (before >= 2 || from == g_first_sender.load()) _exit(128 + sig);
+  if (before >= 2 || from == g_first_sender.load()) {
+    CrashReportScope::report_exit_now(signal_name(sig));
+    _exit(128 + sig);
+  }
 }
 
 }  // namespace
