@@ -883,12 +883,22 @@ TEST_CASE("label_smoothing refuses predictions that are not class scores [N, C]"
   auto task = std::make_shared<ImageTask>(4, 2, ImageTask::Net::linear);
   auto t = make(task, options(4), sgd(0.1), "[[hooks]]\nplugin = \"label_smoothing\"\n");
   auto probe = std::make_shared<Probe>();
-  // After the task's loss, before label_smoothing (order -3): a prediction of one score each.
-  probe->points[Point::after_loss] = [](Context& c) { c.output().pred = c.output().pred.sum(1); };
-  t->add_hook(entry(probe, "flatten_pred", -50));
-  auto r = t->fit();
-  CHECK(r.status == FitResult::Status::failed);
-  CHECK_THAT(r.error, Contains("label_smoothing") && Contains("class scores [N, C]"));
+  // After the task's loss, before label_smoothing (order -3): a prediction of one score each,
+  // as a vector [N] and as a column [N, 1] (a binary classifier's, whose loss would only be
+  // scaled: the uniform term over one class is 0).
+  for (const bool column : {false, true}) {
+    DYNAMIC_SECTION((column ? "[N, 1]" : "[N]")) {
+      probe->points[Point::after_loss] = [column](Context& c) {
+        c.output().pred = c.output().pred.sum(1, column);
+      };
+      t->add_hook(entry(probe, "flatten_pred", -50));
+      auto r = t->fit();
+      CHECK(r.status == FitResult::Status::failed);
+      CHECK_THAT(r.error, Contains("label_smoothing") && Contains("class scores [N, C], C >= 2") &&
+                              Contains(column ? "a tensor of [4, 1]; for one score a sample (BCE)"
+                                              : "a tensor of [4]"));
+    }
+  }
 }
 
 // ---- mixup and cutmix ---------------------------------------------------------------------

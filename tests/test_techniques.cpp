@@ -37,11 +37,12 @@ constexpr std::int64_t kIn = 4, kOut = 3;
 // y = x A + noise on fixed data; the model is a Linear layer initialised from the trainer seed.
 class LinearTask : public Task {
  public:
-  explicit LinearTask(std::int64_t n, std::int64_t valid = 0) {
+  explicit LinearTask(std::int64_t n, std::int64_t valid = 0, at::ScalarType dtype = torch::kFloat)
+      : dtype_(dtype) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
     auto a = torch::randn({kIn, kOut}, gen);
-    x_ = torch::randn({n, kIn}, gen);
-    y_ = x_.matmul(a) + 0.1 * torch::randn({n, kOut}, gen);
+    x_ = torch::randn({n, kIn}, gen).to(dtype);
+    y_ = x_.matmul(a.to(dtype)) + 0.1 * torch::randn({n, kOut}, gen).to(dtype);
     train_ = std::make_shared<TensorDataset>(x_, y_);
     if (valid > 0) {
       auto vx = torch::randn({valid, kIn}, gen);
@@ -50,6 +51,7 @@ class LinearTask : public Task {
   }
   std::shared_ptr<torch::nn::Module> model() override {
     lin_ = torch::nn::Linear(kIn, kOut);
+    lin_->to(dtype_);
     return lin_.ptr();
   }
   std::shared_ptr<Dataset> train_data() override { return train_; }
@@ -61,7 +63,7 @@ class LinearTask : public Task {
   }
   Output loss(Context&, const at::Tensor& pred, const Batch& b) override {
     Output o;
-    o.loss = torch::mse_loss(pred.to(torch::kFloat), b.target);
+    o.loss = torch::mse_loss(pred.to(b.target.scalar_type()), b.target);
     return o;
   }
 
@@ -70,6 +72,7 @@ class LinearTask : public Task {
   std::function<void(Context&, const at::Tensor&)> on_forward;
 
  private:
+  at::ScalarType dtype_;
   std::shared_ptr<TensorDataset> train_, valid_;
   torch::nn::Linear lin_{nullptr};
 };
@@ -232,6 +235,18 @@ TEST_CASE("grad_clip: closed-form clipped gradient, once per real step",
     const double coef = 0.1 / (norm + 1e-6);
     CHECK((p1[0] - (p0[0] - lr * coef * gw)).abs().max().item<double>() < 1e-6);
     CHECK((p1[1] - (p0[1] - lr * coef * gb)).abs().max().item<double>() < 1e-6);
+  }
+  SECTION("a float64 model: its norm and clip in float64") {
+    task = std::make_shared<LinearTask>(64, 0, torch::kDouble);
+    auto [p0, p1] = run("[[hooks]]\nplugin = \"grad_clip\"\nmax_norm = 0.25\n", 64);
+    REQUIRE(p1[0].scalar_type() == torch::kDouble);
+    auto [gw, gb] = mse_grad(p0[0], p0[1], task->x_, task->y_);
+    const double norm = std::sqrt(gw.pow(2).sum().item<double>() + gb.pow(2).sum().item<double>());
+    REQUIRE(norm > 0.5);
+    const double coef = 0.25 / (norm + 1e-6);
+    // Float32's rounding would leave about 1e-8.
+    CHECK((p1[0] - (p0[0] - lr * coef * gw)).abs().max().item<double>() < 1e-13);
+    CHECK((p1[1] - (p0[1] - lr * coef * gb)).abs().max().item<double>() < 1e-13);
   }
   SECTION("a bad table is refused with the key named") {
     CHECK_THROWS_WITH(load_hooks("[[hooks]]\nplugin = \"grad_clip\"\n"),

@@ -339,6 +339,69 @@ TEST_CASE("every built-in hook and metric works with the torchscript task, and 2
   CHECK(none.err.find("--checkpoint") == std::string::npos);
 }
 
+TEST_CASE("swa recomputes a scripted model's batch norms as PyTorch's update_bn does") {
+  need_python({"torch"});
+  TempDir d;
+  // Two batch norms, one with a momentum (a constant of the scripted code) and one without
+  // (a cumulative mean); 50 samples, so the last batch is short. Float64, to compare closely.
+  const std::string net = R"py(
+import sys, json, torch
+d = sys.argv[1]
+torch.set_default_dtype(torch.float64)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(8, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.l2 = torch.nn.Linear(16, 3)
+        self.bn2 = torch.nn.BatchNorm1d(3, momentum=None)
+    def forward(self, x):
+        return self.bn2(self.l2(torch.relu(self.bn(self.l1(x)))))
+)py";
+  auto made = python(d, net + R"py(
+torch.manual_seed(0)
+torch.jit.script(Net()).save(f"{d}/bn.pt")
+g = torch.Generator().manual_seed(1)
+x = torch.randn(50, 8, generator=g) * 3 + 1
+torch.save({"input": x, "target": torch.randint(0, 3, (50,), generator=g)}, f"{d}/train.pt")
+)py");
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  write_file(d / "cfg.toml",
+             "[trainer]\nepochs = 3\nbatch_size = 16\nshuffle = false\nthreads = 1\n"
+             "output_dir = \"" +
+                 (d / "run").string() +
+                 "\"\n[task]\nplugin = \"torchscript\"\nmodel = \"bn.pt\"\ntrain = "
+                 "\"train.pt\"\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
+                 "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 1\n");
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("batch-norm statistics recomputed over 50 training samples") !=
+        std::string::npos);
+  // The reference: the averaged weights wick saved, statistics reset, one pass in training
+  // mode with a cumulative mean, as torch.optim.swa_utils.update_bn makes them.
+  auto ref = python(d, net + R"py(
+saved = torch.load(f"{d}/run/model.pt")
+m = Net()
+m.load_state_dict(saved)
+x = torch.load(f"{d}/train.pt")["input"]
+for bn in (m.bn, m.bn2):
+    bn.reset_running_stats()
+    bn.momentum = None
+m.train()
+with torch.no_grad():
+    for i in range(0, 50, 16):
+        m(x[i:i + 16])
+diff = max((saved[k] - getattr(m, k.split(".")[0]).get_buffer(k.split(".")[1])).abs().max().item()
+           for k in saved if "running" in k)
+print(json.dumps({"diff": diff}))
+)py");
+  INFO(ref.err << ref.out);
+  REQUIRE(ref.exit_code == 0);
+  CHECK(json_number(ref.out, "diff") < 1e-12);  // the trained statistics were 0.3 off
+}
+
 TEST_CASE("the torchscript task refuses bad models and data with the file and the fix") {
   need_python({"numpy", "torch"});
   TempDir d;

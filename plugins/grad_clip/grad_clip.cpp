@@ -73,16 +73,18 @@ class GradClip : public wick::Hook {
   // Total norm over all gradients, kept on the device (but with sharded optimizer state).
   at::Tensor total_norm(wick::Context& c, const std::vector<at::Tensor>& grads) const {
     const bool inf = std::isinf(norm_type_);
+    // Float32 at least (bf16 and fp16 gradients), float64 for a float64 model.
+    at::ScalarType type = at::kFloat;
+    for (const auto& g : grads) type = at::promote_types(type, g.scalar_type());
 #if WICK_FOREACH_CLIP
-    const std::vector<at::Tensor> parts = grads.empty()
-                                              ? std::vector<at::Tensor>{}
-                                              : at::_foreach_norm(grads, norm_type_, at::kFloat);
+    const std::vector<at::Tensor> parts =
+        grads.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(grads, norm_type_, type);
 #else
     std::vector<at::Tensor> parts;
     for (const auto& g : grads)
-      parts.push_back(inf ? g.abs().max().to(torch::kFloat) : g.norm(norm_type_).to(torch::kFloat));
+      parts.push_back(inf ? g.abs().max().to(type) : g.norm(norm_type_).to(type));
 #endif
-    const at::Tensor local = parts.empty() ? torch::zeros({}, torch::kFloat)
+    const at::Tensor local = parts.empty() ? torch::zeros({}, type)
                              : inf         ? torch::stack(parts).max()
                                            : torch::stack(parts).norm(norm_type_);
     if (!c.sharded_state()) return local;
@@ -93,8 +95,8 @@ class GradClip : public wick::Hook {
     c.collectives()->all_reduce_sum(slots);
     const double total =
         inf ? slots.max().item<double>() : std::pow(slots.sum().item<double>(), 1.0 / norm_type_);
-    return torch::tensor(static_cast<float>(total))
-        .to(grads.empty() ? local.device() : grads.front().device());
+    return torch::tensor(total, torch::kDouble)
+        .to(grads.empty() ? local.device() : grads.front().device(), type);
   }
 
   double max_norm_, norm_type_, value_;

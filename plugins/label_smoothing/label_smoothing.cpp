@@ -5,6 +5,7 @@
 // the target, it composes with mixup and cutmix (which mix the task's loss over two targets):
 // give them a lower order so that they run first. Validation loss is left as the task's.
 #include <cmath>
+#include <string>
 
 #include <wick/plugin.hpp>
 #include <wick/task.hpp>
@@ -22,18 +23,30 @@ class LabelSmoothing : public wick::Hook {
       if (!c.state().training() || eps_ == 0) return;
       auto& out = c.output();
       const auto& z = out.pred;
-      if (z.dim() != 2 || !z.is_floating_point())
+      // One score a sample (a binary classifier trained with BCE) has no classes to spread
+      // over: the uniform term would be 0 and the loss only scaled.
+      if (z.dim() != 2 || !z.is_floating_point() || z.size(1) < 2)
         throw std::runtime_error(
-            "label_smoothing needs class scores [N, C] (logits of a classifier trained with "
-            "cross-entropy); this task predicts a tensor of " +
-            std::to_string(z.dim()) + " dimension(s)" +
-            (z.is_floating_point() ? "" : " that is not floating point"));
-      const auto uniform = -torch::log_softmax(z.to(torch::kFloat), 1).mean(1).mean();
+            "label_smoothing needs class scores [N, C], C >= 2 (logits of a classifier trained "
+            "with cross-entropy); this task predicts a tensor of " +
+            shape_of(z) + (z.is_floating_point() ? "" : " that is not floating point") +
+            (z.dim() == 2 && z.size(1) == 1
+                 ? "; for one score a sample (BCE), smooth the targets in the task instead"
+                 : ""));
+      // Float32 at least (a bf16 model's scores), float64 for a float64 model.
+      const auto type = at::promote_types(z.scalar_type(), torch::kFloat);
+      const auto uniform = -torch::log_softmax(z.to(type), 1).mean(1).mean();
       out.loss = (1 - eps_) * out.loss + eps_ * uniform;
     });
   }
 
  private:
+  static std::string shape_of(const at::Tensor& t) {
+    std::string s = "[";
+    for (auto d : t.sizes()) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+    return s + "]";
+  }
+
   double eps_;
 };
 

@@ -67,7 +67,9 @@ class Sam : public wick::Hook {
       for (const auto& p : group.params())
         if (p.grad().defined()) {
           params.push_back(p);
-          norms.push_back(p.grad().to(torch::kFloat).norm());
+          // Float32 at least (bf16 gradients), float64 for a float64 model.
+          norms.push_back(
+              p.grad().to(at::promote_types(p.grad().scalar_type(), torch::kFloat)).norm());
         }
     if (params.empty()) return;
     const auto norm = torch::stack(norms).norm();

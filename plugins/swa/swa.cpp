@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <wick/jit.hpp>
 #include <wick/params.hpp>
 #include <wick/plugin.hpp>
 #include <wick/state_dict.hpp>
@@ -162,13 +163,15 @@ class Swa : public wick::Hook {
                                " averaged tensors but the model has " + std::to_string(ps.size()) +
                                " parameters");
     if (avg_.empty()) {
-      for (const auto& p : ps) avg_.push_back(p.detach().to(torch::kFloat).clone());
+      // Float32 at least (bf16 weights), float64 for a float64 model.
+      for (const auto& p : ps)
+        avg_.push_back(p.detach().to(at::promote_types(p.scalar_type(), torch::kFloat)).clone());
     } else {
       const double w = 1.0 / static_cast<double>(count_ + 1);
       for (std::size_t i = 0; i < ps.size(); ++i) {
         auto& a = avg_[i];
         if (a.device() != ps[i].device()) a = a.to(ps[i].device());
-        a.add_(ps[i].detach().to(torch::kFloat) - a, w);
+        a.add_(ps[i].detach().to(a.scalar_type()) - a, w);
       }
     }
     ++count_;
@@ -189,6 +192,45 @@ class Swa : public wick::Hook {
                    static_cast<long long>(count_), bns.c_str());
   }
 
+  // A TorchScript batch norm (a trainable JitModule's), whose momentum is a constant of its
+  // scripted code: its statistics are read back after each batch, from zeroed buffers, as
+  // momentum * the batch's, and the momentum is found by a first pass from buffers of ones.
+  struct ScriptedBn {
+    at::Tensor mean, var, count;   // the scripted module's buffers
+    at::Tensor kept, kept_count;   // their values before, for a momentum of 0
+    at::Tensor from_ones;          // running_mean after the first batch, from ones
+    double momentum = 0;           // read from the first batch
+    at::Tensor sum_mean, sum_var;  // of the batches' statistics
+    void zero() {
+      mean.zero_();
+      var.zero_();
+      count.zero_();  // a momentum of None: a cumulative mean from the first batch, so 1
+    }
+  };
+
+  static std::vector<ScriptedBn> scripted_batch_norms(torch::nn::Module& model) {
+    std::vector<ScriptedBn> out;
+    for (const auto& m : model.modules(/*include_self=*/true)) {
+      auto* j = m->as<wick::JitModuleImpl>();
+      if (!j || j->mode() != wick::JitMode::trainable) continue;  // a frozen part stays in eval
+      for (const auto& sub : j->jit().modules()) {
+        auto tensor = [&](const char* name) {
+          return sub.hasattr(name) && sub.attr(name).isTensor() ? sub.attr(name).toTensor()
+                                                                : at::Tensor();
+        };
+        ScriptedBn bn;
+        bn.mean = tensor("running_mean");
+        bn.var = tensor("running_var");
+        bn.count = tensor("num_batches_tracked");
+        if (!bn.mean.defined() || !bn.var.defined() || !bn.count.defined()) continue;
+        bn.kept = torch::cat({bn.mean.flatten(), bn.var.flatten()}).to(torch::kCPU);
+        bn.kept_count = bn.count.clone();
+        out.push_back(std::move(bn));
+      }
+    }
+    return out;
+  }
+
   // Returns what was done, for the message.
   std::string recompute_batch_norm(wick::Context& c) {
     namespace nn = torch::nn;
@@ -206,37 +248,72 @@ class Swa : public wick::Hook {
       add(m->as<nn::BatchNorm2dImpl>());
       add(m->as<nn::BatchNorm3dImpl>());
     }
-    if (bns.empty() || !bn_update_)
-      return bns.empty() ? "" : " (batch-norm statistics kept: bn_update = false)";
+    auto scripted = scripted_batch_norms(c.model());
+    if ((bns.empty() && scripted.empty()) || !bn_update_)
+      return bns.empty() && scripted.empty() ? ""
+                                             : " (batch-norm statistics kept: bn_update = false)";
     auto data = c.task().train_data();
     if (!data || data->size() == wick::kUnsized || data->has_state())
       return " (batch-norm statistics kept: the training data is a stream or has state, which "
              "a second pass would move on)";
-    std::vector<c10::optional<double>> momenta;
-    for (auto& b : bns) {
-      momenta.push_back(*b.momentum);
-      *b.momentum = c10::nullopt;  // a cumulative mean over the batches
-      b.reset();
-    }
     auto& model = c.model();
     const bool was_training = model.is_training();
     model.train();
     const auto n = data->size(), bs = c.run().batch_size;
     const auto device = c10::Device(c.run().device.str());
+    torch::NoGradGuard no_grad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(c.run().seed));
+    auto forward = [&](std::int64_t b) {
+      wick::Fetch f{wick::Phase::train, c.state().epoch, b, gen};
+      auto batch = data->get(torch::arange(b * bs, std::min(n, (b + 1) * bs), torch::kLong), f);
+      batch.input = batch.input.to(device);
+      batch.target = batch.target.to(device);
+      c.task().forward(c, batch);
+    };
+    std::vector<c10::optional<double>> momenta;
+    std::int64_t batches = 0;
     try {
-      torch::NoGradGuard no_grad;
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(c.run().seed));
-      for (std::int64_t b = 0, i = 0; i < n; ++b, i += bs) {
-        wick::Fetch f{wick::Phase::train, c.state().epoch, b, gen};
-        auto batch = data->get(torch::arange(i, std::min(n, i + bs), torch::kLong), f);
-        batch.input = batch.input.to(device);
-        batch.target = batch.target.to(device);
-        c.task().forward(c, batch);
+      if (!scripted.empty()) {
+        for (auto& s : scripted) {
+          s.mean.fill_(1);
+          s.var.fill_(1);
+          s.count.zero_();
+        }
+        forward(0);  // before the C++ batch norms' reset, which it would count otherwise
+        for (auto& s : scripted) s.from_ones = s.mean.clone();
+      }
+      for (auto& b : bns) {
+        momenta.push_back(*b.momentum);
+        *b.momentum = c10::nullopt;  // a cumulative mean over the batches
+        b.reset();
+      }
+      for (; batches * bs < n; ++batches) {
+        for (auto& s : scripted) s.zero();
+        forward(batches);
+        for (auto& s : scripted) {
+          if (batches == 0)  // from ones, (1 - m) + m x; from zeros, m x
+            s.momentum = 1.0 - (s.from_ones - s.mean).to(torch::kDouble).mean().item<double>();
+          if (s.momentum < 1e-6) continue;  // statistics that never move: put back below
+          const auto mean = s.mean / s.momentum, var = s.var / s.momentum;
+          s.sum_mean = batches == 0 ? mean : s.sum_mean + mean;
+          s.sum_var = batches == 0 ? var : s.sum_var + var;
+        }
       }
     } catch (const std::exception& e) {
       throw std::runtime_error(
           std::string("swa: recomputing batch-norm statistics over the training data failed: ") +
           e.what() + " (set bn_update = false to keep the trained statistics)");
+    }
+    for (auto& s : scripted) {
+      if (s.momentum < 1e-6) {  // nothing a pass could change
+        s.mean.copy_(s.kept.slice(0, 0, s.mean.numel()).view_as(s.mean));
+        s.var.copy_(s.kept.slice(0, s.mean.numel()).view_as(s.var));
+        s.count.copy_(s.kept_count);
+        continue;
+      }
+      s.mean.copy_(s.sum_mean / static_cast<double>(batches));
+      s.var.copy_(s.sum_var / static_cast<double>(batches));
+      s.count.fill_(batches);
     }
     for (std::size_t k = 0; k < bns.size(); ++k) *bns[k].momentum = momenta[k];
     model.train(was_training);
