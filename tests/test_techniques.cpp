@@ -313,11 +313,15 @@ TEST_CASE("lr_schedule: each kind matches its formula", "[techniques][lr_schedul
     CHECK(lr[12] == Approx(0.025));
   }
   SECTION("onecycle") {
+    // As PyTorch's OneCycleLR: up from 0.1 / 25 to the peak at step 0.3 * 20 - 1 = 5, then
+    // down to 0.004 / 1e4 at the last step, 19, each half a cosine.
     auto lr = lrs_used("kind = \"onecycle\"\ntotal_steps = 20\n", 20);
-    CHECK(lr[0] == Approx(0.004));                  // 0.1 / 25
-    CHECK(lr[3] == Approx(0.052));                  // half way up: (0.004 + 0.1) / 2
-    CHECK(lr[6] == Approx(0.1));                    // peak at 0.3 * 20
-    CHECK(lr[13] == Approx((0.1 + 0.004e-4) / 2));  // half way down to 0.004 / 1e4
+    REQUIRE(lr.size() == 20);
+    CHECK(lr[0] == Approx(0.004));
+    CHECK(lr[3] == Approx(0.1 + (0.004 - 0.1) * (1 + std::cos(pi * 3 / 5)) / 2));
+    CHECK(lr[5] == Approx(0.1));
+    CHECK(lr[12] == Approx((0.1 + 0.004e-4) / 2));  // half way down
+    CHECK(lr[19] == Approx(0.004e-4));
   }
   SECTION("total steps derived from epochs, batches and accumulation; only real steps count") {
     // 2 epochs of 10 batches with 2 micro-batches per step: 10 steps in all.

@@ -7,9 +7,10 @@
 //   linear    min_lr + (base - min_lr) * (1 - p)
 //   cosine    min_lr + (base - min_lr) * (1 + cos(pi p)) / 2
 //   step      base * gamma ^ floor((t - W) / step_size)
-//   onecycle  lo = base / div_factor, up = pct_start * T, end = lo / final_div_factor:
-//             t < up: lo + (base - lo) * (1 - cos(pi t / up)) / 2
-//             else:   end + (base - end) * (1 + cos(pi (t - up) / (T - up))) / 2
+//   onecycle  PyTorch's OneCycleLR (cosine, two phases): lo = base / div_factor, end = lo /
+//             final_div_factor, the peak at P = pct_start * T - 1, the end at T - 1:
+//             t <= P: lo + (base - lo) * (1 - cos(pi t / P)) / 2
+//             else:   end + (base - end) * (1 + cos(pi (t - P) / (T - 1 - P))) / 2
 // The schedule advances only when the optimizer really stepped (not on accumulation
 // micro-batches nor on steps the loss scaler skipped).
 #include <algorithm>
@@ -192,11 +193,14 @@ class LrSchedule : public wick::Hook {
     const double pi = 3.14159265358979323846;
     if (kind_ == Kind::onecycle) {
       const double lo = base / div_factor_, end = lo / final_div_factor_;
-      const double up = pct_start_ * static_cast<double>(total_);
-      const double x = static_cast<double>(std::min(t, total_));
-      if (x < up) return lo + (base - lo) * (1 - std::cos(pi * x / up)) / 2;
-      return end +
-             (base - end) * (1 + std::cos(pi * (x - up) / (static_cast<double>(total_) - up))) / 2;
+      const double peak = pct_start_ * static_cast<double>(total_) - 1;
+      const double last = static_cast<double>(total_ - 1);
+      const double x = static_cast<double>(std::min(t, total_ - 1));
+      auto anneal = [pi](double from, double to, double p) {
+        return to + (from - to) * (1 + std::cos(pi * p)) / 2;
+      };
+      if (x <= peak) return peak > 0 ? anneal(lo, base, x / peak) : base;
+      return last > peak ? anneal(base, end, (x - peak) / (last - peak)) : end;
     }
     if (t < warmup_) return base * static_cast<double>(t + 1) / static_cast<double>(warmup_);
     double p = static_cast<double>(t - warmup_) / static_cast<double>(total_ - warmup_);
