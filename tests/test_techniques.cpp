@@ -81,8 +81,10 @@ class LinearTask : public Task {
 struct Probe : Hook {
   std::function<void(Context&, Stage)> stage_fn;
   std::map<Point, std::function<void(Context&)>> points;
+  std::function<void(const Record&)> record_fn;
   bool stages = true;
   void connect(Registrar& r) override {
+    if (record_fn) r.on_record(record_fn);
     if (stages)
       for (Stage s : {Stage::backward, Stage::optimizer_step, Stage::zero_grad})
         r.stage(s, [this, s](Context& c, Next next) {
@@ -140,6 +142,75 @@ std::pair<at::Tensor, at::Tensor> mse_grad(const at::Tensor& w, const at::Tensor
 }
 
 }  // namespace
+
+// ---- records ------------------------------------------------------------------------------
+
+TEST_CASE("train/loss weighs each batch by its samples, as valid/loss does",
+          "[techniques][records]") {
+  // 50 samples in batches of 16, 16, 16 and 2; a step record every 2 batches.
+  auto o = options(16);
+  o.log_every = 2;
+  Trainer t(o, std::make_shared<LinearTask>(50), optimizer("sgd", 0.05));
+  std::vector<std::pair<double, double>> seen;  // each batch's loss and samples
+  std::vector<double> logged;
+  auto probe = std::make_shared<Probe>();
+  probe->stages = false;
+  probe->points[Point::after_loss] = [&](Context& c) {
+    seen.emplace_back(c.output().loss.item<double>(), static_cast<double>(c.state().batch_size));
+  };
+  probe->record_fn = [&](const Record& r) {
+    for (const auto& [k, v] : r.values)
+      if (k == "train/loss") logged.push_back(v);
+  };
+  t.add_hook(entry(probe, "probe", 0));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(seen.size() == 4);
+  REQUIRE(seen[3].second == 2);
+  auto mean = [&](std::size_t from, std::size_t to) {
+    double sum = 0, n = 0;
+    for (std::size_t i = from; i < to; ++i) {
+      sum += seen[i].first * seen[i].second;
+      n += seen[i].second;
+    }
+    return sum / n;
+  };
+  REQUIRE(logged.size() == 3);  // two step records, then the epoch's
+  CHECK(logged[0] == Approx(mean(0, 2)).epsilon(1e-12));
+  CHECK(logged[1] == Approx(mean(2, 4)).epsilon(1e-12));  // a mean of the 2 means is not
+  CHECK(logged[2] == Approx(mean(0, 4)).epsilon(1e-12));
+  CHECK(std::abs(logged[2] - (seen[0].first + seen[1].first + seen[2].first + seen[3].first) / 4) >
+        1e-6);
+}
+
+TEST_CASE("a record's lr is the one its last step trained with", "[techniques][records]") {
+  // A schedule sets the next step's lr at after_step, before the epoch's record is written.
+  auto o = options(4, 2);
+  o.log_every = 1;
+  Trainer t(o, std::make_shared<LinearTask>(24), optimizer("sgd", 0.1));
+  for (auto& h : load_hooks("[[hooks]]\nplugin = \"lr_schedule\"\nkind = \"cosine\"\n"))
+    t.add_hook(std::move(h));
+  std::vector<double> used;
+  std::vector<std::pair<Record::Kind, double>> logged;
+  auto probe = std::make_shared<Probe>();
+  probe->stage_fn = [&](Context& c, Stage s) {
+    if (s == Stage::optimizer_step)
+      used.push_back(c.optimizer().param_groups()[0].options().get_lr());
+  };
+  probe->record_fn = [&](const Record& r) {
+    for (const auto& [k, v] : r.values)
+      if (k == "lr") logged.emplace_back(r.kind, v);
+  };
+  t.add_hook(entry(probe, "probe", 100));
+  REQUIRE(t.fit().status == FitResult::Status::completed);
+  REQUIRE(used.size() == 12);
+  REQUIRE(logged.size() == 14);  // 6 steps and the epoch, twice
+  for (int e = 0; e < 2; ++e) {
+    for (int i = 0; i < 6; ++i) CHECK(logged[7 * e + i].second == used[6 * e + i]);
+    CHECK(logged[7 * e + 6].first == Record::Kind::epoch);
+    CHECK(logged[7 * e + 6].second == used[6 * e + 5]);
+  }
+  CHECK(used.back() > 0);  // the last record's lr was 0 before, an lr no step used
+}
 
 // ---- grad_accum ---------------------------------------------------------------------------
 

@@ -222,11 +222,10 @@ class LrSchedule : public wick::Hook {
 
   void apply(wick::Context& c) {
     auto gs = groups(c);
-    for (std::size_t i = 0; i < gs.size() && i < base_.size(); ++i) {
-      const double lr = lr_at(base_[i], steps_);
-      gs[i]->options().set_lr(lr);
-      if (i == 0 && optimizer_.empty()) c.log("lr", lr);
-    }
+    // Not logged here: the trainer records the lr each step trained with, where this sets
+    // the next step's (an epoch's record took the next epoch's first lr).
+    for (std::size_t i = 0; i < gs.size() && i < base_.size(); ++i)
+      gs[i]->options().set_lr(lr_at(base_[i], steps_));
   }
 
   Kind kind_ = Kind::constant;

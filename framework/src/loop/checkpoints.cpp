@@ -85,7 +85,7 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
             eval.save_last_valid(out);
           },
           [this](const StateDict& in) {
-            epoch.load(in);
+            epoch.load(in, opt.batch_size);
             stops.load(in);
             records.load_pending(in);
             eval.load_last_valid(in);

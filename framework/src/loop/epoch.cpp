@@ -86,6 +86,7 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
   // would have.
   if (!loop.resume.take_mid_epoch(first_batch)) epoch.clear();
   epoch.losses.reserve(static_cast<std::size_t>(nb));
+  epoch.loss_samples.reserve(static_cast<std::size_t>(nb));
   loop.pos = {state.epoch, first_batch};
 
   const auto t0 = Clock::now();

@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 std::shared_ptr<void> Trainer::Impl::start_fit() {
   check_trainable(*model, optim_specs.empty() ? std::string() : optim_specs[0].where);
   times.fit_start = Clock::now();
+  step_lrs.clear();  // an earlier fit's
   stops.start(opt.epochs, opt.max_steps);
   loop.phase = LoopPhase::fit;
   dispatch.set_where("start");

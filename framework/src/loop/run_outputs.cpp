@@ -19,19 +19,29 @@ double Trainer::Impl::current_lr() const {
 }
 
 // "lr": the first group's of the first optimizer; with several optimizers also "lr/NAME".
-void Trainer::Impl::add_lrs(Record& r) const {
-  r.values.emplace_back("lr", current_lr());
-  if (optimizers.size() < 2) return;
+std::vector<std::pair<std::string, double>> Trainer::Impl::lrs_now() const {
+  std::vector<std::pair<std::string, double>> out{{"lr", current_lr()}};
+  if (optimizers.size() < 2) return out;
   for (const auto& o : optimizers) {
     const auto& groups = o.optimizer->param_groups();
-    if (!groups.empty()) r.values.emplace_back("lr/" + o.name, groups[0].options().get_lr());
+    if (!groups.empty()) out.emplace_back("lr/" + o.name, groups[0].options().get_lr());
   }
+  return out;
+}
+
+// The lrs the last step trained with: a schedule sets the next step's at after_step, before
+// an epoch's record is written. Before this run's first step, the lrs as they are.
+void Trainer::Impl::add_lrs(Record& r) const {
+  const auto lrs = step_lrs.empty() ? lrs_now() : step_lrs;
+  r.values.insert(r.values.end(), lrs.begin(), lrs.end());
 }
 
 std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whole_epoch) {
-  // [sum, count] per value: the loss, then each training metric; one all-reduce for all.
+  // [sum, samples] per value, each batch's mean weighed by its samples: the loss, then each
+  // training metric; one all-reduce for all.
   std::vector<at::Tensor> parts;
-  auto add = [&](const std::vector<at::Tensor>& v, std::size_t from) {
+  auto add = [&](const std::vector<at::Tensor>& v, const std::vector<double>& samples,
+                 std::size_t from) {
     if (from >= v.size()) {
       parts.push_back(torch::zeros({2}, torch::kDouble));
       return;
@@ -45,13 +55,18 @@ std::vector<std::pair<std::string, double>> Trainer::Impl::train_means(bool whol
       for (const auto& t : part) moved.push_back(t.to(part.back().device()));
       part = moved;
     }
-    auto s = torch::stack(part).to(torch::kDouble).sum().cpu();
-    parts.push_back(torch::stack(
-        {s, torch::scalar_tensor(static_cast<double>(v.size() - from), torch::kDouble)}));
+    // On the host: a record reads its values there anyway.
+    const std::vector<double> w(samples.begin() + static_cast<std::ptrdiff_t>(from), samples.end());
+    const auto s = (torch::stack(part).to(torch::kDouble).cpu().reshape({-1}) *
+                    torch::tensor(at::ArrayRef<double>(w), torch::kDouble))
+                       .sum();
+    double n = 0;
+    for (double x : w) n += x;
+    parts.push_back(torch::stack({s, torch::scalar_tensor(n, torch::kDouble)}));
   };
-  add(epoch.losses, whole_epoch ? 0 : epoch.logged_loss);
+  add(epoch.losses, epoch.loss_samples, whole_epoch ? 0 : epoch.logged_loss);
   for (std::size_t k = 0; k < epoch.names.size(); ++k)
-    add(epoch.metrics[k], whole_epoch ? 0 : epoch.logged_metric[k]);
+    add(epoch.metrics[k], epoch.metric_samples[k], whole_epoch ? 0 : epoch.logged_metric[k]);
   auto packed = torch::cat(parts);
   dp.all_reduce_sum(packed);
   auto a = packed.accessor<double, 1>();
@@ -68,6 +83,7 @@ void Trainer::Impl::log_step_if_due() {
   // Accumulating, a record waits for the end of the window (windows begin at multiples of the
   // count within an epoch) in which the count of batches reached a multiple of log_every: no
   // two records share an optimizer step, and each holds whole windows.
+  step_lrs = lrs_now();
   const std::int64_t L = opt.log_every;
   if (L <= 0 || epoch.losses.size() <= epoch.logged_loss || !state.is_accum_boundary()) return;
   const std::int64_t window = std::min(state.accum_window(), state.micro_step);

@@ -298,8 +298,8 @@ void StepEngine::train_step(BatchSource& loader) {
   if (skip_batch_) {
     ++p_.state.skipped_steps;
   } else {
-    if (output.loss.defined()) p_.epoch.losses.push_back(output.loss.detach());
-    for (const auto& [k, v] : output.metrics) p_.epoch.add_metric(k, v);
+    if (output.loss.defined()) p_.epoch.add_loss(output.loss, p_.state.batch_size);
+    for (const auto& [k, v] : output.metrics) p_.epoch.add_metric(k, v, p_.state.batch_size);
   }
   ++p_.state.micro_step;
   p_.state.samples_seen += p_.state.batch_size * p_.state.num_processes;
