@@ -83,6 +83,14 @@ TEST_CASE("classification metrics equal their hand-computed values, over two bat
   CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 2", {{s, t}}) == Approx(0.5));
   CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 3", {{s, t}}) == Approx(1.0));
   CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 1", {{s, t}}) == Approx(0.25));
+  // Ties rank the lower class first, as argmax does: class 1 ties with class 0 above it (out
+  // of the top 1), class 0 with class 1 (in), class 2 with both (out of the top 2).
+  const auto tied = torch::tensor({{1.0, 1.0, 0.0}, {1.0, 1.0, 0.0}, {1.0, 1.0, 1.0}});
+  const auto tt = torch::tensor({1, 0, 2});
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 1", {{tied, tt}}) == Approx(1.0 / 3));
+  CHECK(value_of("plugin = \"accuracy\"", {{tied, tt}}) == Approx(1.0 / 3));
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 2", {{tied, tt}}) == Approx(2.0 / 3));
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 3", {{tied, tt}}) == Approx(1.0));
   // A binary logit per sample: positive when > 0.
   CHECK(value_of("plugin = \"accuracy\"", {{torch::tensor({-1.0, 2.0, 0.5, -3.0}),
                                             torch::tensor({0, 1, 0, 0})}}) == Approx(0.75));
@@ -241,6 +249,8 @@ d = sys.argv[1]
 load = lambda n: np.loadtxt(f"{d}/{n}.csv", delimiter=",", ndmin=2)
 logits, target, y, y_hat = load("logits"), load("target")[:, 0].astype(int), load("y"), load("y_hat")
 pred = logits.argmax(1)
+softmax = lambda z: np.exp(z) / np.exp(z).sum(1, keepdims=True)
+sigmoid = lambda z: 1 / (1 + np.exp(-z))
 out = {
   "accuracy": m.accuracy_score(target, pred),
   "top3": m.top_k_accuracy_score(target, logits, k=3, labels=range(logits.shape[1])),
@@ -249,8 +259,10 @@ out = {
   "r2": m.r2_score(y, y_hat),
   # class 0's logit, rounded to halves so that there are ties, against "class 0 or not"
   "auroc_binary": m.roc_auc_score((target == 0).astype(int), np.round(logits[:, 0] * 2) / 2),
-  "auroc_ovr": m.roc_auc_score(target, np.exp(logits) / np.exp(logits).sum(1, keepdims=True),
-                               multi_class="ovr", average="macro"),
+  "auroc_ovr": m.roc_auc_score(target, softmax(logits), multi_class="ovr", average="macro"),
+  # logits that all lie in [0, 1], and probabilities, as given
+  "auroc_unit_logits": m.roc_auc_score(target, softmax(sigmoid(logits)), multi_class="ovr"),
+  "auroc_probabilities": m.roc_auc_score(target, softmax(logits / 3), multi_class="ovr"),
 }
 for avg in ("macro", "micro", "weighted"):
   out["precision_" + avg] = m.precision_score(target, pred, average=avg, zero_division=0)
@@ -264,7 +276,7 @@ for k, v in out.items(): print(k, repr(float(v)))
   std::map<std::string, double> ref;
   std::istringstream in(r.out);
   for (std::string k; in >> k;) in >> ref[k];
-  REQUIRE(ref.size() == 17);
+  REQUIRE(ref.size() == 19);
   auto check = [&](const std::string& key, const std::string& toml, const auto& batches) {
     INFO(key);
     CHECK(value_of(toml, batches) == Approx(ref.at(key)).epsilon(1e-9).margin(1e-12));
@@ -275,6 +287,9 @@ for k, v in out.items(): print(k, repr(float(v)))
     for (const std::string m : {"precision", "recall", "f1"})
       check(m + "_" + avg, "plugin = \"" + m + "\"\naverage = \"" + avg + "\"", cls);
   check("auroc_ovr", "plugin = \"auroc\"", cls);
+  check("auroc_unit_logits", "plugin = \"auroc\"", batches_of(torch::sigmoid(logits), target));
+  check("auroc_probabilities", "plugin = \"auroc\"",
+        batches_of(torch::softmax(logits / 3, 1), target));
   check("auroc_binary", "plugin = \"auroc\"",
         batches_of((logits.select(1, 0) * 2).round() / 2, target.eq(0).to(torch::kLong)));
   check("mae", "plugin = \"mae\"", reg);

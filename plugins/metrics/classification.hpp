@@ -29,8 +29,18 @@ class TopK : public wick::Metric {
       throw wick::ConfigError(
           "k = " + std::to_string(k_) + " is above the " + std::to_string(s.size(1)) +
           " classes the prediction scores; set k to at most " + std::to_string(s.size(1)));
-    const auto t = classes.to(s.device()).unsqueeze(1);
-    const auto hit = k_ == 1 ? s.argmax(1, true).eq(t) : std::get<1>(s.topk(k_, 1)).eq(t);
+    const auto t = classes.to(s.device()).to(at::kLong).unsqueeze(1);
+    // Ties rank the lower class first, as argmax does (k = 1), on every device (topk's order
+    // of ties is unspecified): a hit when fewer than k classes score above the target's or
+    // tie with it at a lower index.
+    at::Tensor hit;
+    if (k_ == 1) {
+      hit = s.argmax(1, true).eq(t);
+    } else {
+      const auto st = s.gather(1, t);
+      const auto index = at::arange(s.size(1), t.options()).unsqueeze(0);
+      hit = (s.gt(st).sum(1) + s.eq(st).logical_and(index.lt(t)).sum(1)).lt(k_).unsqueeze(1);
+    }
     const auto counts =
         at::stack({hit.any(1).sum().to(at::kDouble),
                    at::full({}, static_cast<double>(s.size(0)), s.options().dtype(at::kDouble))});

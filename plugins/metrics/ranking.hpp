@@ -73,10 +73,14 @@ class Auroc : public wick::Metric {
       if (std::isnan(v)) throw std::runtime_error(one_class_message(y));
       return {{"", v}};
     }
-    // One class against the rest, each class with samples of its own and of others; scores
-    // outside [0, 1] are logits, made probabilities by a softmax (as scikit-learn expects).
-    const bool logits = s.lt(0).any().item<bool>() || s.gt(1).any().item<bool>();
-    const auto p = logits ? s.softmax(1) : s;
+    // One class against the rest, each class with samples of its own and of others. Rows that
+    // are each a distribution (in [0, 1], summing to 1) are probabilities; anything else is
+    // logits, made probabilities by a softmax (as scikit-learn expects): logits that happen
+    // to lie in [0, 1] rank otherwise than their softmax does.
+    const auto d = s.to(at::kDouble);
+    const bool probabilities = d.ge(0).all().item<bool>() && d.le(1).all().item<bool>() &&
+                               (d.sum(1) - 1).abs().max().item<double>() < 1e-3;
+    const auto p = probabilities ? s : s.softmax(1);
     double sum = 0;
     int counted = 0;
     for (std::int64_t c = 0; c < C; ++c) {
