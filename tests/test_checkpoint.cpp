@@ -19,6 +19,7 @@
 
 #include "state/checkpoint_folder.hpp"  // private: the atomic folder write
 #include "support.hpp"
+#include "wick/config.hpp"
 #include "wick/files.hpp"
 #include "wick/sha256.hpp"
 
@@ -875,6 +876,40 @@ TEST_CASE("a checkpoint folder whose saves would pass the path limit is refused 
                    "hooks.checkpoint.dir to a writable folder with a shorter path") !=
         std::string::npos);
   CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 0);
+}
+
+TEST_CASE("fresh fits of one process in one second each move the earlier checkpoints aside") {
+  // A host program's fits, in process: one pid, and each start in the same second. The folder
+  // a second fit would move the first's checkpoints to is taken already (made here for every
+  // second of the next minute), holding checkpoints of the same names: a move into it fails.
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n"));
+  auto fit = [&] {
+    const auto conf = wick::Config::load((d / "cfg.toml").string(), {"trainer.epochs=1"});
+    wick::PluginFinder finder({WICK_PLUGIN_DIR});
+    return wick::make_trainer(conf, finder)->fit().status;
+  };
+  REQUIRE(fit() == wick::FitResult::Status::completed);
+  const auto first = checkpoints(d);
+  REQUIRE(first.size() == 3);  // at steps 4 and 8, and the epoch's end
+  const auto first_hashes = file_hashes(ckpt_dir(d) / first.back());
+  std::vector<std::string> taken;
+  for (std::time_t t = std::time(nullptr) - 1, end = t + 61; t < end; ++t) {
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&t));
+    taken.push_back("superseded-" + std::string(stamp) + "-" + std::to_string(::getpid()));
+    for (const auto& n : first) write_file(ckpt_dir(d) / taken.back() / n / "other", "x");
+  }
+  REQUIRE(fit() == wick::FitResult::Status::completed);
+  // The first fit's checkpoints are in a folder of their own, none left among the second's.
+  std::vector<std::string> made;
+  for (const auto& n : checkpoints(d))
+    if (n.rfind("superseded-", 0) == 0 &&
+        std::find(taken.begin(), taken.end(), n) == taken.end())
+      made.push_back(n);
+  REQUIRE(made.size() == 1);
+  CHECK(file_hashes(ckpt_dir(d) / made[0] / first.back()) == first_hashes);
+  CHECK(file_hashes(ckpt_dir(d) / first.back()) != first_hashes);  // the second fit's own
 }
 
 TEST_CASE("a fit ends in its own words, not killed by SIGPIPE or SIGXFSZ") {

@@ -205,10 +205,26 @@ class Checkpoint : public wick::Hook {
     char stamp[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
-    const auto aside =
-        dir_ / ("superseded-" + std::string(stamp) + "-" + std::to_string(::getpid()));
-    fs::create_directories(aside, ec);
-    for (const auto& p : later) fs::rename(p, aside / p.filename(), ec);
+    // A folder of its own: two fresh fits of one process (a host's) can start in one second.
+    const auto base = "superseded-" + std::string(stamp) + "-" + std::to_string(::getpid());
+    fs::path aside = dir_ / base;
+    for (int k = 2; !fs::create_directory(aside, ec); ++k) {
+      if (ec || k > 1000)
+        throw std::runtime_error(
+            "cannot make a folder to move the earlier run's checkpoints "
+            "aside to, '" +
+            aside.string() + "': " + (ec ? ec.message() : "it exists") +
+            "; free the checkpoint folder or set hooks.checkpoint.dir");
+      aside = dir_ / (base + "-" + std::to_string(k));
+    }
+    for (const auto& p : later) {
+      fs::rename(p, aside / p.filename(), ec);
+      // Left in place, a checkpoint of the other timeline would be resumed from.
+      if (ec)
+        throw std::runtime_error("cannot move the checkpoint '" + p.string() + "' aside to '" +
+                                 aside.string() + "': " + ec.message() +
+                                 "; move or remove it, then start the fit again");
+    }
     std::fprintf(stderr,
                  "wick: note: moved %zu checkpoint(s) of %s aside to '%s'; --resume latest and "
                  "keep_last ignore them\n",
@@ -388,14 +404,14 @@ class Checkpoint : public wick::Hook {
                    reason.c_str());
       return std::nullopt;
     }
-    if (supersede_ != Supersede::none) {
-      supersede_later(supersede_ == Supersede::all);
-      supersede_ = Supersede::none;
-    }
     try {
+      if (supersede_ != Supersede::none) {
+        supersede_later(supersede_ == Supersede::all);
+        supersede_ = Supersede::none;
+      }
       return c.save_checkpoint((dir_ / name).string(), reason).bytes;
     } catch (...) {
-      save_failed_ = true;
+      save_failed_ = true;  // no save beside another timeline's checkpoints either
       throw;
     }
   }
