@@ -904,8 +904,7 @@ TEST_CASE("fresh fits of one process in one second each move the earlier checkpo
   // The first fit's checkpoints are in a folder of their own, none left among the second's.
   std::vector<std::string> made;
   for (const auto& n : checkpoints(d))
-    if (n.rfind("superseded-", 0) == 0 &&
-        std::find(taken.begin(), taken.end(), n) == taken.end())
+    if (n.rfind("superseded-", 0) == 0 && std::find(taken.begin(), taken.end(), n) == taken.end())
       made.push_back(n);
   REQUIRE(made.size() == 1);
   CHECK(file_hashes(ckpt_dir(d) / made[0] / first.back()) == first_hashes);
