@@ -4,12 +4,15 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <wick/autocast.hpp>
 #include <wick/config.hpp>
@@ -210,6 +213,40 @@ TEST_CASE("a record's lr is the one its last step trained with", "[techniques][r
     CHECK(logged[7 * e + 6].second == used[6 * e + 5]);
   }
   CHECK(used.back() > 0);  // the last record's lr was 0 before, an lr no step used
+}
+
+TEST_CASE("a fit while another thread's fit runs is refused, and a fit after it runs",
+          "[techniques][threads]") {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool inside = false, released = false;
+  Trainer a(options(4), std::make_shared<LinearTask>(16), optimizer("sgd", 0.1));
+  auto probe = std::make_shared<Probe>();
+  probe->stages = false;
+  probe->points[Point::after_step] = [&](Context&) {
+    std::unique_lock<std::mutex> lock(mu);
+    inside = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  a.add_hook(entry(probe, "probe", 0));
+  FitResult::Status a_status{};
+  std::thread other([&] { a_status = a.fit().status; });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return inside; });
+  }
+  Trainer b(options(4), std::make_shared<LinearTask>(16), optimizer("sgd", 0.1));
+  CHECK_THROWS_WITH(b.fit(), Catch::Contains("fit() while another thread's fit runs in this "
+                                             "process"));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  other.join();
+  CHECK(a_status == FitResult::Status::completed);
+  CHECK(b.fit().status == FitResult::Status::completed);  // once the other has ended
 }
 
 // ---- grad_accum ---------------------------------------------------------------------------

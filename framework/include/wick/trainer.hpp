@@ -60,7 +60,9 @@ class Trainer {
   void connect_for_evaluation();
 
   // Trains the run, once: a second call throws std::logic_error (a Trainer's counters, records
-  // and run folder are one fit's; make another Trainer to train again).
+  // and run folder are one fit's; make another Trainer to train again). One thread of a
+  // process fits at a time: a fit() while another thread's runs throws std::logic_error (the
+  // signal handlers, the crash report and LibTorch's thread count are the process's).
   FitResult fit();
   ValidResult validate();
 

@@ -3,8 +3,11 @@
 // ends. The phases themselves live with their components (trainer_impl.hpp lists them).
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <thread>
+#include <utility>
 
 #include "config/trainer_options.hpp"
 #include "data/device_data.hpp"
@@ -21,6 +24,40 @@ namespace wick {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Fits of one process run on one thread at a time (nested on it, as a sweep's, is fine):
+// what a fit installs for its duration is the process's, not the fit's: the stop signals'
+// handlers and flag, the fatal-signal report, LibTorch's thread count.
+class OneFittingThread {
+ public:
+  OneFittingThread() {
+    std::lock_guard<std::mutex> lock(mu());
+    auto& [owner, depth] = state();
+    if (depth > 0 && owner != std::this_thread::get_id())
+      throw std::logic_error(
+          "fit() while another thread's fit runs in this process: the stop signals' handlers, "
+          "the crash report and LibTorch's thread count are the process's, not a fit's; run "
+          "the fits one after another, or each in its own process (wick launch, a subprocess)");
+    owner = std::this_thread::get_id();
+    ++depth;
+  }
+  ~OneFittingThread() {
+    std::lock_guard<std::mutex> lock(mu());
+    --state().second;
+  }
+  OneFittingThread(const OneFittingThread&) = delete;
+  OneFittingThread& operator=(const OneFittingThread&) = delete;
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::pair<std::thread::id, int>& state() {
+    static std::pair<std::thread::id, int> s{{}, 0};
+    return s;
+  }
+};
 torch::Device to_torch(const Device& d) {
   return d.is_cpu() ? torch::Device(torch::kCPU)
                     : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index));
@@ -231,6 +268,7 @@ FitResult Trainer::fit() {
     throw std::logic_error(
         "fit() called a second time on one Trainer; a Trainer runs one fit: make another to "
         "train again");
+  OneFittingThread one_at_a_time;
   I.fit_begun = true;
   FitResult res;
   CancelInfo ending;  // what ended the fit other than completion, for after_cancel
