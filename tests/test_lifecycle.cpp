@@ -472,8 +472,14 @@ TEST_CASE("cancels in the trainer core: each scope is skipped and after_cancel f
         if (c.state().validating() && c.state().epoch == 1) throw wick::CancelStep();
       });
     }));
-    auto res = t.fit();
+    wick::FitResult res;
+    std::string out, err;
+    wick::test::capturing([&] { res = t.fit(); }, out, err);
     CHECK(res.status == wick::FitResult::Status::completed);
+    // A monitor would take the cut pass's values for the whole set's: said once, for epoch 1.
+    CHECK(err ==
+          "wick: warning: the pass over the validation data in epoch 1 covered 0 of its 4 "
+          "samples (a hook's CancelStep or CancelEpoch): its valid/ values are over those only\n");
     CHECK(count("after_cancel 1 0") == 1);
     CHECK(count("after_pred 1 0") == 1);  // the training batch only
     CHECK(count("after_fit 1 0") == 1);

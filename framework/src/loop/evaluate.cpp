@@ -191,6 +191,15 @@ ValidResult Evaluator::validation(Dataset* ds, const std::string& prefix) {
   auto acc = packed.accessor<double, 1>();
   const double total = acc[packed.size(0) - 1];
   res.samples = static_cast<std::int64_t>(total);
+  // A hook's CancelStep (a batch) or CancelEpoch (the rest) cut the pass: its values are over
+  // what ran, which a monitor (best checkpoint, early stopping) would take for the whole set.
+  if (res.samples < ds->size() && ds->size() != kUnsized && p_.state.rank == 0) {
+    std::fprintf(stderr,
+                 "wick: warning: the pass over %s in epoch %lld covered %lld of its %lld samples "
+                 "(a hook's CancelStep or CancelEpoch): its %s values are over those only\n",
+                 what, static_cast<long long>(p_.state.epoch), static_cast<long long>(res.samples),
+                 static_cast<long long>(ds->size()), prefix.c_str());
+  }
   if (total > 0) {
     res.values.emplace_back(prefix + "loss", acc[0] / total);
     for (std::size_t k = 0; k < sums.names.size(); ++k)
