@@ -211,10 +211,11 @@ TEST_CASE("a stop at max_steps mid-epoch resumes at the next batch, exactly") {
 }
 
 TEST_CASE("SIGKILL or a crash after the last checkpoint loses only the steps since it") {
-  // kill -9 (no handler runs), std::abort (SIGABRT) and a bad pointer (SIGSEGV): the same
-  // checkpoints; a crash also says where it happened, on stderr and in summary.json.
-  const auto [action, status] = GENERATE(
-      table<std::string, int>({{"kill", 128 + 9}, {"abort", 128 + 6}, {"segv", 128 + 11}}));
+  // kill -9 (no handler runs), std::abort (SIGABRT), a bad pointer (SIGSEGV) and a plugin's
+  // exit(): the same checkpoints; but for kill -9, each says where it happened, on stderr and
+  // in summary.json, with the counts of the last checkpoint.
+  const auto [action, status] = GENERATE(table<std::string, int>(
+      {{"kill", 128 + 9}, {"abort", 128 + 6}, {"segv", 128 + 11}, {"exit", 3}}));
   TempDir d;
   write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
                                     fault("action = \"" + action + "\"\nstep = 14\n")));
@@ -235,9 +236,11 @@ TEST_CASE("SIGKILL or a crash after the last checkpoint loses only the steps sin
           std::string::npos);
   } else {
     CHECK(summary["status"] == "failed");
+    CHECK(summary["optimizer_steps"] == 12);
     const std::string error = summary.value("error", "");
-    CHECK(error.rfind(action == "abort" ? "fatal signal SIGABRT (aborted"
-                                        : "fatal signal SIGSEGV (invalid memory access)",
+    CHECK(error.rfind(action == "abort"  ? "fatal signal SIGABRT (aborted"
+                      : action == "segv" ? "fatal signal SIGSEGV (invalid memory access)"
+                                         : "the process exited (status 3) during the fit",
                       0) == 0);
     CHECK(error.find(" in plugin 'fault' (instance 'fault') at after_step") != std::string::npos);
     CHECK(r.err.find("wick: " + error + "; summary.json says failed\n") != std::string::npos);

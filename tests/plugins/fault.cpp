@@ -4,6 +4,7 @@
 //   abort     std::abort()
 //   segv      write to a page mapped without access (a real SIGSEGV, as a bad pointer makes)
 //   kill      kill -9 itself
+//   exit      std::exit(3)
 //   nan       replace the step's loss with NaN (use at = "after_loss")
 //   readonly  chmod 0555 the folder `path` (relative to output_dir)
 //   fsize     cap the size of any file written from now on at `bytes` (a full disk: writes past
@@ -48,12 +49,12 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw", "torch",    "sigint", "abort", "segv",  "kill",
+    const char* actions[] = {"throw", "torch",    "sigint", "abort", "segv",  "kill",    "exit",
                              "nan",   "readonly", "fsize",  "sync",  "noise", "savekill"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
-                    "must be throw, torch, sigint, abort, segv, kill, nan, readonly, fsize, "
-                    "sync, noise or savekill");
+                    "must be throw, torch, sigint, abort, segv, kill, exit, nan, readonly, "
+                    "fsize, sync, noise or savekill");
   }
 
   // Every checkpoint asks each stateful hook for its state while it writes: for savekill.
@@ -94,6 +95,8 @@ class Fault : public wick::Hook {
       *static_cast<volatile int*>(page) = 1;
     } else if (action_ == "kill") {
       ::kill(::getpid(), SIGKILL);
+    } else if (action_ == "exit") {
+      std::exit(3);
     } else if (action_ == "nan") {
       c.output().loss = c.output().loss * std::numeric_limits<double>::quiet_NaN();
     } else if (action_ == "sync") {

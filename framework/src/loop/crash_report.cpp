@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -122,27 +124,46 @@ void say_and_write(const Text& what, const char* lead) {
   (void)write_all(2, line.buf, line.n);
 }
 
-void report(int sig) {
+// Where the loop was: " in plugin 'P' (instance 'I') at WHERE", on the loop's thread or not.
+void add_place(Text& what) {
   auto& s = g();
+  if (!s.loop) return;
+  if (this_thread() != s.loop_thread)
+    what.add(
+        " in a thread other than the training loop's (a data loader worker's, or a "
+        "library's), while the loop was");
+  if (const HookEntry* h = s.loop->running()) {
+    what.add(" in plugin '");
+    what.add(h->plugin);
+    what.add("' (instance '");
+    what.add(h->instance);
+    what.add("')");
+  }
+  what.add(" at ");
+  what.add(s.loop->where());
+}
+
+void report(int sig) {
   Text what;
   what.add("fatal signal ");
   what.add(describe(sig));
-  if (s.loop) {
-    const bool loop_thread = this_thread() == s.loop_thread;
-    if (!loop_thread)
-      what.add(
-          " in a thread other than the training loop's (a data loader worker's, or a "
-          "library's), while the loop was");
-    if (const HookEntry* h = s.loop->running()) {
-      what.add(" in plugin '");
-      what.add(h->plugin);
-      what.add("' (instance '");
-      what.add(h->instance);
-      what.add("')");
-    }
-    what.add(" at ");
-    what.add(s.loop->where());
+  add_place(what);
+  say_and_write(what, "\n");
+}
+
+// exit() or quick_exit() during a fit (a plugin's, or a library's): the fit would end
+// without a word, and summary.json say "running".
+void on_process_exit(int status) {
+  if (!g().loop) return;  // no fit runs
+  Text what;
+  what.add("the process exited");
+  if (status >= 0) {  // quick_exit's is not told
+    char code[32];
+    std::snprintf(code, sizeof code, " (status %d)", status);
+    what.add(code);
   }
+  what.add(" during the fit (exit() called)");
+  add_place(what);
   say_and_write(what, "\n");
 }
 
@@ -166,6 +187,16 @@ CrashReportScope::CrashReportScope(const Dispatcher& loop) {
   s.loop = &loop;
   if (outer_) return;
   s.loop_thread = this_thread();
+  static const bool exits_watched = [] {
+#ifdef __GLIBC__
+    ::on_exit([](int status, void*) { on_process_exit(status); }, nullptr);
+#else
+    std::atexit([] { on_process_exit(-1); });
+#endif
+    std::at_quick_exit([] { on_process_exit(-1); });
+    return true;
+  }();
+  (void)exits_watched;
   // A stack overflow (runaway recursion) leaves no stack to run the handler on: it runs on an
   // alternate one, the thread's own if it has one.
   stack_t st{};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <utility>
 
 #include "loop/crash_report.hpp"
 #include "loop/trainer_impl.hpp"
@@ -121,6 +123,7 @@ void Trainer::Impl::write_epoch_record(const EpochClock& start) {
   r.samples_seen = state.samples_seen;
   r.time_s = seconds_since(times.fit_start);
   records.stage(std::move(r));
+  arm_crash_summary();
 }
 
 void Trainer::Impl::close_records() {
@@ -162,9 +165,7 @@ void Trainer::Impl::open_outputs() {
 
 // summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
 // kill) never leaves an earlier run's "completed" behind; the end writes the truth.
-void Trainer::Impl::write_summary_file(const FitResult* res) {
-  // Not into a folder another fit holds.
-  if (!writes_outputs() || !lock.held()) return;
+Summary Trainer::Impl::summary_now(const FitResult* res) {
   Summary s;
   s.status = res ? to_string(res->status) : "running";
   if (res) {
@@ -209,17 +210,30 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
     s.profile_json = profile_json(p->snapshot(s.wall_s));
     s.memory_json = memory_json(p->memory.snapshot());
   }
-  const auto file = fs::path(run.output_dir) / "summary.json";
-  write_summary(file, s);
-  if (res) {
+  return s;
+}
+
+void Trainer::Impl::write_summary_file(const FitResult* res) {
+  // Not into a folder another fit holds.
+  if (!writes_outputs() || !lock.held()) return;
+  Summary s = summary_now(res);
+  write_summary(fs::path(run.output_dir) / "summary.json", s);
+  if (res)
     CrashReportScope::disarm_summary();
-    return;
-  }
-  // Until the end writes the truth, a crash writes "failed" with what it found.
+  else
+    arm_crash_summary(std::move(s));
+}
+
+// Until the end writes the truth, a crash (or a process's exit) writes "failed" with what it
+// found, and the counts as of the last epoch's end or checkpoint.
+void Trainer::Impl::arm_crash_summary(std::optional<Summary> now) {
+  if (!writes_outputs() || !lock.held()) return;
+  Summary s = now ? std::move(*now) : summary_now(nullptr);
   constexpr std::string_view kMarker = "@wick-crash-report@";
   s.status = "failed";
   s.error = kMarker;
-  CrashReportScope::arm_summary(file, summary_json(s), kMarker);
+  CrashReportScope::arm_summary(fs::path(run.output_dir) / "summary.json", summary_json(s),
+                                kMarker);
 }
 
 }  // namespace wick

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "records/run_lock.hpp"
 #include "state/snapshot.hpp"
 #include "wick/metric.hpp"
+#include "wick/outputs.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
 
@@ -154,7 +156,9 @@ struct Trainer::Impl final : CheckpointStore {
   std::vector<std::pair<std::string, double>> lrs_now() const;
   std::vector<std::pair<std::string, double>> step_lrs;  // the last step's, from the step
   void add_lrs(Record& r) const;
+  Summary summary_now(const FitResult* res);
   void write_summary_file(const FitResult* res);
+  void arm_crash_summary(std::optional<Summary> now = std::nullopt);
 
   // ---- checkpoints (checkpoints.cpp) ----
   // The run's parts as a snapshot saves and restores them (state/snapshot.hpp).
