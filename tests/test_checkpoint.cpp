@@ -646,11 +646,11 @@ TEST_CASE(
   CHECK(r2.err.find("written by a run accumulating 2 micro-batches per optimizer step, with 4") !=
         std::string::npos);
   CHECK(read_json(d / "run" / "summary.json")["optimizer_steps"] == 3);
-  // Linear to 0 over 4 steps: after step 3 the lr is a quarter of the base, the new one's.
+  // Linear to 0 over 4 steps: the third step trained at half the base, the new one's.
   double lr = 0;
   for (const auto& l : read_jsonl(d / "run" / "metrics.jsonl"))
     if (l.contains("lr")) lr = l["lr"].get<double>();
-  CHECK(lr == Approx(0.005 / 4));
+  CHECK(lr == Approx(0.005 / 2));
 }
 
 TEST_CASE("a resume with the task or hooks configured otherwise names each change") {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -247,6 +248,28 @@ TEST_CASE("a fit while another thread's fit runs is refused, and a fit after it 
   other.join();
   CHECK(a_status == FitResult::Status::completed);
   CHECK(b.fit().status == FitResult::Status::completed);  // once the other has ended
+}
+
+TEST_CASE("a checkpoint after a hook changed the optimizer's groups is refused with the reason",
+          "[techniques][checkpoint]") {
+  TempDir dir;
+  Trainer t(options(4), std::make_shared<LinearTask>(16), optimizer("sgd", 0.1));
+  auto probe = std::make_shared<Probe>();
+  probe->stages = false;
+  probe->points[Point::after_step] = [&](Context& c) {
+    if (c.state().optimizer_step == 1)  // a group of a tensor the model does not have
+      c.optimizer().add_param_group(
+          torch::optim::OptimizerParamGroup({torch::zeros({1}).requires_grad_()}));
+    if (c.state().optimizer_step == 2) c.save_checkpoint((dir / "ckpt").string(), "test");
+  };
+  t.add_hook(entry(probe, "probe", 0));
+  const auto r = t.fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Catch::Contains("not saving checkpoint 'ckpt' (test): the optimizer's "
+                                      "parameter groups changed during this fit (sizes [2] when "
+                                      "it started, [2, 1] now") &&
+                          Catch::Contains("[[optimizer.groups]]"));
+  CHECK_FALSE(std::filesystem::exists(dir / "ckpt"));
 }
 
 // ---- grad_accum ---------------------------------------------------------------------------

@@ -94,6 +94,28 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           run.config_toml};
 }
 
+namespace {
+
+// Each optimizer's parameter groups by their sizes, "[4, 1]" (and "adam: [4]; sgd: [2]").
+std::string group_layout(const std::vector<NamedOptimizer>& optimizers) {
+  std::string out;
+  for (const auto& o : optimizers) {
+    if (!out.empty()) out += "; ";
+    if (optimizers.size() > 1) out += o.name + ": ";
+    std::string sizes;
+    for (const auto& g : o.optimizer->param_groups())
+      sizes += (sizes.empty() ? "" : ", ") + std::to_string(g.params().size());
+    out += "[" + sizes + "]";
+  }
+  return out;
+}
+
+}  // namespace
+
+void Trainer::Impl::note_group_layout() {
+  groups_at_start = group_layout(optimizers);
+}
+
 CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
                                               const std::string& reason) {
   const auto dir = resolve(*this, folder);
@@ -109,6 +131,17 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
   // process, whether rank 0's write succeeds or not).
   const auto whole = dp.whole(DataParallel::Whole::training_state);
   if (!state.is_main_process()) return checkpoint_info(dir, m, 0);  // replicas hold the same state
+  // A resume builds the optimizer from the config and loads the state into its groups: state of
+  // others could not be loaded. Said at the first save, not at a resume after a crash; on the
+  // whole state (sharding splits the groups), which rank 0 holds now.
+  if (const auto now = group_layout(optimizers); now != groups_at_start)
+    throw std::runtime_error(
+        "not saving checkpoint '" + dir.filename().string() + "' (" + reason +
+        "): the optimizer's parameter groups changed during this fit (sizes " + groups_at_start +
+        " when it started, " + now +
+        " now: a hook added, removed or moved parameters), and a resume, which builds the "
+        "optimizer from the config, could not load its state; declare the groups in "
+        "[[optimizer.groups]] (a group at lr 0 for a part that trains later) instead");
   // Rank 0 writes the records (after the gather above, which every rank joins).
   if (records.write_failed())
     throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +

@@ -41,6 +41,7 @@ std::shared_ptr<void> Trainer::Impl::start_fit() {
   write_summary_file(nullptr);
   dispatch.set_where("before_fit");
   loop.resume.begin_fit();
+  note_group_layout();
   loop.phase = LoopPhase::before_fit;  // where a checkpoint may be restored
   dispatch.emit(Point::before_fit);
   loop.phase = LoopPhase::fit;

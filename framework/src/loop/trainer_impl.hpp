@@ -164,6 +164,10 @@ struct Trainer::Impl final : CheckpointStore {
   // The run's parts as a snapshot saves and restores them (state/snapshot.hpp).
   SnapshotParts snapshot_parts();
   CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason) override;
+  // The optimizers' parameter groups as built, before any hook runs: a checkpoint of others
+  // could not be resumed.
+  void note_group_layout();
+  std::string groups_at_start;
   CheckpointInfo inspect_checkpoint(const std::string& folder) const override;
   CheckpointInfo restore_checkpoint(const std::string& folder) override;
   // After before_fit, once grad_accum has set this run's count: refuses a resume inside an

@@ -227,7 +227,8 @@ void check_optimizer_counts(torch::serialize::InputArchive& a, const torch::opti
     if (n != static_cast<std::int64_t>(want))
       throw CheckpointError(where + ": field '" + key + "' says " + std::to_string(n) + " " + what +
                             ", this run's optimizer has " + std::to_string(want) +
-                            " (a damaged checkpoint, or one of another model or optimizer)");
+                            " (a damaged checkpoint, one of another model or optimizer, or "
+                            "one whose fit had a hook change the optimizer's groups)");
   };
   // LibTorch's layout: param_groups/{size, 0, 1, ...}, each group with params/size.
   torch::serialize::InputArchive pg;
