@@ -914,6 +914,19 @@ TEST_CASE("fresh fits of one process in one second each move the earlier checkpo
   CHECK(file_hashes(ckpt_dir(d) / first.back()) != first_hashes);  // the second fit's own
 }
 
+TEST_CASE("a run folder removed while the fit runs stops it at the next record and says so") {
+  TempDir d;
+  write_file(d / "cfg.toml",
+             config(d, "", fault("action = \"remove\"\npath = \"\"\nstep = 3\n")));
+  auto r = run_wick({"fit", (d / "cfg.toml").string()});
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 1);
+  // log_every = 2: the record of step 4 is the first that would have been lost.
+  CHECK(r.err.find("'" + (d / "run" / "metrics.jsonl").string() +
+                   "' was removed while the fit ran (its run folder with it?)") !=
+        std::string::npos);
+}
+
 TEST_CASE("a fit ends in its own words, not killed by SIGPIPE or SIGXFSZ") {
   {
     // Its reader gone (`wick fit | tee`, then Ctrl-C): the fit goes on and ends as it would.

@@ -7,6 +7,7 @@
 //   exit      std::exit(3)
 //   nan       replace the step's loss with NaN (use at = "after_loss")
 //   readonly  chmod 0555 the folder `path` (relative to output_dir)
+//   remove    remove the folder `path` (relative to output_dir), as `rm -r` would
 //   fsize     cap the size of any file written from now on at `bytes` (a full disk: writes past
 //             it fail with EFBIG instead of killing the process)
 //   sync      read the step's loss on the host (.item(): a device sync on a GPU)
@@ -49,12 +50,12 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw", "torch",    "sigint", "abort", "segv",  "kill",    "exit",
-                             "nan",   "readonly", "fsize",  "sync",  "noise", "savekill"};
+    const char* actions[] = {"throw", "torch",    "sigint", "abort", "segv", "kill",  "exit",
+                             "nan",   "readonly", "remove", "fsize", "sync", "noise", "savekill"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
                     "must be throw, torch, sigint, abort, segv, kill, exit, nan, readonly, "
-                    "fsize, sync, noise or savekill");
+                    "remove, fsize, sync, noise or savekill");
   }
 
   // Every checkpoint asks each stateful hook for its state while it writes: for savekill.
@@ -108,6 +109,8 @@ class Fault : public wick::Hook {
       auto p = std::filesystem::path(c.run().output_dir) / path_;
       if (::chmod(p.c_str(), 0555) != 0)
         throw std::runtime_error("fault: cannot chmod " + p.string());
+    } else if (action_ == "remove") {
+      std::filesystem::remove_all(std::filesystem::path(c.run().output_dir) / path_);
     } else if (action_ == "fsize") {
       ::signal(SIGXFSZ, SIG_IGN);
       rlimit lim{static_cast<rlim_t>(bytes_), static_cast<rlim_t>(bytes_)};
@@ -132,12 +135,12 @@ WICK_PLUGIN(Fault,
             wick::PluginDef("fault", "1.0.0", "Test-only: inject a fault at a point and step")
                 .param_string("at", "after_step", "lifecycle point")
                 .param_string("action", "throw",
-                              "throw, torch, sigint, abort, segv, kill, nan, readonly, fsize, "
-                              "sync, noise or savekill")
+                              "throw, torch, sigint, abort, segv, kill, exit, nan, readonly, "
+                              "remove, fsize, sync, noise or savekill")
                 .param_int("step", 0, "training batch, from 1 over the fit (0: any)")
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
                 .param_int("rank", -1, "the rank it fires on (-1: every rank)")
                 .param_string("message", "injected fault", "message for throw")
-                .param_string("path", "checkpoints", "folder for readonly, in output_dir")
+                .param_string("path", "checkpoints", "folder for readonly and remove, in output_dir")
                 .param_int("bytes", 4096, "file size cap for fsize")
                 .param_int("saves", 0, "savekill: checkpoint writes to let through first"))

@@ -1,6 +1,7 @@
 #include "records/record_writer.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,6 +119,16 @@ void RecordWriter::commit() {
                                "' afresh: " + std::strerror(errno));
     }
     cut_at_first_write_ = false;
+    // Removed while the fit ran (`rm -r` of the run folder): what follows would go to a file
+    // no one can read, and the run's history would be gone without a word.
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
+      write_failed_ = true;
+      throw std::runtime_error("'" + file_.string() +
+                               "' was removed while the fit ran (its run folder with it?); the "
+                               "records from here on would be lost: start the fit again, or "
+                               "resume it from a checkpoint kept elsewhere");
+    }
     const std::string line = record_to_json(r) + "\n";
     std::size_t off = 0;
     while (off < line.size()) {
