@@ -308,6 +308,7 @@ void StepEngine::train_step(BatchSource& loader) {
   // the step complete, its record included.
   {
     PhaseTimer t(prof, Profiler::records);
+    p_.stages.set_where("the step's record");  // the losses it reads, the file it appends to
     p_.log_step_if_due();
   }
   p_.loop.phase = LoopPhase::fit;
