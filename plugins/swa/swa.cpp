@@ -193,18 +193,18 @@ class Swa : public wick::Hook {
   }
 
   // A TorchScript batch norm (a trainable JitModule's), whose momentum is a constant of its
-  // scripted code: its statistics are read back after each batch, from zeroed buffers, as
-  // momentum * the batch's, and the momentum is found by a first pass from buffers of ones.
+  // code (a scripted module's type holds it; a traced one's graph has it inlined): its
+  // statistics are read back after each batch, from zeroed buffers, as momentum * the
+  // batch's. A traced one's momentum is found by a first pass from buffers of ones.
   struct ScriptedBn {
     at::Tensor mean, var, count;   // the scripted module's buffers
-    at::Tensor kept, kept_count;   // their values before, for a momentum of 0
-    at::Tensor from_ones;          // running_mean after the first batch, from ones
-    double momentum = 0;           // read from the first batch
+    double momentum = -1;          // -1: not known before the first batch
+    at::Tensor from_ones;          // a traced one's running_mean after the first batch, from ones
     at::Tensor sum_mean, sum_var;  // of the batches' statistics
     void zero() {
       mean.zero_();
       var.zero_();
-      count.zero_();  // a momentum of None: a cumulative mean from the first batch, so 1
+      count.zero_();  // a momentum of None: each batch's factor is then 1 / 1
     }
   };
 
@@ -214,6 +214,9 @@ class Swa : public wick::Hook {
       auto* j = m->as<wick::JitModuleImpl>();
       if (!j || j->mode() != wick::JitMode::trainable) continue;  // a frozen part stays in eval
       for (const auto& sub : j->jit().modules()) {
+        // torch.nn's BatchNorm1d/2d/3d, SyncBatchNorm (as update_bn: not instance norms).
+        const auto type = sub.type();
+        if (type->name()->qualifiedName().find("BatchNorm") == std::string::npos) continue;
         auto tensor = [&](const char* name) {
           return sub.hasattr(name) && sub.attr(name).isTensor() ? sub.attr(name).toTensor()
                                                                 : at::Tensor();
@@ -223,8 +226,10 @@ class Swa : public wick::Hook {
         bn.var = tensor("running_var");
         bn.count = tensor("num_batches_tracked");
         if (!bn.mean.defined() || !bn.var.defined() || !bn.count.defined()) continue;
-        bn.kept = torch::cat({bn.mean.flatten(), bn.var.flatten()}).to(torch::kCPU);
-        bn.kept_count = bn.count.clone();
+        if (type->hasConstant("momentum")) {
+          const auto m = type->getConstant("momentum");
+          bn.momentum = m.isNone() ? 1.0 : m.toDouble();
+        }
         out.push_back(std::move(bn));
       }
     }
@@ -234,64 +239,86 @@ class Swa : public wick::Hook {
   // Returns what was done, for the message.
   std::string recompute_batch_norm(wick::Context& c) {
     namespace nn = torch::nn;
-    struct Bn {
-      std::function<void()> reset;
-      c10::optional<double>* momentum;
-    };
-    std::vector<Bn> bns;
+    std::vector<c10::optional<double>*> momenta;  // the C++ batch norms'
+    std::vector<at::Tensor> buffers;              // every batch norm's statistics
     for (const auto& m : c.model().modules(/*include_self=*/true)) {
       auto add = [&](auto* bn) {
-        if (bn && bn->options.track_running_stats())
-          bns.push_back({[bn] { bn->reset_running_stats(); }, &bn->options.momentum()});
+        if (!bn || !bn->options.track_running_stats()) return;
+        momenta.push_back(&bn->options.momentum());
+        buffers.insert(buffers.end(), {bn->running_mean, bn->running_var, bn->num_batches_tracked});
       };
       add(m->as<nn::BatchNorm1dImpl>());
       add(m->as<nn::BatchNorm2dImpl>());
       add(m->as<nn::BatchNorm3dImpl>());
     }
     auto scripted = scripted_batch_norms(c.model());
-    if ((bns.empty() && scripted.empty()) || !bn_update_)
-      return bns.empty() && scripted.empty() ? ""
-                                             : " (batch-norm statistics kept: bn_update = false)";
+    for (const auto& s : scripted) buffers.insert(buffers.end(), {s.mean, s.var, s.count});
+    if (buffers.empty()) return "";
+    if (!bn_update_) return " (batch-norm statistics kept: bn_update = false)";
     auto data = c.task().train_data();
     if (!data || data->size() == wick::kUnsized || data->has_state())
       return " (batch-norm statistics kept: the training data is a stream or has state, which "
              "a second pass would move on)";
     auto& model = c.model();
     const bool was_training = model.is_training();
+    std::vector<at::Tensor> kept;
+    for (const auto& t : buffers) kept.push_back(t.clone());
+    std::vector<c10::optional<double>> kept_momenta;
+    for (auto* m : momenta) kept_momenta.push_back(*m);
+    // The model as it was, whatever way this ends: on a failure, the trained statistics.
+    bool done = false;
+    const std::shared_ptr<void> put_back(nullptr, [&](void*) {
+      torch::NoGradGuard no_grad;
+      if (!done)
+        for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(kept[i]);
+      for (std::size_t i = 0; i < momenta.size(); ++i) *momenta[i] = kept_momenta[i];
+      model.train(was_training);
+    });
     model.train();
     const auto n = data->size(), bs = c.run().batch_size;
     const auto device = c10::Device(c.run().device.str());
+    const auto seed = static_cast<std::uint64_t>(c.run().seed);
     torch::NoGradGuard no_grad;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(c.run().seed));
-    auto forward = [&](std::int64_t b) {
+    auto forward = [&](std::int64_t b, at::Generator& gen) {
       wick::Fetch f{wick::Phase::train, c.state().epoch, b, gen};
       auto batch = data->get(torch::arange(b * bs, std::min(n, (b + 1) * bs), torch::kLong), f);
       batch.input = batch.input.to(device);
       batch.target = batch.target.to(device);
       c.task().forward(c, batch);
     };
-    std::vector<c10::optional<double>> momenta;
     std::int64_t batches = 0;
     try {
-      if (!scripted.empty()) {
+      const bool probe = std::any_of(scripted.begin(), scripted.end(),
+                                     [](const ScriptedBn& s) { return s.momentum < 0; });
+      if (probe) {
+        // The first batch as the pass below draws it, and its dropout (on the CPU) as well.
         for (auto& s : scripted) {
           s.mean.fill_(1);
           s.var.fill_(1);
           s.count.zero_();
         }
-        forward(0);  // before the C++ batch norms' reset, which it would count otherwise
+        auto cpu = at::detail::getDefaultCPUGenerator();
+        const auto cpu_state = cpu.get_state();
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+        forward(0, gen);  // before the C++ batch norms' reset, which it would count otherwise
+        cpu.set_state(cpu_state);
         for (auto& s : scripted) s.from_ones = s.mean.clone();
       }
-      for (auto& b : bns) {
-        momenta.push_back(*b.momentum);
-        *b.momentum = c10::nullopt;  // a cumulative mean over the batches
-        b.reset();
+      for (auto* m : momenta) *m = c10::nullopt;  // a cumulative mean over the batches
+      for (const auto& m : model.modules(/*include_self=*/true)) {
+        auto reset = [](auto* bn) {
+          if (bn && bn->options.track_running_stats()) bn->reset_running_stats();
+        };
+        reset(m->as<nn::BatchNorm1dImpl>());
+        reset(m->as<nn::BatchNorm2dImpl>());
+        reset(m->as<nn::BatchNorm3dImpl>());
       }
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
       for (; batches * bs < n; ++batches) {
         for (auto& s : scripted) s.zero();
-        forward(batches);
+        forward(batches, gen);
         for (auto& s : scripted) {
-          if (batches == 0)  // from ones, (1 - m) + m x; from zeros, m x
+          if (s.momentum < 0)  // from ones, (1 - m) + m x; from zeros, m x
             s.momentum = 1.0 - (s.from_ones - s.mean).to(torch::kDouble).mean().item<double>();
           if (s.momentum < 1e-6) continue;  // statistics that never move: put back below
           const auto mean = s.mean / s.momentum, var = s.var / s.momentum;
@@ -304,19 +331,18 @@ class Swa : public wick::Hook {
           std::string("swa: recomputing batch-norm statistics over the training data failed: ") +
           e.what() + " (set bn_update = false to keep the trained statistics)");
     }
-    for (auto& s : scripted) {
+    for (std::size_t k = 0; k < scripted.size(); ++k) {
+      auto& s = scripted[k];
       if (s.momentum < 1e-6) {  // nothing a pass could change
-        s.mean.copy_(s.kept.slice(0, 0, s.mean.numel()).view_as(s.mean));
-        s.var.copy_(s.kept.slice(0, s.mean.numel()).view_as(s.var));
-        s.count.copy_(s.kept_count);
+        const auto first = buffers.size() - 3 * (scripted.size() - k);
+        for (std::size_t i = first; i < first + 3; ++i) buffers[i].copy_(kept[i]);
         continue;
       }
       s.mean.copy_(s.sum_mean / static_cast<double>(batches));
       s.var.copy_(s.sum_var / static_cast<double>(batches));
       s.count.fill_(batches);
     }
-    for (std::size_t k = 0; k < bns.size(); ++k) *bns[k].momentum = momenta[k];
-    model.train(was_training);
+    done = true;
     return ", batch-norm statistics recomputed over " + std::to_string(n) + " training samples";
   }
 
