@@ -409,7 +409,7 @@ TEST_CASE("a second SIGINT ends `wick fit` at once with exit 130 and summary.jso
   // It ended at once: no after_cancel, and the summary says how (it said "running", as if the
   // fit still were).
   const std::string what =
-      "ended at once by a second SIGINT before the stop the first asked for had saved anything";
+      "ended at once by a further SIGINT, before the stop the first signal asked for was done";
   CHECK(read_file(dir / "stderr.txt").find("wick: " + what + "; summary.json says failed") !=
         std::string::npos);
   const auto summary = read_json(dir / "run" / "summary.json");

@@ -91,6 +91,13 @@ TEST_CASE("classification metrics equal their hand-computed values, over two bat
   CHECK(value_of("plugin = \"accuracy\"", {{tied, tt}}) == Approx(1.0 / 3));
   CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 2", {{tied, tt}}) == Approx(2.0 / 3));
   CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 3", {{tied, tt}}) == Approx(1.0));
+  // NaN ranks above every number, as argmax has it: a diverged model's all-NaN rows are not
+  // all hits (class 2 is third of three NaNs; class 0 is behind a NaN).
+  const double nan = std::nan("");
+  const auto nans = torch::tensor({{nan, nan, nan}, {1.0, nan, 0.0}});
+  CHECK(value_of("plugin = \"top_k_accuracy\"\nk = 2", {{nans, torch::tensor({2, 0})}}) ==
+        Approx(0.5));
+  CHECK(value_of("plugin = \"accuracy\"", {{nans, torch::tensor({0, 1})}}) == Approx(1.0));
   // A binary logit per sample: positive when > 0.
   CHECK(value_of("plugin = \"accuracy\"", {{torch::tensor({-1.0, 2.0, 0.5, -3.0}),
                                             torch::tensor({0, 1, 0, 0})}}) == Approx(0.75));

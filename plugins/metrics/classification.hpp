@@ -30,16 +30,19 @@ class TopK : public wick::Metric {
           "k = " + std::to_string(k_) + " is above the " + std::to_string(s.size(1)) +
           " classes the prediction scores; set k to at most " + std::to_string(s.size(1)));
     const auto t = classes.to(s.device()).to(at::kLong).unsqueeze(1);
-    // Ties rank the lower class first, as argmax does (k = 1), on every device (topk's order
-    // of ties is unspecified): a hit when fewer than k classes score above the target's or
-    // tie with it at a lower index.
+    // Ranked as argmax ranks (k = 1), on every device (topk's order of ties is unspecified):
+    // NaN above every number, ties the lower class first. A hit when fewer than k classes
+    // rank above the target.
     at::Tensor hit;
     if (k_ == 1) {
       hit = s.argmax(1, true).eq(t);
     } else {
       const auto st = s.gather(1, t);
+      const auto nan = s.isnan(), target_nan = st.isnan();
+      const auto above = s.gt(st).logical_or(nan.logical_and(target_nan.logical_not()));
+      const auto tied = s.eq(st).logical_or(nan.logical_and(target_nan));
       const auto index = at::arange(s.size(1), t.options()).unsqueeze(0);
-      hit = (s.gt(st).sum(1) + s.eq(st).logical_and(index.lt(t)).sum(1)).lt(k_).unsqueeze(1);
+      hit = (above.sum(1) + tied.logical_and(index.lt(t)).sum(1)).lt(k_).unsqueeze(1);
     }
     const auto counts =
         at::stack({hit.any(1).sum().to(at::kDouble),

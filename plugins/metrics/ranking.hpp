@@ -4,6 +4,7 @@
 // 2.2), which wick joins over the data-parallel ranks before compute().
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -47,6 +48,9 @@ class Auroc : public wick::Metric {
       throw wick::ConfigError("the prediction scores " + std::to_string(s.size(1)) +
                               " classes where earlier batches scored " +
                               std::to_string(batches_.front().size(1)));
+    // A distribution's row sums to 1 within the rounding of the type it came in.
+    if (s.scalar_type() == at::kBFloat16) sum_tolerance_ = std::max(sum_tolerance_, 1.6e-2);
+    if (s.scalar_type() == at::kHalf) sum_tolerance_ = std::max(sum_tolerance_, 2e-3);
     batches_.push_back(s.detach().to(at::kCPU, at::kDouble));
     targets_.push_back(classes.to(at::kCPU, at::kDouble));
     const auto n = at::full({1}, static_cast<double>(s.size(0)), at::kDouble);
@@ -74,12 +78,13 @@ class Auroc : public wick::Metric {
       return {{"", v}};
     }
     // One class against the rest, each class with samples of its own and of others. Rows that
-    // are each a distribution (in [0, 1], summing to 1) are probabilities; anything else is
+    // are each a distribution (in [0, 1], summing to 1 within 1e-3, or bf16's or fp16's
+    // rounding) are probabilities; anything else is
     // logits, made probabilities by a softmax (as scikit-learn expects): logits that happen
     // to lie in [0, 1] rank otherwise than their softmax does.
     const auto d = s.to(at::kDouble);
     const bool probabilities = d.ge(0).all().item<bool>() && d.le(1).all().item<bool>() &&
-                               (d.sum(1) - 1).abs().max().item<double>() < 1e-3;
+                               (d.sum(1) - 1).abs().max().item<double>() < sum_tolerance_;
     const auto p = probabilities ? s : s.softmax(1);
     double sum = 0;
     int counted = 0;
@@ -100,6 +105,7 @@ class Auroc : public wick::Metric {
     rows_.clear();
     batches_.clear();
     targets_.clear();
+    sum_tolerance_ = 1e-3;
   }
 
  private:
@@ -124,6 +130,7 @@ class Auroc : public wick::Metric {
 
   std::vector<at::Tensor> state_;  // the sample count: summed, so ranks are checked alike
   mutable std::vector<at::Tensor> rows_, batches_, targets_;
+  double sum_tolerance_ = 1e-3;
 };
 
 }  // namespace wick_metrics

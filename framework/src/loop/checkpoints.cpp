@@ -77,6 +77,12 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           dispatch.stateful_hooks(),
           [this](StateDict& out) {
             epoch.save(out);
+            // A resume at an epoch's last batch writes that epoch's record before any step.
+            out.set_int("step_lrs", static_cast<std::int64_t>(step_lrs.size()));
+            for (std::size_t i = 0; i < step_lrs.size(); ++i) {
+              out.set_string("step_lr_key." + std::to_string(i), step_lrs[i].first);
+              out.set_float("step_lr." + std::to_string(i), step_lrs[i].second);
+            }
             // Only a checkpoint the fit ends with keeps a hook's stop request the loop has not
             // acted on yet. With several ranks, only at an epoch's end: mid-epoch the ranks
             // agree on a request a step later, a step the resume could not take.
@@ -86,6 +92,11 @@ SnapshotParts Trainer::Impl::snapshot_parts() {
           },
           [this](const StateDict& in) {
             epoch.load(in, opt.batch_size);
+            step_lrs.clear();  // a checkpoint without them: the lrs as the resume finds them
+            const std::int64_t n = in.has("step_lrs") ? in.get_int("step_lrs") : 0;
+            for (std::int64_t i = 0; i < n && i < 1000; ++i)
+              step_lrs.emplace_back(in.get_string("step_lr_key." + std::to_string(i)),
+                                    in.get_float("step_lr." + std::to_string(i)));
             stops.load(in);
             records.load_pending(in);
             eval.load_last_valid(in);

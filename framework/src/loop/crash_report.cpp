@@ -1,6 +1,6 @@
-// The fatal-signal report, and the one of a fit ended at once by a second stop signal:
-// everything the handlers touch is prepared before, and they call only async-signal-safe
-// functions (write, open, rename, sigaction, raise).
+// The fatal-signal report, and those of a fit ended at once by a further stop signal or by
+// exit(): everything the signal handlers touch is prepared before, and they call only
+// async-signal-safe functions (write, open, rename, sigaction, raise, getpid).
 #include "loop/crash_report.hpp"
 
 #include <fcntl.h>
@@ -49,6 +49,7 @@ struct Global {
   std::mutex mu;  // scopes and arming (the main thread's), never the handler
   const Dispatcher* loop = nullptr;
   long loop_thread = 0;
+  pid_t pid = 0;  // the fit's process: a child forked during it reports nothing of it
   std::atomic<const Armed*> armed{nullptr};
   std::vector<std::unique_ptr<Armed>> kept;  // read by the handler until the last scope ends
   struct sigaction old[std::size(kSignals)]{};
@@ -115,6 +116,7 @@ bool write_armed(const Text& what) {
 
 // "wick: WHAT; summary.json says failed" on stderr, after writing it.
 void say_and_write(const Text& what, const char* lead) {
+  if (::getpid() != g().pid) return;  // a child forked during the fit: not the fit's end
   Text line;
   line.add(lead);
   line.add("wick: ");
@@ -162,7 +164,7 @@ void on_process_exit(int status) {
     std::snprintf(code, sizeof code, " (status %d)", status);
     what.add(code);
   }
-  what.add(" during the fit (exit() called)");
+  what.add(" during the fit (a call of exit())");
   add_place(what);
   say_and_write(what, "\n");
 }
@@ -187,6 +189,7 @@ CrashReportScope::CrashReportScope(const Dispatcher& loop) {
   s.loop = &loop;
   if (outer_) return;
   s.loop_thread = this_thread();
+  s.pid = ::getpid();
   static const bool exits_watched = [] {
 #ifdef __GLIBC__
     ::on_exit([](int status, void*) { on_process_exit(status); }, nullptr);
@@ -243,8 +246,12 @@ void CrashReportScope::arm_summary(const std::filesystem::path& file, const std:
   auto& s = g();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.loop) return;  // no fit is reporting
-  s.armed.store(a.get());
+  const Armed* now = a.get();
   s.kept.push_back(std::move(a));
+  s.armed.store(now);
+  // Re-armed at every epoch's end and checkpoint: a few kept, for a handler that read the
+  // previous one just before.
+  if (s.kept.size() > 4) s.kept.erase(s.kept.begin());
 }
 
 void CrashReportScope::disarm_summary() {
@@ -253,9 +260,9 @@ void CrashReportScope::disarm_summary() {
 
 void CrashReportScope::report_exit_now(const char* signal_name) {
   Text what;
-  what.add("ended at once by a second ");
+  what.add("ended at once by a further ");
   what.add(signal_name);
-  what.add(" before the stop the first asked for had saved anything");
+  what.add(", before the stop the first signal asked for was done");
   say_and_write(what, "\n");
 }
 

@@ -1,8 +1,9 @@
 // Private: what a fit leaves when its process dies of a fatal signal (a plugin's bad pointer, a
-// failed assertion's abort): a line on stderr naming the plugin and point that were running,
-// and summary.json saying failed with the same, where it said "running". The process then dies
-// of the signal as it would have: the same exit status, a core where the system keeps one, and
-// the handler that was there before (a host program's, a sanitizer's) still runs.
+// failed assertion's abort), exits (a plugin's exit()) or is ended at once by a further stop
+// signal: a line on stderr naming the plugin and point that were running, and summary.json
+// saying failed with the same, where it said "running". A fatal signal then kills the process
+// as it would have: the same exit status, a core where the system keeps one, and the handler
+// that was there before (a host program's, a sanitizer's) still runs.
 #pragma once
 
 #include <filesystem>

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 std::shared_ptr<void> Trainer::Impl::start_fit() {
   check_trainable(*model, optim_specs.empty() ? std::string() : optim_specs[0].where);
   times.fit_start = Clock::now();
-  step_lrs.clear();  // an earlier fit's
   stops.start(opt.epochs, opt.max_steps);
   loop.phase = LoopPhase::fit;
   dispatch.set_where("start");
@@ -99,6 +98,7 @@ void Trainer::Impl::run_epochs() {
     if (!whole) return;
     write_epoch_record(epoch_start);
     loop.pos = {e + 1, 0};
+    arm_crash_summary();  // the epoch counted
     dispatch.emit(Point::after_epoch);
     records.commit();  // with what hooks logged at after_epoch
     state.batch_idx = 0;

@@ -123,7 +123,6 @@ void Trainer::Impl::write_epoch_record(const EpochClock& start) {
   r.samples_seen = state.samples_seen;
   r.time_s = seconds_since(times.fit_start);
   records.stage(std::move(r));
-  arm_crash_summary();
 }
 
 void Trainer::Impl::close_records() {
@@ -163,8 +162,7 @@ void Trainer::Impl::open_outputs() {
   records.open(dir / "metrics.jsonl", /*append=*/!run.resume.empty());
 }
 
-// summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
-// kill) never leaves an earlier run's "completed" behind; the end writes the truth.
+// What summary.json says now: "running" (res null) or how the fit ended.
 Summary Trainer::Impl::summary_now(const FitResult* res) {
   Summary s;
   s.status = res ? to_string(res->status) : "running";
@@ -213,6 +211,8 @@ Summary Trainer::Impl::summary_now(const FitResult* res) {
   return s;
 }
 
+// summary.json says "running" from the start of a fit, so that a run that dies (a crash, a
+// kill) never leaves an earlier run's "completed" behind; the end writes the truth.
 void Trainer::Impl::write_summary_file(const FitResult* res) {
   // Not into a folder another fit holds.
   if (!writes_outputs() || !lock.held()) return;

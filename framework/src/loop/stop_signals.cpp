@@ -23,6 +23,7 @@ std::atomic<pid_t> g_first_sender{0};
 std::atomic<bool> g_exit_on_stop{false};  // an ExitOnStopScope lives
 std::atomic<bool> g_handling{false};      // a StopSignalScope lives: a fit's signals are ours
 
+// Plain literals: the handler reads them.
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGINT:
@@ -88,16 +89,11 @@ ExitOnStopScope::~ExitOnStopScope() {
 }
 
 std::string stop_signal_reason(int sig) {
-  switch (sig) {
-    case SIGTERM:
-      return "terminated (SIGTERM)";
-    case SIGHUP:
-      return "hung up (SIGHUP)";
-    case SIGUSR1:
-      return "asked to stop (SIGUSR1)";
-    default:
-      return "interrupted (SIGINT)";
-  }
+  const char* what = sig == SIGTERM   ? "terminated"
+                     : sig == SIGHUP  ? "hung up"
+                     : sig == SIGUSR1 ? "asked to stop"
+                                      : "interrupted";
+  return std::string(what) + " (" + signal_name(sig) + ")";
 }
 
 bool interrupt_requested() {

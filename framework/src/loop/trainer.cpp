@@ -273,8 +273,8 @@ FitResult Trainer::fit() {
   FitResult res;
   CancelInfo ending;  // what ended the fit other than completion, for after_cancel
   clear_interrupt();
+  CrashReportScope crash_report(I.dispatch);  // first: a stop signal's handler reports there
   StopSignalScope stop_signals;
-  CrashReportScope crash_report(I.dispatch);
   std::shared_ptr<void> memory_counting;  // a profiled fit's peak memory per phase
   // A fit that ran its course ends with the model whole on every rank: after_fit, the final
   // weights and the fingerprint see it as one process would (gathering is collective: not
