@@ -714,6 +714,23 @@ double rel_diff(const at::Tensor& got, const at::Tensor& want) {
 }  // namespace
 
 // [cpu-path]: float32 and bf16 rows run wick's kernel, compiled per instruction set.
+TEST_CASE("wick::layer_norm of rows of one value repeated is the bias, as LibTorch's",
+          "[algorithms][normalization][cpu-kernels][cpu-path]") {
+  // The mean of a sum and a rounded 1 / width missed the value by its rounding: a variance of
+  // that, and with a small eps outputs of +-1 (0.02 at eps 1e-5) where the bias belongs.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  for (const std::int64_t width : {63, 255, 1000, 1025})
+    for (const float value : {1000.f, 3.f, -0.1f})
+      for (const double eps : {1e-12, 1e-5}) {
+        INFO("width " << width << ", value " << value << ", eps " << eps);
+        const auto x = torch::full({4, width}, value);
+        const auto w = torch::randn({width}, gen), b = torch::randn({width}, gen);
+        CHECK(torch::equal(wick::layer_norm(x, w, b, eps), b.expand({4, width})));
+        const auto [s, y] = wick::add_layer_norm(x * 0.6f, x * 0.4f, w, b, eps);
+        CHECK((y - b).abs().max().item<float>() < 1e-6f);  // s: 0.6 v + 0.4 v, within a rounding
+      }
+}
+
 TEST_CASE("wick::layer_norm and add_layer_norm: the layer norm and its gradients, in one pass",
           "[algorithms][normalization][cpu-kernels][cpu-path]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);

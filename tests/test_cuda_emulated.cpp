@@ -162,6 +162,30 @@ TEST_CASE("The layer norm forward kernels, emulated, match a reference in double
             }
 }
 
+TEST_CASE("The layer norm forward kernels, emulated, give the bias for rows of one value",
+          "[cuda-emulated]") {
+  // As on the CPU: the first pass's mean, off by its rounding, is corrected before the variance.
+  std::mt19937 gen(3);
+  for (const std::int64_t width : kWidths)
+    for (const float value : {1000.f, 3.f, -0.1f}) {
+      INFO("width " << width << ", value " << value);
+      const std::int64_t rows = 3;
+      const auto n = static_cast<std::size_t>(rows * width);
+      Rows x{RowType::f32, std::vector<float>(n, value), {}};
+      const auto w = floats(width, gen, 0.3f, 1.f), b = floats(width, gen, 0.2f);
+      std::vector<float> mean(rows), rstd(rows);
+      Rows y = empty_rows(RowType::f32, n);
+      wick::cuda::launch_layer_norm_forward(x.data(), RowType::f32, nullptr, RowType::f32, nullptr,
+                                            y.data(), RowType::f32, w.data(), b.data(), 1e-12f,
+                                            rows, width, mean.data(), rstd.data(), nullptr);
+      const auto got = y.read();
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        if (got[i] != b[i % static_cast<std::size_t>(width)]) ++bad;
+      CHECK(bad == 0);
+    }
+}
+
 TEST_CASE("The layer norm backward kernels, emulated, match a reference in double",
           "[cuda-emulated]") {
   std::mt19937 gen(2);

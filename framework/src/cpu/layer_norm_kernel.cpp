@@ -1,5 +1,6 @@
 #include "cpu/layer_norm_kernel.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -20,16 +21,23 @@ WICK_ALWAYS_INLINE float row_sum(const float* x, std::int64_t n) {
   return t;
 }
 
-WICK_ALWAYS_INLINE float row_square_deviation(const float* x, std::int64_t n, float m) {
-  Floats16 lane = {};
+// sum(x - m) and sum((x - m)^2), for the corrected two-pass mean and variance.
+WICK_ALWAYS_INLINE void row_deviations(const float* x, std::int64_t n, float m, float& sum_d,
+                                       float& sum_dd) {
+  Floats16 ld = {}, ldd = {};
   std::int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
     const Floats16 d = load16(x + j) - m;
-    lane += d * d;
+    ld += d;
+    ldd += d * d;
   }
-  float t = lanes_sum(lane);
-  for (; j < n; ++j) t += (x[j] - m) * (x[j] - m);
-  return t;
+  sum_d = lanes_sum(ld);
+  sum_dd = lanes_sum(ldd);
+  for (; j < n; ++j) {
+    const float d = x[j] - m;
+    sum_d += d;
+    sum_dd += d * d;
+  }
 }
 
 WICK_ALWAYS_INLINE void row_grad_sums(const float* s, const float* dy, const float* w,
@@ -63,8 +71,15 @@ WICK_ALWAYS_INLINE void forward_loop(const float* x, const float* b, float* s, s
       for (std::int64_t j = 0; j < width; ++j) sr[j] = in[j] + br[j];
       in = sr;
     }
-    const float m = row_sum(in, width) * inv_n;
-    const float rs = 1.f / std::sqrt(row_square_deviation(in, width, m) * inv_n + eps);
+    // The first pass's mean is off by its sum's rounding; the deviations from it correct it
+    // (and the variance: var = (sum dd - (sum d)^2 / n) / n). Uncorrected, a row of one value
+    // repeated got a variance of that rounding, and with a small eps outputs of +-1, not bias.
+    const float m0 = row_sum(in, width) / static_cast<float>(width);
+    float sum_d, sum_dd;
+    row_deviations(in, width, m0, sum_d, sum_dd);
+    const float m = m0 + sum_d * inv_n;
+    const float var = std::max(0.f, (sum_dd - sum_d * sum_d * inv_n) * inv_n);
+    const float rs = 1.f / std::sqrt(var + eps);
     float* yr = y + r * width;
     for (std::int64_t j = 0; j < width; ++j) yr[j] = (in[j] - m) * rs * w[j] + bias[j];
     mean[r] = m;

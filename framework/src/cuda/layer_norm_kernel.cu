@@ -59,13 +59,18 @@ __global__ void forward_kernel(const X* __restrict__ x, const B* __restrict__ br
     sum += v;
   }
   const float inv_n = 1.f / static_cast<float>(width);
-  const float m = warp_sum(sum) * inv_n;
-  float sq = 0;
+  // The first pass's mean corrected by the deviations from it, as on the CPU
+  // (cpu/layer_norm_kernel.cpp): a row of one value repeated has no variance.
+  const float m0 = warp_sum(sum) / static_cast<float>(width);
+  float sd = 0, sq = 0;
   for (std::int64_t j = lane; j < width; j += 32) {
-    const float d = row_value(x, s, summed, base + j) - m;
+    const float d = row_value(x, s, summed, base + j) - m0;
+    sd += d;
     sq += d * d;
   }
-  const float rs = 1.f / sqrtf(warp_sum(sq) * inv_n + eps);
+  sd = warp_sum(sd);
+  const float m = m0 + sd * inv_n;
+  const float rs = 1.f / sqrtf(fmaxf(0.f, (warp_sum(sq) - sd * sd * inv_n) * inv_n) + eps);
   for (std::int64_t j = lane; j < width; j += 32)
     store(y, base + j, (row_value(x, s, summed, base + j) - m) * rs * w[j] + bias[j]);
   if (lane == 0) {
@@ -157,15 +162,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   const float inv_n = 1.f / static_cast<float>(width);
-  const float m = warp_sum(sum) * inv_n;
-  float sq = 0;
+  const float m0 = warp_sum(sum) / static_cast<float>(width);  // corrected, as above
+  float sd = 0, sq = 0;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     if (k >= per) break;
-    const float d = v[k] - m;
+    const float d = v[k] - m0;
+    sd += d;
     sq += d * d;
   }
-  const float rs = 1.f / sqrtf(warp_sum(sq) * inv_n + eps);
+  sd = warp_sum(sd);
+  const float m = m0 + sd * inv_n;
+  const float rs = 1.f / sqrtf(fmaxf(0.f, (warp_sum(sq) - sd * sd * inv_n) * inv_n) + eps);
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     if (k >= per) break;
