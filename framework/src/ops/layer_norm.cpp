@@ -134,9 +134,15 @@ ag::variable_list run_backward(const at::Tensor& s, at::Tensor dy, const at::Ten
                                const at::Tensor& rstd, at::ScalarType y_type,
                                at::ScalarType branch_type, bool with_branch) {
   const auto width = s.size(-1);
-  // Nothing reached y (only s was used): its gradient is 0.
-  dy = dy.defined() ? dy.to(y_type).reshape({-1, width}).contiguous()
-                    : at::zeros({s.numel() / width, width}, s.options().dtype(y_type));
+  // Nothing reached y (only s was used): the sum's gradient is s's alone, and weight and bias
+  // get none (as `residual + branch` then at::layer_norm gives; a pass with dy = 0 made zero
+  // gradients, which an optimizer would decay, and 0 * inf a NaN where a row's rstd is inf).
+  if (!dy.defined()) {
+    const auto d = ds.defined() ? ds.to(s.scalar_type()) : at::zeros_like(s);
+    if (!with_branch) return {d, at::Tensor(), at::Tensor()};
+    return {d, branch_type != s.scalar_type() ? d.to(branch_type) : d, at::Tensor(), at::Tensor()};
+  }
+  dy = dy.to(y_type).reshape({-1, width}).contiguous();
   const auto rows2 = s.reshape({-1, width});
   const auto ds2 = ds.defined() ? ds.to(s.scalar_type()).reshape({-1, width}).contiguous() : ds;
   auto dx = at::empty_like(s);
