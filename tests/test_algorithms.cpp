@@ -318,6 +318,27 @@ TEST_CASE("wick::cross_entropy: mean of log-sum-exp minus the target's logit, ig
   CHECK((w.grad().to(torch::kDouble) - wd.grad()).abs().max().item<double>() < 2e-7);
   CHECK(w.grad()[2].abs().max().item<float>() == 0);
 
+  // Many rows: the same bits on 1 thread and on 2 (at::sum split the mean's reduction).
+  {
+    const auto big = torch::randn({200000, 5});
+    const auto big_ids = torch::randint(0, 5, {200000}, torch::kLong);
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    const auto one = wick::cross_entropy(big, big_ids);
+    at::set_num_threads(2);
+    const auto two = wick::cross_entropy(big, big_ids);
+    at::set_num_threads(threads);
+    CHECK(torch::equal(one, two));
+  }
+
+  // A +inf logit: the loss and every gradient NaN, as LibTorch's (inf - inf), not a loss of
+  // +inf that a check for NaN alone would miss.
+  auto inf = torch::tensor({{1.f, 2.f, INFINITY, 0.5f}}).requires_grad_(true);
+  const auto inf_loss = wick::cross_entropy(inf, torch::tensor({1}));
+  CHECK(std::isnan(inf_loss.item<float>()));
+  inf_loss.backward();
+  CHECK(inf.grad().isnan().all().item<bool>());
+
   // bf16 logits (as a bf16-autocast model hands them over): computed in float, the loss in
   // float, the gradient in bf16 rounded once.
   auto wb = wide.to(torch::kBFloat16).requires_grad_(true);

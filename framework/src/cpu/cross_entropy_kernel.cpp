@@ -43,9 +43,10 @@ WICK_ALWAYS_INLINE void rows_loop(const float* logits, const std::int64_t* targe
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * classes;
     const float m = row_max(x, classes);
-    // A row of -inf (or a NaN) keeps LibTorch's answer: the shift of an infinite maximum would
-    // be inf - inf.
-    const float shift = std::isfinite(m) ? m : 0.f;
+    // A row of -inf keeps LibTorch's answer (its shift would be -inf - -inf); a +inf (or a NaN)
+    // makes the row's loss and gradient NaN, as LibTorch's log_softmax (inf - inf) and the
+    // CUDA kernel do: a shift of 0 made the loss +inf and only some gradients NaN.
+    const float shift = m == -std::numeric_limits<float>::infinity() ? 0.f : m;
     const float log_sum = std::log(row_sum_exp(x, classes, shift));
     stats[2 * r] = shift;
     stats[2 * r + 1] = log_sum;

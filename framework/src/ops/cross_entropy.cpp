@@ -65,7 +65,21 @@ at::Tensor cpu_grad(const at::Tensor& logits, const at::Tensor& target, const at
   return grad;
 }
 
-// Saves the logits (as LibTorch's log-softmax saves its output: the same size) and the rows'
+// The rows' sum with the same bits on any thread count (as LibTorch's loss has it): at::sum
+// splits one output's reduction among the threads for a large input; fixed chunks, one output
+// each, are each summed by one thread.
+at::Tensor fixed_order_sum(const at::Tensor& rows) {
+  constexpr std::int64_t kChunk = 4096;
+  const auto n = rows.numel();
+  if (rows.is_cuda() || n <= kChunk) return rows.sum();
+  const auto v = rows.reshape({-1});
+  const auto whole = n / kChunk * kChunk;
+  auto parts = v.narrow(0, 0, whole).view({n / kChunk, kChunk}).sum(1);
+  if (whole < n) parts = at::cat({parts, v.narrow(0, whole, n - whole).sum().unsqueeze(0)});
+  return parts.sum();
+}
+
+// Saves the logits (as LibTorch's log-softmax saves its output: the same size) and the rows''
 // log-sum-exps; on a GPU the mean's count stays on the device, so nothing waits for it.
 class FusedCrossEntropy : public ag::Function<FusedCrossEntropy> {
  public:
@@ -76,7 +90,7 @@ class FusedCrossEntropy : public ag::Function<FusedCrossEntropy> {
     const auto count = target.ne(ignore_index).sum().to(at::kFloat);
     ctx->save_for_backward({logits, target, lse, count});
     ctx->saved_data["ignore_index"] = ignore_index;
-    return rows.sum() / count;
+    return fixed_order_sum(rows) / count;
   }
 
   static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list grads) {
