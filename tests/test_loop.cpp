@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "loop/epoch_values.hpp"
+#include "wick/state_dict.hpp"
 #include "loop/loop_state.hpp"
 #include "loop/scope.hpp"
 #include "support.hpp"
@@ -63,6 +65,30 @@ TEST_CASE("run_scope ends a scope at a cancel of its own kind and lets every oth
       wick::run_scope<CancelScope::step>([] { throw std::runtime_error("boom"); }, cancelled),
       std::runtime_error);
   CHECK(heard.empty());
+}
+
+TEST_CASE("an epoch's values from a checkpoint without sample counts weigh a batch's size each") {
+  // Checkpoints written before the counts were kept: each batch counted as a whole one.
+  wick::StateDict old;
+  old.set_tensor("epoch_losses", torch::tensor({1.0, 2.0, 3.0}));
+  old.set_int("logged_upto", 1);
+  old.set_int("metrics", 1);
+  old.set_string("metric_name.0", "acc");
+  old.set_tensor("metric_values.0", torch::tensor({0.5, 0.25}));
+  old.set_int("metric_logged.0", 0);
+  wick::EpochValues v;
+  v.load(old, 32);
+  CHECK(v.loss_samples == std::vector<double>{32, 32, 32});
+  CHECK(v.metric_samples == std::vector<std::vector<double>>{{32, 32}});
+  CHECK(v.logged_loss == 1);
+  // Written now, they come back as they were.
+  v.add_loss(torch::tensor(4.0), 5);
+  wick::StateDict now;
+  v.save(now);
+  wick::EpochValues back;
+  back.load(now, 32);
+  CHECK(back.loss_samples == std::vector<double>{32, 32, 32, 5});
+  CHECK(back.losses.size() == 4);
 }
 
 TEST_CASE("the resume point: the restored epoch starts at its batch, its values are kept once") {

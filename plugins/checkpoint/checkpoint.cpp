@@ -148,8 +148,9 @@ class Checkpoint : public wick::Hook {
     // to spare): a path past the system's limit fails here, not at the first save an epoch in.
     const auto probe = dir_ / (".probe-" + name_of({}) + "-" + std::to_string(::getpid()));
     const auto file = probe / "manifest.json.tmp";
+    fs::remove_all(probe, ec);  // one a process of this pid left (pid 1 in a container)
     fs::create_directory(probe, ec);
-    int fd = ec ? -1 : ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = ec ? -1 : ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 && !ec) ec.assign(errno, std::generic_category());
     if (fd >= 0) ::close(fd);
     std::error_code ignored;
@@ -210,11 +211,9 @@ class Checkpoint : public wick::Hook {
     fs::path aside = dir_ / base;
     for (int k = 2; !fs::create_directory(aside, ec); ++k) {
       if (ec || k > 1000)
-        throw std::runtime_error(
-            "cannot make a folder to move the earlier run's checkpoints "
-            "aside to, '" +
-            aside.string() + "': " + (ec ? ec.message() : "it exists") +
-            "; free the checkpoint folder or set hooks.checkpoint.dir");
+        throw std::runtime_error("cannot make a folder to set checkpoints aside in, '" +
+                                 aside.string() + "': " + (ec ? ec.message() : "it exists") +
+                                 "; free the checkpoint folder or set hooks.checkpoint.dir");
       aside = dir_ / (base + "-" + std::to_string(k));
     }
     for (const auto& p : later) {

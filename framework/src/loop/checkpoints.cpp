@@ -150,7 +150,7 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
         "not saving checkpoint '" + dir.filename().string() + "' (" + reason +
         "): the optimizer's parameter groups changed during this fit (sizes " + groups_at_start +
         " when it started, " + now +
-        " now: a hook added, removed or moved parameters), and a resume, which builds the "
+        " now: a hook changed them), and a resume, which builds the "
         "optimizer from the config, could not load its state; declare the groups in "
         "[[optimizer.groups]] (a group at lr 0 for a part that trains later) instead");
   // Rank 0 writes the records (after the gather above, which every rank joins).

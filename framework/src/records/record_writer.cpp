@@ -39,7 +39,7 @@ namespace {
 // A value under one of a line's own fields would replace it (a resume could not read the line
 // back), one under a value the trainer measures would replace that silently (what the
 // summary, early stopping and a checkpoint's monitor read), and one without a name is no
-// column. The lr is a hook's to set (a schedule's).
+// column. An lr may be logged (a hook's own schedule), replacing the trainer's.
 void check_key(std::string_view key) {
   if (key.empty()) throw std::invalid_argument("Context::log: a value needs a name");
   if (is_record_field(key))
@@ -101,7 +101,7 @@ void RecordWriter::take_pending() {
   for (auto& [k, v] : pending_) {
     const double x = std::holds_alternative<double>(v) ? std::get<double>(v)
                                                        : std::get<at::Tensor>(v).item<double>();
-    // A hook's value replaces the trainer's own of the same key (e.g. lr from a schedule).
+    // A hook's value replaces the trainer's own of the same key (an lr a hook logs).
     set_value(last_.values, k, x);
   }
   pending_.clear();
