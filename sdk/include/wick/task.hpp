@@ -35,7 +35,8 @@ struct Output {
   at::Tensor loss;  // scalar, mean over the batch
   // Per-batch means of the batch's samples, e.g. {"accuracy", (pred.argmax(1) ==
   // target).to(kFloat).mean()}. Training steps: logged as "train/NAME", the mean over each
-  // step record's window and over the epoch. Validation: "valid/NAME", weighted by batch size.
+  // step record's window and over the epoch; validation: "valid/NAME"; both weighted by batch
+  // size (means over samples, as the loss's).
   std::vector<std::pair<std::string, at::Tensor>> metrics;
 };
 
