@@ -916,8 +916,7 @@ TEST_CASE("fresh fits of one process in one second each move the earlier checkpo
 
 TEST_CASE("a run folder removed while the fit runs stops it at the next record and says so") {
   TempDir d;
-  write_file(d / "cfg.toml",
-             config(d, "", fault("action = \"remove\"\npath = \"\"\nstep = 3\n")));
+  write_file(d / "cfg.toml", config(d, "", fault("action = \"remove\"\npath = \"\"\nstep = 3\n")));
   auto r = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r.err << r.out);
   CHECK(r.exit_code == 1);

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "loop/epoch_values.hpp"
-#include "wick/state_dict.hpp"
 #include "loop/loop_state.hpp"
 #include "loop/scope.hpp"
 #include "support.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
+#include "wick/state_dict.hpp"
 #include "wick/trainer.hpp"
 
 using namespace wick::test;

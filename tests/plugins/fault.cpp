@@ -141,6 +141,7 @@ WICK_PLUGIN(Fault,
                 .param_int("epoch", -1, "0-based epoch (-1: any)")
                 .param_int("rank", -1, "the rank it fires on (-1: every rank)")
                 .param_string("message", "injected fault", "message for throw")
-                .param_string("path", "checkpoints", "folder for readonly and remove, in output_dir")
+                .param_string("path", "checkpoints",
+                              "folder for readonly and remove, in output_dir")
                 .param_int("bytes", 4096, "file size cap for fsize")
                 .param_int("saves", 0, "savekill: checkpoint writes to let through first"))
