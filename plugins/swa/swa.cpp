@@ -201,6 +201,7 @@ class Swa : public wick::Hook {
     double momentum = -1;          // -1: not known before the first batch
     at::Tensor from_ones;          // a traced one's running_mean after the first batch, from ones
     at::Tensor sum_mean, sum_var;  // of the batches' statistics
+    std::size_t first = 0;         // where its three buffers are in recompute's list
     void zero() {
       mean.zero_();
       var.zero_();
@@ -240,11 +241,13 @@ class Swa : public wick::Hook {
   std::string recompute_batch_norm(wick::Context& c) {
     namespace nn = torch::nn;
     std::vector<c10::optional<double>*> momenta;  // the C++ batch norms'
+    std::vector<std::function<void()>> resets;    // theirs too
     std::vector<at::Tensor> buffers;              // every batch norm's statistics
     for (const auto& m : c.model().modules(/*include_self=*/true)) {
       auto add = [&](auto* bn) {
         if (!bn || !bn->options.track_running_stats()) return;
         momenta.push_back(&bn->options.momentum());
+        resets.push_back([bn] { bn->reset_running_stats(); });
         buffers.insert(buffers.end(), {bn->running_mean, bn->running_var, bn->num_batches_tracked});
       };
       add(m->as<nn::BatchNorm1dImpl>());
@@ -252,7 +255,10 @@ class Swa : public wick::Hook {
       add(m->as<nn::BatchNorm3dImpl>());
     }
     auto scripted = scripted_batch_norms(c.model());
-    for (const auto& s : scripted) buffers.insert(buffers.end(), {s.mean, s.var, s.count});
+    for (auto& s : scripted) {
+      s.first = buffers.size();
+      buffers.insert(buffers.end(), {s.mean, s.var, s.count});
+    }
     if (buffers.empty()) return "";
     if (!bn_update_) return " (batch-norm statistics kept: bn_update = false)";
     auto data = c.task().train_data();
@@ -305,14 +311,7 @@ class Swa : public wick::Hook {
         for (auto& s : scripted) s.from_ones = s.mean.clone();
       }
       for (auto* m : momenta) *m = c10::nullopt;  // a cumulative mean over the batches
-      for (const auto& m : model.modules(/*include_self=*/true)) {
-        auto reset = [](auto* bn) {
-          if (bn && bn->options.track_running_stats()) bn->reset_running_stats();
-        };
-        reset(m->as<nn::BatchNorm1dImpl>());
-        reset(m->as<nn::BatchNorm2dImpl>());
-        reset(m->as<nn::BatchNorm3dImpl>());
-      }
+      for (auto& reset : resets) reset();
       auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
       for (; batches * bs < n; ++batches) {
         for (auto& s : scripted) s.zero();
@@ -331,11 +330,9 @@ class Swa : public wick::Hook {
           std::string("swa: recomputing batch-norm statistics over the training data failed: ") +
           e.what() + " (set bn_update = false to keep the trained statistics)");
     }
-    for (std::size_t k = 0; k < scripted.size(); ++k) {
-      auto& s = scripted[k];
+    for (auto& s : scripted) {
       if (s.momentum < 1e-6) {  // nothing a pass could change
-        const auto first = buffers.size() - 3 * (scripted.size() - k);
-        for (std::size_t i = first; i < first + 3; ++i) buffers[i].copy_(kept[i]);
+        for (std::size_t i = s.first; i < s.first + 3; ++i) buffers[i].copy_(kept[i]);
         continue;
       }
       s.mean.copy_(s.sum_mean / static_cast<double>(batches));

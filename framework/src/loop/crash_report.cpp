@@ -114,12 +114,11 @@ bool write_armed(const Text& what) {
   return false;
 }
 
-// "wick: WHAT; summary.json says failed" on stderr, after writing it.
-void say_and_write(const Text& what, const char* lead) {
+// "wick: WHAT; summary.json says failed" on its own line of stderr, after writing it.
+void say_and_write(const Text& what) {
   if (::getpid() != g().pid) return;  // a child forked during the fit: not the fit's end
   Text line;
-  line.add(lead);
-  line.add("wick: ");
+  line.add("\nwick: ");
   line.add(what.buf, what.n);
   if (write_armed(what)) line.add("; summary.json says failed");
   line.add("\n");
@@ -150,7 +149,7 @@ void report(int sig) {
   what.add("fatal signal ");
   what.add(describe(sig));
   add_place(what);
-  say_and_write(what, "\n");
+  say_and_write(what);
 }
 
 // exit() or quick_exit() during a fit (a plugin's, or a library's): the fit would end
@@ -166,7 +165,7 @@ void on_process_exit(int status) {
   }
   what.add(" during the fit (a call of exit())");
   add_place(what);
-  say_and_write(what, "\n");
+  say_and_write(what);
 }
 
 void on_fatal(int sig, siginfo_t* info, void*) {
@@ -263,7 +262,7 @@ void CrashReportScope::report_exit_now(const char* signal_name) {
   what.add("ended at once by a further ");
   what.add(signal_name);
   what.add(", before the stop the first signal asked for was done");
-  say_and_write(what, "\n");
+  say_and_write(what);
 }
 
 }  // namespace wick

@@ -21,20 +21,29 @@ double Trainer::Impl::current_lr() const {
 }
 
 // "lr": the first group's of the first optimizer; with several optimizers also "lr/NAME".
-std::vector<std::pair<std::string, double>> Trainer::Impl::lrs_now() const {
-  std::vector<std::pair<std::string, double>> out{{"lr", current_lr()}};
-  if (optimizers.size() < 2) return out;
-  for (const auto& o : optimizers) {
-    const auto& groups = o.optimizer->param_groups();
-    if (!groups.empty()) out.emplace_back("lr/" + o.name, groups[0].options().get_lr());
-  }
-  return out;
+// Written over `out` in place: once a step, with no allocation after the first.
+void Trainer::Impl::lrs_into(std::vector<std::pair<std::string, double>>& out) const {
+  std::size_t n = 0;
+  auto put = [&](const char* key, const std::string& name, double lr) {
+    if (n == out.size()) out.emplace_back();
+    out[n].first.assign(key).append(name);
+    out[n++].second = lr;
+  };
+  put("lr", "", current_lr());
+  if (optimizers.size() > 1)
+    for (const auto& o : optimizers) {
+      const auto& groups = o.optimizer->param_groups();
+      if (!groups.empty()) put("lr/", o.name, groups[0].options().get_lr());
+    }
+  out.resize(n);
 }
 
 // The lrs the last step trained with: a schedule sets the next step's at after_step, before
 // an epoch's record is written. Before this run's first step, the lrs as they are.
 void Trainer::Impl::add_lrs(Record& r) const {
-  const auto lrs = step_lrs.empty() ? lrs_now() : step_lrs;
+  std::vector<std::pair<std::string, double>> now;
+  if (step_lrs.empty()) lrs_into(now);
+  const auto& lrs = step_lrs.empty() ? now : step_lrs;
   r.values.insert(r.values.end(), lrs.begin(), lrs.end());
 }
 
@@ -85,7 +94,7 @@ void Trainer::Impl::log_step_if_due() {
   // Accumulating, a record waits for the end of the window (windows begin at multiples of the
   // count within an epoch) in which the count of batches reached a multiple of log_every: no
   // two records share an optimizer step, and each holds whole windows.
-  step_lrs = lrs_now();
+  lrs_into(step_lrs);
   const std::int64_t L = opt.log_every;
   if (L <= 0 || epoch.losses.size() <= epoch.logged_loss || !state.is_accum_boundary()) return;
   const std::int64_t window = std::min(state.accum_window(), state.micro_step);

@@ -153,7 +153,7 @@ struct Trainer::Impl final : CheckpointStore {
   // Means of the epoch's values from the logged marks on (or all of them), over all ranks.
   std::vector<std::pair<std::string, double>> train_means(bool whole_epoch);
   double current_lr() const;
-  std::vector<std::pair<std::string, double>> lrs_now() const;
+  void lrs_into(std::vector<std::pair<std::string, double>>& out) const;
   std::vector<std::pair<std::string, double>> step_lrs;  // the last step's, from the step
   void add_lrs(Record& r) const;
   Summary summary_now(const FitResult* res);

@@ -79,7 +79,7 @@ at::Tensor fixed_order_sum(const at::Tensor& rows) {
   return parts.sum();
 }
 
-// Saves the logits (as LibTorch's log-softmax saves its output: the same size) and the rows''
+// Saves the logits (as LibTorch's log-softmax saves its output: the same size) and the rows'
 // log-sum-exps; on a GPU the mean's count stays on the device, so nothing waits for it.
 class FusedCrossEntropy : public ag::Function<FusedCrossEntropy> {
  public:
