@@ -25,7 +25,8 @@ std::string config(const TempDir& d, const std::string& extra = "", const std::s
          extra + test_plugins_toml();
 }
 
-void interrupted_then_resumed(const std::string& action, int step, int exit_code,
+// FAULT: the fault plugin's keys, which end the first run with EXIT_CODE.
+void interrupted_then_resumed(const std::string& fault, int exit_code,
                               const std::string& hooks = "", const std::string& task = "") {
   TempDir ref;
   write_file(ref / "cfg.toml", config(ref, hooks, task));
@@ -34,10 +35,7 @@ void interrupted_then_resumed(const std::string& action, int step, int exit_code
   REQUIRE(r0.exit_code == 0);
 
   TempDir d;
-  write_file(d / "cfg.toml", config(d,
-                                    hooks + "[[hooks]]\nplugin = \"fault\"\naction = \"" + action +
-                                        "\"\nstep = " + std::to_string(step) + "\n",
-                                    task));
+  write_file(d / "cfg.toml", config(d, hooks + "[[hooks]]\nplugin = \"fault\"\n" + fault, task));
   auto r1 = run_wick({"fit", (d / "cfg.toml").string()});
   INFO(r1.err << r1.out);
   REQUIRE(r1.exit_code == exit_code);
@@ -59,19 +57,27 @@ void interrupted_then_resumed(const std::string& action, int step, int exit_code
 TEST_CASE(
     "with every stateful technique plugin a SIGINT inside an accumulation window resumes exactly") {
   // Batch 13 is the 2nd of the window of batches 12..14 of epoch 2.
-  interrupted_then_resumed("sigint", 13, 130);
+  interrupted_then_resumed("action = \"sigint\"\nstep = 13\n", 130);
 }
 
 TEST_CASE(
     "with every stateful technique plugin a SIGKILL after the last checkpoint resumes exactly") {
-  interrupted_then_resumed("kill", 14, 128 + 9);
+  interrupted_then_resumed("action = \"kill\"\nstep = 14\n", 128 + 9);
 }
 
 TEST_CASE(
     "with activation checkpointing and dropout too, a SIGKILL after the last checkpoint resumes "
     "exactly") {
   // The recomputed blocks draw their dropout masks again from the restored generator.
-  interrupted_then_resumed("kill", 14, 128 + 9,
+  interrupted_then_resumed("action = \"kill\"\nstep = 14\n", 128 + 9,
                            "[[hooks]]\nplugin = \"activation_checkpointing\"\nmodules = [\"*\"]\n",
                            "hidden = [16, 16]\ndropout = 0.2\n");
+}
+
+TEST_CASE(
+    "a resume from an epoch's last step writes that epoch's record with the lr the step trained "
+    "with") {
+  // Optimizer step 6 ends epoch 1 and is checkpointed; the kill comes before its validation, so
+  // the resume writes epoch 1's record before it steps, while the optimizer holds step 7's lr.
+  interrupted_then_resumed("action = \"kill\"\nat = \"before_valid\"\nepoch = 1\n", 128 + 9);
 }

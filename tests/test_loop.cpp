@@ -89,6 +89,13 @@ TEST_CASE("an epoch's values from a checkpoint without sample counts weigh a bat
   back.load(now, 32);
   CHECK(back.loss_samples == std::vector<double>{32, 32, 32, 5});
   CHECK(back.losses.size() == 4);
+
+  // A damaged checkpoint whose counts are not one a value is refused, naming the key.
+  now.set_tensor("epoch_loss_samples", torch::tensor({32.0, 5.0}));
+  CHECK_THROWS_WITH(back.load(now, 32), Catch::Contains("epoch_loss_samples does not match"));
+  now.set_tensor("epoch_loss_samples", torch::tensor({32.0, 32.0, 32.0, 5.0}));
+  now.set_tensor("metric_samples.0", torch::ones({2, 1}, torch::kDouble));
+  CHECK_THROWS_WITH(back.load(now, 32), Catch::Contains("metric_samples.0 does not match"));
 }
 
 TEST_CASE("the resume point: the restored epoch starts at its batch, its values are kept once") {
