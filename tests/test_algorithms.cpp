@@ -1219,6 +1219,36 @@ TEST_CASE(
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_diff(a[i], b[i]) == 0);
 }
 
+TEST_CASE("swa: a failed batch-norm pass keeps the trained statistics and names the way out",
+          "[algorithms][swa]") {
+  auto task = swa_task();
+  // Only swa's pass runs the model in training mode without gradients.
+  task->on_forward = [&task](Context&, const at::Tensor&, const at::Tensor&) {
+    if (!torch::GradMode::is_enabled() && task->net_->is_training())
+      throw std::runtime_error("no second pass here");
+  };
+  auto t = make(task, options(4, 3), sgd(0.2), swa_hooks(1));
+  at::Tensor mean, var;  // the last epoch's trained statistics, before swa acts
+  auto probe = std::make_shared<Probe>();
+  probe->points[Point::before_valid] = [&](Context&) {
+    auto bn = task->net_[2]->as<torch::nn::BatchNorm1dImpl>();
+    mean = bn->running_mean.clone();
+    var = bn->running_var.clone();
+  };
+  t->add_hook(entry(probe, "probe", -200));
+  const auto r = t->fit();
+  CHECK(r.status == FitResult::Status::failed);
+  CHECK_THAT(r.error, Contains("swa: recomputing batch-norm statistics over the training data "
+                               "failed: no second pass here") &&
+                          Contains("bn_update = false"));
+  auto bn = task->net_[2]->as<torch::nn::BatchNorm1dImpl>();
+  REQUIRE(mean.defined());
+  CHECK(torch::equal(bn->running_mean, mean));
+  CHECK(torch::equal(bn->running_var, var));
+  REQUIRE(bn->options.momentum().has_value());
+  CHECK(*bn->options.momentum() == 0.1);
+}
+
 TEST_CASE("swa refuses a start_epoch the run never reaches", "[algorithms][swa]") {
   auto task = std::make_shared<ImageTask>(8, 2, ImageTask::Net::linear);
   CHECK_THAT(fit_error(task, options(4, 2), "[[hooks]]\nplugin = \"swa\"\nstart_epoch = 2\n"),
