@@ -812,6 +812,33 @@ TEST_CASE("a read-only checkpoint folder gives a clear error at start and at sav
     auto s = read_json(d / "run" / "summary.json");
     CHECK(s["status"] == "failed");
   }
+  SECTION("a fresh fit that cannot set the earlier run's checkpoints aside") {
+    // Read-only from step 1 on: the first save, at step 4, makes no folder to move them into.
+    write_file(d / "cfg.toml", config(d, "every_n_steps = 4\nkeep_last = 0\n",
+                                      fault("action = \"readonly\"\nstep = 1\n")));
+    auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string()});
+    fs::permissions(ckpt_dir(d), fs::perms::owner_write, fs::perm_options::add);
+    INFO(r.err << r.out);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot make a folder to set checkpoints aside in, '" +
+                     (ckpt_dir(d) / "superseded-").string()) != std::string::npos);
+    CHECK(r.err.find("Permission denied; free the checkpoint folder or set "
+                     "hooks.checkpoint.dir") != std::string::npos);
+  }
+  SECTION("a fresh fit that cannot move one of the earlier run's checkpoints") {
+    // Moving a folder to another parent rewrites its "..": a folder without write permission
+    // stays. The folder made for them is removed again, empty.
+    const auto stuck = ckpt_dir(d) / names.front();
+    fs::permissions(stuck, fs::perms::owner_write, fs::perm_options::remove);
+    auto r = run_wick_unprivileged({"fit", (d / "cfg.toml").string()});
+    fs::permissions(stuck, fs::perms::owner_write, fs::perm_options::add);
+    INFO(r.err << r.out);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot move the checkpoint '" + stuck.string() + "' aside to '" +
+                     (ckpt_dir(d) / "superseded-").string()) != std::string::npos);
+    CHECK(r.err.find("Permission denied; move or remove it, then start the fit again") !=
+          std::string::npos);
+  }
   CHECK(checkpoints(d) == names);
   for (const auto& n : names) CHECK(file_hashes(ckpt_dir(d) / n) == before[n]);
 }

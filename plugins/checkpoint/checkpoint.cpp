@@ -219,10 +219,13 @@ class Checkpoint : public wick::Hook {
     for (const auto& p : later) {
       fs::rename(p, aside / p.filename(), ec);
       // Left in place, a checkpoint of the other timeline would be resumed from.
-      if (ec)
+      if (ec) {
+        std::error_code ignored;
+        fs::remove(aside, ignored);  // only if nothing went into it
         throw std::runtime_error("cannot move the checkpoint '" + p.string() + "' aside to '" +
                                  aside.string() + "': " + ec.message() +
                                  "; move or remove it, then start the fit again");
+      }
     }
     std::fprintf(stderr,
                  "wick: note: moved %zu checkpoint(s) of %s aside to '%s'; --resume latest and "
