@@ -101,6 +101,11 @@ void Evaluator::add_metric(MetricEntry entry) {
   for (const auto& m : metrics_)
     if (m.instance == entry.instance)
       throw ConfigError("two metrics named '" + entry.instance + "'; give one another name");
+  // A metric names its files in the run folder after itself (confusion_matrix: NAME.csv).
+  if (entry.instance == "metrics")
+    throw ConfigError("a metric named 'metrics' (plugin '" + entry.plugin +
+                      "') would write its files over metrics_log's metrics.csv in the run "
+                      "folder; give it another name (name = \"...\" in its [[metrics]] table)");
   const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
   places_.emplace_back(who + " on a validation batch", who + " computing its value");
   metrics_.push_back(std::move(entry));
