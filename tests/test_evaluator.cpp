@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data/sampler.hpp"
@@ -177,6 +178,9 @@ namespace {
 // is on data without that class.
 class MeanAbove100 : public Metric {
  public:
+  MeanAbove100() = default;
+  // Logged under each of these keys.
+  explicit MeanAbove100(std::vector<std::string> keys) : keys_(std::move(keys)) {}
   void update(const at::Tensor&, const at::Tensor& target) override {
     if (state_.empty()) state_ = {torch::zeros({2}, torch::kDouble)};
     const auto above = target.gt(100);
@@ -184,11 +188,15 @@ class MeanAbove100 : public Metric {
     state_[0][1] += above.sum().item<double>();
   }
   std::vector<std::pair<std::string, double>> compute() const override {
-    return {{"", state_[0][0].item<double>() / state_[0][1].item<double>()}};
+    std::vector<std::pair<std::string, double>> out;
+    for (const auto& k : keys_)
+      out.emplace_back(k, state_[0][0].item<double>() / state_[0][1].item<double>());
+    return out;
   }
   std::vector<at::Tensor>& state() override { return state_; }
 
  private:
+  std::vector<std::string> keys_{""};
   std::vector<at::Tensor> state_;
 };
 
@@ -212,4 +220,22 @@ TEST_CASE("evaluator: a metric's NaN is warned of once, naming the metric and it
       "(metrics.jsonl writes null): undefined on this data (a class with no samples?), or a "
       "bug in the plugin; said once\n";
   CHECK(err == warning);  // once, for two validations
+}
+
+TEST_CASE("evaluator: a metric's keys are words, each once, or the validation names the fault") {
+  auto message = [&](std::vector<std::string> keys) {
+    Rig r(10, 4);
+    r.eval.add_metric({std::make_shared<MeanAbove100>(std::move(keys)), "mean_above", "m"});
+    try {
+      std::string out, err;
+      wick::test::capturing([&] { r.eval.validation(r.valid.get()); }, out, err);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(message({"a", "b.c", "d-e_1"}).empty());
+  CHECK_THAT(message({"a,b"}), Catch::Contains("compute() gave a value under the key 'a,b'; a "
+                                               "key is \"\" or at most 64 letters"));
+  CHECK_THAT(message({"x", "x"}), Catch::Contains("compute() gave two values under the key 'x'"));
 }

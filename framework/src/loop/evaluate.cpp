@@ -5,11 +5,14 @@
 #include "loop/trainer_impl.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "wick/params.hpp"
 #include "wick/state_dict.hpp"
@@ -35,6 +38,27 @@ std::string shape_of(at::IntArrayRef s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// A key a metric's compute() gives: "" or a word, which records, CSV columns and TensorBoard
+// tags take as it is (valid/NAME/KEY); each once. Throws naming the key otherwise.
+void check_metric_keys(const std::vector<std::pair<std::string, double>>& values) {
+  std::vector<std::string> seen;
+  for (const auto& kv : values) {
+    const auto& k = kv.first;
+    const bool word = std::all_of(k.begin(), k.end(), [](char ch) {
+      const auto c = static_cast<unsigned char>(ch);
+      return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+    });
+    if (!word || k.size() > 64)
+      throw std::runtime_error("compute() gave a value under the key '" + k.substr(0, 64) +
+                               "'; a key is \"\" or at most 64 letters, digits, '_', '-' and "
+                               "'.' (it becomes part of valid/NAME/KEY; a bug in the plugin)");
+    if (std::find(seen.begin(), seen.end(), k) != seen.end())
+      throw std::runtime_error("compute() gave two values under the key '" + k +
+                               "' (a bug in the plugin)");
+    seen.push_back(k);
+  }
 }
 
 // The data of a split, checked to be something an evaluation can run over.
@@ -267,7 +291,9 @@ void Evaluator::compute_metrics(ValidResult& res, const std::string& prefix) {
           "it has no state after the validation's updates (a bug in the "
           "plugin: update() must size its state)");
     // The whole-set value replaces a task's per-batch mean of the same name.
-    for (const auto& [k, v] : e.metric->compute()) {
+    const auto values = e.metric->compute();
+    check_metric_keys(values);
+    for (const auto& [k, v] : values) {
       const std::string key = prefix + e.instance + (k.empty() ? "" : "/" + k);
       // metrics.jsonl writes it as null, which a reader may take for "not logged".
       if (!std::isfinite(v) && p_.state.rank == 0 && nonfinite_said_.insert(key).second)

@@ -41,8 +41,9 @@ class Metric {
   virtual void update(const at::Tensor& pred, const at::Tensor& target) = 0;
 
   // The values from the state, which the framework has summed over the data-parallel ranks.
-  // Key "" for a metric's one value (valid/NAME), else valid/NAME/KEY. Called only after at
-  // least one update.
+  // Key "" for a metric's one value (valid/NAME), else valid/NAME/KEY: at most 64 letters,
+  // digits, '_', '-' and '.', each key once (else the validation fails, naming it). Called
+  // only after at least one update.
   virtual std::vector<std::pair<std::string, double>> compute() const = 0;
 
   // The state: tensors that add up over batches and ranks, any dtype and device (float64
