@@ -455,6 +455,47 @@ TEST_CASE("a stop requested by one rank before the first step trains no step on 
   CHECK(read_json(dir / "run" / "summary.json")["stop_reason"] == "stop requested by another rank");
 }
 
+TEST_CASE("a non-finite loss on one rank fails every rank naming it and is saved nowhere") {
+  TempDir dir;
+  // Rank 1's loss of batch 3 (the fourth) is NaN; the all-reduce gives every rank its gradient.
+  const std::string nan =
+      "[[hooks]]\nplugin = \"fault\"\naction = \"nan\"\nat = \"after_loss\"\nstep = 4\n"
+      "rank = 1\n";
+  SECTION("read at the step's record, on every rank") {
+    write_file(dir / "cfg.toml", config(dir / "run", nan));
+    auto r = run_wick({"fit", (dir / "cfg.toml").string(), "--nproc", "2"});
+    INFO(r.err << r.out);
+    CHECK(r.exit_code == 1);
+    const std::string why =
+        "the step's record: non-finite loss (nan) on rank 1 at epoch 0, batch 3, optimizer "
+        "step 3; set trainer.nan_policy = \"skip\"";
+    for (const auto* rank : {"[rank 0] ", "[rank 1] "})
+      CHECK(r.err.find(rank + std::string("wick: training failed: ") + why) != std::string::npos);
+    CHECK(read_json(dir / "run" / "summary.json")["error"].get<std::string>().rfind(why, 0) == 0);
+  }
+  SECTION("a checkpoint after it, before the record, is refused on rank 0") {
+    write_file(
+        dir / "cfg.toml",
+        config(dir / "run", nan + "[[hooks]]\nplugin = \"checkpoint\"\nevery_n_steps = 1\n"));
+    auto r = run_wick(
+        {"fit", (dir / "cfg.toml").string(), "--nproc", "2", "--set", "trainer.log_every=8"});
+    INFO(r.err << r.out);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("[rank 0] wick: training failed: plugin 'checkpoint' (instance "
+                     "'checkpoint') at ") != std::string::npos);
+    CHECK(r.err.find(": not saving checkpoint 'ckpt-e0000-b0000004' (step): parameter '") !=
+          std::string::npos);
+    CHECK(r.err.find("' holds values that are not finite (a non-finite loss, on this rank or "
+                     "another, or a step that overflowed)") != std::string::npos);
+    // The last checkpoint is the step before, and said once, by rank 0.
+    CHECK(r.err.find("the last checkpoint is " +
+                     (dir / "run" / "checkpoints" / "ckpt-e0000-b0000003").string()) !=
+          std::string::npos);
+    CHECK(r.err.find("[rank 1] wick: checkpoint: not saving") == std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "run" / "checkpoints" / "ckpt-e0000-b0000004"));
+  }
+}
+
 TEST_CASE("killing one rank mid-epoch makes wick launch fail promptly, naming the rank") {
   TempDir dir;
   write_file(dir / "cfg.toml", config(dir / "run", "kill_rank = 1\nkill_at_step = 3\n"));

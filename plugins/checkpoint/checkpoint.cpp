@@ -330,23 +330,27 @@ class Checkpoint : public wick::Hook {
       flush(c, false);
       return;
     }
+    // Said by rank 0, which writes the checkpoints and knows which it wrote.
+    const bool says = c.run().is_main_process();
     if (name_of(c.position()) == start_) {
       // Nothing trained since the fit started: the weights are the initial ones, or the
       // checkpoint's this fit resumed from. Saving them would set the earlier run aside.
-      std::fprintf(stderr,
-                   "wick: checkpoint: not saving on %s: nothing was trained since the fit "
-                   "started\n",
-                   failed ? "failure" : "cancel");
+      if (says)
+        std::fprintf(stderr,
+                     "wick: checkpoint: not saving on %s: nothing was trained since the fit "
+                     "started\n",
+                     failed ? "failure" : "cancel");
       return;
     }
     if (!c.between_steps()) {
       // Part of the step may have run (gradients, an optimizer update), or validation may have
       // swapped other weights in (EMA): not a point a resume could continue from exactly.
-      std::fprintf(stderr,
-                   "wick: checkpoint: not saving on %s: it came in the middle of a %s; "
-                   "the last checkpoint is %s\n",
-                   failed ? "failure" : "cancel", c.state().validating() ? "validation" : "step",
-                   last_saved_.empty() ? "(none)" : (dir_ / last_saved_).c_str());
+      if (says)
+        std::fprintf(stderr,
+                     "wick: checkpoint: not saving on %s: it came in the middle of a %s; "
+                     "the last checkpoint is %s\n",
+                     failed ? "failure" : "cancel", c.state().validating() ? "validation" : "step",
+                     last_saved_.empty() ? "(none)" : (dir_ / last_saved_).c_str());
       return;
     }
     flush(c, false);

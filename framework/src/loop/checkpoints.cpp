@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "config/config_changes.hpp"
 #include "loop/trainer_impl.hpp"
@@ -121,6 +123,19 @@ std::string group_layout(const std::vector<NamedOptimizer>& optimizers) {
   return out;
 }
 
+// The name of the model's first parameter that holds a value that is not finite, or "" (one
+// read for the whole model).
+std::string first_non_finite(const torch::nn::Module& model) {
+  const auto params = model.named_parameters(/*recurse=*/true);
+  std::vector<at::Tensor> finite;
+  finite.reserve(params.size());
+  for (const auto& p : params) finite.push_back(at::isfinite(p.value()).all());
+  if (finite.empty() || at::stack(finite).all().item<bool>()) return "";
+  for (std::size_t i = 0; i < finite.size(); ++i)
+    if (!finite[i].item<bool>()) return params[i].key();
+  return "";
+}
+
 }  // namespace
 
 void Trainer::Impl::note_group_layout() {
@@ -135,7 +150,9 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
   if (steps.loss_check.failed())
     throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +
                              "): the weights have taken steps since a non-finite loss");
-  steps.loss_check.verify();
+  // Only rank 0 may come here (a replica without sharded state does not); the weights' check
+  // below covers the other ranks' losses.
+  steps.loss_check.verify(/*across_ranks=*/false);
   auto parts = snapshot_parts();
   Manifest m = snapshot_manifest(parts, reason);
   // Sharded state is gathered to rank 0 for the save, and released after it (on every
@@ -153,6 +170,15 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
         " now: a hook changed them), and a resume, which builds the "
         "optimizer from the config, could not load its state; declare the groups in "
         "[[optimizer.groups]] (a group at lr 0 for a part that trains later) instead");
+  // Nor, under nan_policy "error", are weights that are not finite: a step from another
+  // rank's non-finite loss, which this rank reads only at the next record, or a step that
+  // overflowed.
+  if (const auto name = opt.nan_policy == NanPolicy::error ? first_non_finite(*model) : "";
+      !name.empty())
+    throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +
+                             "): parameter '" + name +
+                             "' holds values that are not finite (a non-finite loss, on this "
+                             "rank or another, or a step that overflowed)");
   // Rank 0 writes the records (after the gather above, which every rank joins).
   if (records.write_failed())
     throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +

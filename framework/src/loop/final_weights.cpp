@@ -57,7 +57,7 @@ void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
                  "weights cannot be gathered; its last checkpoint holds them whole\n");
     return;
   }
-  steps.loss_check.verify();
+  steps.loss_check.verify(/*across_ranks=*/false);  // rank 0 alone writes model.pt
   NamedTensors offered;
   std::string word, refused;
   try {

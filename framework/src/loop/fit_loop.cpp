@@ -65,6 +65,9 @@ std::shared_ptr<void> Trainer::Impl::start_fit() {
     }
   }
   dp.check_fit();
+  if (dp.distributed())
+    steps.loss_check.agree_over_ranks(dp.rank(), dp.world(),
+                                      [this](at::Tensor& t) { dp.all_reduce_sum(t); });
   if (!run.resume.empty() && !loop.resume.resumed() && !fresh_auto)
     throw std::runtime_error("--resume " + run.resume +
                              " was given but no hook restored a checkpoint; enable one with "

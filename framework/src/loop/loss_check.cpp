@@ -3,9 +3,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wick {
@@ -22,24 +25,57 @@ void LossCheck::add(const at::Tensor& loss, From from) {
   if (losses_.size() >= kMaxKept) verify();
 }
 
-void LossCheck::verify() {
-  if (losses_.empty()) return;
-  std::vector<at::Tensor> flat;
-  flat.reserve(losses_.size());
-  for (const auto& l : losses_) flat.push_back(l.reshape({-1}).to(at::kFloat));
-  const at::Tensor finite = at::cat(flat).isfinite();
-  if (finite.all().item<bool>()) {  // the one read of the batch
+void LossCheck::agree_over_ranks(std::int64_t rank, std::int64_t world,
+                                 std::function<void(at::Tensor&)> sum_over_ranks) {
+  rank_ = rank;
+  world_ = world;
+  sum_over_ranks_ = std::move(sum_over_ranks);
+}
+
+void LossCheck::verify(bool across_ranks) {
+  const bool ranks = across_ranks && world_ > 1 && sum_over_ranks_;
+  if (losses_.empty() && !ranks) return;  // with ranks, this rank's part is still due
+  std::int64_t bad = -1;                  // the first kept loss that is not finite
+  if (!losses_.empty()) {
+    std::vector<at::Tensor> flat;
+    flat.reserve(losses_.size());
+    for (const auto& l : losses_) flat.push_back(l.reshape({-1}).to(at::kFloat));
+    const at::Tensor finite = at::cat(flat).isfinite();
+    if (!finite.all().item<bool>())  // the one read of the batch
+      bad = finite.logical_not().nonzero()[0][0].item<std::int64_t>();
+  }
+  double value = bad >= 0 ? losses_[static_cast<std::size_t>(bad)].item<double>() : 0.0;
+  std::int64_t from_rank = bad >= 0 ? rank_ : -1;
+  if (ranks) {
+    // Each rank's first bad position (+1, 0: none) and its value; the ranks keep the same
+    // steps, so the earliest position is the earliest step.
+    auto t = at::zeros({2 * world_}, at::kDouble);
+    if (bad >= 0) {
+      t[rank_] = static_cast<double>(bad + 1);
+      t[world_ + rank_] = value;
+    }
+    sum_over_ranks_(t);
+    const double* v = t.data_ptr<double>();
+    from_rank = -1;
+    for (std::int64_t r = 0; r < world_; ++r)
+      if (v[r] > 0 && (from_rank < 0 || v[r] < v[from_rank])) from_rank = r;
+    if (from_rank >= 0) {
+      bad = std::min(static_cast<std::int64_t>(v[from_rank]) - 1,
+                     static_cast<std::int64_t>(from_.size()) - 1);
+      value = v[world_ + from_rank];
+    }
+  }
+  if (from_rank < 0 || bad < 0) {
     losses_.clear();
     from_.clear();
     return;
   }
-  const auto i =
-      static_cast<std::size_t>(finite.logical_not().nonzero()[0][0].item<std::int64_t>());
-  const From& f = from_[i];
+  const From& f = from_[static_cast<std::size_t>(bad)];
   const std::int64_t read_at = from_.back().batch;
   const std::string failure =
-      "non-finite loss (" + std::to_string(losses_[i].item<double>()) + ")" +
-      (f.optimizer.empty() ? "" : " for optimizer '" + f.optimizer + "'") + " at epoch " +
+      "non-finite loss (" + std::to_string(value) + ")" +
+      (f.optimizer.empty() ? "" : " for optimizer '" + f.optimizer + "'") +
+      (ranks ? " on rank " + std::to_string(from_rank) : "") + " at epoch " +
       std::to_string(f.epoch) + ", batch " + std::to_string(f.batch) + ", optimizer step " +
       std::to_string(f.optimizer_step) + "; set trainer.nan_policy = \"skip\" to skip such steps" +
       (read_at != f.batch || from_.back().epoch != f.epoch

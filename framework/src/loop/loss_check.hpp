@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,16 @@ class LossCheck {
   };
   void add(const at::Tensor& loss, From from);
   // Throws std::runtime_error naming the first kept loss that is not finite (and remembers
-  // it: failed()); forgets the kept losses when all are finite.
-  void verify();
+  // it: failed()); forgets the kept losses when all are finite. across_ranks = false: this
+  // rank's alone, where it is the only one to check (rank 0's model.pt).
+  void verify(bool across_ranks = true);
+  // With several ranks, which call verify() at the same points (a record, a checkpoint, an
+  // epoch's end, the bound on kept losses): each rank's first non-finite loss is summed over
+  // the ranks by `sum_over_ranks`, and every rank throws, naming the rank and the step of the
+  // earliest, so that none is left waiting in a collective for a rank that stopped, and rank
+  // 0's summary says why. world <= 1: each process on its own.
+  void agree_over_ranks(std::int64_t rank, std::int64_t world,
+                        std::function<void(at::Tensor&)> sum_over_ranks);
   // A verify() found a non-finite loss: the weights have taken steps from it since.
   bool failed() const { return failed_; }
 
@@ -36,6 +45,8 @@ class LossCheck {
   std::vector<at::Tensor> losses_;
   std::vector<From> from_;
   bool failed_ = false;
+  std::int64_t rank_ = 0, world_ = 1;
+  std::function<void(at::Tensor&)> sum_over_ranks_;
 };
 
 }  // namespace wick
