@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <utility>
 

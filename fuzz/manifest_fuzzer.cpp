@@ -25,6 +25,7 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "state/checkpoint_folder.hpp"
 

@@ -24,6 +24,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <system_error>
 
 #include "commands.hpp"
 #include "gnuplot.hpp"

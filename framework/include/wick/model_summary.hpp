@@ -2,6 +2,7 @@
 // sizes (`wick describe`, the start of `wick fit`). Torch types are only forward-declared.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
