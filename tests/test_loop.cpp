@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/torch.h>
+
 #include "loop/epoch_values.hpp"
 #include "loop/loop_state.hpp"
 #include "loop/scope.hpp"

@@ -28,6 +28,7 @@
 
 #include "commands.hpp"
 #include "gnuplot.hpp"
+#include "wick/params.hpp"
 
 namespace fs = std::filesystem;
 

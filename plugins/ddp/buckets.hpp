@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <cstdint>
 #include <vector>

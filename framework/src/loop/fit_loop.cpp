@@ -13,6 +13,7 @@
 #include "loop/trainer_impl.hpp"
 #include "optim/bf16_copies.hpp"
 #include "optim/optimizers.hpp"  // check_trainable
+#include "wick/params.hpp"       // ConfigError
 #include "wick/system.hpp"       // warn_if_reference_blas
 
 namespace wick {
