@@ -32,6 +32,8 @@ bool KernelTrace::available() {
   return TORCH_VERSION_MAJOR >= 2;
 }
 
+KernelTrace::KernelTrace() = default;
+
 KernelTrace::~KernelTrace() {
   if (!thread_.joinable()) return;
   {

@@ -18,6 +18,9 @@ class KernelTrace {
   // Whether this LibTorch can trace kernels (2.x; LibTorch 1.13 builds have no CUDA here).
   static bool available();
 
+  // Both where Result is complete: clang builds the implicit constructor's clean-up of
+  // result_ where it is used.
+  KernelTrace();
   ~KernelTrace();
   // Waits for the GPU, then starts collecting every kernel it runs. Throws on failure.
   void start();
