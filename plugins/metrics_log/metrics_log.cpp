@@ -2,19 +2,20 @@
 // and per epoch). The header is every key seen so far: fixed columns first (kind, epoch, step,
 // samples_seen, time_s), then metric keys in the order they first appeared. A row is appended
 // while the keys are known; a record with a new key (say valid/accuracy at the first epoch
-// end, or a hook that starts logging late) rewrites the whole file atomically with the wider
-// header, so the file on disk is always a complete, rectangular CSV. Cells a record lacks are
-// left empty. Rows are kept in memory (a few thousand per run).
+// end, or a hook that starts logging late) rewrites the file atomically with the wider header
+// and every earlier row given empty cells for the new columns (which come last), so the file
+// on disk is always a complete, rectangular CSV. Nothing of the rows is kept in memory: a
+// long run's table grows on disk only.
 #include <wick/wick.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <iterator>
+#include <stdexcept>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace {
@@ -46,7 +47,6 @@ class MetricsLog : public wick::Hook {
     r.on(wick::Point::before_fit, [this](wick::Context&) {
       path_ = file_;
       columns_ = kFixed;
-      rows_.clear();
       fs::create_directories(path_.parent_path());
       // The table is written anew at the first record (or at a resume's rewind), so that a fit
       // that fails before one leaves the earlier run's table as it was.
@@ -56,52 +56,42 @@ class MetricsLog : public wick::Hook {
     // run had written, so that rows a killed run wrote after it are not kept twice.
     r.on_rewind([this](const std::vector<wick::Record>& kept) {
       columns_ = kFixed;
-      rows_.clear();
-      for (const auto& rec : kept) add_row(rec);
-      rewrite();
+      for (const auto& rec : kept) add_columns(rec);
+      std::string text = header();
+      for (const auto& rec : kept)
+        if (wanted(rec)) text += line(rec);
+      wick::write_file_atomic(path_.string(), text);
       started_ = true;
     });
     r.on_record([this](const wick::Record& rec) {
       if (path_.empty()) return;
       if (!started_) {  // the first record of a fresh run, a row or not
         started_ = true;
-        add_row(rec);
-        rewrite();
+        add_columns(rec);
+        wick::write_file_atomic(path_.string(), header() + (wanted(rec) ? line(rec) : ""));
         return;
       }
-      if (!add_row(rec)) return;
-      if (widened_) {
-        rewrite();
-      } else {
-        std::ofstream out(path_, std::ios::app);
-        out << line(rows_.back());
-        out.flush();
-        if (!out) throw std::runtime_error("cannot append to '" + path_.string() + "'");
-      }
+      if (!wanted(rec)) return;
+      const std::size_t before = columns_.size();
+      add_columns(rec);
+      if (columns_.size() > before) widen(columns_.size() - before);
+      std::ofstream out(path_, std::ios::app);
+      out << line(rec);
+      out.flush();
+      if (!out) throw std::runtime_error("cannot append to '" + path_.string() + "'");
     });
   }
 
  private:
-  // Adds the row of a record (false when this table leaves it out); widened_ tells whether it
-  // brought a new column.
-  bool add_row(const wick::Record& rec) {
-    widened_ = false;
-    if (!steps_ && rec.kind == wick::Record::Kind::step) return false;
-    std::vector<std::pair<std::string, std::string>> row = {
-        {"kind", rec.kind == wick::Record::Kind::step ? "step" : "epoch"},
-        {"epoch", std::to_string(rec.epoch)},
-        {"step", std::to_string(rec.step)},
-        {"samples_seen", std::to_string(rec.samples_seen)},
-        {"time_s", number(rec.time_s)}};
-    for (const auto& [k, v] : rec.values) {
-      row.emplace_back(k, number(v));
-      if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) {
-        columns_.push_back(k);
-        widened_ = true;
-      }
-    }
-    rows_.push_back(std::move(row));
-    return true;
+  bool wanted(const wick::Record& rec) const {
+    return steps_ || rec.kind != wick::Record::Kind::step;
+  }
+  // The columns of a row of this table: a key first seen is added last.
+  void add_columns(const wick::Record& rec) {
+    if (!wanted(rec)) return;
+    for (const auto& kv : rec.values)
+      if (std::find(columns_.begin(), columns_.end(), kv.first) == columns_.end())
+        columns_.push_back(kv.first);
   }
 
   std::string header() const {
@@ -109,30 +99,45 @@ class MetricsLog : public wick::Hook {
     for (std::size_t i = 0; i < columns_.size(); ++i) s += (i ? "," : "") + cell(columns_[i]);
     return s + "\n";
   }
-  std::string line(const std::vector<std::pair<std::string, std::string>>& row) const {
-    std::string s;
-    for (std::size_t i = 0; i < columns_.size(); ++i) {
-      if (i) s += ",";
-      for (const auto& [k, v] : row)
+  std::string line(const wick::Record& rec) const {
+    std::string s = std::string(rec.kind == wick::Record::Kind::step ? "step" : "epoch") + "," +
+                    std::to_string(rec.epoch) + "," + std::to_string(rec.step) + "," +
+                    std::to_string(rec.samples_seen) + "," + number(rec.time_s);
+    for (std::size_t i = kFixed.size(); i < columns_.size(); ++i) {
+      s += ",";
+      for (const auto& [k, v] : rec.values)
         if (k == columns_[i]) {
-          s += cell(v);
+          s += number(v);
           break;
         }
     }
     return s + "\n";
   }
-  void rewrite() {
+  // The file on disk with `added` more columns: the new header, and each row (a line break
+  // inside a quoted cell is no row's end) with as many empty cells more.
+  void widen(std::size_t added) {
+    std::ifstream in(path_, std::ios::binary);
+    const std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in && !in.eof()) throw std::runtime_error("cannot read '" + path_.string() + "'");
     std::string text = header();
-    for (const auto& row : rows_) text += line(row);
+    const std::string pad(added, ',');
+    bool quoted = false, in_header = true;
+    std::size_t row_start = 0;
+    for (std::size_t i = 0; i < old.size(); ++i) {
+      if (old[i] == '"') quoted = !quoted;
+      if (old[i] != '\n' || quoted) continue;
+      if (!in_header) text += old.substr(row_start, i - row_start) + pad + "\n";
+      in_header = false;
+      row_start = i + 1;
+    }
     wick::write_file_atomic(path_.string(), text);
   }
+
   std::string file_;
   bool steps_;
-  bool widened_ = false;
   bool started_ = false;  // the table was written anew this fit
   fs::path path_;
   std::vector<std::string> columns_;
-  std::vector<std::vector<std::pair<std::string, std::string>>> rows_;
 };
 
 }  // namespace
