@@ -3,6 +3,7 @@
 //   sigint    raise(SIGINT) (the trainer stops at the next step boundary)
 //   abort     std::abort()
 //   segv      write to a page mapped without access (a real SIGSEGV, as a bad pointer makes)
+//   sentsegv  SIGSEGV sent by another process (a child), as `kill -SEGV PID` sends it
 //   kill      kill -9 itself
 //   exit      std::exit(3)
 //   nan       replace the step's loss with NaN (use at = "after_loss")
@@ -50,12 +51,13 @@ class Fault : public wick::Hook {
     auto pt = wick::point_from_string(at_);
     if (!pt) throw p.error("at", "is not a lifecycle point");
     point_ = *pt;
-    const char* actions[] = {"throw", "torch",    "sigint", "abort", "segv", "kill",  "exit",
-                             "nan",   "readonly", "remove", "fsize", "sync", "noise", "savekill"};
+    const char* actions[] = {"throw",    "torch", "sigint", "abort", "segv",
+                             "sentsegv", "kill",  "exit",   "nan",   "readonly",
+                             "remove",   "fsize", "sync",   "noise", "savekill"};
     if (std::find(std::begin(actions), std::end(actions), action_) == std::end(actions))
       throw p.error("action",
-                    "must be throw, torch, sigint, abort, segv, kill, exit, nan, readonly, "
-                    "remove, fsize, sync, noise or savekill");
+                    "must be throw, torch, sigint, abort, segv, sentsegv, kill, exit, nan, "
+                    "readonly, remove, fsize, sync, noise or savekill");
   }
 
   // Every checkpoint asks each stateful hook for its state while it writes: for savekill.
@@ -94,6 +96,13 @@ class Fault : public wick::Hook {
     } else if (action_ == "segv") {
       void* page = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       *static_cast<volatile int*>(page) = 1;
+    } else if (action_ == "sentsegv") {
+      const pid_t parent = ::getpid();
+      if (::fork() == 0) {
+        ::kill(parent, SIGSEGV);
+        ::_exit(0);
+      }
+      for (;;) ::pause();  // until the signal ends the process
     } else if (action_ == "kill") {
       ::kill(::getpid(), SIGKILL);
     } else if (action_ == "exit") {

@@ -73,6 +73,15 @@ struct Text {
   }
   void add(const char* s) { add(s, std::strlen(s)); }
   void add(std::string_view s) { add(s.data(), s.size()); }
+  void add_number(long v) {
+    char digits[24];
+    std::size_t k = 0;
+    unsigned long u = v < 0 ? 0UL - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
+    do digits[k++] = static_cast<char>('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0) add("-", 1);
+    while (k > 0) add(&digits[--k], 1);
+  }
   // As a JSON string's content.
   void add_json(const char* s, std::size_t len) {
     for (std::size_t i = 0; i < len; ++i) {
@@ -125,11 +134,12 @@ void say_and_write(const Text& what) {
   (void)write_all(2, line.buf, line.n);
 }
 
-// Where the loop was: " in plugin 'P' (instance 'I') at WHERE", on the loop's thread or not.
-void add_place(Text& what) {
+// Where the loop was: " in plugin 'P' (instance 'I') at WHERE", on the loop's thread or not
+// (which a signal another process sent does not tell: any thread may take it).
+void add_place(Text& what, bool sent = false) {
   auto& s = g();
   if (!s.loop) return;
-  if (this_thread() != s.loop_thread)
+  if (!sent && this_thread() != s.loop_thread)
     what.add(
         " in a thread other than the training loop's (a data loader worker's, or a "
         "library's), while the loop was");
@@ -144,11 +154,19 @@ void add_place(Text& what) {
   what.add(s.loop->where());
 }
 
-void report(int sig) {
+void report(int sig, const siginfo_t* info) {
   Text what;
   what.add("fatal signal ");
   what.add(describe(sig));
-  add_place(what);
+  // kill(1) or another process's kill(): no fault of the code the loop was running, which is
+  // only where the loop was when it came (abort() and raise() send it to their own process).
+  const bool sent = info && info->si_code <= 0 && info->si_pid != ::getpid();
+  if (sent) {
+    what.add(", sent by another process (pid ");
+    what.add_number(static_cast<long>(info->si_pid));
+    what.add("), while the loop was");
+  }
+  add_place(what, sent);
   say_and_write(what);
 }
 
@@ -170,7 +188,7 @@ void on_process_exit(int status) {
 
 void on_fatal(int sig, siginfo_t* info, void*) {
   static std::atomic<bool> reported{false};
-  if (!reported.exchange(true)) report(sig);
+  if (!reported.exchange(true)) report(sig, info);
   auto& s = g();
   for (std::size_t i = 0; i < std::size(kSignals); ++i)
     if (kSignals[i] == sig) ::sigaction(sig, &s.old[i], nullptr);
