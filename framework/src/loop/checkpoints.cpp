@@ -185,7 +185,7 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
                              "): a record this run is past could not be written to "
                              "metrics.jsonl, and a resume from here would never write it");
   const auto bytes = write_checkpoint_folder(dir, m, snapshot_files(parts));
-  arm_crash_summary();
+  note_progress(/*checkpoint=*/true);
   return checkpoint_info(dir, m, bytes);
 }
 

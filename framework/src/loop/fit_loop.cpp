@@ -102,7 +102,7 @@ void Trainer::Impl::run_epochs() {
     if (!whole) return;
     write_epoch_record(epoch_start);
     loop.pos = {e + 1, 0};
-    arm_crash_summary();  // the epoch counted
+    note_progress(/*checkpoint=*/false);  // the epoch counted
     dispatch.emit(Point::after_epoch);
     records.commit();  // with what hooks logged at after_epoch
     state.batch_idx = 0;

@@ -97,6 +97,7 @@ struct RunTimes {
   double train_seconds = 0, train_cpu_seconds = 0;
   double first_step_s = -1;  // the process's age when its first training step began
   std::int64_t samples_this_run = 0;
+  Clock::time_point summary_written{};  // the last "running" summary.json (note_progress)
 };
 
 }  // namespace wick

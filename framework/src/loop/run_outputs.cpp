@@ -227,10 +227,25 @@ void Trainer::Impl::write_summary_file(const FitResult* res) {
   if (!writes_outputs() || !lock.held()) return;
   Summary s = summary_now(res);
   write_summary(fs::path(run.output_dir) / "summary.json", s);
-  if (res)
+  if (res) {
     CrashReportScope::disarm_summary();
-  else
+  } else {
+    times.summary_written = Clock::now();
     arm_crash_summary(std::move(s));
+  }
+}
+
+void Trainer::Impl::note_progress(bool checkpoint) {
+  // An epoch's end rewrites the file at most every 10 s (each write is two fsyncs); a failed
+  // write keeps the one before, which still says "running".
+  if (checkpoint || seconds_since(times.summary_written) >= 10) {
+    try {
+      write_summary_file(nullptr);
+      return;
+    } catch (const std::exception&) {
+    }
+  }
+  arm_crash_summary();
 }
 
 // Until the end writes the truth, a crash (or a process's exit) writes "failed" with what it

@@ -159,6 +159,9 @@ struct Trainer::Impl final : CheckpointStore {
   Summary summary_now(const FitResult* res);
   void write_summary_file(const FitResult* res);
   void arm_crash_summary(std::optional<Summary> now = std::nullopt);
+  // summary.json's "running" counts, and the crash report's, as of the last checkpoint or
+  // epoch's end.
+  void note_progress(bool checkpoint);
 
   // ---- checkpoints (checkpoints.cpp) ----
   // The run's parts as a snapshot saves and restores them (state/snapshot.hpp).
