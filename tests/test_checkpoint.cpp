@@ -948,6 +948,50 @@ TEST_CASE("fresh fits of one process in one second each move the earlier checkpo
   CHECK(file_hashes(ckpt_dir(d) / first.back()) != first_hashes);  // the second fit's own
 }
 
+TEST_CASE("keep_superseded keeps the newest folders of set-aside checkpoints") {
+  // Fresh fits of one process into one folder: each sets the one before aside.
+  TempDir d;
+  auto fit = [&](const std::string& keep) {
+    const auto conf =
+        wick::Config::load((d / "cfg.toml").string(),
+                           {"trainer.epochs=1", "hooks.checkpoint.keep_superseded=" + keep});
+    wick::PluginFinder finder({WICK_PLUGIN_DIR});
+    std::string out, err;
+    wick::test::capturing(
+        [&] {
+          REQUIRE(wick::make_trainer(conf, finder)->fit().status ==
+                  wick::FitResult::Status::completed);
+        },
+        out, err);
+    return err;
+  };
+  auto aside = [&] {
+    std::vector<std::string> out;
+    for (const auto& n : checkpoints(d))
+      if (n.rfind("superseded-", 0) == 0) out.push_back(n);
+    return out;
+  };
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n"));
+  fit("0");
+  fit("0");
+  // All kept (0): from the second folder on, their number and size are said.
+  const auto err = fit("0");
+  CHECK(aside().size() == 2);
+  CHECK_THAT(
+      err,
+      Catch::Contains("wick: note: 2 folders of set-aside checkpoints (superseded-...) hold ") &&
+          Catch::Contains("set hooks.checkpoint.keep_superseded to keep the newest few"));
+  const auto before = aside();
+  const auto err2 = fit("2");
+  const auto after = aside();
+  REQUIRE(after.size() == 2);
+  CHECK(std::count(after.begin(), after.end(), before[0]) == 0);  // the oldest removed
+  CHECK_THAT(err2, Catch::Contains("removed the 1 oldest folder(s) of set-aside checkpoints "
+                                   "(hooks.checkpoint.keep_superseded = 2)"));
+  CHECK(fit("1").find("removed the 2 oldest") != std::string::npos);
+  CHECK(aside().size() == 1);
+}
+
 TEST_CASE("a run folder removed while the fit runs stops it at the next record and says so") {
   TempDir d;
   write_file(d / "cfg.toml", config(d, "", fault("action = \"remove\"\npath = \"\"\nstep = 3\n")));

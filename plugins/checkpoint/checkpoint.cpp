@@ -24,6 +24,12 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
 #include <wick/wick.hpp>
 
 namespace {
@@ -42,6 +48,7 @@ class Checkpoint : public wick::Hook {
         every_n_steps_(p.get_int("every_n_steps")),
         every_n_epochs_(p.get_int("every_n_epochs")),
         keep_last_(p.get_int("keep_last")),
+        keep_superseded_(p.get_int("keep_superseded")),
         on_cancel_(p.get_bool("on_cancel")),
         on_failure_(p.get_bool("on_failure")),
         at_end_(p.get_bool("at_end")),
@@ -50,6 +57,7 @@ class Checkpoint : public wick::Hook {
     if (every_n_steps_ < 0) throw p.error("every_n_steps", "must be >= 0 (0: never)");
     if (every_n_epochs_ < 0) throw p.error("every_n_epochs", "must be >= 0 (0: never)");
     if (keep_last_ < 0) throw p.error("keep_last", "must be >= 0 (0: keep all)");
+    if (keep_superseded_ < 0) throw p.error("keep_superseded", "must be >= 0 (0: keep all)");
   }
 
   void connect(wick::Registrar& r) override {
@@ -232,6 +240,45 @@ class Checkpoint : public wick::Hook {
                  "keep_last ignore them\n",
                  later.size(), fresh ? "an earlier run" : "the abandoned later part of this run",
                  aside.c_str());
+    bound_superseded();
+  }
+
+  // The folders of set-aside checkpoints: each fresh fit into a folder adds one. The oldest
+  // beyond keep_superseded are removed; with all kept, their number and size are said once
+  // there is more than one, as they grow without bound.
+  void bound_superseded() {
+    std::vector<std::pair<fs::file_time_type, fs::path>> aside;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (e.is_directory(ec) && e.path().filename().string().rfind("superseded-", 0) == 0)
+        aside.emplace_back(fs::last_write_time(e.path(), ec), e.path());
+    std::sort(aside.begin(), aside.end());  // oldest first (the names' seconds tie)
+    std::size_t removed = 0;
+    while (keep_superseded_ > 0 && aside.size() > static_cast<std::size_t>(keep_superseded_)) {
+      fs::remove_all(aside.front().second, ec);
+      if (ec)
+        throw std::runtime_error(
+            "cannot remove the set-aside checkpoints '" + aside.front().second.string() +
+            "': " + ec.message() +
+            " (hooks.checkpoint.keep_superseded = " + std::to_string(keep_superseded_) + ")");
+      aside.erase(aside.begin());
+      ++removed;
+    }
+    if (removed > 0)
+      std::fprintf(stderr,
+                   "wick: note: removed the %zu oldest folder(s) of set-aside checkpoints "
+                   "(hooks.checkpoint.keep_superseded = %lld)\n",
+                   removed, static_cast<long long>(keep_superseded_));
+    if (keep_superseded_ > 0 || aside.size() < 2) return;
+    std::uintmax_t bytes = 0;
+    for (const auto& a : aside)
+      for (const auto& f : fs::recursive_directory_iterator(a.second, ec))
+        if (f.is_regular_file(ec)) bytes += f.file_size(ec);
+    std::fprintf(stderr,
+                 "wick: note: %zu folders of set-aside checkpoints (superseded-...) hold %.1f MB "
+                 "in '%s'; remove those no longer needed, or set "
+                 "hooks.checkpoint.keep_superseded to keep the newest few\n",
+                 aside.size(), static_cast<double>(bytes) / 1e6, dir_.c_str());
   }
 
   std::vector<fs::path> list_checkpoints() const {
@@ -431,7 +478,7 @@ class Checkpoint : public wick::Hook {
   }
 
   std::string dir_param_;
-  std::int64_t every_n_steps_, every_n_epochs_, keep_last_;
+  std::int64_t every_n_steps_, every_n_epochs_, keep_last_, keep_superseded_;
   bool on_cancel_, on_failure_, at_end_;
   std::string monitor_, mode_;
 
@@ -463,6 +510,9 @@ WICK_PLUGIN(
         .param_int("every_n_steps", 0, "save every N optimizer steps (0: never)")
         .param_int("every_n_epochs", 1, "save every N epochs (0: never)")
         .param_int("keep_last", 3, "keep the newest K checkpoints (0: all); best apart")
+        .param_int("keep_superseded", 0,
+                   "keep the newest K folders of checkpoints a fresh fit or an earlier resume "
+                   "point set aside, superseded-... (0: all)")
         .param_bool("on_cancel", true, "save when the fit is cancelled or interrupted")
         .param_bool("on_failure", true, "save when the fit fails between steps (never mid-step)")
         .param_bool("at_end", true, "save when the fit ends")
