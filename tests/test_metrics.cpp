@@ -200,14 +200,16 @@ TEST_CASE("a metric that does not fit the prediction says what it found and the 
   CHECK_THAT(check.err, Catch::Contains("metric 'r2' (plugin 'r2') on a validation batch: needs a "
                                         "prediction shaped like the target; got prediction [2, 4] "
                                         "Float and target [2] Long"));
-  // A metric's files are named after it: "metrics" would write over metrics_log's metrics.csv.
+  // A metric's files are named after it: "Curves" would write over wick plot's curves.png (on a
+  // file system that ignores case), "metrics" over metrics_log's metrics.csv.
   write_file(d / "cfg.toml",
              "[task]\nplugin = \"synthetic\"\nvalid_samples = 16\n[[metrics]]\n"
-             "plugin = \"confusion_matrix\"\nname = \"metrics\"\n");
+             "plugin = \"confusion_matrix\"\nname = \"Curves\"\n");
   auto named = run_wick({"check", (d / "cfg.toml").string()});
   CHECK(named.exit_code == 2);
-  CHECK_THAT(named.err, Catch::Contains("a metric named 'metrics' (plugin 'confusion_matrix') "
-                                        "would write its files over metrics_log's metrics.csv"));
+  CHECK_THAT(named.err, Catch::Contains("a metric named 'Curves' (plugin 'confusion_matrix') "
+                                        "would write its files over the run folder's own "
+                                        "curves.* ("));
   // `wick plugins` lists them as metrics, with their parameters.
   auto listed = run_wick({"plugins"});
   CHECK(listed.out.find("f1 1.0.0 (metric, SDK " + std::to_string(WICK_API_MAJOR) + "." +

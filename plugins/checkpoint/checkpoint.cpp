@@ -203,7 +203,8 @@ class Checkpoint : public wick::Hook {
 
   // Checkpoints of another timeline (an earlier fresh run, or the part of this run after an
   // older checkpoint it was resumed from) would be taken by `--resume latest` and would push
-  // this run's own out of keep_last: they are moved aside, never deleted.
+  // this run's own out of keep_last: they are moved aside (removed only past keep_superseded,
+  // once this run has a checkpoint of its own).
   void supersede_later(bool fresh) {
     std::vector<fs::path> later;
     for (const auto& p : list_checkpoints())
@@ -240,12 +241,13 @@ class Checkpoint : public wick::Hook {
                  "keep_last ignore them\n",
                  later.size(), fresh ? "an earlier run" : "the abandoned later part of this run",
                  aside.c_str());
-    bound_superseded();
+    bound_due_ = true;
   }
 
-  // The folders of set-aside checkpoints: each fresh fit into a folder adds one. The oldest
-  // beyond keep_superseded are removed; with all kept, their number and size are said once
-  // there is more than one, as they grow without bound.
+  // The folders of set-aside checkpoints: each fresh fit into a folder (and each resume from
+  // an earlier point) adds one. After this run's first save, the oldest beyond
+  // keep_superseded are removed (one that cannot be is warned of and kept); with all kept,
+  // their number and size are said once there is more than one, as they grow without bound.
   void bound_superseded() {
     std::vector<std::pair<fs::file_time_type, fs::path>> aside;
     std::error_code ec;
@@ -257,12 +259,14 @@ class Checkpoint : public wick::Hook {
     while (keep_superseded_ > 0 && aside.size() > static_cast<std::size_t>(keep_superseded_)) {
       fs::remove_all(aside.front().second, ec);
       if (ec)
-        throw std::runtime_error(
-            "cannot remove the set-aside checkpoints '" + aside.front().second.string() +
-            "': " + ec.message() +
-            " (hooks.checkpoint.keep_superseded = " + std::to_string(keep_superseded_) + ")");
+        std::fprintf(stderr,
+                     "wick: warning: cannot remove the set-aside checkpoints '%s' "
+                     "(hooks.checkpoint.keep_superseded = %lld): %s\n",
+                     aside.front().second.c_str(), static_cast<long long>(keep_superseded_),
+                     ec.message().c_str());
+      else
+        ++removed;
       aside.erase(aside.begin());
-      ++removed;
     }
     if (removed > 0)
       std::fprintf(stderr,
@@ -435,6 +439,10 @@ class Checkpoint : public wick::Hook {
     if (!bytes) return;
     last_saved_ = name;
     prune();
+    if (bound_due_) {
+      bound_due_ = false;
+      bound_superseded();
+    }
     if (reason != "step" && reason != "epoch") {
       std::printf("wick: checkpoint (%s) saved: %s (%.2f MB in %.1f ms)\n", reason.c_str(),
                   (dir_ / name).c_str(), static_cast<double>(*bytes) / 1e6, ms_since(t0));
@@ -479,6 +487,7 @@ class Checkpoint : public wick::Hook {
 
   std::string dir_param_;
   std::int64_t every_n_steps_, every_n_epochs_, keep_last_, keep_superseded_;
+  bool bound_due_ = false;  // a folder was set aside: bound them after the next save
   bool on_cancel_, on_failure_, at_end_;
   std::string monitor_, mode_;
 

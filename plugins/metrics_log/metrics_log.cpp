@@ -16,6 +16,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -72,9 +73,14 @@ class MetricsLog : public wick::Hook {
         return;
       }
       if (!wanted(rec)) return;
+      const std::string old_header = header();
       const std::size_t before = columns_.size();
       add_columns(rec);
-      if (columns_.size() > before) widen(columns_.size() - before);
+      std::error_code ec;
+      if (!fs::exists(path_, ec))  // removed while the fit runs: a table again from here
+        wick::write_file_atomic(path_.string(), header());
+      else if (columns_.size() > before)
+        widen(old_header, columns_.size() - before);
       std::ofstream out(path_, std::ios::app);
       out << line(rec);
       out.flush();
@@ -114,14 +120,15 @@ class MetricsLog : public wick::Hook {
     return s + "\n";
   }
   // The file on disk with `added` more columns: the new header, and each row (a line break
-  // inside a quoted cell is no row's end) with as many empty cells more.
-  void widen(std::size_t added) {
+  // inside a quoted cell is no row's end) with as many empty cells more. A first line other
+  // than `old_header` (a file someone replaced) is taken for a row.
+  void widen(const std::string& old_header, std::size_t added) {
     std::ifstream in(path_, std::ios::binary);
     const std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in && !in.eof()) throw std::runtime_error("cannot read '" + path_.string() + "'");
     std::string text = header();
     const std::string pad(added, ',');
-    bool quoted = false, in_header = true;
+    bool quoted = false, in_header = old.compare(0, old_header.size(), old_header) == 0;
     std::size_t row_start = 0;
     for (std::size_t i = 0; i < old.size(); ++i) {
       if (old[i] == '"') quoted = !quoted;

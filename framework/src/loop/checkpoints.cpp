@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/config_changes.hpp"
+#include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 
 namespace wick {
@@ -123,19 +124,6 @@ std::string group_layout(const std::vector<NamedOptimizer>& optimizers) {
   return out;
 }
 
-// The name of the model's first parameter that holds a value that is not finite, or "" (one
-// read for the whole model).
-std::string first_non_finite(const torch::nn::Module& model) {
-  const auto params = model.named_parameters(/*recurse=*/true);
-  std::vector<at::Tensor> finite;
-  finite.reserve(params.size());
-  for (const auto& p : params) finite.push_back(at::isfinite(p.value()).all());
-  if (finite.empty() || at::stack(finite).all().item<bool>()) return "";
-  for (std::size_t i = 0; i < finite.size(); ++i)
-    if (!finite[i].item<bool>()) return params[i].key();
-  return "";
-}
-
 }  // namespace
 
 void Trainer::Impl::note_group_layout() {
@@ -150,9 +138,9 @@ CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
   if (steps.loss_check.failed())
     throw std::runtime_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +
                              "): the weights have taken steps since a non-finite loss");
-  // Only rank 0 may come here (a replica without sharded state does not); the weights' check
-  // below covers the other ranks' losses.
-  steps.loss_check.verify(/*across_ranks=*/false);
+  // Every rank comes here when the state is sharded (for the gather); otherwise rank 0 alone,
+  // whose own read cannot see another rank's loss: the weights' check below does.
+  steps.loss_check.verify(/*across_ranks=*/dp.sharded_state() != nullptr);
   auto parts = snapshot_parts();
   Manifest m = snapshot_manifest(parts, reason);
   // Sharded state is gathered to rank 0 for the save, and released after it (on every

@@ -26,18 +26,34 @@ namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
-const char* describe(int sig) {
+const char* name(int sig) {
   switch (sig) {
     case SIGSEGV:
-      return "SIGSEGV (invalid memory access)";
+      return "SIGSEGV";
     case SIGBUS:
-      return "SIGBUS (bus error: a mapped file cut short, or a misaligned access)";
+      return "SIGBUS";
     case SIGILL:
-      return "SIGILL (illegal instruction: code built for another CPU?)";
+      return "SIGILL";
     case SIGFPE:
-      return "SIGFPE (arithmetic error: an integer division by zero?)";
+      return "SIGFPE";
     default:
-      return "SIGABRT (aborted: a failed assertion, or a corrupted heap)";
+      return "SIGABRT";
+  }
+}
+
+// What usually raises it, for a signal the process raised itself.
+const char* cause(int sig) {
+  switch (sig) {
+    case SIGSEGV:
+      return "invalid memory access";
+    case SIGBUS:
+      return "bus error: a mapped file cut short, or a misaligned access";
+    case SIGILL:
+      return "illegal instruction: code built for another CPU?";
+    case SIGFPE:
+      return "arithmetic error: an integer division by zero?";
+    default:
+      return "aborted: a failed assertion, or a corrupted heap";
   }
 }
 
@@ -155,13 +171,21 @@ void add_place(Text& what, bool sent = false) {
 }
 
 void report(int sig, const siginfo_t* info) {
+  // kill(1) or another process's kill() or sigqueue(): no fault of the code the loop was
+  // running, which is only where the loop was when it came (abort() and raise() send it to
+  // their own process). Then the signal's name alone: its usual cause is not this one.
+  const bool sent =
+      info &&
+      (info->si_code == SI_USER || info->si_code == SI_QUEUE || info->si_code == SI_TKILL) &&
+      info->si_pid != ::getpid();
   Text what;
   what.add("fatal signal ");
-  what.add(describe(sig));
-  // kill(1) or another process's kill(): no fault of the code the loop was running, which is
-  // only where the loop was when it came (abort() and raise() send it to their own process).
-  const bool sent = info && info->si_code <= 0 && info->si_pid != ::getpid();
-  if (sent) {
+  what.add(name(sig));
+  if (!sent) {
+    what.add(" (");
+    what.add(cause(sig));
+    what.add(")");
+  } else {
     what.add(", sent by another process (pid ");
     what.add_number(static_cast<long>(info->si_pid));
     what.add("), while the loop was");

@@ -46,9 +46,9 @@ void check_metric_keys(const std::vector<std::pair<std::string, double>>& values
   std::vector<std::string> seen;
   for (const auto& kv : values) {
     const auto& k = kv.first;
-    const bool word = std::all_of(k.begin(), k.end(), [](char ch) {
-      const auto c = static_cast<unsigned char>(ch);
-      return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+    const bool word = std::all_of(k.begin(), k.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '-' || c == '.';
     });
     if (!word || k.size() > 64)
       throw std::runtime_error("compute() gave a value under the key '" + k.substr(0, 64) +
@@ -59,6 +59,14 @@ void check_metric_keys(const std::vector<std::pair<std::string, double>>& values
                                "' (a bug in the plugin)");
     seen.push_back(k);
   }
+}
+
+// Whether two names are the same letters, whatever their case (as a file system may take them).
+bool same_letters(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
 }
 
 // The data of a split, checked to be something an evaluation can run over.
@@ -125,11 +133,15 @@ void Evaluator::add_metric(MetricEntry entry) {
   for (const auto& m : metrics_)
     if (m.instance == entry.instance)
       throw ConfigError("two metrics named '" + entry.instance + "'; give one another name");
-  // A metric names its files in the run folder after itself (confusion_matrix: NAME.csv).
-  if (entry.instance == "metrics")
-    throw ConfigError("a metric named 'metrics' (plugin '" + entry.plugin +
-                      "') would write its files over metrics_log's metrics.csv in the run "
-                      "folder; give it another name (name = \"...\" in its [[metrics]] table)");
+  // A metric names its files in the run folder after itself (confusion_matrix: NAME.csv, and
+  // wick plot's NAME.png beside it): not as the run's own, in any case of its letters.
+  for (const char* own : {"metrics", "summary", "model", "wick", "curves"})
+    if (same_letters(entry.instance, own))
+      throw ConfigError("a metric named '" + entry.instance + "' (plugin '" + entry.plugin +
+                        "') would write its files over the run folder's own " + own +
+                        ".* (metrics.jsonl, metrics_log's metrics.csv, summary.json, model.pt, "
+                        "wick.lock, wick plot's curves.png); give it another name (name = "
+                        "\"...\" in its [[metrics]] table)");
   const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
   places_.emplace_back(who + " on a validation batch", who + " computing its value");
   metrics_.push_back(std::move(entry));

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
+#include "loop/model_parts.hpp"
 #include "loop/trainer_impl.hpp"
 #include "wick/config.hpp"
 #include "wick/files.hpp"
@@ -58,6 +60,16 @@ void Trainer::Impl::save_final_weights(FitResult& res, bool ended_in_step) {
     return;
   }
   steps.loss_check.verify(/*across_ranks=*/false);  // rank 0 alone writes model.pt
+  // Weights another rank's non-finite loss reached, which rank 0's own losses do not show.
+  if (const auto name = opt.nan_policy == NanPolicy::error ? first_non_finite(*model) : "";
+      !name.empty()) {
+    std::fprintf(stderr,
+                 "wick: model.pt not written: parameter '%s' holds values that are not finite "
+                 "(a non-finite loss, on this rank or another); the last checkpoint holds the "
+                 "last good weights\n",
+                 name.c_str());
+    return;
+  }
   NamedTensors offered;
   std::string word, refused;
   try {

@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
@@ -17,6 +17,11 @@ namespace {
 // A bound on the losses kept between reads (a 0-dim tensor each; a caching allocator's block
 // on a GPU): one read per this many steps when no record, checkpoint or epoch end comes first.
 constexpr std::size_t kMaxKept = 1024;
+
+// "nan" whatever its sign bit ("-nan" from std::to_string).
+std::string value_text(double v) {
+  return std::isnan(v) ? "nan" : std::isinf(v) ? (v > 0 ? "inf" : "-inf") : std::to_string(v);
+}
 }  // namespace
 
 void LossCheck::add(const at::Tensor& loss, From from) {
@@ -33,9 +38,10 @@ void LossCheck::agree_over_ranks(std::int64_t rank, std::int64_t world,
 }
 
 void LossCheck::verify(bool across_ranks) {
-  const bool ranks = across_ranks && world_ > 1 && sum_over_ranks_;
-  if (losses_.empty() && !ranks) return;  // with ranks, this rank's part is still due
-  std::int64_t bad = -1;                  // the first kept loss that is not finite
+  const bool alone = world_ <= 1 || !sum_over_ranks_;
+  const bool agreed = across_ranks && !alone;
+  if (losses_.empty() && !agreed) return;  // agreed, this rank's part is due all the same
+  std::int64_t bad = -1;                   // the first kept loss that is not finite
   if (!losses_.empty()) {
     std::vector<at::Tensor> flat;
     flat.reserve(losses_.size());
@@ -46,9 +52,9 @@ void LossCheck::verify(bool across_ranks) {
   }
   double value = bad >= 0 ? losses_[static_cast<std::size_t>(bad)].item<double>() : 0.0;
   std::int64_t from_rank = bad >= 0 ? rank_ : -1;
-  if (ranks) {
-    // Each rank's first bad position (+1, 0: none) and its value; the ranks keep the same
-    // steps, so the earliest position is the earliest step.
+  if (agreed) {
+    // Each rank's first bad position (+1, 0: none) and its value. Every rank keeps the same
+    // steps (only agreed reads forget them), so the earliest position is the earliest step.
     auto t = at::zeros({2 * world_}, at::kDouble);
     if (bad >= 0) {
       t[rank_] = static_cast<double>(bad + 1);
@@ -60,29 +66,34 @@ void LossCheck::verify(bool across_ranks) {
     for (std::int64_t r = 0; r < world_; ++r)
       if (v[r] > 0 && (from_rank < 0 || v[r] < v[from_rank])) from_rank = r;
     if (from_rank >= 0) {
-      bad = std::min(static_cast<std::int64_t>(v[from_rank]) - 1,
-                     static_cast<std::int64_t>(from_.size()) - 1);
+      bad = static_cast<std::int64_t>(v[from_rank]) - 1;
       value = v[world_ + from_rank];
     }
   }
-  if (from_rank < 0 || bad < 0) {
-    losses_.clear();
-    from_.clear();
+  if (from_rank < 0) {
+    // A rank's own read keeps them for the next agreed one, so that the ranks keep as many
+    // (and reach the bound together).
+    if (agreed || alone) {
+      losses_.clear();
+      from_.clear();
+    }
     return;
   }
-  const From& f = from_[static_cast<std::size_t>(bad)];
-  const std::int64_t read_at = from_.back().batch;
-  const std::string failure =
-      "non-finite loss (" + std::to_string(value) + ")" +
-      (f.optimizer.empty() ? "" : " for optimizer '" + f.optimizer + "'") +
-      (ranks ? " on rank " + std::to_string(from_rank) : "") + " at epoch " +
-      std::to_string(f.epoch) + ", batch " + std::to_string(f.batch) + ", optimizer step " +
-      std::to_string(f.optimizer_step) + "; set trainer.nan_policy = \"skip\" to skip such steps" +
-      (read_at != f.batch || from_.back().epoch != f.epoch
-           ? " (found at batch " + std::to_string(read_at) +
-                 ": under \"error\" the losses are read in batches, with the step "
-                 "records, so that no step waits for its loss)"
-           : "");
+  std::string failure = "non-finite loss (" + value_text(value) + ")", found;
+  if (bad < static_cast<std::int64_t>(from_.size())) {
+    const From& f = from_[static_cast<std::size_t>(bad)];
+    failure += (f.optimizer.empty() ? "" : " for optimizer '" + f.optimizer + "'") +
+               (agreed ? " on rank " + std::to_string(from_rank) : "") + " at epoch " +
+               std::to_string(f.epoch) + ", batch " + std::to_string(f.batch) +
+               ", optimizer step " + std::to_string(f.optimizer_step);
+    if (from_.back().batch != f.batch || from_.back().epoch != f.epoch)
+      found = " (found at batch " + std::to_string(from_.back().batch) +
+              ": under \"error\" the losses are read in batches, with the step records, so "
+              "that no step waits for its loss)";
+  } else {  // a rank that kept fewer (not expected): no step to name
+    failure += " on rank " + std::to_string(from_rank);
+  }
+  failure += "; set trainer.nan_policy = \"skip\" to skip such steps" + found;
   losses_.clear();
   from_.clear();
   failed_ = true;

@@ -29,7 +29,8 @@ class LossCheck {
   void add(const at::Tensor& loss, From from);
   // Throws std::runtime_error naming the first kept loss that is not finite (and remembers
   // it: failed()); forgets the kept losses when all are finite. across_ranks = false: this
-  // rank's alone, where it is the only one to check (rank 0's model.pt).
+  // rank's alone, where it may be the only one to check (rank 0's saves); with ranks, such a
+  // read keeps them all the same, so that every rank keeps as many for the agreed reads.
   void verify(bool across_ranks = true);
   // With several ranks, which call verify() at the same points (a record, a checkpoint, an
   // epoch's end, the bound on kept losses): each rank's first non-finite loss is summed over

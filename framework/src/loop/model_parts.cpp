@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace wick {
 
@@ -57,6 +58,17 @@ void check_parameters_once(const torch::nn::Module& model) {
 void check_model_parts(const torch::nn::Module& model) {
   check_jit_parts_own_their_tensors(model);
   check_parameters_once(model);
+}
+
+std::string first_non_finite(const torch::nn::Module& model) {
+  const auto params = model.named_parameters(/*recurse=*/true);
+  std::vector<at::Tensor> finite;
+  finite.reserve(params.size());
+  for (const auto& p : params) finite.push_back(at::isfinite(p.value()).all());
+  if (finite.empty() || at::stack(finite).all().item<bool>()) return "";
+  for (std::size_t i = 0; i < finite.size(); ++i)
+    if (!finite[i].item<bool>()) return params[i].key();
+  return "";
 }
 
 }  // namespace wick
