@@ -254,7 +254,7 @@ class Checkpoint : public wick::Hook {
     for (const auto& e : fs::directory_iterator(dir_, ec))
       if (e.is_directory(ec) && e.path().filename().string().rfind("superseded-", 0) == 0)
         aside.emplace_back(fs::last_write_time(e.path(), ec), e.path());
-    std::sort(aside.begin(), aside.end());  // oldest first (the names' seconds tie)
+    std::sort(aside.begin(), aside.end());  // oldest first: by when each was filled
     std::size_t removed = 0;
     while (keep_superseded_ > 0 && aside.size() > static_cast<std::size_t>(keep_superseded_)) {
       fs::remove_all(aside.front().second, ec);
