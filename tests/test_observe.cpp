@@ -268,11 +268,13 @@ TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases c
   // A handler's own time excludes the rest of its chain (the optimizer's step).
   CHECK(rows["grad_clip @ optimizer_step"]["total_s"].get<double>() <
         rows["optimizer"]["total_s"].get<double>());
-  // The phases account for the step's time (the rest is the loop's bookkeeping).
+  // The phases account for the step's time (the rest is the loop's bookkeeping): over 0.9 of
+  // it on an idle machine, but 24 steps of a few ms on a busy one (CI's 2 cores) can lose a
+  // time slice between two phases, so the bound only catches a phase left untimed.
   const double step_s = p["step_s"], phases_s = p["phases_s"];
   INFO("steps " << step_s << " s, phases " << phases_s << " s");
   CHECK(phases_s <= step_s);
-  CHECK(phases_s >= 0.9 * step_s);
+  CHECK(phases_s >= 0.5 * step_s);
 
   // Off: nothing timed, nothing written.
   TempDir off;
