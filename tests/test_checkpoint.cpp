@@ -387,6 +387,11 @@ TEST_CASE("a NaN loss stops naming the step under policy error and is counted un
   CHECK(r.err.find("non-finite loss (") != std::string::npos);
   CHECK(r.err.find("nan_policy = \"skip\"") != std::string::npos);
   CHECK(read_json(d / "run" / "summary.json")["status"] == "failed");
+  // With no step records, the epoch's end reads them, and the error says so.
+  auto r0 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.log_every=0"});
+  CHECK(r0.exit_code == 1);
+  CHECK(r0.err.find("training failed: the end of the epoch's training: non-finite loss (nan) at "
+                    "epoch 0, batch 4") != std::string::npos);
 
   auto r2 = run_wick({"fit", (d / "cfg.toml").string(), "--set", "trainer.nan_policy=skip"});
   INFO(r2.err << r2.out);

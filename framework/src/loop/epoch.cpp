@@ -162,6 +162,7 @@ bool Trainer::Impl::train_epoch(std::int64_t first_batch) {
       },
       on_cancel);
   // The epoch's losses are trusted before its validation, records and after_epoch hooks.
+  dispatch.set_where("the end of the epoch's training");
   steps.loss_check.verify();
   return whole;
 }
