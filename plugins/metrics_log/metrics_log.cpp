@@ -58,10 +58,10 @@ class MetricsLog : public wick::Hook {
     r.on_rewind([this](const std::vector<wick::Record>& kept) {
       columns_ = kFixed;
       for (const auto& rec : kept) add_columns(rec);
-      std::string text = header();
+      std::string rows;
       for (const auto& rec : kept)
-        if (wanted(rec)) text += line(rec);
-      wick::write_file_atomic(path_.string(), text);
+        if (wanted(rec)) rows += line(rec);
+      write_table(rows);
       started_ = true;
     });
     r.on_record([this](const wick::Record& rec) {
@@ -69,18 +69,16 @@ class MetricsLog : public wick::Hook {
       if (!started_) {  // the first record of a fresh run, a row or not
         started_ = true;
         add_columns(rec);
-        wick::write_file_atomic(path_.string(), header() + (wanted(rec) ? line(rec) : ""));
+        write_table(wanted(rec) ? line(rec) : "");
         return;
       }
       if (!wanted(rec)) return;
-      const std::string old_header = header();
-      const std::size_t before = columns_.size();
       add_columns(rec);
       std::error_code ec;
       if (!fs::exists(path_, ec))  // removed while the fit runs: a table again from here
-        wick::write_file_atomic(path_.string(), header());
-      else if (columns_.size() > before)
-        widen(old_header, columns_.size() - before);
+        write_table("");
+      else if (columns_.size() > written_)
+        widen();
       std::ofstream out(path_, std::ios::app);
       out << line(rec);
       out.flush();
@@ -100,10 +98,16 @@ class MetricsLog : public wick::Hook {
         columns_.push_back(kv.first);
   }
 
-  std::string header() const {
+  // The header of the first n columns.
+  std::string header(std::size_t n) const {
     std::string s;
-    for (std::size_t i = 0; i < columns_.size(); ++i) s += (i ? "," : "") + cell(columns_[i]);
+    for (std::size_t i = 0; i < n; ++i) s += (i ? "," : "") + cell(columns_[i]);
     return s + "\n";
+  }
+  // The file as the header of every column so far, then `rows`.
+  void write_table(const std::string& rows) {
+    wick::write_file_atomic(path_.string(), header(columns_.size()) + rows);
+    written_ = columns_.size();
   }
   std::string line(const wick::Record& rec) const {
     std::string s = std::string(rec.kind == wick::Record::Kind::step ? "step" : "epoch") + "," +
@@ -119,25 +123,25 @@ class MetricsLog : public wick::Hook {
     }
     return s + "\n";
   }
-  // The file on disk with `added` more columns: the new header, and each row (a line break
-  // inside a quoted cell is no row's end) with as many empty cells more. A first line other
-  // than `old_header` (a file someone replaced) is taken for a row.
-  void widen(const std::string& old_header, std::size_t added) {
+  // The file on disk with the columns added since it was written: the new header, and each
+  // row (a line break inside a quoted cell is no row's end) with as many empty cells more. A
+  // first line other than the header written (a file someone replaced) is taken for a row.
+  void widen() {
     std::ifstream in(path_, std::ios::binary);
     const std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in && !in.eof()) throw std::runtime_error("cannot read '" + path_.string() + "'");
-    std::string text = header();
-    const std::string pad(added, ',');
-    bool quoted = false, in_header = old.compare(0, old_header.size(), old_header) == 0;
+    const std::string written = header(written_), pad(columns_.size() - written_, ',');
+    bool quoted = false, in_header = old.compare(0, written.size(), written) == 0;
+    std::string rows;
     std::size_t row_start = 0;
     for (std::size_t i = 0; i < old.size(); ++i) {
       if (old[i] == '"') quoted = !quoted;
       if (old[i] != '\n' || quoted) continue;
-      if (!in_header) text += old.substr(row_start, i - row_start) + pad + "\n";
+      if (!in_header) rows += old.substr(row_start, i - row_start) + pad + "\n";
       in_header = false;
       row_start = i + 1;
     }
-    wick::write_file_atomic(path_.string(), text);
+    write_table(rows);
   }
 
   std::string file_;
@@ -145,6 +149,7 @@ class MetricsLog : public wick::Hook {
   bool started_ = false;  // the table was written anew this fit
   fs::path path_;
   std::vector<std::string> columns_;
+  std::size_t written_ = 0;  // the columns of the header on disk
 };
 
 }  // namespace

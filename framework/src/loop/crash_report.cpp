@@ -26,34 +26,18 @@ namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
-const char* name(int sig) {
+const char* describe(int sig) {
   switch (sig) {
     case SIGSEGV:
-      return "SIGSEGV";
+      return "SIGSEGV (invalid memory access)";
     case SIGBUS:
-      return "SIGBUS";
+      return "SIGBUS (bus error: a mapped file cut short, or a misaligned access)";
     case SIGILL:
-      return "SIGILL";
+      return "SIGILL (illegal instruction: code built for another CPU?)";
     case SIGFPE:
-      return "SIGFPE";
+      return "SIGFPE (arithmetic error: an integer division by zero?)";
     default:
-      return "SIGABRT";
-  }
-}
-
-// What usually raises it, for a signal the process raised itself.
-const char* cause(int sig) {
-  switch (sig) {
-    case SIGSEGV:
-      return "invalid memory access";
-    case SIGBUS:
-      return "bus error: a mapped file cut short, or a misaligned access";
-    case SIGILL:
-      return "illegal instruction: code built for another CPU?";
-    case SIGFPE:
-      return "arithmetic error: an integer division by zero?";
-    default:
-      return "aborted: a failed assertion, or a corrupted heap";
+      return "SIGABRT (aborted: a failed assertion, or a corrupted heap)";
   }
 }
 
@@ -89,13 +73,11 @@ struct Text {
   }
   void add(const char* s) { add(s, std::strlen(s)); }
   void add(std::string_view s) { add(s.data(), s.size()); }
-  void add_number(long v) {
+  void add_number(unsigned long v) {
     char digits[24];
     std::size_t k = 0;
-    unsigned long u = v < 0 ? 0UL - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
-    do digits[k++] = static_cast<char>('0' + u % 10);
-    while ((u /= 10) != 0);
-    if (v < 0) add("-", 1);
+    do digits[k++] = static_cast<char>('0' + v % 10);
+    while ((v /= 10) != 0);
     while (k > 0) add(&digits[--k], 1);
   }
   // As a JSON string's content.
@@ -180,14 +162,11 @@ void report(int sig, const siginfo_t* info) {
       info->si_pid != ::getpid();
   Text what;
   what.add("fatal signal ");
-  what.add(name(sig));
-  if (!sent) {
-    what.add(" (");
-    what.add(cause(sig));
-    what.add(")");
-  } else {
+  const char* d = describe(sig);
+  what.add(d, sent ? std::strcspn(d, " ") : std::strlen(d));  // sent: the name alone
+  if (sent) {
     what.add(", sent by another process (pid ");
-    what.add_number(static_cast<long>(info->si_pid));
+    what.add_number(static_cast<unsigned long>(info->si_pid));
     what.add("), while the loop was");
   }
   add_place(what, sent);

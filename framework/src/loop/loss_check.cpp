@@ -57,8 +57,8 @@ void LossCheck::verify(bool across_ranks) {
     // steps (only agreed reads forget them), so the earliest position is the earliest step.
     auto t = at::zeros({2 * world_}, at::kDouble);
     if (bad >= 0) {
-      t[rank_] = static_cast<double>(bad + 1);
-      t[world_ + rank_] = value;
+      t.data_ptr<double>()[rank_] = static_cast<double>(bad + 1);
+      t.data_ptr<double>()[world_ + rank_] = value;
     }
     sum_over_ranks_(t);
     const double* v = t.data_ptr<double>();
