@@ -994,6 +994,46 @@ TEST_CASE("keep_superseded keeps the newest folders of set-aside checkpoints") {
                                    "(hooks.checkpoint.keep_superseded = 2)"));
   CHECK(fit("1").find("removed the 2 oldest") != std::string::npos);
   CHECK(aside().size() == 1);
+  // A count below 0 is refused, naming the key.
+  const auto bad =
+      wick::Config::load((d / "cfg.toml").string(), {"hooks.checkpoint.keep_superseded=-1"});
+  wick::PluginFinder finder({WICK_PLUGIN_DIR});
+  CHECK_THROWS_WITH(
+      wick::make_trainer(bad, finder),
+      Catch::Contains("'keep_superseded'") && Catch::Contains("must be >= 0 (0: keep all)"));
+}
+
+TEST_CASE("a set-aside folder keep_superseded cannot remove is warned of and the fit goes on") {
+  TempDir d;
+  write_file(d / "cfg.toml", config(d, "every_n_steps = 4\n"));
+  const std::vector<std::string> one_epoch = {"fit", (d / "cfg.toml").string(), "--set",
+                                              "trainer.epochs=1"};
+  for (int i = 0; i < 3; ++i) REQUIRE(run_wick(one_epoch).exit_code == 0);
+  std::vector<std::string> aside;
+  for (const auto& n : checkpoints(d))
+    if (n.rfind("superseded-", 0) == 0) aside.push_back(n);
+  REQUIRE(aside.size() == 2);
+  // The older one's checkpoints cannot be removed (their folder is not writable, to a user
+  // without root's capabilities); the newer one goes.
+  std::sort(aside.begin(), aside.end(), [&](const std::string& a, const std::string& b) {
+    return fs::last_write_time(ckpt_dir(d) / a) < fs::last_write_time(ckpt_dir(d) / b);
+  });
+  const auto stuck = ckpt_dir(d) / aside[0] / "ckpt-e0000-b0000004";
+  REQUIRE(fs::exists(stuck / "manifest.json"));
+  fs::permissions(stuck, fs::perms::owner_write, fs::perm_options::remove);
+  auto args = one_epoch;
+  args.insert(args.end(), {"--set", "hooks.checkpoint.keep_superseded=1"});
+  auto r = run_wick_unprivileged(args);
+  fs::permissions(stuck, fs::perms::owner_write, fs::perm_options::add);
+  INFO(r.err << r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("wick: warning: cannot remove the set-aside checkpoints '" +
+                   (ckpt_dir(d) / aside[0]).string() +
+                   "' (hooks.checkpoint.keep_superseded = 1): Permission denied") !=
+        std::string::npos);
+  CHECK(fs::exists(stuck / "manifest.json"));
+  CHECK_FALSE(fs::exists(ckpt_dir(d) / aside[1]));
+  CHECK(read_json(d / "run" / "summary.json")["status"] == "completed");
 }
 
 TEST_CASE("a run folder removed while the fit runs stops it at the next record and says so") {

@@ -168,42 +168,59 @@ TEST_CASE("progress prints plain lines every N steps when stdout is not a termin
 
 TEST_CASE("metrics_log writes metrics.csv with the records of metrics.jsonl") {
   TempDir dir;
+  // metrics.csv holds the rows of the last `rows` records of metrics.jsonl, rectangular, and
+  // under a header of every key (late/x, which comes last, last).
+  auto check_table = [&](std::size_t rows) {
+    auto jsonl = read_jsonl(dir / "run" / "metrics.jsonl");
+    auto lines = split(read_file(dir / "run" / "metrics.csv"), '\n');
+    REQUIRE(lines.back().empty());  // ends with a newline
+    lines.pop_back();
+    REQUIRE(rows <= jsonl.size());
+    REQUIRE(lines.size() == rows + 1);
+    auto header = split(lines[0], ',');
+    REQUIRE(header.size() >= 6);
+    CHECK(std::vector<std::string>(header.begin(), header.begin() + 5) ==
+          std::vector<std::string>{"kind", "epoch", "step", "samples_seen", "time_s"});
+    CHECK(header.back() == "late/x");  // seen last
+    bool saw_late = false;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const auto& j = jsonl[jsonl.size() - rows + i];
+      auto cells = split(lines[i + 1], ',');
+      REQUIRE(cells.size() == header.size());
+      for (std::size_t c = 0; c < header.size(); ++c) {
+        INFO("row " << i << " column " << header[c]);
+        if (!j.contains(header[c])) {
+          CHECK(cells[c].empty());
+        } else if (j[header[c]].is_string()) {
+          CHECK(cells[c] == j[header[c]].get<std::string>());
+        } else {
+          CHECK(std::stod(cells[c]) == Approx(j[header[c]].get<double>()).epsilon(1e-9));
+        }
+      }
+      saw_late = saw_late || j.contains("late/x");
+    }
+    CHECK(saw_late);
+    CHECK_FALSE(jsonl[0].contains("late/x"));
+    return jsonl.size();
+  };
   // late_key logs "late/x" from the second epoch on: the header must widen.
-  write_file(dir / "cfg.toml",
-             config(dir, test_plugins_toml() + "[[hooks]]\nplugin = \"metrics_log\"\n"
-                                               "[[hooks]]\nplugin = \"late_key\"\n"));
+  const std::string hooks = test_plugins_toml() +
+                            "[[hooks]]\nplugin = \"metrics_log\"\n"
+                            "[[hooks]]\nplugin = \"late_key\"\n";
+  write_file(dir / "cfg.toml", config(dir, hooks));
   auto r = run_wick({"fit", (dir / "cfg.toml").string()});
   INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);
-  auto jsonl = read_jsonl(dir / "run" / "metrics.jsonl");
-  auto lines = split(read_file(dir / "run" / "metrics.csv"), '\n');
-  REQUIRE(lines.back().empty());  // ends with a newline
-  lines.pop_back();
-  REQUIRE(lines.size() == jsonl.size() + 1);
-  auto header = split(lines[0], ',');
-  REQUIRE(header.size() >= 6);
-  CHECK(std::vector<std::string>(header.begin(), header.begin() + 5) ==
-        std::vector<std::string>{"kind", "epoch", "step", "samples_seen", "time_s"});
-  CHECK(header.back() == "late/x");  // seen last
-  bool saw_late = false;
-  for (std::size_t i = 0; i < jsonl.size(); ++i) {
-    auto cells = split(lines[i + 1], ',');
-    REQUIRE(cells.size() == header.size());
-    for (std::size_t c = 0; c < header.size(); ++c) {
-      const auto& j = jsonl[i];
-      INFO("row " << i << " column " << header[c]);
-      if (!j.contains(header[c])) {
-        CHECK(cells[c].empty());
-      } else if (j[header[c]].is_string()) {
-        CHECK(cells[c] == j[header[c]].get<std::string>());
-      } else {
-        CHECK(std::stod(cells[c]) == Approx(j[header[c]].get<double>()).epsilon(1e-9));
-      }
-    }
-    saw_late = saw_late || jsonl[i].contains("late/x");
-  }
-  CHECK(saw_late);
-  CHECK_FALSE(jsonl[0].contains("late/x"));
+  const std::size_t records = check_table(read_jsonl(dir / "run" / "metrics.jsonl").size());
+  // metrics.csv removed at step 14, after the last new column (late/x, at step 12): a table
+  // again, with its header, from the next record (step 16) on.
+  write_file(dir / "cfg.toml",
+             config(dir, hooks + "[[hooks]]\nplugin = \"fault\"\naction = \"remove\"\n"
+                                 "path = \"metrics.csv\"\nstep = 14\n"));
+  auto removed = run_wick({"fit", (dir / "cfg.toml").string()});
+  INFO(removed.err << removed.out);
+  REQUIRE(removed.exit_code == 0);
+  CHECK(check_table(2) == records);
 }
 
 TEST_CASE("wick plot draws a PNG of the requested size from a recorded run") {

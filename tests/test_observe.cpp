@@ -253,8 +253,11 @@ TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases c
     CHECK(rows[phase]["kind"] == "phase");
     CHECK(rows[phase]["total_s"].get<double>() > 0);
   }
-  CHECK(rows["forward"]["calls"] == 24);
-  CHECK(rows["data"]["calls"] == 24);
+  // Every phase of every step timed (a phase left untimed would leave its time to the loop).
+  for (const char* phase : {"data", "forward", "loss", "backward", "optimizer"}) {
+    INFO(phase);
+    CHECK(rows[phase]["calls"] == 24);
+  }
   CHECK(rows["validation"]["calls"] == 3);
   CHECK(rows["records"]["calls"] == 24);  // log_every = 1
   // Each stage handler once per step, and the defaults at the end of the chains.
@@ -268,13 +271,11 @@ TEST_CASE("profiler: every hook, stage handler and phase timed, and the phases c
   // A handler's own time excludes the rest of its chain (the optimizer's step).
   CHECK(rows["grad_clip @ optimizer_step"]["total_s"].get<double>() <
         rows["optimizer"]["total_s"].get<double>());
-  // The phases account for the step's time (the rest is the loop's bookkeeping): over 0.9 of
-  // it on an idle machine, but 24 steps of a few ms on a busy one (CI's 2 cores) can lose a
-  // time slice between two phases, so the bound only catches a phase left untimed.
+  // The phases lie inside the steps. How much of a step's time they hold is a timing, which a
+  // busy machine changes (a time slice lost between two phases): the calls above are checked.
   const double step_s = p["step_s"], phases_s = p["phases_s"];
   INFO("steps " << step_s << " s, phases " << phases_s << " s");
   CHECK(phases_s <= step_s);
-  CHECK(phases_s >= 0.5 * step_s);
 
   // Off: nothing timed, nothing written.
   TempDir off;
