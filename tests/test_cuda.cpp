@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -1127,11 +1128,15 @@ TEST_CASE("a profiled fit on the GPU on the host's clock: a phase takes what the
   };
   work();  // cuBLAS's set-up outside the timing
   torch::cuda::synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  work();
-  torch::cuda::synchronize();
-  const double work_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The least of three: another test's kernels on the same GPU (ctest -j) only lengthen it.
+  double work_s = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    torch::cuda::synchronize();
+    work_s = std::min(work_s,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   class Timed : public Hook {
    public:
     Timed(ProfileClock clock, std::function<void()> work) : clock_(clock), work_(std::move(work)) {}

@@ -23,6 +23,8 @@
 #include <wick/trainer.hpp>
 
 #include "loop/flops.hpp"
+#include "ops/gelu_mlp.hpp"
+#include "ops/linear.hpp"
 #include "support.hpp"
 
 using namespace wick::test;
@@ -400,6 +402,30 @@ TEST_CASE("FLOPs: an op with a backward counts three times its forward, no-grad 
     // The image being trained is an input that needs one: a backward runs.
     (void)torch::mm(torch::randn({2, 3}, torch::requires_grad()), torch::randn({3, 4}));
     CHECK(c.train_flops() == 2.0 * 2 * 3 * 4 + 3 * 2.0 * 2 * 3 * 4);
+  }
+  // wick's own autograd functions (wick::linear and gelu_mlp in bf16 on a GPU) run their
+  // products with grad mode off inside; their backward runs all the same.
+  const auto w = lin->weight.detach(), b = lin->bias.detach();
+  const auto trained = w.clone().requires_grad_();
+  {
+    wick::FlopCounter c;
+    (void)wick::linear_in(torch::kFloat, torch::randn({3, 5}), trained, b);
+    CHECK(c.flops() == fwd);
+    CHECK(c.train_flops() == 3 * fwd);
+    CHECK(c.matmuls().at(0).backward);
+  }
+  {
+    wick::FlopCounter c;  // nothing trains: counted once
+    (void)wick::linear_in(torch::kFloat, torch::randn({3, 5}), w, b);
+    CHECK(c.train_flops() == fwd);
+  }
+  {
+    wick::FlopCounter c;  // both products, trained
+    (void)wick::gelu_mlp_in(torch::kFloat, torch::randn({3, 5}), trained, b, torch::randn({2, 4}),
+                            torch::zeros({2}));
+    const double both = fwd + 2.0 * 3 * 4 * 2 + 3 * 2;
+    CHECK(c.flops() == both);
+    CHECK(c.train_flops() == 3 * both);
   }
 }
 

@@ -242,6 +242,20 @@ TEST_CASE("trainer.device = auto resolves once, to the GPU where LibTorch sees o
                                "LibTorch (no GPU or driver here"));
 }
 
+TEST_CASE("each rank of a job on one machine gets a GPU of its own unless the config names one") {
+  using wick::Device, wick::DeviceType;
+  const Device any{DeviceType::cuda, -1}, cpu{}, second{DeviceType::cuda, 1};
+  // Four ranks on four GPUs: LOCAL_RANK's; on two: shared round the GPUs; each rank left one
+  // GPU by CUDA_VISIBLE_DEVICES: that one.
+  CHECK(wick::device_for_rank(any, 3, 8, 4) == Device{DeviceType::cuda, 3});
+  CHECK(wick::device_for_rank(any, 3, 8, 2) == Device{DeviceType::cuda, 1});
+  CHECK(wick::device_for_rank(any, 3, 8, 1) == Device{DeviceType::cuda, 0});
+  // One process, a GPU the config names, or the CPU: as asked.
+  CHECK(wick::device_for_rank(any, 0, 1, 4) == any);
+  CHECK(wick::device_for_rank(second, 3, 8, 4) == second);
+  CHECK(wick::device_for_rank(cpu, 3, 8, 4) == cpu);
+}
+
 TEST_CASE("a CUDA device asked for where none is visible: CUDA_VISIBLE_DEVICES is named") {
   TempDir dir;
   auto r = run_wick({"check", tiny_config(dir), "--set", "trainer.device=\"cuda\""},

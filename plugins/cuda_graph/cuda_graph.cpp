@@ -24,6 +24,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -48,20 +49,29 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // `work` queued on a side stream that first waits for the current one, which then waits for
-// it: capture (and the warm-up before it) must not run on the default stream.
+// it, however `work` ends (a hook's CancelStep in a warm-up step): capture (and the warm-up
+// before it) must not run on the default stream.
 template <class F>
 void on_side_stream(const at::Device& dev, F&& work) {
   const auto current = c10::cuda::getCurrentCUDAStream(dev.index());
   const auto side = c10::cuda::getStreamFromPool(false, dev.index());
-  at::cuda::CUDAEvent before, after;
+  at::cuda::CUDAEvent before;
   before.record(current);
   before.block(side);
-  {
-    const c10::cuda::CUDAStreamGuard guard(side);
-    work();
-  }
-  after.record(side);
-  after.block(current);
+  struct Join {
+    c10::cuda::CUDAStream side, current;
+    ~Join() noexcept(false) {
+      try {
+        at::cuda::CUDAEvent after;
+        after.record(side);
+        after.block(current);
+      } catch (...) {
+        if (!std::uncaught_exceptions()) throw;  // else the error in flight is the one to see
+      }
+    }
+  } join{side, current};
+  const c10::cuda::CUDAStreamGuard guard(side);
+  work();
 }
 
 class CudaGraph : public wick::Hook {
@@ -141,7 +151,9 @@ class CudaGraph : public wick::Hook {
       return std::string(c10_error ? c10_error->what_without_backtrace() : e.what());
     };
     on_side_stream(device_, [&] {
-      graph_->capture_begin();
+      // Thread-local: the loader threads go on pinning the next batches (a pinned block's
+      // event query or cudaHostAlloc), which a global capture forbids on every thread.
+      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       try {
         next();
       } catch (const std::exception& e) {
@@ -160,7 +172,10 @@ class CudaGraph : public wick::Hook {
         hint =
             "the captured step needs memory beside what the model holds: lower "
             "trainer.batch_size, or remove cuda_graph";
-      else if (failure.find("captur") != std::string::npos)
+      // CUDA's own words for a call a capture forbids (a host wait, the legacy stream).
+      else if (failure.find("not permitted when stream is capturing") != std::string::npos ||
+               failure.find("previous error during capture") != std::string::npos ||
+               failure.find("depend on a capturing") != std::string::npos)
         hint =
             "something inside it waits for the GPU (a .item(), printing a tensor, a copy "
             "to the CPU): the hook running then is named above; move that work to "

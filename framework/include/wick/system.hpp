@@ -63,7 +63,16 @@ std::string hidden_cuda_kernels();
 // this LibTorch sees a GPU, else the CPU. Resolved once, before any plugin is made, so that
 // Params::run() and Context::run() agree. A CUDA device without one throws ConfigError.
 // Asking for CUDA ("auto" or cuda) loads LibTorch's CUDA side, which a CPU run never loads.
+// In a job of several ranks (WORLD_SIZE), a CUDA device without an index ("cuda", "auto")
+// becomes each rank's own: GPU LOCAL_RANK modulo the GPUs this process sees (one each when
+// the launcher or the job script left a rank one GPU in CUDA_VISIBLE_DEVICES).
 Device resolve_device(const Device& requested, bool auto_device);
+// That choice: `d` for local rank `local_rank` of `world` ranks on a machine whose process
+// sees `gpus` GPUs.
+Device device_for_rank(const Device& d, int local_rank, int world, int gpus);
+// Makes a CUDA device with an index the calling thread's current one (nothing otherwise), so
+// that calls naming no device reach the run's GPU.
+void make_current(const Device& d);
 
 // trainer.threads = "auto" (the default). The cores this process may run on (affinity, and a
 // cgroup CPU quota) and how many of them were idle over `seconds` (/proc/stat: the sum of

@@ -24,9 +24,18 @@ inline void check_before_launch(const char* kernel) {
 // After launching it: throws when the launch failed (its configuration), or a fault of the
 // device came up meanwhile (this kernel's, or one queued before it).
 inline void check_launch(const char* kernel) {
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    throw std::runtime_error(std::string("wick: ") + kernel + " failed to launch, or the GPU " +
-                             "faulted since the check before it: " + cudaGetErrorString(e));
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return;
+  // A GPU older than the architectures wick was built for (TORCH_CUDA_ARCH_LIST: a Turing or
+  // Volta card with the default list) has no code for any of wick's kernels.
+  if (e == cudaErrorNoKernelImageForDevice)
+    throw std::runtime_error(std::string("wick: ") + kernel + " has no code for this GPU (" +
+                             cudaGetErrorString(e) +
+                             "): build wick with TORCH_CUDA_ARCH_LIST naming its compute "
+                             "capability, or set WICK_CUDA_DISABLE=all to use LibTorch's "
+                             "operators in place of wick's kernels");
+  throw std::runtime_error(std::string("wick: ") + kernel + " failed to launch, or the GPU " +
+                           "faulted since the check before it: " + cudaGetErrorString(e));
 }
 
 }  // namespace wick::cuda

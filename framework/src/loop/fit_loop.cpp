@@ -14,7 +14,7 @@
 #include "optim/bf16_copies.hpp"
 #include "optim/optimizers.hpp"  // check_trainable
 #include "wick/params.hpp"       // ConfigError
-#include "wick/system.hpp"       // warn_if_reference_blas
+#include "wick/system.hpp"       // warn_if_reference_blas, make_current
 
 namespace wick {
 
@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 std::shared_ptr<void> Trainer::Impl::start_fit() {
   check_trainable(*model, optim_specs.empty() ? std::string() : optim_specs[0].where);
   times.fit_start = Clock::now();
+  make_current(run.device);  // this thread's calls naming no GPU reach the run's
   stops.start(opt.epochs, opt.max_steps);
   loop.phase = LoopPhase::fit;
   dispatch.set_where("start");

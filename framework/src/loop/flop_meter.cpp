@@ -2,6 +2,9 @@
 #include "loop/flop_meter.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
 
 #include <ATen/core/ScalarType.h>
 
@@ -10,8 +13,9 @@
 
 namespace wick {
 
-void FlopMeter::configure(bool enabled, double peak_gflops) {
+void FlopMeter::configure(bool enabled, double peak_gflops, ProbeDevice device) {
   enabled_ = enabled;
+  device_ = device;
   if (enabled && peak_gflops > 0) peak_ = peak_gflops * 1e9;
 }
 
@@ -33,18 +37,34 @@ void FlopMeter::step_counted(bool with_backward, std::int64_t next) {
 
 void FlopMeter::probe(std::int64_t next) {
   probe_due_ = false;
-  // The peak is what this machine reaches on the step's own matrix products (in their dtype,
-  // bf16 under autocast) when they are most of its work; else on square products in the
-  // convolutions' dtype. Probed long enough for a steady clock; its time is no step's.
+  // The peak is what the run's device reaches on the step's own matrix products (in their
+  // dtype, bf16 under autocast) when they are most of its work; else on square products in
+  // the convolutions' dtype (larger on a GPU, which small ones leave idle). Probed long enough
+  // for a steady clock; its time is no step's.
   const auto t0 = Clock::now();
   const double c0 = process_cpu_seconds();
   double products = 0;
   for (const auto& m : matmuls_)
     products += m.flops() * (probe_with_backward_ && m.backward ? 3 : 1);
-  peak_ = 1e9 * (products >= 0.5 * per_step_
-                     ? probe_peak_gflops(matmuls_, probe_with_backward_, kPeakProbeSeconds)
-                     : measure_peak_gflops(kPeakProbeSeconds,
-                                           conv_dtype_ == static_cast<int>(at::kBFloat16)));
+  const std::int64_t n = device_.cuda ? 4096 : 512;
+  const int dtype =
+      conv_dtype_ == static_cast<int>(at::kBFloat16) ? conv_dtype_ : static_cast<int>(at::kFloat);
+  try {
+    peak_ =
+        1e9 *
+        (products >= 0.5 * per_step_
+             ? probe_peak_gflops(matmuls_, probe_with_backward_, kPeakProbeSeconds, device_)
+             : probe_peak_gflops({{1, n, n, n, dtype, false}}, false, kPeakProbeSeconds, device_));
+  } catch (const std::exception& e) {
+    // The run goes on without the share (a GPU without room for the products beside the
+    // model's memory).
+    const std::string what = e.what();
+    std::fprintf(stderr,
+                 "wick: warning: the peak for train/flops_utilization could not be probed "
+                 "(%s); records leave it out: give trainer.peak_gflops\n",
+                 what.substr(0, what.find('\n')).c_str());
+    peak_ = 0;
+  }
   probe_s_ += seconds_since(t0);
   probe_cpu_s_ += process_cpu_seconds() - c0;
   matmuls_.clear();

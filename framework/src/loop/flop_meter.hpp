@@ -16,8 +16,9 @@ struct Record;
 
 class FlopMeter {
  public:
-  // enabled: count and log at all; peak_gflops: the peak to compare with (0: probe it).
-  void configure(bool enabled, double peak_gflops);
+  // enabled: count and log at all; peak_gflops: the peak to compare with (0: probe it on
+  // `device`, the run's).
+  void configure(bool enabled, double peak_gflops, ProbeDevice device);
   // Whether the step running now is the one to count (no step counted yet).
   bool counting() const { return enabled_ && per_step_ < 0; }
   // Adds what a counter saw to the counted step's operations.
@@ -46,6 +47,7 @@ class FlopMeter {
 
  private:
   bool enabled_ = false;
+  ProbeDevice device_;
   // FLOPs per training step of this rank (< 0: not counted yet; 0: nothing countable) and the
   // peak (FLOP/s; 0: not known yet).
   double per_step_ = -1, peak_ = 0;

@@ -1,6 +1,7 @@
 #include "loop/flops.hpp"
 
 #include <ATen/record_function.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 
 namespace wick {
 
@@ -17,6 +19,7 @@ namespace {
 // is inside counted ops.
 thread_local FlopCounter* t_counter = nullptr;
 thread_local int t_depth = 0;
+thread_local int t_with_backward = 0;  // CountWithBackward scopes open on this thread
 
 enum class Op { none, addmm, mm, bmm, baddbmm, conv };
 
@@ -53,6 +56,7 @@ at::IntArrayRef sizes_of(const at::RecordFunction& fn, std::size_t i) {
 
 // Whether the op's backward will run: grad mode on, and one of these inputs needs a gradient.
 bool has_backward(const at::RecordFunction& fn, std::initializer_list<std::size_t> inputs) {
+  if (t_with_backward > 0) return true;
   if (!c10::GradMode::is_enabled()) return false;
   for (const auto i : inputs)
     if (const auto* v = input_at(fn, i); v && v->toTensor().requires_grad()) return true;
@@ -81,6 +85,10 @@ struct FlopCallbacks {
     s.b = static_cast<std::int64_t>(product(x.slice(0, x.size() - 2)));
     s.dtype = static_cast<int>(input_at(fn, a)->toTensor().scalar_type());
     s.backward = add ? has_backward(fn, {0, a, b}) : has_backward(fn, {a, b});
+    record(c, s, add);
+  }
+
+  static void record(FlopCounter& c, const MatmulShape& s, bool add) {
     const double f = s.flops() + (add ? static_cast<double>(s.b * s.m * s.n) : 0.0);
     c.flops_ += f;
     c.train_flops_ += s.backward ? 3 * f : f;
@@ -154,25 +162,52 @@ FlopCounter::~FlopCounter() {
   t_counter = outer_;
 }
 
-double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backward,
-                         double seconds) {
+CountWithBackward::CountWithBackward(bool trains) : on_(trains) {
+  if (on_) ++t_with_backward;
+}
+
+CountWithBackward::~CountWithBackward() {
+  if (on_) --t_with_backward;
+}
+
+void count_matmul(MatmulShape s, bool bias) {
+  if (!t_counter || t_depth > 0) return;
+  s.backward = t_with_backward > 0;
+  FlopCallbacks::record(*t_counter, s, bias);
+}
+
+double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backward, double seconds,
+                         ProbeDevice device) {
   torch::NoGradGuard g;
   // Each product as a step runs it; with its backward: dX = dY W^T is (m x n) @ (n x k), and
-  // dW = X^T dY is (k x m) @ (m x n).
-  std::vector<MatmulShape> all;
+  // dW = X^T dY is (k x m) @ (m x n). Each distinct one with the times a step runs it.
+  std::vector<std::pair<MatmulShape, int>> all;
+  auto add = [&](const MatmulShape& s) {
+    for (auto& [t, times] : all)
+      if (t.b == s.b && t.m == s.m && t.k == s.k && t.n == s.n && t.dtype == s.dtype) {
+        ++times;
+        return;
+      }
+    all.emplace_back(s, 1);
+  };
   for (const auto& s : shapes) {
-    all.push_back(s);
+    add(s);
     if (!with_backward || !s.backward) continue;
-    all.push_back({s.b, s.m, s.n, s.k, s.dtype});
-    all.push_back({s.b, s.k, s.m, s.n, s.dtype});
+    add({s.b, s.m, s.n, s.k, s.dtype});
+    add({s.b, s.k, s.m, s.n, s.dtype});
   }
   struct Operands {
     at::Tensor a, b, c;
+    int times;
   };
   std::vector<Operands> ops;
   double flops = 0;
-  for (const auto& s : all) {
-    const auto o = torch::TensorOptions().dtype(static_cast<c10::ScalarType>(s.dtype));
+  const auto where = device.cuda
+                         ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                         : torch::Device(torch::kCPU);
+  for (const auto& [s, times] : all) {
+    const auto o =
+        torch::TensorOptions().dtype(static_cast<c10::ScalarType>(s.dtype)).device(where);
     // Fixed values: the probe must not move the global generator (a resumed run would draw
     // other numbers than an uninterrupted one).
     // Plain products as plain matrices (as Linear runs them), batched ones batched.
@@ -180,16 +215,19 @@ double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backw
       return s.b == 1 ? std::vector<std::int64_t>{r, c} : std::vector<std::int64_t>{s.b, r, c};
     };
     ops.push_back({torch::full(shape(s.m, s.k), 0.5, o), torch::full(shape(s.k, s.n), 0.25, o),
-                   torch::empty(shape(s.m, s.n), o)});
-    flops += s.flops();
+                   torch::empty(shape(s.m, s.n), o), times});
+    flops += s.flops() * times;
   }
   if (ops.empty() || flops <= 0) return 0;
+  // A round of the products; on a GPU, waited for (the host only queues them).
   auto once = [&] {
     for (auto& o : ops)
-      if (o.a.dim() == 2)
-        torch::mm_out(o.c, o.a, o.b);
-      else
-        torch::bmm_out(o.c, o.a, o.b);
+      for (int t = 0; t < o.times; ++t)
+        if (o.a.dim() == 2)
+          torch::mm_out(o.c, o.a, o.b);
+        else
+          torch::bmm_out(o.c, o.a, o.b);
+    if (device.cuda) torch::cuda::synchronize(device.index);
   };
   using Clock = std::chrono::steady_clock;
   // Warm-up: threads started, pages touched, the cores' clock up.

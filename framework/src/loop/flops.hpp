@@ -48,12 +48,38 @@ class FlopCounter {
   FlopCounter* outer_ = nullptr;  // a counter this one shadows on the thread
 };
 
-// The best rate (GFLOP/s) LibTorch reaches here on these products, all of them in turn as a
-// step runs them, repeated for about `seconds` after a warm-up (long enough for the cores to
-// reach their steady clock); with `with_backward`, each product's two backward products too
-// (the gradients of its inputs). Fixed values: the global generator does not move.
-double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backward,
-                         double seconds);
+// While one lives, the products this thread's counter sees count with a backward: those of
+// wick's own autograd functions, whose forward runs with grad mode off though their backward
+// will run (`trains`: an input needs a gradient).
+class CountWithBackward {
+ public:
+  explicit CountWithBackward(bool trains);
+  ~CountWithBackward();
+  CountWithBackward(const CountWithBackward&) = delete;
+  CountWithBackward& operator=(const CountWithBackward&) = delete;
+
+ private:
+  bool on_;
+};
+
+// A product run past LibTorch's dispatcher (cuBLASLt's, gelu_gemm), which no callback sees:
+// counted by this thread's counter when one lives (`bias`: a bias added to its m x n result).
+void count_matmul(MatmulShape s, bool bias);
+
+// Where a peak is probed: the CPU, or a CUDA device (index -1: the current one).
+struct ProbeDevice {
+  bool cuda = false;
+  int index = -1;
+};
+
+// The best rate (GFLOP/s) LibTorch reaches on `device` on these products, all of them in turn
+// as a step runs them, repeated for about `seconds` after a warm-up (long enough for the cores
+// to reach their steady clock; on a GPU each round is waited for); with `with_backward`, each
+// product's two backward products too (the gradients of its inputs). A shape repeated (each
+// layer's) is allocated once and run as often. Fixed values: the global generator does not
+// move. Throws what LibTorch throws (a GPU out of memory).
+double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backward, double seconds,
+                         ProbeDevice device = {});
 
 }  // namespace wick
 

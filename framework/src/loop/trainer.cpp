@@ -104,6 +104,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
 
   const Device dev = resolve_device(I.opt.device, I.opt.auto_device);
   I.device = to_torch(dev);
+  make_current(dev);  // the task's model() may make tensors on "the" GPU (fit does it again)
 
   // The run's facts, as plugins see them.
   I.run = std::move(run);
@@ -157,7 +158,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Task> task,
   I.state.epochs = I.opt.epochs;
 
   I.steps.install_stage_defaults();
-  I.flops.configure(I.opt.flops, I.opt.peak_gflops);
+  I.flops.configure(I.opt.flops, I.opt.peak_gflops, {I.device.is_cuda(), I.device.index()});
   I.records.set_sinks(&I.dispatch.record_sinks(), &I.dispatch.rewinds());
 }
 

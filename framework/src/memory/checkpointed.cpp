@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 
+#include "cuda/cuda_support.hpp"
 #include "wick/checkpointed.hpp"
 #include "wick/torch_compat.hpp"
 
@@ -28,6 +30,14 @@ struct RngStates {
           std::find(devices.begin(), devices.end(), t.device()) == devices.end())
         devices.push_back(t.device());
     for (const auto& d : devices) {
+      // LibTorch refuses to read a CUDA generator's state while its stream captures, and a
+      // graph-safe state is shared, not a copy to go back to.
+      if (d.is_cuda() && cuda::capturing(d))
+        throw std::runtime_error(
+            "activation checkpointing (wick::checkpointed) cannot run inside a captured CUDA "
+            "graph: it keeps the CUDA random generator's state for the recomputation, which "
+            "LibTorch does not allow during capture; remove cuda_graph or "
+            "activation_checkpointing");
       auto gen = d.is_cpu() ? at::detail::getDefaultCPUGenerator()
                             : at::globalContext().defaultGenerator(d);
       std::lock_guard<std::mutex> lock(gen.mutex());

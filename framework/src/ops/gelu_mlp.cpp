@@ -9,11 +9,13 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <tuple>
 #include <vector>
 
 #include "cuda/cuda_support.hpp"
 #include "cuda/own_kernels.hpp"
+#include "loop/flops.hpp"
 #include "ops/bf16_products.hpp"
 #include "wick/activations.hpp"
 
@@ -37,6 +39,9 @@ class GeluMlp : public ag::Function<GeluMlp> {
     if (!x2.is_cuda() || !cuda::gelu_gemm_forward(x2, w1c, b1c, h, pre)) {
       at::addmm_out(pre, b1c, x2, w1c.t());
       h = at::gelu(pre, "tanh");
+    } else {
+      // cuBLASLt's product, which the dispatcher did not see.
+      count_matmul({1, x2.size(0), x2.size(1), w1c.size(0), static_cast<int>(type)}, true);
     }
     const auto y = at::addmm(param_as(b2, type), h, w2c.t());
     ctx->save_for_backward({x2, w1c, w2c, pre, h});
@@ -92,6 +97,11 @@ class GeluMlp : public ag::Function<GeluMlp> {
 at::Tensor gelu_mlp_in(at::ScalarType type, const at::Tensor& x, const at::Tensor& fc_weight,
                        const at::Tensor& fc_bias, const at::Tensor& proj_weight,
                        const at::Tensor& proj_bias) {
+  // The FLOP count's: the products inside run without grad mode, though a backward follows.
+  bool trains = false;
+  for (const auto* t : {&x, &fc_weight, &fc_bias, &proj_weight, &proj_bias})
+    trains = trains || (t->defined() && t->requires_grad());
+  const CountWithBackward counted(at::GradMode::is_enabled() && trains);
   return GeluMlp::apply(x, fc_weight, fc_bias, proj_weight, proj_bias, type);
 }
 

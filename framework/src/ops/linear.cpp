@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/own_kernels.hpp"
+#include "loop/flops.hpp"
 #include "ops/bf16_products.hpp"
 #include "wick/linear.hpp"
 
@@ -69,6 +70,10 @@ class Bf16Linear : public ag::Function<Bf16Linear> {
 
 at::Tensor linear_in(at::ScalarType type, const at::Tensor& x, const at::Tensor& weight,
                      const at::Tensor& bias) {
+  // The FLOP count's: the products inside run without grad mode, though a backward follows.
+  const CountWithBackward counted(
+      at::GradMode::is_enabled() &&
+      (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad())));
   return Bf16Linear::apply(x, weight,
                            bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, type);
 }

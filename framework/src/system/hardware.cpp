@@ -3,6 +3,7 @@
 #include "wick/hardware.hpp"
 
 #include <ATen/Version.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "cuda/cuda_load.hpp"
 #include "cuda/cuda_support.hpp"
 #include "system/name_list.hpp"
+#include "wick/cluster.hpp"
 #include "wick/params.hpp"  // ConfigError
 #include "wick/system.hpp"
 
@@ -124,11 +126,28 @@ std::string torch_cpu_capability() {
   return cap;
 }
 
+Device device_for_rank(const Device& d, int local_rank, int world, int gpus) {
+  if (!d.is_cuda() || d.index >= 0 || world <= 1 || gpus <= 0) return d;
+  return {DeviceType::cuda, local_rank % gpus};
+}
+
 Device resolve_device(const Device& requested, bool auto_device) {
   if (!auto_device && !requested.is_cuda()) return requested;  // CUDA left unloaded
   const std::string why = cuda::compiled() ? cuda::load() : "";
   const bool has_cuda = why.empty() && torch::cuda::is_available();
-  if (auto_device) return has_cuda ? Device{DeviceType::cuda, -1} : Device{};
+  // Each rank of a job on this machine its own GPU: the current one would be GPU 0 for all.
+  auto for_this_rank = [](const Device& d) {
+    const JobRanks job = job_ranks();
+    if (job.world <= 1 || !d.is_cuda()) return d;
+    int local = 0;
+    try {
+      local = detect_cluster_env([](const char* n) { return std::getenv(n); }).local_rank;
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(std::string(e.what()) + "; fix the job script or the launcher");
+    }
+    return device_for_rank(d, local, job.world, static_cast<int>(torch::cuda::device_count()));
+  };
+  if (auto_device) return has_cuda ? for_this_rank(Device{DeviceType::cuda, -1}) : Device{};
   if (!has_cuda) {
     std::string none =
         "no CUDA device is visible to LibTorch (no GPU or driver here, a CPU "
@@ -138,7 +157,15 @@ Device resolve_device(const Device& requested, bool auto_device) {
     throw ConfigError("trainer.device = \"" + requested.str() + "\" but " +
                       (why.empty() ? none + ")" : why) + "; use \"cpu\" or \"auto\"");
   }
-  return requested;
+  return for_this_rank(requested);
+}
+
+void make_current(const Device& d) {
+  // Calls that name no device (a task's torch::kCUDA tensors, a device-wide synchronize) act
+  // on the thread's current one.
+  if (d.is_cuda() && d.index >= 0)
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+        ->setDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(d.index)));
 }
 
 bool native_bf16(const Device& d) {

@@ -7,12 +7,11 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <thread>
 
 #include "cuda/cuda_load.hpp"
+#include "loop/flops.hpp"
 
 namespace wick {
 
@@ -61,30 +60,9 @@ SystemReport system_report() {
 double measure_peak_gflops(double seconds, bool bf16) {
   // Products of 512 x 512 matrices (268 MFLOP each) on the current threads, the best of the
   // repetitions: what the BLAS (or oneDNN, for bf16) reaches on dense work.
-  torch::NoGradGuard g;
   constexpr std::int64_t n = 512;
-  const auto o = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat);
-  // Fixed values, not random ones: the probe runs inside a fit and must not move the global
-  // generator (a resumed run would draw other numbers than an uninterrupted one).
-  auto a = torch::full({n, n}, 0.5, o);
-  auto b = torch::full({n, n}, 0.25, o);
-  auto c = torch::empty({n, n}, o);
-  using Clock = std::chrono::steady_clock;
-  // Warm-up: threads started, pages touched, the cores' clock up.
-  for (const auto t_warm = Clock::now() + std::chrono::milliseconds(50); Clock::now() < t_warm;)
-    torch::mm_out(c, a, b);
-  const double flops = 2.0 * n * n * n;
-  double best = 0;
-  const auto t_end = Clock::now() + std::chrono::duration<double>(seconds);
-  int reps = 0;
-  while (reps < 3 || Clock::now() < t_end) {
-    const auto t0 = Clock::now();
-    torch::mm_out(c, a, b);
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (dt > 0) best = std::max(best, flops / dt / 1e9);
-    if (++reps >= 100000) break;
-  }
-  return best;
+  MatmulShape square{1, n, n, n, static_cast<int>(bf16 ? at::kBFloat16 : at::kFloat), false};
+  return probe_peak_gflops({square}, /*with_backward=*/false, seconds);
 }
 
 }  // namespace wick
