@@ -363,6 +363,67 @@ TEST_CASE("a model with nothing to train is refused when a fit starts, before it
   CHECK_FALSE(fs::exists(dir / "run"));
 }
 
+TEST_CASE("a batch of another length than its indices and a task metric named loss are refused") {
+  // A data set whose get() drops a row: trained silently, the records would count samples
+  // that never trained.
+  class ShortData : public wick::TensorDataset {
+   public:
+    using TensorDataset::TensorDataset;
+    wick::Batch get(const at::Tensor& indices, wick::Fetch& f) override {
+      auto b = TensorDataset::get(indices, f);
+      b.input = b.input.narrow(0, 0, b.input.size(0) - 1);
+      return b;
+    }
+  };
+  class ShortTask : public TinyTask {
+   public:
+    std::shared_ptr<wick::Dataset> train_data() override {
+      return std::make_shared<ShortData>(torch::randn({8, 2}), torch::randn({8, 1}));
+    }
+  };
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<ShortTask>());
+  auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Contains("failed to load batch 0 of epoch 0") &&
+                            Catch::Contains("get() returned 3 rows of input for 4 indices"));
+  // A metric named loss would be train/loss and valid/loss, over the loss's own.
+  class LossMetricTask : public TinyTask {
+   public:
+    wick::Output loss(wick::Context& c, const at::Tensor& pred, const wick::Batch& b) override {
+      auto o = TinyTask::loss(c, pred, b);
+      o.metrics.emplace_back("loss", torch::zeros({}));
+      return o;
+    }
+  };
+  TempDir dir2;
+  wick::Trainer t2(tiny_options(dir2), std::make_shared<LossMetricTask>());
+  res = t2.fit();
+  REQUIRE(res.status == wick::FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Contains("the task's loss() returned a metric named 'loss', which "
+                                        "would replace train/loss and valid/loss"));
+}
+
+TEST_CASE("a gradients handler that skips a batch leaves that step no output of another's") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  int skipped = 0, stale = 0;
+  t.add_hook(entry("outliers", 0, [&](wick::Registrar& r) {
+    r.stage(wick::Stage::gradients, [&](wick::Context& c, wick::Next next) {
+      if (c.state().batch_idx == 1) return false;  // the second batch of each epoch: skipped
+      return next();
+    });
+    r.on(wick::Point::after_step, [&](wick::Context& c) {
+      if (c.state().batch_idx != 1) return;
+      ++skipped;
+      stale += c.output().loss.defined();
+    });
+  }));
+  REQUIRE(t.fit().status == wick::FitResult::Status::completed);
+  CHECK(skipped == 2);
+  CHECK(stale == 0);  // the first batch's loss, before the fix
+}
+
 TEST_CASE("a record sink that fails is named: it runs where the trainer writes the record") {
   TempDir dir;
   wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());

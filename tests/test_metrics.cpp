@@ -210,6 +210,14 @@ TEST_CASE("a metric that does not fit the prediction says what it found and the 
   CHECK_THAT(named.err, Catch::Contains("a metric named 'Curves' (plugin 'confusion_matrix') "
                                         "would write its files over the run folder's own "
                                         "curves.* ("));
+  // Nor may one be named loss: valid/loss is the loss's, which the summary and monitors read.
+  write_file(d / "cfg.toml",
+             "[task]\nplugin = \"synthetic\"\nvalid_samples = 16\n[[metrics]]\n"
+             "plugin = \"accuracy\"\nname = \"loss\"\n");
+  auto loss = run_wick({"check", (d / "cfg.toml").string()});
+  CHECK(loss.exit_code == 2);
+  CHECK_THAT(loss.err, Catch::Contains("a metric named 'loss' (plugin 'accuracy') would replace "
+                                       "valid/loss"));
   // `wick plugins` lists them as metrics, with their parameters.
   auto listed = run_wick({"plugins"});
   CHECK(listed.out.find("f1 1.0.0 (metric, SDK " + std::to_string(WICK_API_MAJOR) + "." +

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "data/sampler.hpp"
 
@@ -67,6 +68,16 @@ Loaded load_batch(const LoadPlan& plan, std::int64_t b, const at::Tensor& indice
   try {
     GeneratorScope scope(f.generator);
     out.batch = plan.ds->get(indices, f);
+    // One row per index (records count samples, losses average over rows): a batch of
+    // another length would train silently on what it holds.
+    const std::int64_t n = indices.numel();
+    for (const auto& [t, name] :
+         {std::pair{&out.batch.input, "input"}, {&out.batch.target, "target"}})
+      if (t->defined() && t->dim() > 0 && t->size(0) != n)
+        throw std::runtime_error("get() returned " + std::to_string(t->size(0)) + " rows of " +
+                                 name + " for " + std::to_string(n) +
+                                 " indices; a batch holds one row per index, along its first "
+                                 "dimension");
     if (plan.pin) {
       out.batch.input = cuda::pinned(out.batch.input);
       out.batch.target = cuda::pinned(out.batch.target);

@@ -142,6 +142,12 @@ void Evaluator::add_metric(MetricEntry entry) {
                         ".* (metrics.jsonl, metrics_log's metrics.csv, summary.json, model.pt, "
                         "wick.lock, wick plot's curves.png); give it another name (name = "
                         "\"...\" in its [[metrics]] table)");
+  // Its values are valid/NAME (train/NAME): one named loss would replace the loss's own.
+  if (entry.instance == "loss")
+    throw ConfigError("a metric named 'loss' (plugin '" + entry.plugin +
+                      "') would replace valid/loss, which the summary, a best checkpoint and "
+                      "early stopping read; give it another name (name = \"...\" in its "
+                      "[[metrics]] table)");
   const std::string who = "metric '" + entry.instance + "' (plugin '" + entry.plugin + "')";
   places_.emplace_back(who + " on a validation batch", who + " computing its value");
   metrics_.push_back(std::move(entry));

@@ -205,7 +205,8 @@ double probe_peak_gflops(const std::vector<MatmulShape>& shapes, bool with_backw
   const auto where = device.cuda
                          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
                          : torch::Device(torch::kCPU);
-  for (const auto& [s, times] : all) {
+  for (const auto& [shape_of, times] : all) {
+    const MatmulShape& s = shape_of;  // a lambda captures no structured binding (C++17)
     const auto o =
         torch::TensorOptions().dtype(static_cast<c10::ScalarType>(s.dtype)).device(where);
     // Fixed values: the probe must not move the global generator (a resumed run would draw

@@ -200,6 +200,15 @@ void StepEngine::forward_and_loss() {
     output.metrics = std::move(o.metrics);
     if (c) p_.flops.take(*c);
   }
+  // train/NAME and valid/NAME: one named loss would replace the loss's own values (what the
+  // summary, a best checkpoint and early stopping read).
+  for (const auto& m : output.metrics)
+    if (m.first == "loss" || m.first.empty())
+      throw std::runtime_error("the task's loss() returned a metric named '" + m.first + "'" +
+                               (m.first.empty()
+                                    ? std::string(", which is no column")
+                                    : ", which would replace train/loss and valid/loss") +
+                               "; give it another name");
   if (count) p_.flops.step_counted(/*with_backward=*/true, p_.state.micro_step + 1);
   if (!output.loss.defined()) throw std::runtime_error("the task's loss() returned no loss");
   // Shapes are known on the host: no sync. Backward needs one value to differentiate.
@@ -284,6 +293,10 @@ void StepEngine::train_step(BatchSource& loader) {
     p_.stages.emit(Point::after_pred);
     p_.stages.emit(Point::after_loss);
   } else {
+    // A gradients handler that skips the batch (returns without next()) leaves no output: not
+    // the previous step's, which the records would count again.
+    output = Output{};
+    extras.clear();
     p_.stages.run_stage(Stage::gradients);
     // One backward, then each optimizer's step (several: one per module) through its chain.
     for (std::size_t i = 0; i < p_.optimizers.size(); ++i)

@@ -70,7 +70,8 @@ class Dataset {
   // The number of samples, or kUnsized for a stream.
   virtual std::int64_t size() const = 0;
   // indices: 1-D int64 CPU tensor of sample positions (running sample numbers for a stream).
-  // Returns CPU tensors.
+  // Returns CPU tensors, one row per index along the first dimension (input, and target when
+  // there is one; a batch of another length is refused, naming the batch).
   virtual Batch get(const at::Tensor& indices, Fetch& fetch) = 0;
   // Checkpoint state of the training data (a stream's read position), as tasks and hooks
   // have. save_state runs after every get(), so it should be cheap; what the checkpoint keeps
