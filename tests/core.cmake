@@ -2,6 +2,10 @@ wick_add_test(test_smoke SOURCES test_smoke.cpp)
 # The trainer core in process and through `wick fit` (lifecycle order, hook order, stage
 # chains, cancels, errors, SIGINT), and the plugin loader: also run under ASan and UBSan.
 wick_add_test(test_lifecycle SOURCES test_lifecycle.cpp PROGRAM_COST 35 TORCH SANITIZE)
+if(TARGET test_lifecycle)
+  # White-box: how an error's text is cleaned (system/error_text.hpp).
+  target_include_directories(test_lifecycle PRIVATE ${PROJECT_SOURCE_DIR}/framework/src)
+endif()
 wick_add_test(test_cancel SOURCES test_cancel.cpp PROGRAM_COST 50 SANITIZE)
 wick_add_test(test_loader SOURCES test_loader.cpp SANITIZE)
 # The version of the other LibTorch a mismatched test plugin was built against

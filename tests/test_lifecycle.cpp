@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "support.hpp"
+#include "system/error_text.hpp"
 #include "wick/config.hpp"
 #include "wick/task.hpp"
 #include "wick/trainer.hpp"
@@ -402,6 +403,22 @@ TEST_CASE("a batch of another length than its indices and a task metric named lo
   REQUIRE(res.status == wick::FitResult::Status::failed);
   CHECK_THAT(res.error, Catch::Contains("the task's loss() returned a metric named 'loss', which "
                                         "would replace train/loss and valid/loss"));
+}
+
+TEST_CASE("a CancelFit at before_step ends between steps: model.pt keeps the weights") {
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  t.add_hook(entry("stopper", 0, [](wick::Registrar& r) {
+    r.on(Point::before_step, [](wick::Context& c) {
+      if (c.state().training() && c.state().optimizer_step == 1) throw wick::CancelFit();
+    });
+  }));
+  const auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::cancelled);
+  CHECK(t.state().optimizer_step == 1);
+  // No work of the second step had begun: the first step's weights are whole.
+  CHECK(res.model_file == (dir / "run" / "model.pt").string());
+  CHECK(fs::exists(dir / "run" / "model.pt"));
 }
 
 TEST_CASE("a gradients handler that skips a batch leaves that step no output of another's") {
@@ -831,15 +848,39 @@ TEST_CASE("after_cancel tells what was cancelled and why") {
   }
 }
 
+TEST_CASE("LibTorch's backtraces are left out of the messages that wrap its errors") {
+  std::string what;
+  try {
+    TORCH_CHECK(false, "a size it refused");
+  } catch (const c10::Error& e) {
+    what = e.what();
+  }
+  // Each wrapper (a plugin's save_state, its constructor) kept tens of "frame #" lines.
+  const std::string wrapped = "plugin 'p' cannot save its state: " + what;
+  CHECK(wick::without_backtraces(wrapped) == "plugin 'p' cannot save its state: a size it refused");
+  CHECK(wick::without_backtraces(wrapped + " (more words); then " + wrapped) ==
+        "plugin 'p' cannot save its state: a size it refused (more words); then plugin 'p' "
+        "cannot save its state: a size it refused");
+  const std::string made_up =
+      "bad\nException raised from f at a.cpp:1 (most recent call first):\nframe #0: f()\n"
+      "frame #1: g()\n";
+  CHECK(wick::without_backtraces(made_up + "next line") == "bad\nnext line");
+  CHECK(wick::without_backtraces("no backtrace here") == "no backtrace here");
+}
+
 TEST_CASE("weights a hook offers that do not fit the model: model.pt keeps the trained ones") {
-  // An offer of another shape, or another dtype, would leave a model.pt no one can load.
-  for (const bool shape : {true, false}) {
-    DYNAMIC_SECTION((shape ? "shape" : "dtype")) {
+  // An offer of another shape, or another dtype, would leave a model.pt no one can load; one
+  // that throws (not even a std::exception) ended the process after a whole fit.
+  for (const std::string kind : {"shape", "dtype", "throw"}) {
+    const bool shape = kind == "shape";
+    DYNAMIC_SECTION(kind) {
       struct Offer : wick::Hook {
+        std::string kind;
         bool shape = true;
         void connect(wick::Registrar&) override {}
         std::string eval_weights(const torch::nn::Module& m,
                                  wick::NamedTensors& out) const override {
+          if (kind == "throw") throw 42;
           const auto p = m.named_parameters()[0];
           out.emplace_back(p.key(), shape ? torch::zeros({1, 1}) : p.value().to(torch::kLong));
           return "bad";
@@ -849,6 +890,7 @@ TEST_CASE("weights a hook offers that do not fit the model: model.pt keeps the t
       wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
       auto offer = std::make_shared<Offer>();
       offer->shape = shape;
+      offer->kind = kind;
       wick::HookEntry e;
       e.hook = offer;
       e.plugin = e.instance = "offer";
@@ -856,10 +898,15 @@ TEST_CASE("weights a hook offers that do not fit the model: model.pt keeps the t
       const auto before = params_of(t.model());
       const auto res = t.fit();
       CHECK(res.status == wick::FitResult::Status::failed);
-      CHECK_THAT(res.error, Catch::Contains("hook 'offer' offers '") &&
-                                Catch::Contains(shape ? "[1, 1] Float for evaluation"
-                                                      : "] Long for evaluation") &&
-                                Catch::Contains("(model.pt holds the trained weights)"));
+      CHECK_THAT(res.error, Catch::Contains("(model.pt holds the trained weights)"));
+      if (kind == "throw")
+        CHECK_THAT(res.error, Catch::Contains("plugin 'offer' (instance 'offer') failed to offer "
+                                              "its weights for evaluation (eval_weights): an "
+                                              "exception that is not a std::exception"));
+      else
+        CHECK_THAT(res.error, Catch::Contains("hook 'offer' offers '") &&
+                                  Catch::Contains(shape ? "[1, 1] Float for evaluation"
+                                                        : "] Long for evaluation"));
       CHECK(res.model_weights == "trained");
       // What the file holds: the trained weights, which a model of the run loads.
       wick::Trainer other(tiny_options(dir), std::make_shared<TinyTask>());

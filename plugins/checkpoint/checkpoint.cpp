@@ -461,8 +461,10 @@ class Checkpoint : public wick::Hook {
       return std::nullopt;
     }
     if (save_failed_) {
-      std::fprintf(stderr, "wick: checkpoint (%s) not saved: an earlier save failed\n",
-                   reason.c_str());
+      std::fprintf(stderr,
+                   "wick: checkpoint (%s) not saved: an earlier save failed; the last checkpoint "
+                   "is %s\n",
+                   reason.c_str(), last_saved_.empty() ? "(none)" : (dir_ / last_saved_).c_str());
       return std::nullopt;
     }
     try {

@@ -30,6 +30,7 @@
 #include "config/trainer_options.hpp"
 #include "cuda/cuda_load.hpp"
 #include "plugins/plugin_name.hpp"
+#include "system/error_text.hpp"
 #include "wick/cluster.hpp"
 
 namespace wick {
@@ -560,9 +561,8 @@ std::shared_ptr<Task> Config::make_task(const PluginFinder& finder) const {
   } catch (const std::exception& ex) {
     // A LibTorch error (a size it refused) without its C++ backtrace (this source is
     // torch-free: c10::Error's own what_without_backtrace is out of reach).
-    std::string what = ex.what();
-    what = what.substr(0, what.find("\nException raised from "));
-    throw std::runtime_error("task plugin '" + impl_->task_plugin + "' could not start: " + what);
+    throw std::runtime_error("task plugin '" + impl_->task_plugin +
+                             "' could not start: " + without_backtraces(ex.what()));
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "config/params_impl.hpp"
 #include "config/trainer_options.hpp"
+#include "system/error_text.hpp"
 #include "wick/cluster.hpp"
 #include "wick/config.hpp"
 #include "wick/loader.hpp"
@@ -103,7 +104,7 @@ struct Config::Impl {
       throw;
     } catch (const std::exception& ex) {
       throw ConfigError(where(i.table->source()) + ": plugin '" + i.plugin + "' (instance '" +
-                        i.name + "') could not start: " + ex.what());
+                        i.name + "') could not start: " + without_backtraces(ex.what()));
     }
   }
 

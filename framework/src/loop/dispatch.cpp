@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "system/error_text.hpp"
 #include "wick/hook.hpp"  // Cancel
 #include "wick/params.hpp"
 
@@ -234,8 +235,8 @@ bool Dispatcher::run_stage(Stage s) {
 std::string Dispatcher::blame(const std::string& what) const {
   if (current_)
     return "plugin '" + current_->plugin + "' (instance '" + current_->instance + "') at " +
-           std::string(where_) + ": " + what;
-  return std::string(where_) + ": " + what;
+           std::string(where_) + ": " + without_backtraces(what);
+  return std::string(where_) + ": " + without_backtraces(what);
 }
 
 std::vector<std::pair<std::string, Hook*>> Dispatcher::stateful_hooks() const {

@@ -22,7 +22,19 @@ std::string Trainer::Impl::eval_weights(NamedTensors& out) const {
     // A hook built against SDK 2.4 or older has no eval_weights in its vtable.
     if (h.api_minor < 5) continue;
     out.clear();
-    auto word = h.hook->eval_weights(*model, out);
+    // A hook that fails to offer costs its weights, not the trained ones (save_final_weights).
+    const std::string who = "plugin '" + h.plugin + "' (instance '" + h.instance + "')";
+    std::string word;
+    try {
+      word = h.hook->eval_weights(*model, out);
+    } catch (const std::exception& e) {
+      throw ModelMismatch(
+          who + " failed to offer its weights for evaluation (eval_weights): " + e.what());
+    } catch (...) {
+      throw ModelMismatch(who +
+                          " failed to offer its weights for evaluation (eval_weights): an "
+                          "exception that is not a std::exception");
+    }
     if (word.empty()) continue;
     check_offered_weights(*model, out, h.instance);
     return word;

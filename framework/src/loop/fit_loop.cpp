@@ -13,8 +13,9 @@
 #include "loop/trainer_impl.hpp"
 #include "optim/bf16_copies.hpp"
 #include "optim/optimizers.hpp"  // check_trainable
-#include "wick/params.hpp"       // ConfigError
-#include "wick/system.hpp"       // warn_if_reference_blas, make_current
+#include "system/error_text.hpp"
+#include "wick/params.hpp"  // ConfigError
+#include "wick/system.hpp"  // warn_if_reference_blas, make_current
 
 namespace wick {
 
@@ -175,7 +176,8 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
   // Each step of the end runs whatever the ones before it did; a failure makes the run failed.
   auto failed = [&](const std::string& msg) {
     res.status = FitResult::Status::failed;
-    res.error = res.error.empty() ? msg : res.error + "; then " + msg;
+    const auto text = without_backtraces(msg);
+    res.error = res.error.empty() ? text : res.error + "; then " + text;
   };
   // A before_fit hook that threw leaves the loop out of before_fit: after_cancel restores nothing.
   if (loop.phase == LoopPhase::before_fit) loop.phase = LoopPhase::fit;
@@ -199,6 +201,8 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
     close_records();
   } catch (const std::exception& e) {
     failed(e.what());
+  } catch (...) {
+    failed("writing the last records: an exception that is not a std::exception");
   }
   const bool ended_in_step = in_step();  // the weights may be half updated
   loop.phase = LoopPhase::outside;
@@ -213,6 +217,8 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
     save_final_weights(res, ended_in_step);
   } catch (const std::exception& e) {
     failed(e.what());  // the trained weights could not be kept: not a success
+  } catch (...) {
+    failed("writing model.pt: an exception that is not a std::exception");
   }
   try {
     write_summary_file(&res);

@@ -252,12 +252,14 @@ void StepEngine::train_step(BatchSource& loader) {
   const auto t_step = prof ? prof->step_start() : Profiler::StepStart{};
   p_.state.batch_size = loader.size_of(p_.state.batch_idx);
   p_.state.stepped = false;
-  p_.loop.phase = LoopPhase::step;
   if (p_.times.first_step_s < 0) p_.times.first_step_s = process_age_seconds();
   {
     PhaseTimer t(prof, Profiler::hooks);
     p_.stages.emit(Point::before_step);
   }
+  // Before any work of the step: a stop or failure at before_step leaves the weights whole,
+  // for a checkpoint at after_cancel and model.pt.
+  p_.loop.phase = LoopPhase::step;
   {
     // The batch is drawn after before_step: a checkpoint taken there holds nothing of it.
     PhaseTimer t(prof, Profiler::data);

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "system/error_text.hpp"
 #include "wick/config.hpp"
 #include "wick/data_parallel.hpp"
 #include "wick/params.hpp"
@@ -104,9 +105,9 @@ void connect_hooks(std::vector<HookEntry>& hooks, long rank, HookSink* sink, Sch
     try {
       h.hook->connect(r);
     } catch (const ConfigError& e) {
-      throw ConfigError(where + e.what());
+      throw ConfigError(where + without_backtraces(e.what()));
     } catch (const std::exception& e) {
-      throw std::runtime_error(where + e.what());
+      throw std::runtime_error(where + without_backtraces(e.what()));
     } catch (...) {
       throw std::runtime_error(where + "an exception that is not a std::exception");
     }

@@ -13,6 +13,7 @@
 
 #include "optim/hyperparameters.hpp"
 #include "state/pickle_load.hpp"
+#include "system/error_text.hpp"
 #include "wick/sha256.hpp"
 #include "wick/state_dict.hpp"
 
@@ -344,7 +345,10 @@ Files snapshot_files(SnapshotParts& run) {
     try {
       save();
     } catch (const std::exception& e) {
-      throw std::runtime_error(whose + " cannot save its state: " + e.what());
+      throw std::runtime_error(whose + " cannot save its state: " + without_backtraces(e.what()));
+    } catch (...) {
+      throw std::runtime_error(whose +
+                               " cannot save its state: an exception that is not a std::exception");
     }
   };
   if (run.task.has_state()) {
@@ -627,7 +631,11 @@ Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files
       hook->load_state(from_ivalue(it->value(), "hook '" + instance + "' state"));
     } catch (const std::exception& e) {
       throw std::runtime_error(where + ": hook '" + instance +
-                               "' cannot load its state: " + e.what());
+                               "' cannot load its state: " + without_backtraces(e.what()));
+    } catch (...) {
+      throw std::runtime_error(where + ": hook '" + instance +
+                               "' cannot load its state: an exception that is not a "
+                               "std::exception");
     }
     used.push_back(instance);
   }
