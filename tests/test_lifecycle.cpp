@@ -405,7 +405,9 @@ TEST_CASE("a batch of another length than its indices and a task metric named lo
                                         "would replace train/loss and valid/loss"));
 }
 
-TEST_CASE("a CancelFit at before_step ends between steps: model.pt keeps the weights") {
+TEST_CASE(
+    "a CancelFit at before_step ends between steps: model.pt keeps the weights. A save mid-step is "
+    "refused") {
   TempDir dir;
   wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
   t.add_hook(entry("stopper", 0, [](wick::Registrar& r) {
@@ -419,6 +421,20 @@ TEST_CASE("a CancelFit at before_step ends between steps: model.pt keeps the wei
   // No work of the second step had begun: the first step's weights are whole.
   CHECK(res.model_file == (dir / "run" / "model.pt").string());
   CHECK(fs::exists(dir / "run" / "model.pt"));
+  // A checkpoint asked for inside a step (its forward has run) is no point to resume from.
+  TempDir dir2;
+  wick::Trainer t2(tiny_options(dir2), std::make_shared<TinyTask>());
+  t2.add_hook(entry("saver", 0, [](wick::Registrar& r) {
+    r.on(Point::after_loss, [](wick::Context& c) {
+      if (c.state().training()) c.save_checkpoint("mid", "test");
+    });
+  }));
+  const auto mid = t2.fit();
+  REQUIRE(mid.status == wick::FitResult::Status::failed);
+  CHECK_THAT(mid.error, Catch::Contains("plugin 'saver' (instance 'saver') at after_loss: not "
+                                        "saving checkpoint 'mid' (test): a training step is "
+                                        "under way"));
+  CHECK_FALSE(fs::exists(dir2 / "run" / "mid"));
 }
 
 TEST_CASE("a gradients handler that skips a batch leaves that step no output of another's") {

@@ -1024,7 +1024,7 @@ TEST_CASE("lr_schedule resumed at another batch size spans the steps the run tak
 
 TEST_CASE(
     "a hook cannot log a value under a record's own fields or the trainer's, nor without "
-    "a name, nor a tensor of several values",
+    "a name, nor a tensor of several values or none (meta) or a complex one",
     "[techniques][records]") {
   const std::vector<std::pair<std::string, std::string>> cases{
       {"step",
@@ -1035,7 +1035,9 @@ TEST_CASE(
        "'valid/loss' is the trainer's own measurement, which the value would "
        "replace"},
       {"train/loss", "'train/loss' is the trainer's own measurement"},
-      {"vector", "Context::log(\"vector\", tensor): the tensor has 3 elements; log one value"}};
+      {"vector", "Context::log(\"vector\", tensor): the tensor has 3 elements; log one value"},
+      {"meta", "Context::log(\"meta\", tensor): a meta tensor holds no value"},
+      {"complex", "Context::log(\"complex\", tensor): a complex value is not one number"}};
   for (const auto& [key, message] : cases) {
     DYNAMIC_SECTION("'" << key << "'") {
       Trainer t(options(4), std::make_shared<LinearTask>(8), optimizer("sgd", 0.1));
@@ -1044,6 +1046,10 @@ TEST_CASE(
       probe->points[Point::after_step] = [key = key](Context& c) {
         if (key == "vector")
           c.log(key, torch::ones({3}));
+        else if (key == "meta")
+          c.log(key, torch::ones({}, torch::device(torch::kMeta)));
+        else if (key == "complex")
+          c.log(key, torch::ones({}, torch::kComplexFloat));
         else
           c.log(key, 1.0);
       };

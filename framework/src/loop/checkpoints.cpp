@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,13 @@ void Trainer::Impl::note_group_layout() {
 CheckpointInfo Trainer::Impl::save_checkpoint(const std::string& folder,
                                               const std::string& reason) {
   const auto dir = resolve(*this, folder);
+  // Part of the step has run (its forward, a backward, an update): a resume from its position
+  // would run the step again over that.
+  if (in_step())
+    throw std::logic_error("not saving checkpoint '" + dir.filename().string() + "' (" + reason +
+                           "): a training step is under way, and a resume could not continue "
+                           "it exactly; save between steps (before_step, after_step, "
+                           "after_epoch)");
   // Weights that took steps from a non-finite loss are not a point to resume from: the last
   // checkpoint stays the last good one.
   if (steps.loss_check.failed())

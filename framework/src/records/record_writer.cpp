@@ -72,6 +72,14 @@ void RecordWriter::log(std::string_view key, const at::Tensor& scalar) {
     throw std::invalid_argument("Context::log(\"" + std::string(key) +
                                 "\", tensor): the tensor has " + std::to_string(scalar.numel()) +
                                 " elements; log one value (a mean, a sum, an element)");
+  // Read at the record as a double: a value with no data (meta) or two parts (complex) would
+  // fail there, blamed on whatever wrote the record.
+  if (scalar.is_meta() || scalar.is_complex())
+    throw std::invalid_argument("Context::log(\"" + std::string(key) + "\", tensor): a " +
+                                (scalar.is_meta()
+                                     ? std::string("meta tensor holds no value")
+                                     : std::string("complex value is not one number")) +
+                                "; log a real value on the CPU or the GPU");
   for (auto& [k, v] : pending_)
     if (k == key) {
       v = scalar.detach();

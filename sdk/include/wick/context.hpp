@@ -203,7 +203,9 @@ class WICK_EXPORT Context {
   // Rank 0 writes; other ranks return at once. With state sharded over the ranks (a sharding
   // strategy, wick/sharded_state.hpp) every rank must call it at the same point: the state is
   // gathered to rank 0 first. Throws std::runtime_error naming the folder
-  // and the cause (full disk, permissions); earlier checkpoints are never touched.
+  // and the cause (full disk, permissions); earlier checkpoints are never touched. Inside a
+  // training step (after_pred to the optimizer's stages) it throws std::logic_error: a resume
+  // could not continue a step part of which has run.
   CheckpointInfo save_checkpoint(const std::string& folder, const std::string& reason);
   // Checks a checkpoint folder as untrusted input (manifest types, plain file names inside
   // the folder, regular files only, sizes, sha256, a position this run can continue from)
