@@ -437,6 +437,27 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(dir2 / "run" / "mid"));
 }
 
+TEST_CASE("a hook's save_state that throws a type of its own is named at the save") {
+  // Not a std::exception: without its name the failure was the checkpoint's.
+  struct Odd : wick::Hook {
+    void connect(wick::Registrar& r) override {
+      r.on(Point::after_step, [](wick::Context& c) { c.save_checkpoint("ck", "test"); });
+    }
+    bool has_state() const override { return true; }
+    void save_state(wick::StateDict&) const override { throw 42; }
+  };
+  TempDir dir;
+  wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
+  wick::HookEntry e;
+  e.hook = std::make_shared<Odd>();
+  e.plugin = e.instance = "odd";
+  t.add_hook(e);
+  const auto res = t.fit();
+  REQUIRE(res.status == wick::FitResult::Status::failed);
+  CHECK_THAT(res.error, Catch::Contains("hook 'odd' cannot save its state: an exception that is "
+                                        "not a std::exception"));
+}
+
 TEST_CASE("a gradients handler that skips a batch leaves that step no output of another's") {
   TempDir dir;
   wick::Trainer t(tiny_options(dir), std::make_shared<TinyTask>());
@@ -467,6 +488,15 @@ TEST_CASE("a record sink that fails is named: it runs where the trainer writes t
   REQUIRE(res.status == wick::FitResult::Status::failed);
   CHECK_THAT(res.error, Catch::Contains("plugin 'sinker' (instance 'sinker') writing a record: "
                                         "the disk is gone"));
+  // Nor is a throw of another type left unnamed.
+  TempDir dir3;
+  wick::Trainer t3(tiny_options(dir3), std::make_shared<TinyTask>());
+  t3.add_hook(entry(
+      "odd", 0, [](wick::Registrar& r) { r.on_record([](const wick::Record&) { throw 42; }); }));
+  const auto odd = t3.fit();
+  REQUIRE(odd.status == wick::FitResult::Status::failed);
+  CHECK_THAT(odd.error, Catch::Contains("plugin 'odd' (instance 'odd') writing a record: an "
+                                        "exception that is not a std::exception"));
   // A sink's CancelFit stays a cancel.
   TempDir dir2;
   wick::Trainer t2(tiny_options(dir2), std::make_shared<TinyTask>());

@@ -29,17 +29,19 @@ namespace {
 // cancel stays a cancel, a config error exits 2).
 template <class Fn>
 void as_hook(const HookEntry& h, const char* doing, Fn&& fn) {
-  const auto named = [&](const std::exception& e) {
-    return "plugin '" + h.plugin + "' (instance '" + h.instance + "') " + doing + ": " + e.what();
+  const auto named = [&](const std::string& what) {
+    return "plugin '" + h.plugin + "' (instance '" + h.instance + "') " + doing + ": " + what;
   };
   try {
     fn();
   } catch (const Cancel&) {
     throw;
   } catch (const ConfigError& e) {
-    throw ConfigError(named(e));
+    throw ConfigError(named(e.what()));
   } catch (const std::exception& e) {
-    throw std::runtime_error(named(e));
+    throw std::runtime_error(named(e.what()));
+  } catch (...) {
+    throw std::runtime_error(named("an exception that is not a std::exception"));
   }
 }
 }  // namespace

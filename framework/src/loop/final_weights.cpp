@@ -23,17 +23,15 @@ std::string Trainer::Impl::eval_weights(NamedTensors& out) const {
     if (h.api_minor < 5) continue;
     out.clear();
     // A hook that fails to offer costs its weights, not the trained ones (save_final_weights).
-    const std::string who = "plugin '" + h.plugin + "' (instance '" + h.instance + "')";
+    const std::string failed = "plugin '" + h.plugin + "' (instance '" + h.instance +
+                               "') failed to offer its weights for evaluation (eval_weights): ";
     std::string word;
     try {
       word = h.hook->eval_weights(*model, out);
     } catch (const std::exception& e) {
-      throw ModelMismatch(
-          who + " failed to offer its weights for evaluation (eval_weights): " + e.what());
+      throw ModelMismatch(failed + e.what());
     } catch (...) {
-      throw ModelMismatch(who +
-                          " failed to offer its weights for evaluation (eval_weights): an "
-                          "exception that is not a std::exception");
+      throw ModelMismatch(failed + "an exception that is not a std::exception");
     }
     if (word.empty()) continue;
     check_offered_weights(*model, out, h.instance);

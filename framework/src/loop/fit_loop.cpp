@@ -201,8 +201,6 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
     close_records();
   } catch (const std::exception& e) {
     failed(e.what());
-  } catch (...) {
-    failed("writing the last records: an exception that is not a std::exception");
   }
   const bool ended_in_step = in_step();  // the weights may be half updated
   loop.phase = LoopPhase::outside;
@@ -217,8 +215,6 @@ void Trainer::Impl::end_fit(FitResult& res, const CancelInfo& ending) {
     save_final_weights(res, ended_in_step);
   } catch (const std::exception& e) {
     failed(e.what());  // the trained weights could not be kept: not a success
-  } catch (...) {
-    failed("writing model.pt: an exception that is not a std::exception");
   }
   try {
     write_summary_file(&res);

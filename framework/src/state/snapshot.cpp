@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "optim/hyperparameters.hpp"
 #include "state/pickle_load.hpp"
@@ -25,6 +26,18 @@ namespace {
 std::string configured_key(const std::string& optimizer, std::size_t group,
                            const std::string& key) {
   return optimizer + "/" + std::to_string(group) + "/" + key;
+}
+
+// A task's, the data's or a hook's own save_state / load_state: what it throws (anything) is
+// rethrown after `failed` ("hook 'ema' cannot load its state: "), without LibTorch's backtrace.
+void named_state_call(const std::string& failed, const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(failed + without_backtraces(e.what()));
+  } catch (...) {
+    throw std::runtime_error(failed + "an exception that is not a std::exception");
+  }
 }
 
 // str -> any: what pickle_save writes for a dict of mixed values.
@@ -342,14 +355,7 @@ Files snapshot_files(SnapshotParts& run) {
   // A save_state that throws is named: the error would otherwise be blamed on the hook that
   // asked for the checkpoint.
   auto saved = [](const std::string& whose, const std::function<void()>& save) {
-    try {
-      save();
-    } catch (const std::exception& e) {
-      throw std::runtime_error(whose + " cannot save its state: " + without_backtraces(e.what()));
-    } catch (...) {
-      throw std::runtime_error(whose +
-                               " cannot save its state: an exception that is not a std::exception");
-    }
+    named_state_call(whose + " cannot save its state: ", save);
   };
   if (run.task.has_state()) {
     StateDict sd;
@@ -592,11 +598,8 @@ Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files
       std::fprintf(stderr, "wick: warning: %s has no state for the task; it starts afresh\n",
                    where.c_str());
     else
-      try {
-        run.task.load_state(from_ivalue(it->value(), "task state"));
-      } catch (const std::exception& e) {
-        throw std::runtime_error(where + ": the task cannot load its state: " + e.what());
-      }
+      named_state_call(where + ": the task cannot load its state: ",
+                       [&] { run.task.load_state(from_ivalue(it->value(), "task state")); });
   }
 
   if (run.train_data.has_state()) {
@@ -606,13 +609,11 @@ Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files
                    "wick: warning: %s has no state for the training data; it starts afresh\n",
                    where.c_str());
     } else {
-      try {
+      named_state_call(where + ": the training data cannot load its state: ", [&] {
         auto sd = std::make_shared<StateDict>(from_ivalue(it->value(), "data state"));
         run.train_data.load_state(*sd);
         run.data_state = std::move(sd);
-      } catch (const std::exception& e) {
-        throw std::runtime_error(where + ": the training data cannot load its state: " + e.what());
-      }
+      });
     }
   }
 
@@ -627,16 +628,9 @@ Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files
                    where.c_str(), instance.c_str());
       continue;
     }
-    try {
+    named_state_call(where + ": hook '" + instance + "' cannot load its state: ", [&] {
       hook->load_state(from_ivalue(it->value(), "hook '" + instance + "' state"));
-    } catch (const std::exception& e) {
-      throw std::runtime_error(where + ": hook '" + instance +
-                               "' cannot load its state: " + without_backtraces(e.what()));
-    } catch (...) {
-      throw std::runtime_error(where + ": hook '" + instance +
-                               "' cannot load its state: an exception that is not a "
-                               "std::exception");
-    }
+    });
     used.push_back(instance);
   }
   for (const auto& kv : hooks)
