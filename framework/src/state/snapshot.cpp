@@ -628,9 +628,11 @@ Restored restore_files(SnapshotParts& run, const Manifest& m, const Files& files
                    where.c_str(), instance.c_str());
       continue;
     }
-    named_state_call(where + ": hook '" + instance + "' cannot load its state: ", [&] {
-      hook->load_state(from_ivalue(it->value(), "hook '" + instance + "' state"));
-    });
+    // (Bound by name: C++17 captures no structured binding.)
+    named_state_call(where + ": hook '" + instance + "' cannot load its state: ",
+                     [&, h = hook, name = instance] {
+                       h->load_state(from_ivalue(it->value(), "hook '" + name + "' state"));
+                     });
     used.push_back(instance);
   }
   for (const auto& kv : hooks)
